@@ -1,0 +1,64 @@
+"""The codegen interface: lowered PrimFunc in, KernelSource (printable text + calling metadata) out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from tensorforge.ir.stmt import PrimFunc
+    from tensorforge.target import Target
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of a compiled kernel, as the runtime sees it.
+
+    kind is "buffer" (a pointer to `dtype` elements of `shape`) or "scalar" (a number of
+    `dtype`). A shape entry is an int, or the name of a scalar parameter (a symbolic size) that
+    the runtime binds from the array's shape; such scalars have `bound_from_shape=True`.
+    """
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple[int | str, ...] = ()
+    bound_from_shape: bool = False
+
+
+@dataclass(frozen=True)
+class Launch:
+    """GPU launch geometry: per-axis extents as ints or parameter names (dynamic shapes)."""
+
+    grid: tuple[int | str, int | str, int | str] = (1, 1, 1)
+    block: tuple[int, int, int] = (1, 1, 1)
+    shared_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """What a backend produces: printable, diffable source text and how to call it."""
+
+    target: str  # "llvm" | "cuda"
+    entry: str  # symbol the runtime calls
+    text: str  # LLVM IR or CUDA C
+    params: tuple[Param, ...]
+    launch: Launch | None = None
+    target_string: str = ""
+    extra: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+class Codegen(Protocol):
+    def generate(self, func: "PrimFunc", target: "Target") -> KernelSource: ...
+
+
+def codegen_for(kind: str) -> Codegen:
+    """The backend registered for a target kind."""
+    from tensorforge.codegen import CODEGENS
+
+    try:
+        return CODEGENS[kind]
+    except KeyError:
+        from tensorforge.errors import BuildError
+
+        raise BuildError(f"no code generator for target kind {kind!r}; known: {', '.join(CODEGENS)}")

@@ -1,0 +1,60 @@
+"""tensorforge.te: declare what to compute (API.md §1)."""
+
+from tensorforge.te.expr import (
+    Add,
+    Call,
+    Cast,
+    CommReducer,
+    Const,
+    Div,
+    Expr,
+    FloorDiv,
+    FloorMod,
+    Mul,
+    Reduce,
+    Select,
+    Sub,
+    TensorRead,
+    Var,
+    const,
+)
+from tensorforge.te.intrin import (
+    abs,
+    all,
+    any,
+    ceil,
+    erf,
+    exp,
+    floor,
+    if_then_else,
+    log,
+    log2,
+    power,
+    round,
+    rsqrt,
+    sigmoid,
+    sqrt,
+    tanh,
+)
+from tensorforge.te.reduction import comm_reducer, max, min, sum
+from tensorforge.te.tensor import (
+    ComputeOp,
+    IterVar,
+    Operation,
+    PlaceholderOp,
+    Range,
+    Tensor,
+    compute,
+    placeholder,
+    reduce_axis,
+    thread_axis,
+    var,
+)
+
+
+def create_schedule(ops):
+    """A Schedule for the outputs `ops` (an Operation, a Tensor or a list) and all they read."""
+    # NOTE: the one upward reference from te; kept lazy so te itself imports no other layer.
+    from tensorforge.schedule.schedule import create_schedule as _create
+
+    return _create(ops)

@@ -1,0 +1,110 @@
+"""Dtype strings and the promotion rules for mixing them.
+
+A dtype is a string: a scalar type ("float32", "int32", "bool", ...) optionally followed by
+"x<lanes>" for a vector ("float32x8"). Vectors only appear after the vectorize pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorforge.errors import ExprError
+
+SCALAR_DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)
+
+
+def check_dtype(dtype: object, what: str = "dtype") -> str:
+    """Normalize a user-given dtype (string, numpy dtype or type) and reject unknown ones."""
+    try:
+        name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    except TypeError:
+        name = str(dtype)
+    if name not in SCALAR_DTYPES:
+        raise ExprError(f"{what}: unknown dtype {dtype!r}; expected one of {', '.join(SCALAR_DTYPES)}")
+    return name
+
+
+def element_of(dtype: str) -> str:
+    """'float32x8' -> 'float32'."""
+    return dtype.split("x")[0] if "x" in dtype else dtype
+
+
+def lanes_of(dtype: str) -> int:
+    """'float32x8' -> 8, 'float32' -> 1."""
+    return int(dtype.split("x")[1]) if "x" in dtype else 1
+
+
+def with_lanes(dtype: str, lanes: int) -> str:
+    base = element_of(dtype)
+    return base if lanes == 1 else f"{base}x{lanes}"
+
+
+def is_float(dtype: str) -> bool:
+    return element_of(dtype).startswith("float")
+
+
+def is_int(dtype: str) -> bool:
+    base = element_of(dtype)
+    return base.startswith("int") or base.startswith("uint")
+
+
+def is_unsigned(dtype: str) -> bool:
+    return element_of(dtype).startswith("uint")
+
+
+def is_bool(dtype: str) -> bool:
+    return element_of(dtype) == "bool"
+
+
+def bits_of(dtype: str) -> int:
+    base = element_of(dtype)
+    return 1 if base == "bool" else int(base.lstrip("uintfloat"))
+
+
+def promote(a: str, b: str) -> str:
+    """The dtype two operands of differing dtypes meet at.
+
+    bool < integers < floats; narrower < wider; a signed and an unsigned integer meet at the
+    signed type wide enough for both. Mixing an integer wider than a float's mantissa can hold
+    exactly (int64 with float32) raises instead of silently losing precision.
+    """
+    if a == b:
+        return a
+    if is_bool(a):
+        return b
+    if is_bool(b):
+        return a
+    if is_float(a) and is_float(b):
+        return a if bits_of(a) >= bits_of(b) else b
+    if is_float(a) or is_float(b):
+        fl, it = (a, b) if is_float(a) else (b, a)
+        if bits_of(it) > bits_of(fl):
+            raise ExprError(
+                f"cannot mix {it} and {fl} implicitly (precision would be lost); "
+                f"cast one side with .astype()"
+            )
+        return fl
+    if is_unsigned(a) == is_unsigned(b):
+        return a if bits_of(a) >= bits_of(b) else b
+    signed, unsigned = (a, b) if is_unsigned(b) else (b, a)
+    if bits_of(signed) > bits_of(unsigned):
+        return signed
+    width = min(64, 2 * bits_of(unsigned))
+    return f"int{width}"
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    return np.dtype(element_of(dtype))
