@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorforge.ir.expr import Buffer
-from tensorforge.te.expr import Expr, Var
+from tensorforge.te.expr import CommReducer, Expr, Var
 
 
 class LoopKind(enum.Enum):
@@ -107,6 +107,21 @@ class Sync(Stmt):
     """A barrier among the threads of a GPU block (`__syncthreads()`)."""
 
     scope: str = "shared"
+
+
+@stmt
+class ThreadAllReduce(Stmt):
+    """Combine `values` across the `extent` GPU threads along `thread_tag` with `combiner`.
+
+    Afterwards every participating thread sees the combined tuple in `results` (one-element
+    "local" buffers, one per value). Emitted for a reduction axis bound to a thread index.
+    """
+
+    combiner: CommReducer
+    values: tuple[Expr, ...]
+    results: tuple[Buffer, ...]
+    thread_tag: str
+    extent: int
 
 
 @stmt
