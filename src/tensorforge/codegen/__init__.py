@@ -1,1 +1,7 @@
-"""tensorforge.codegen."""
+"""Code generators, one per target kind: lowered PrimFunc -> KernelSource."""
+
+from tensorforge.codegen.llvm import LLVMCodegen
+
+CODEGENS = {
+    "llvm": LLVMCodegen(),
+}

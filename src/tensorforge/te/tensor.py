@@ -151,10 +151,6 @@ class ComputeOp(Operation):
             for n in walk(b):
                 if isinstance(n, TensorRead) and n.tensor not in seen:
                     seen.append(n.tensor)
-                if isinstance(n, Reduce):  # reduction conditions are part of the body too
-                    for m in walk(n.condition):
-                        if isinstance(m, TensorRead) and m.tensor not in seen:
-                            seen.append(m.tensor)
         return seen
 
     @property

@@ -1,1 +1,5 @@
-"""tensorforge.testing."""
+"""Helpers for testing kernels against NumPy (used by the test suite and the fuzzer)."""
+
+from tensorforge.testing.check import check_against_numpy, random_inputs
+
+__all__ = ["check_against_numpy", "random_inputs"]

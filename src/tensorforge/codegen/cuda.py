@@ -1,0 +1,402 @@
+"""The CUDA backend: a lowered PrimFunc becomes one `extern "C" __global__` CUDA C kernel.
+
+The whole PrimFunc body is device code and runs in every thread: a THREAD_BINDING loop becomes
+its index (`int tx = (int)threadIdx.x;`), other loops stay loops in each thread. The launch
+geometry comes from the bound loops (cuda_launch.py); expressions are printed by cuda_expr.py and
+ThreadAllReduce by cuda_allreduce.py. Shared memory is static (`__shared__ T name[n];`) up to
+48 KiB per block and one dynamic `extern __shared__` buffer carved into arrays above that.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from tensorforge.codegen.base import KernelSource, Launch, Param
+from tensorforge.codegen.cuda_allreduce import emit_allreduce, plan_allreduce, scratch_bytes
+from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
+from tensorforge.codegen.cuda_launch import (
+    ACTIVE_ATTR,
+    ThreadExtents,
+    compute_launch,
+    guard_thread_loops,
+    host_expr,
+)
+from tensorforge.errors import BuildError
+from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.stmt import (
+    Allocate,
+    Attr,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoopKind,
+    PrimFunc,
+    Realize,
+    Seq,
+    Stmt,
+    Sync,
+    ThreadAllReduce,
+)
+from tensorforge.ir.visit import walk
+from tensorforge.target import Target, as_target
+from tensorforge.te import dtype as dt
+from tensorforge.te import expr as E
+
+STATIC_SHARED_LIMIT = 48 * 1024
+# the most shared memory one block may opt in to, by architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+_SHARED_OPTIN = {
+    70: 98304, 72: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376,
+    90: 232448, 100: 232448, 103: 232448, 120: 101376,
+}  # fmt: skip
+
+
+class CUDACodegen:
+    """Lowered PrimFunc -> CUDA C source with its launch geometry (see docs/lowered-ir.md)."""
+
+    def generate(self, func: PrimFunc, target: Target | str | None = None) -> KernelSource:
+        target = as_target(target if target is not None else "cuda")
+        return _KernelWriter(func, target).write()
+
+
+def max_shared_bytes(arch: str) -> int:
+    match = re.match(r"sm_(\d+)", arch or "")
+    return _SHARED_OPTIN.get(int(match.group(1)), STATIC_SHARED_LIMIT) if match else STATIC_SHARED_LIMIT
+
+
+class _KernelWriter:
+    def __init__(self, func: PrimFunc, target: Target) -> None:
+        self.func = func
+        self.target = target
+        self.names = Names()
+        self.printer = ExprPrinter(self.names)
+        self.body_lines: list[str] = []
+        self.depth = 1
+        self.allreduce_plans: dict[int, Any] = {}
+        self.shared_offsets: dict[Any, int] = {}
+        self.dynamic_shared = False
+        self.shared_bytes = 0
+        self.threads: ThreadExtents
+
+    # -- output helpers (also used by cuda_allreduce) -------------------------------------------
+    def line(self, text: str) -> None:
+        self.body_lines.append("  " * self.depth + text)
+
+    def lines_(self, texts: list[str]) -> None:
+        for text in texts:
+            self.line(text)
+
+    def open(self, text: str) -> None:
+        self.line(text)
+        self.depth += 1
+
+    def close(self, text: str = "}") -> None:
+        self.depth -= 1
+        self.line(text)
+
+    @contextmanager
+    def block(self, head: str) -> Iterator[None]:
+        self.open(head)
+        yield
+        self.close("}")
+
+    def shared_decl(self, key: Any, t: str, name: str, count: int) -> str:
+        if self.dynamic_shared:
+            offset = self.shared_offsets[key]
+            return f"{t}* __restrict__ {name} = reinterpret_cast<{t}*>(tf_smem + {offset});"
+        return f"__shared__ __align__(16) {t} {name}[{count}];"
+
+    # -- the kernel -----------------------------------------------------------------------------
+    def write(self) -> KernelSource:
+        func = self.func
+        scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
+        self.threads = compute_launch(func.body, scalars)
+        body = guard_thread_loops(func.body, self.threads.extents)
+        entry = self.names.fresh(f"{func.name}_kernel")
+        decls, params, c_to_param = self._params(body)
+        self._plan_shared(body)
+        self._stmt(body)
+
+        launch = self.threads.launch
+        launch = Launch(launch.grid, launch.block, self.shared_bytes if self.dynamic_shared else 0)
+        threads = launch.block[0] * launch.block[1] * launch.block[2]
+        head = [
+            f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})",
+            f"// launch: grid=({', '.join(map(str, launch.grid))}) "
+            f"block=({', '.join(map(str, launch.block))}); shared memory: {self.shared_bytes} bytes"
+            + (" (dynamic)" if self.dynamic_shared else ""),
+        ]
+        if not self.threads.extents:
+            head.append("// NOTE: no loop is bound to a thread axis: one thread runs everything")
+        if "half" in self.printer.helpers:
+            head.append("#include <cuda_fp16.h>")
+        if "floordiv" in self.printer.helpers:
+            head += ["", FLOOR_HELPERS.rstrip()]
+        params_text = ",\n    ".join(decls)
+        text = "\n".join(
+            head
+            + [
+                "",
+                f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(\n    {params_text}) {{',
+                *(["  extern __shared__ __align__(16) unsigned char tf_smem[];"] if self.dynamic_shared else []),
+                *self.body_lines,
+                "}",
+                "",
+            ]
+        )
+        vector_alignment = {
+            c_to_param[name]: align
+            for name, align in self.printer.vector_params.items()
+            if name in c_to_param
+        }
+        extra = {
+            "vector_alignment": vector_alignment,  # param name -> bytes its pointer must be aligned to
+            "shared_bytes": self.shared_bytes,
+            "dynamic_shared": self.dynamic_shared,
+            "threads_per_block": threads,
+        }
+        return KernelSource(
+            target="cuda",
+            entry=entry,
+            text=text,
+            params=params,
+            launch=launch,
+            target_string=str(self.target),
+            extra=extra,
+        )
+
+    def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:
+        stored = {id(n.buffer) for n in walk(body) if isinstance(n, BufferStore)}
+        stored_names = {n.buffer.name for n in walk(body) if isinstance(n, BufferStore)}
+        shape_vars = {
+            id(s) for p in self.func.params if isinstance(p, Buffer) for s in p.shape if isinstance(s, E.Var)
+        }
+        decls, params, c_to_param = [], [], {}
+        for p in self.func.params:
+            if isinstance(p, Buffer):
+                name = self.names.bind_buffer(p)
+                const = "" if id(p) in stored or p.name in stored_names else "const "
+                decls.append(f"{const}{ctype(p.dtype)}* __restrict__ {name}")
+                shape = tuple(_shape_entry(s) for s in p.shape)
+                params.append(Param(p.name, "buffer", p.dtype, shape))
+            elif isinstance(p, E.Var):
+                name = self.names.bind(p)
+                assert isinstance(name, str)
+                decls.append(f"{ctype(p.dtype)} {name}")
+                params.append(Param(p.name, "scalar", p.dtype, (), bound_from_shape=id(p) in shape_vars))
+            else:
+                raise BuildError(f"CUDA codegen: parameter {p!r} of '{self.func.name}' is neither a Buffer nor a Var")
+            c_to_param[name] = p.name
+        return decls, tuple(params), c_to_param
+
+    def _plan_shared(self, body: Stmt) -> None:
+        """Sizes and offsets of every shared array (allocations and reduction scratch)."""
+        items: list[tuple[Any, int]] = []
+        for node in walk(body):
+            if isinstance(node, Allocate) and node.buffer.scope == "shared":
+                count = _constant_extent(node)
+                items.append((id(node), count * _elem_bytes(node.buffer.dtype)))
+            elif isinstance(node, ThreadAllReduce):
+                plan = plan_allreduce(node, self.threads.launch.block)
+                self.allreduce_plans[id(node)] = plan
+                for i, size in enumerate(scratch_bytes(node, plan)):
+                    if size:
+                        items.append(((id(node), i), size))
+        offset = 0
+        for key, size in items:
+            self.shared_offsets[key] = offset
+            offset += -(-size // 16) * 16
+        self.shared_bytes = offset
+        limit = max_shared_bytes(self.target.arch)
+        if offset > limit:
+            raise BuildError(
+                f"'{self.func.name}' needs {offset} bytes of shared memory per block, more than the "
+                f"{limit} a block may have on {self.target.arch}; use smaller shared tiles"
+            )
+        self.dynamic_shared = offset > STATIC_SHARED_LIMIT
+
+    # -- statements -----------------------------------------------------------------------------
+    def _stmt(self, s: Stmt) -> None:
+        p = self.printer
+        match s:
+            case Seq(stmts=stmts):
+                for x in stmts:
+                    self._stmt(x)
+            case For():
+                self._for(s)
+            case BufferStore():
+                self._store(s)
+            case Allocate():
+                self._allocate(s)
+            case IfThenElse(condition=c, then_case=t, else_case=e):
+                self.open(f"if ({p(c)}) {{")
+                self._stmt(t)
+                if e is not None:
+                    self.close("} else {")
+                    self.depth += 1
+                    self._stmt(e)
+                self.close("}")
+            case LetStmt(var=var, value=value, body=body):
+                self._let(var, value)
+                self._stmt(body)
+                self.names.unbind(var)
+            case Evaluate(value=v):
+                if not isinstance(v, E.Const):
+                    self.line(f"(void)({p(v)});")
+            case Sync():
+                self.line("__syncthreads();")
+            case Attr(key=key, value=value, body=ThreadAllReduce() as reduce) if key == ACTIVE_ATTR:
+                emit_allreduce(self, reduce, value)
+            case Attr(key=key, value=value, body=body):
+                if key != "double_buffer" and not key.startswith("tf."):
+                    self.line(f"// attr {key} = {value}")
+                self._stmt(body)
+            case ThreadAllReduce():
+                emit_allreduce(self, s, None)
+            case Realize():
+                raise BuildError("CUDA codegen: Realize reached codegen; run storage flattening first")
+            case _:
+                raise BuildError(f"CUDA codegen: cannot generate code for statement {type(s).__name__}")
+
+    def _for(self, s: For) -> None:
+        p = self.printer
+        t = ctype(s.var.dtype)
+        if s.kind is LoopKind.THREAD_BINDING:
+            name = self.names.bind(s.var)
+            index = f"({t}){s.thread_tag}"
+            if not (isinstance(s.min, E.Const) and int(s.min.value) == 0):
+                index = f"{index} + {p(s.min)}"
+            self.line(f"const {t} {name} = {index};")
+            self._stmt(s.body)
+            self.names.unbind(s.var)
+            return
+        pragmas = dict(s.pragmas)
+        constant = isinstance(s.extent, E.Const)
+        if "unroll_explicit" in pragmas and pragmas["unroll_explicit"] in (0, False):
+            self.line("#pragma unroll 1")
+        elif s.kind is LoopKind.UNROLLED or (s.kind is LoopKind.VECTORIZED and constant):
+            self.line("#pragma unroll")
+        elif s.kind is LoopKind.PARALLEL:
+            self.line("// parallel loop: each GPU thread runs it serially")
+        name = self.names.bind(s.var)
+        extent = p(s.extent)
+        if isinstance(s.min, E.Const) and int(s.min.value) == 0:
+            head = f"for ({t} {name} = 0; {name} < {extent}; ++{name}) {{"
+        else:
+            low = p(s.min)
+            head = f"for ({t} {name} = {low}; {name} < {low} + {extent}; ++{name}) {{"
+        self.open(head)
+        self._stmt(s.body)
+        self.close("}")
+        self.names.unbind(s.var)
+
+    def _let(self, var: E.Var, value: E.Expr) -> None:
+        p = self.printer
+        lanes = dt.lanes_of(var.dtype)
+        self._hoist_vector_loads(value)
+        name = self.names.bind(var)
+        t = ctype(var.dtype)
+        if lanes == 1:
+            self.line(f"const {t} {name} = {p(value)};")
+            if dt.is_int(var.dtype):
+                p.divisors[id(var)] = p.divisor(value)
+        else:
+            for i, lane_name in enumerate(name):
+                self.line(f"const {t} {lane_name} = {p(value, i)};")
+        p.hoisted.clear()
+
+    def _hoist_vector_loads(self, value: E.Expr) -> None:
+        p = self.printer
+        for key, access in p.plan_vector_loads(value).items():
+            lines, temps = p.load_vector(access)
+            width = "float4" if access.chunk == 4 else "float2"
+            self.line(
+                f"// {width}-wide load of {access.buffer.name}: the index is a multiple of "
+                f"{access.chunk} elements, so the address is {4 * access.chunk}-byte aligned"
+            )
+            self.lines_(lines)
+            p.hoisted[key] = temps
+
+    def _store(self, s: BufferStore) -> None:
+        p = self.printer
+        if len(s.indices) != 1:
+            raise BuildError(
+                f"CUDA codegen: store to '{s.buffer.name}' has {len(s.indices)} indices; "
+                f"the lowered IR must have flat (1-d) buffer accesses"
+            )
+        buf = self.names.buffer(s.buffer)
+        (index,) = s.indices
+        lanes = max(dt.lanes_of(index.dtype), dt.lanes_of(s.value.dtype))
+        self._hoist_vector_loads(s.value)
+        if lanes == 1:
+            text = f"{buf}[{p(index)}] = {p(s.value)};"
+            self.line(text if s.predicate is None else f"if ({p(s.predicate)}) {text}")
+            p.hoisted.clear()
+            return
+        values = [p(s.value, i) for i in range(lanes)]
+        access = p.vector_access(s.buffer, index, s.predicate) if dt.lanes_of(index.dtype) > 1 else None
+        if access is not None:
+            width = "float4" if access.chunk == 4 else "float2"
+            self.line(
+                f"// {width}-wide store to {s.buffer.name}: the index is a multiple of "
+                f"{access.chunk} elements, so the address is {4 * access.chunk}-byte aligned"
+            )
+            self.lines_(p.store_vector(access, values))
+        else:
+            reads_itself = any(
+                isinstance(n, BufferLoad) and n.buffer.name == s.buffer.name for n in walk(s.value)
+            )
+            if reads_itself:  # every lane reads before any lane writes, as one vector store would
+                temps = [self.names.fresh(f"{buf}_lane") for _ in range(lanes)]
+                t = ctype(s.buffer.dtype)
+                self.lines_([f"const {t} {x} = {v};" for x, v in zip(temps, values)])
+                values = temps
+            for i, value in enumerate(values):
+                text = f"{buf}[{p(index, i)}] = {value};"
+                self.line(text if s.predicate is None else f"if ({p(s.predicate, i)}) {text}")
+        p.hoisted.clear()
+
+    def _allocate(self, s: Allocate) -> None:
+        b = s.buffer
+        if b.scope == "global":
+            raise BuildError(
+                f"Allocate of '{b.name}' in scope 'global' inside a CUDA kernel: a kernel cannot "
+                f"allocate global memory; use scope 'local' (registers) or 'shared' (s[T].set_scope)"
+            )
+        if b.scope not in ("shared", "local"):
+            raise BuildError(f"Allocate of '{b.name}': unknown scope {b.scope!r} for CUDA (use 'local' or 'shared')")
+        count = _constant_extent(s)
+        name = self.names.bind_buffer(b)
+        t = ctype(b.dtype)
+        if b.scope == "shared":
+            self.line(self.shared_decl(id(s), t, name, count))
+        else:
+            self.line(f"{t} {name}[{count}];")
+        self._stmt(s.body)
+
+
+def _constant_extent(s: Allocate) -> int:
+    if not isinstance(s.extent, E.Const):
+        raise BuildError(
+            f"Allocate of '{s.buffer.name}' in scope '{s.buffer.scope}' has extent {s.extent}; "
+            f"CUDA {s.buffer.scope} arrays need a constant size (split by a constant factor)"
+        )
+    return max(1, int(s.extent.value))
+
+
+def _elem_bytes(dtype: str) -> int:
+    return max(1, dt.bits_of(dtype) // 8)
+
+
+def _shape_entry(e: E.Expr) -> int | str:
+    if isinstance(e, E.Const):
+        return int(e.value)
+    if isinstance(e, E.Var):
+        return e.name
+    try:
+        return host_expr(e)
+    except BuildError:
+        return str(e)

@@ -1,0 +1,468 @@
+"""CUDA C text for loop-IR expressions: C types, literals, names, scalars and lanes of vectors.
+
+Vector expressions are printed lane by lane (`lane=i`): the CUDA compiler keeps the lanes in
+registers. Only contiguous, provably aligned 32-bit vector loads and stores become `float4` /
+`float2` (`int4`, `uint2`, ...) accesses: the statement writer hoists those loads into temporaries
+(`plan_vector_loads`) and the printer reads their `.x .y .z .w` fields.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tensorforge.errors import BuildError
+from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
+from tensorforge.te import dtype as dt
+from tensorforge.te import expr as E
+
+CTYPES = {
+    "bool": "bool",
+    "int8": "signed char",
+    "int16": "short",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "uint16": "unsigned short",
+    "uint32": "unsigned int",
+    "uint64": "unsigned long long",
+    "float16": "half",
+    "float32": "float",
+    "float64": "double",
+}
+
+# 32-bit element types that have CUDA's built-in 2- and 4-lane vector types (8 and 16 bytes)
+VECTOR_CTYPES = {"float32": "float", "int32": "int", "uint32": "uint"}
+LANE_FIELDS = "xyzw"
+
+_RESERVED = {
+    # C++ keywords and CUDA built-ins a buffer or variable name could collide with
+    *"auto bool break case char const continue default do double else enum extern float for goto "
+    "if inline int long register restrict return short signed sizeof static struct switch typedef "
+    "union unsigned void volatile while class delete new operator private protected public this "
+    "template typename virtual namespace using true false half nullptr asm friend mutable "
+    "threadIdx blockIdx blockDim gridDim warpSize main min max abs exp log sqrt floor ceil "
+    "round pow tanh erf".split()
+}
+
+_BINARY = {
+    E.Add: "+",
+    E.Sub: "-",
+    E.Mul: "*",
+    E.LT: "<",
+    E.LE: "<=",
+    E.GT: ">",
+    E.GE: ">=",
+    E.EQ: "==",
+    E.NE: "!=",
+    E.And: "&&",
+    E.Or: "||",
+}
+
+# math intrinsic -> CUDA function, by element type (sigmoid is spelled out in `_call`)
+_FLOAT32_CALLS = {
+    "exp": "expf",
+    "exp2": "exp2f",
+    "log": "logf",
+    "log2": "log2f",
+    "log10": "log10f",
+    "sqrt": "sqrtf",
+    "rsqrt": "rsqrtf",
+    "tanh": "tanhf",
+    "erf": "erff",
+    "floor": "floorf",
+    "ceil": "ceilf",
+    "round": "rintf",  # half to even, as numpy.round
+    "trunc": "truncf",
+    "abs": "fabsf",
+    "pow": "powf",
+    "sin": "sinf",
+    "cos": "cosf",
+    "tan": "tanf",
+}
+_FLOAT64_CALLS = {name: f[:-1] for name, f in _FLOAT32_CALLS.items()}
+
+_LARGE = 1 << 30  # "divisible by anything we ask about" (the constant 0)
+
+
+def ctype(dtype: str) -> str:
+    """The C type of one element of `dtype` ('float32x4' -> 'float')."""
+    try:
+        return CTYPES[dt.element_of(dtype)]
+    except KeyError:
+        raise BuildError(f"CUDA codegen: unsupported dtype {dtype!r}") from None
+
+
+def vector_ctype(dtype: str, lanes: int) -> str | None:
+    """'float4' for (float32, 4): the built-in vector type, or None where there is none."""
+    base = VECTOR_CTYPES.get(dt.element_of(dtype))
+    return f"{base}{lanes}" if base is not None and lanes in (2, 4) else None
+
+
+def literal(value: Any, dtype: str) -> str:
+    """A C literal of exactly `dtype`."""
+    dtype = dt.element_of(dtype)
+    if dtype == "bool":
+        return "true" if value else "false"
+    if dt.is_float(dtype):
+        value = float(value)
+        if dtype == "float64":
+            if math.isnan(value):
+                return "__longlong_as_double(0x7ff8000000000000LL)"
+            if math.isinf(value):
+                return f"{'-' if value < 0 else ''}__longlong_as_double(0x7ff0000000000000LL)"
+            return repr(value)
+        if math.isnan(value):
+            text = "__uint_as_float(0x7fc00000u)"
+        elif math.isinf(value) or abs(value) > 3.4028234663852886e38:
+            text = f"{'-' if value < 0 else ''}__uint_as_float(0x7f800000u)"
+        else:
+            text = repr(value) + "f"
+        return text if dtype == "float32" else f"__float2half({text})"
+    value = int(value)
+    if dtype == "int32":
+        return f"({value + 1} - 1)" if value == -(2**31) else str(value)
+    if dtype == "int64":
+        return f"({value + 1}LL - 1LL)" if value == -(2**63) else f"{value}LL"
+    if dtype == "uint32":
+        return f"{value}u"
+    if dtype == "uint64":
+        return f"{value}ull"
+    return f"(({CTYPES[dtype]}){value})"
+
+
+def strip_parens(text: str) -> str:
+    """'(a + b)' -> 'a + b' where the outer pair encloses everything; '(a) + (b)' is kept."""
+    while text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and i < len(text) - 1:
+                return text
+        text = text[1:-1]
+    return text
+
+
+class Names:
+    """C identifiers for variables and buffers: sanitized, unique in the kernel, scoped bindings."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set(_RESERVED)
+        self.vars: dict[int, list[str | list[str]]] = {}
+        self.buffers: dict[int, str] = {}
+        self.buffers_by_name: dict[str, str] = {}
+
+    def fresh(self, hint: str) -> str:
+        name = re.sub(r"[^0-9A-Za-z_]", "_", hint) or "v"
+        if name[0].isdigit():
+            name = "v_" + name
+        if name.startswith("__"):
+            name = "v" + name
+        candidate, n = name, 1
+        while candidate in self.used:
+            candidate, n = f"{name}_{n}", n + 1
+        self.used.add(candidate)
+        return candidate
+
+    # -- variables -----------------------------------------------------------------------------
+    def bind(self, var: E.Var, name: str | list[str] | None = None) -> str | list[str]:
+        """Bind `var` to a fresh C name (or to `name`); a vector var gets one name per lane."""
+        if name is None:
+            lanes = dt.lanes_of(var.dtype)
+            base = self.fresh(var.name)
+            name = base if lanes == 1 else [self.fresh(f"{base}_l{i}") for i in range(lanes)]
+        self.vars.setdefault(id(var), []).append(name)
+        return name
+
+    def unbind(self, var: E.Var) -> None:
+        self.vars[id(var)].pop()
+
+    def var(self, var: E.Var) -> str | list[str]:
+        stack = self.vars.get(id(var))
+        if not stack:
+            raise BuildError(
+                f"CUDA codegen: variable '{var.name}' is used but never defined in the kernel "
+                f"(not a parameter, loop variable or let)"
+            )
+        return stack[-1]
+
+    # -- buffers -------------------------------------------------------------------------------
+    def bind_buffer(self, buffer: Buffer, name: str | None = None) -> str:
+        name = name or self.fresh(buffer.name)
+        self.buffers[id(buffer)] = name
+        self.buffers_by_name.setdefault(buffer.name, name)
+        return name
+
+    def buffer(self, buffer: Buffer) -> str:
+        name = self.buffers.get(id(buffer)) or self.buffers_by_name.get(buffer.name)
+        if name is None:
+            raise BuildError(
+                f"CUDA codegen: buffer '{buffer.name}' is accessed but is neither a parameter "
+                f"nor allocated in the kernel"
+            )
+        return name
+
+
+@dataclass(frozen=True)
+class VectorAccess:
+    """A contiguous vector access done as `lanes // chunk` aligned accesses of `chunk` lanes."""
+
+    buffer: Buffer
+    base: E.Expr
+    lanes: int
+    chunk: int  # 2 or 4
+
+
+class ExprPrinter:
+    """Prints expressions as CUDA C; `lane=None` for a scalar, `lane=i` for lane i of a vector."""
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self.hoisted: dict[Any, list[str]] = {}  # structural key of a vector load -> chunk temps
+        self.divisors: dict[int, int] = {}  # id(var) -> a known divisor of its value
+        self.helpers: set[str] = set()  # "floordiv", "half"
+        self.vector_params: dict[str, int] = {}  # buffer C name -> byte alignment it needs
+
+    # -- public --------------------------------------------------------------------------------
+    def __call__(self, e: E.Expr, lane: int | None = None) -> str:
+        """`e` as C text without redundant outer parentheses (for statements and indices)."""
+        return strip_parens(self._print(e, lane))
+
+    def divisor(self, e: E.Expr) -> int:
+        """A positive number that provably divides the integer value of `e` (1 if nothing known)."""
+        match e:
+            case E.Const(value=v):
+                return abs(int(v)) if int(v) != 0 else _LARGE
+            case E.Var():
+                return self.divisors.get(id(e), 1)
+            case E.Add(a=a, b=b) | E.Sub(a=a, b=b):
+                return math.gcd(self.divisor(a), self.divisor(b))
+            case E.Mul(a=a, b=b):
+                return min(self.divisor(a) * self.divisor(b), _LARGE)
+            case E.FloorMod(a=a, b=E.Const(value=c)) if int(c) != 0:
+                return math.gcd(self.divisor(a), abs(int(c)))
+            case E.Cast(value=v) if dt.is_int(e.dtype) and dt.is_int(v.dtype):
+                return self.divisor(v)
+        return 1
+
+    def vector_access(self, buffer: Buffer, index: E.Expr, predicate: E.Expr | None) -> VectorAccess | None:
+        """How a vector load/store of `buffer[index]` is done with wide accesses, or None (per lane).
+
+        NOTE: alignment is proved, not assumed: the Ramp base must be a provable multiple of the
+        chunk (params are checked for 16-byte alignment at call time; shared/local arrays are
+        declared __align__(16)). Local arrays stay per lane so they can live in registers.
+        """
+        if predicate is not None or not isinstance(index, Ramp) or buffer.scope == "local":
+            return None
+        if not (isinstance(index.stride, E.Const) and int(index.stride.value) == 1):
+            return None
+        if dt.element_of(buffer.dtype) not in VECTOR_CTYPES:
+            return None
+        divisor = self.divisor(index.base)
+        for chunk in (4, 2):
+            if index.lanes % chunk == 0 and divisor % chunk == 0:
+                return VectorAccess(buffer, index.base, index.lanes, chunk)
+        return None
+
+    def plan_vector_loads(self, e: E.Expr) -> dict[Any, VectorAccess]:
+        """Vector loads in `e` (by structural key) evaluated unconditionally that can be wide."""
+        found: dict[Any, VectorAccess] = {}
+
+        def visit(x: E.Expr) -> None:
+            match x:
+                case BufferLoad(buffer=b, indices=(index,), predicate=p) if dt.lanes_of(x.dtype) > 1:
+                    access = self.vector_access(b, index, p)
+                    if access is not None:
+                        found.setdefault(E.structural_key(x), access)
+                    return  # the index itself is scalar or a gather: nothing inside to hoist
+                case E.Select() | E.Let() | E.And() | E.Or():
+                    return  # conditionally evaluated: keep per-lane
+                case E.BinaryOp(a=a, b=b):
+                    visit(a)
+                    visit(b)
+                case E.Not(a=a) | E.Cast(value=a) | VectorReduce(value=a):
+                    visit(a)
+                case E.Call(args=args):
+                    for arg in args:
+                        visit(arg)
+
+        visit(e)
+        return found
+
+    def load_vector(self, access: VectorAccess) -> tuple[list[str], list[str]]:
+        """(declaration lines, temp names) of the wide loads of `access`."""
+        buf = self.names.buffer(access.buffer)
+        vtype = vector_ctype(access.buffer.dtype, access.chunk)
+        self.vector_params[buf] = max(self.vector_params.get(buf, 0), 4 * access.chunk)
+        lines, temps = [], []
+        for k in range(access.lanes // access.chunk):
+            temp = self.names.fresh(f"{buf}_v")
+            offset = self._offset(access.base, k * access.chunk)
+            lines.append(
+                f"const {vtype} {temp} = *reinterpret_cast<const {vtype}*>(&{buf}[{offset}]);"
+            )
+            temps.append(temp)
+        return lines, temps
+
+    def store_vector(self, access: VectorAccess, lanes: list[str]) -> list[str]:
+        buf = self.names.buffer(access.buffer)
+        vtype = vector_ctype(access.buffer.dtype, access.chunk)
+        self.vector_params[buf] = max(self.vector_params.get(buf, 0), 4 * access.chunk)
+        lines = []
+        for k in range(access.lanes // access.chunk):
+            offset = self._offset(access.base, k * access.chunk)
+            parts = ", ".join(lanes[k * access.chunk : (k + 1) * access.chunk])
+            lines.append(
+                f"*reinterpret_cast<{vtype}*>(&{buf}[{offset}]) = make_{vtype}({parts});"
+            )
+        return lines
+
+    # -- printing ------------------------------------------------------------------------------
+    def _offset(self, base: E.Expr, k: int) -> str:
+        text = strip_parens(self._print(base, None))
+        return text if k == 0 else f"{text} + {k}"
+
+    def _print(self, e: E.Expr, lane: int | None) -> str:
+        if lane is not None and dt.lanes_of(e.dtype) == 1:
+            lane = None  # a scalar inside a vector expression (e.g. a Ramp base)
+        if lane is None and dt.lanes_of(e.dtype) > 1:
+            raise BuildError(f"CUDA codegen: vector expression {e} used where a scalar is needed")
+        if dt.element_of(e.dtype) == "float16":
+            self.helpers.add("half")
+        p = self._print
+        match e:
+            case E.Var():
+                name = self.names.var(e)
+                if isinstance(name, list):
+                    if lane is None:
+                        raise BuildError(f"CUDA codegen: vector variable {e.name} used as a scalar")
+                    return name[lane]
+                return name
+            case E.Const(value=v, dtype=d):
+                return literal(v, d)
+            case Ramp(base=base, stride=stride):
+                assert lane is not None
+                if lane == 0:
+                    return p(base, None)
+                return f"({p(base, None)} + {literal(lane, base.dtype)} * {p(stride, None)})"
+            case Broadcast(value=v):
+                return p(v, None)
+            case BufferLoad(buffer=buffer, indices=(index,), predicate=pred):
+                return self._load(e, buffer, index, pred, lane)
+            case VectorReduce(op=op, value=v):
+                lanes = [p(v, i) for i in range(dt.lanes_of(v.dtype))]
+                return self._fold(op, lanes, e.dtype)
+            case E.Div(a=a, b=b):
+                if not dt.is_float(e.dtype):
+                    raise BuildError(f"CUDA codegen: Div on {e.dtype} ({e}); use FloorDiv for integers")
+                return f"({p(a, lane)} / {p(b, lane)})"
+            case E.FloorDiv(a=a, b=b) | E.FloorMod(a=a, b=b):
+                return self._floor_op(isinstance(e, E.FloorDiv), p(a, lane), p(b, lane), e.dtype)
+            case E.Min(a=a, b=b) | E.Max(a=a, b=b):
+                return self._min_max(isinstance(e, E.Min), p(a, lane), p(b, lane), e.dtype)
+            case E.BinaryOp(a=a, b=b) if type(e) in _BINARY:
+                return f"({p(a, lane)} {_BINARY[type(e)]} {p(b, lane)})"
+            case E.Not(a=a):
+                return f"(!{p(a, lane)})"
+            case E.Select(condition=c, true_value=t, false_value=f):
+                return f"({p(c, lane)} ? {p(t, lane)} : {p(f, lane)})"
+            case E.Cast(dtype=d, value=v):
+                if dt.element_of(d) == "float16" and dt.element_of(v.dtype) != "float32":
+                    return f"__float2half((float)({p(v, lane)}))"
+                return f"(({ctype(d)})({p(v, lane)}))"
+            case E.Call(name=name, args=args):
+                return self._call(name, [p(a, lane) for a in args], e.dtype)
+            case E.Let(var=var, value=value, body=body):
+                # an immediately invoked lambda evaluates `value` once, in order, as an expression
+                text_value = p(value, lane)
+                name = self.names.bind(var, self.names.fresh(var.name))
+                try:
+                    text_body = p(body, lane)
+                finally:
+                    self.names.unbind(var)
+                t = ctype(body.dtype)
+                return f"([&]() -> {t} {{ const {ctype(value.dtype)} {name} = {text_value}; return {text_body}; }}())"
+        raise BuildError(f"CUDA codegen: cannot generate code for expression {e!r} ({type(e).__name__})")
+
+    def _load(self, e: BufferLoad, buffer: Buffer, index: E.Expr, pred: E.Expr | None, lane: int | None) -> str:
+        name = self.names.buffer(buffer)
+        if lane is not None:
+            temps = self.hoisted.get(E.structural_key(e))
+            if temps is not None:
+                chunk = dt.lanes_of(e.dtype) // len(temps)
+                return f"{temps[lane // chunk]}.{LANE_FIELDS[lane % chunk]}"
+        text = f"{name}[{strip_parens(self._print(index, lane))}]"
+        if pred is not None:
+            zero = literal(0, buffer.dtype)
+            return f"({self._print(pred, lane)} ? {text} : {zero})"
+        return text
+
+    def _fold(self, op: str, lanes: list[str], dtype: str) -> str:
+        if op == "add":
+            return "(" + " + ".join(lanes) + ")"
+        if op not in ("max", "min"):
+            raise BuildError(f"CUDA codegen: unknown VectorReduce op {op!r}")
+        out = lanes[0]
+        for x in lanes[1:]:
+            out = self._min_max(op == "min", out, x, dtype)
+        return out
+
+    def _floor_op(self, is_div: bool, a: str, b: str, dtype: str) -> str:
+        if dt.is_float(dtype):
+            f = "floor" if dtype == "float64" else "floorf"
+            if dt.element_of(dtype) == "float16":
+                a, b = f"__half2float({a})", f"__half2float({b})"
+            q = f"{f}({a} / {b})"
+            out = q if is_div else f"({a} - {q} * {b})"
+            return f"__float2half({out})" if dt.element_of(dtype) == "float16" else out
+        if dt.is_unsigned(dtype) or dt.is_bool(dtype):
+            return f"({a} {'/' if is_div else '%'} {b})"
+        self.helpers.add("floordiv")
+        return f"tf_floor{'div' if is_div else 'mod'}<{ctype(dtype)}>({a}, {b})"
+
+    def _min_max(self, is_min: bool, a: str, b: str, dtype: str) -> str:
+        base = dt.element_of(dtype)
+        word = "min" if is_min else "max"
+        if base == "float32":
+            return f"f{word}f({a}, {b})"
+        if base == "float64":
+            return f"f{word}({a}, {b})"
+        if base == "float16":
+            return f"__h{word}({a}, {b})"
+        if base in ("int32", "int64", "uint32", "uint64"):
+            return f"{word}({a}, {b})"
+        return f"(({ctype(dtype)}){word}((int)({a}), (int)({b})))"
+
+    def _call(self, name: str, args: list[str], dtype: str) -> str:
+        base = dt.element_of(dtype)
+        if base == "float16":  # compute in float32
+            inner = self._call(name, [f"__half2float({a})" for a in args], "float32")
+            return f"__float2half({inner})"
+        if dt.is_float(base):
+            if name == "sigmoid":
+                if base == "float32":
+                    return f"(1.f / (1.f + __expf(-({args[0]}))))"
+                return f"(1.0 / (1.0 + exp(-({args[0]}))))"
+            table = _FLOAT32_CALLS if base == "float32" else _FLOAT64_CALLS
+            if name in table:
+                return f"{table[name]}({', '.join(args)})"
+        elif name == "abs":
+            if dt.is_unsigned(base) or base == "bool":
+                return args[0]
+            return f"{'llabs' if base == 'int64' else 'abs'}({args[0]})"
+        raise BuildError(f"CUDA codegen: no CUDA function for intrinsic {name}() on {dtype}")
+
+
+FLOOR_HELPERS = """\
+// floor division and modulo with Python semantics (the IR's FloorDiv / FloorMod on integers)
+template <typename T> __device__ __forceinline__ T tf_floordiv(T a, T b) {
+  T q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T> __device__ __forceinline__ T tf_floormod(T a, T b) {
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"""

@@ -1,0 +1,333 @@
+"""The CPU backend: a lowered PrimFunc -> LLVM IR text built with llvmlite.ir.
+
+The entry function takes one argument per PrimFunc param, in order: buffers as
+`ptr noalias align 64`, scalars by value. Statements are emitted here, expressions in
+llvm_expr.py, math helpers in llvm_math.py. A PARALLEL loop is outlined into an internal
+function run by libgomp's `GOMP_parallel`, with the thread count read from the module global
+`__tf_num_threads` (set by the runtime; 0 lets libgomp choose).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from tensorforge.codegen.base import KernelSource, Param
+from tensorforge.codegen.llvm_expr import (
+    I1, I32, I64, PTR, ExprEmitter, element_bytes, memory_type, value_type,
+)
+from tensorforge.codegen.llvm_math import mangle
+from tensorforge.errors import BuildError
+from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.stmt import (
+    Allocate, Attr, BufferStore, Evaluate, For, IfThenElse, LetStmt, LoopKind, PrimFunc, Seq, Stmt,
+    Sync,
+)
+from tensorforge.ir.visit import walk
+from tensorforge.te import dtype as dt
+from tensorforge.te.expr import Const, Expr, Var
+
+NUM_THREADS_GLOBAL = "__tf_num_threads"
+_STACK_LIMIT = 64 * 1024  # "local" buffers up to this many bytes live on the stack
+_LOOP_HINTS = {LoopKind.UNROLLED: "llvm.loop.unroll.enable",
+               LoopKind.VECTORIZED: "llvm.loop.vectorize.enable"}
+
+
+@functools.lru_cache(maxsize=8)
+def _triple_and_layout(mcpu: str, features: str) -> tuple[str, str]:
+    """The host triple and the data layout of a TargetMachine for (mcpu, features)."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    triple = llvm.get_process_triple()
+    machine = llvm.Target.from_triple(triple).create_target_machine(mcpu, features, opt=3)
+    return triple, str(machine.target_data)
+
+
+class LLVMCodegen:
+    """Lowered PrimFunc -> KernelSource(target="llvm", text=LLVM IR)."""
+
+    def generate(self, func: PrimFunc, target) -> KernelSource:
+        if target.kind != "llvm":
+            raise BuildError(f"llvm codegen of '{func.name}': target {target} is not an llvm target")
+        try:
+            return self._generate(func, target)
+        except BuildError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, AssertionError) as err:
+            raise BuildError(f"llvm codegen of '{func.name}' failed: {type(err).__name__}: {err}") from err
+
+    def _generate(self, func: PrimFunc, target) -> KernelSource:
+        module = ir.Module(name=func.name)
+        module.triple, module.data_layout = _triple_and_layout(target.mcpu, target.features)
+        params = kernel_params(func)
+        arg_types = [PTR if isinstance(p, Buffer) else value_type(p.dtype) for p in func.params]
+        entry = ir.Function(module, ir.FunctionType(ir.VoidType(), arg_types), name=func.name)
+        state = _ModuleState(module, func.name)
+        emitter = _FunctionEmitter(state, entry, in_parallel=False)
+        for param, arg in zip(func.params, entry.args):
+            arg.name = param.name
+            if isinstance(param, Buffer):
+                arg.attributes.add("noalias")
+                arg.attributes.align = 64
+                emitter.buffers[param] = arg
+            else:
+                emitter.vars[param] = arg
+        emitter.stmt(func.body)
+        emitter.builder.ret_void()
+        extra = {"num_threads_global": NUM_THREADS_GLOBAL} if state.parallel_loops else {}
+        return KernelSource(target="llvm", entry=func.name, text=str(module), params=params,
+                            target_string=str(target), extra=extra)
+
+
+def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
+    """The calling metadata: buffers with their shapes, scalars marked when a shape binds them."""
+    shape_names = {e.name for p in func.params if isinstance(p, Buffer) for e in p.shape if isinstance(e, Var)}
+    params = []
+    for p in func.params:
+        if isinstance(p, Buffer):
+            shape = tuple(int(e.value) if isinstance(e, Const) else e.name if isinstance(e, Var) else str(e)
+                          for e in p.shape)
+            params.append(Param(p.name, "buffer", p.dtype, shape))
+        else:
+            params.append(Param(p.name, "scalar", p.dtype, (), bound_from_shape=p.name in shape_names))
+    return tuple(params)
+
+
+class _ModuleState:
+    """What the functions of one module share: the module, the kernel's name, a counter."""
+
+    def __init__(self, module: ir.Module, func_name: str):
+        self.module, self.func_name = module, func_name
+        self.parallel_loops = 0
+
+    def num_threads(self) -> ir.GlobalVariable:
+        existing = self.module.globals.get(NUM_THREADS_GLOBAL)
+        if existing is not None:
+            return existing
+        gv = ir.GlobalVariable(self.module, I32, NUM_THREADS_GLOBAL)
+        gv.initializer = ir.Constant(I32, 0)
+        return gv
+
+    def function(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is None:
+            existing = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return existing
+
+
+class _FunctionEmitter(ExprEmitter):
+    """Emits statements into one LLVM function (the entry or an outlined parallel body)."""
+
+    def __init__(self, state: _ModuleState, fn: ir.Function, in_parallel: bool):
+        self.state, self.module, self.func_name = state, state.module, state.func_name
+        self.fn, self.in_parallel = fn, in_parallel
+        fn.attributes.add("nounwind")
+        # NOTE: the entry block holds only allocas and a branch to "start", where code begins, so
+        # allocas can be added at any time without disturbing the main builder's position.
+        self.entry = fn.append_basic_block("entry")
+        start = fn.append_basic_block("start")
+        ir.IRBuilder(self.entry).branch(start)
+        self.builder = ir.IRBuilder(start)
+        self.vars: dict[Var, ir.Value] = {}
+        self.buffers: dict[Buffer, ir.Value] = {}
+
+    def alloca(self, ty: ir.Type, name: str = "") -> ir.Value:
+        """A stack slot in the entry block, so that mem2reg/SROA can promote it."""
+        slot = ir.IRBuilder(self.entry)
+        slot.position_before(self.entry.terminator)
+        ptr = slot.alloca(ty, name=name)
+        ptr.align = 64
+        ptr.type = PTR  # an opaque pointer like every other buffer pointer
+        return ptr
+
+    # -- statements -------------------------------------------------------------------------------
+    def stmt(self, s: Stmt) -> None:
+        match s:
+            case Seq(stmts=stmts):
+                for child in stmts:
+                    self.stmt(child)
+            case BufferStore():
+                self._store(s)
+            case For():
+                self._for(s)
+            case IfThenElse(condition=cond, then_case=then, else_case=other):
+                c = self.expr(cond)
+                if isinstance(c.type, ir.VectorType):
+                    raise self.fail(f"IfThenElse condition {cond} is a vector")
+                if other is None:
+                    with self.builder.if_then(c):
+                        self.stmt(then)
+                else:
+                    with self.builder.if_else(c) as (then_block, else_block):
+                        with then_block:
+                            self.stmt(then)
+                        with else_block:
+                            self.stmt(other)
+            case LetStmt(var=var, value=value, body=body):
+                with self.bound(var, self.expr(value)):
+                    self.stmt(body)
+            case Allocate():
+                self._allocate(s)
+            case Attr(body=body):  # annotations carry nothing the CPU code needs
+                self.stmt(body)
+            case Evaluate(value=value):
+                if not isinstance(value, Const):
+                    self.expr(value)
+            case Sync():
+                raise self.fail("Sync (a GPU barrier) is not valid on a CPU target")
+            case _:
+                raise self.fail(f"cannot generate code for {type(s).__name__}; is the IR lowered?")
+
+    def _store(self, s: BufferStore) -> None:
+        if len(s.indices) != 1:
+            raise self.fail(f"store to '{s.buffer.name}' has {len(s.indices)} indices, expected one flat index")
+        b, buffer = self.builder, s.buffer
+        value = self.expr(s.value)
+        if dt.is_bool(buffer.dtype):
+            value = b.zext(value, ir.VectorType(memory_type("bool"), value.type.count)
+                           if isinstance(value.type, ir.VectorType) else memory_type("bool"))
+        kind, ptr, lanes = self.access(buffer, s.indices[0])
+        if lanes > 1 and not isinstance(value.type, ir.VectorType):
+            value = self.splat(value, lanes)
+        align = element_bytes(buffer.dtype)
+        mask = None if s.predicate is None else self.expr(s.predicate)
+        if kind == "scalar" and mask is not None:
+            with b.if_then(mask):
+                b.store(value, ptr, align=align)
+        elif kind == "scalar" or (kind == "contiguous" and mask is None):
+            b.store(value, ptr, align=align)
+        elif mask is None:  # scatter as scalar stores
+            for lane in range(lanes):
+                i = ir.Constant(I32, lane)
+                b.store(b.extract_element(value, i), b.extract_element(ptr, i), align=align)
+        else:
+            name = "llvm.masked.store" if kind == "contiguous" else "llvm.masked.scatter"
+            fn = self.state.function(f"{name}.{mangle(value.type)}.{mangle(ptr.type)}", ir.VoidType(),
+                                     [value.type, ptr.type, I32, mask.type])
+            b.call(fn, [value, ptr, ir.Constant(I32, align), mask])
+
+    def _allocate(self, s: Allocate) -> None:
+        buffer, b = s.buffer, self.builder
+        elem, nbytes = memory_type(buffer.dtype), element_bytes(buffer.dtype)
+        extent = s.extent
+        if buffer.scope == "local" and isinstance(extent, Const) and int(extent.value) * nbytes <= _STACK_LIMIT:
+            ptr = self.alloca(ir.ArrayType(elem, max(1, int(extent.value))), name=buffer.name)
+            with self.bound_buffer(buffer, ptr):
+                self.stmt(s.body)
+            return
+        # heap: aligned_alloc(64, size rounded up to 64), freed after the body (no early exits)
+        size = b.mul(self.index64(extent), ir.Constant(I64, nbytes))
+        size = b.and_(b.add(size, ir.Constant(I64, 63)), ir.Constant(I64, -64))
+        size = b.select(b.icmp_signed("<", size, ir.Constant(I64, 64)), ir.Constant(I64, 64), size)
+        ptr = b.call(self.state.function("aligned_alloc", PTR, [I64, I64]), [ir.Constant(I64, 64), size],
+                     name=buffer.name)
+        with self.bound_buffer(buffer, ptr):
+            self.stmt(s.body)
+        b.call(self.state.function("free", ir.VoidType(), [PTR]), [ptr])
+
+    # -- loops ------------------------------------------------------------------------------------
+    def _for(self, loop: For) -> None:
+        if loop.kind == LoopKind.THREAD_BINDING:
+            raise self.fail(f"loop '{loop.var.name}' is bound to {loop.thread_tag or 'a GPU thread'}, "
+                            f"which a CPU target cannot run")
+        begin = self._loop_bound(loop.min, loop.var)
+        extent = self._loop_bound(loop.extent, loop.var)
+        if loop.kind == LoopKind.PARALLEL and not self.in_parallel:  # nested parallel: serial
+            self._parallel_for(loop, begin, extent)
+            return
+        end = self._arith("add", loop.var.dtype, begin, extent)
+        self.serial_loop(loop.var, begin, end, loop.body, _LOOP_HINTS.get(loop.kind))
+
+    def _loop_bound(self, e: Expr, var: Var) -> ir.Value:
+        return self.cast(self.expr(e), e.dtype, var.dtype)
+
+    def serial_loop(self, var: Var, begin: ir.Value, end: ir.Value, body: Stmt, hint: str | None) -> None:
+        """for var in [begin, end): body, as a guarded do-while loop (the shape LLVM rotates to)."""
+        b = self.builder
+        before = b.block
+        loop_block = b.append_basic_block(f"for.{var.name}")
+        exit_block = b.append_basic_block(f"for.{var.name}.end")
+        b.cbranch(self._compare("<", var.dtype, begin, end), loop_block, exit_block)
+        b.position_at_end(loop_block)
+        index = b.phi(begin.type, name=var.name)
+        index.add_incoming(begin, before)
+        with self.bound(var, index):
+            self.stmt(body)
+        step = self._arith("add", var.dtype, index, ir.Constant(begin.type, 1))
+        index.add_incoming(step, b.block)
+        latch = b.cbranch(self._compare("<", var.dtype, step, end), loop_block, exit_block)
+        if hint is not None:
+            latch.set_metadata("llvm.loop", self._loop_id(hint))
+        b.position_at_end(exit_block)
+
+    def _loop_id(self, hint: str) -> ir.MDValue:
+        """`!N = distinct !{!N, !{!"<hint>", i1 true}}` (llvm.loop ids refer to themselves)."""
+        option = self.module.add_metadata([ir.MetaDataString(self.module, hint), ir.Constant(I1, 1)])
+        loop_id = ir.MDValue(self.module, [option], name=str(len(self.module.metadata)))
+        loop_id.operands = (loop_id, option)
+        return loop_id
+
+    # -- PARALLEL ---------------------------------------------------------------------------------
+    def _parallel_for(self, loop: For, begin: ir.Value, extent: ir.Value) -> None:
+        """Outline the loop into `trampoline(closure)` and run it on libgomp's team.
+
+        The trampoline unpacks the closure (free vars, buffer pointers, min, extent), takes this
+        thread's contiguous share of the iterations and calls `body(...)`, whose buffer arguments
+        are `noalias` again, so the loop inside vectorizes as well as the serial one would.
+        """
+        state, b = self.state, self.builder
+        k = state.parallel_loops
+        state.parallel_loops += 1
+        used = list(walk(loop.body))
+        free_vars = [v for v in dict.fromkeys(n for n in used if isinstance(n, Var)) if v in self.vars]
+        free_buffers = [buf for buf in dict.fromkeys(n.buffer for n in used if isinstance(n, (BufferLoad, BufferStore)))
+                        if buf in self.buffers]
+        captured = [self.buffers[buf] for buf in free_buffers] + [self.vars[v] for v in free_vars]
+        closure_type = ir.LiteralStructType([c.type for c in captured] + [begin.type, extent.type])
+        closure = self.alloca(closure_type, name=f"closure.{loop.var.name}")
+        for i, value in enumerate(captured + [begin, extent]):
+            b.store(value, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                                 source_etype=closure_type))
+        # body(buffers..., vars..., begin, end)
+        body_fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [c.type for c in captured] + [begin.type] * 2),
+                              name=f"{state.func_name}.parallel{k}.body")
+        body_fn.linkage = "internal"
+        inner = _FunctionEmitter(state, body_fn, in_parallel=True)
+        for i, buf in enumerate(free_buffers):
+            arg = body_fn.args[i]
+            arg.name = buf.name
+            arg.attributes.add("noalias")
+            arg.attributes.align = 64
+            inner.buffers[buf] = arg
+        for arg, v in zip(body_fn.args[len(free_buffers):], free_vars):
+            arg.name = v.name
+            inner.vars[v] = arg
+        chunk_begin, chunk_end = body_fn.args[-2], body_fn.args[-1]
+        inner.serial_loop(loop.var, chunk_begin, chunk_end, loop.body, None)
+        inner.builder.ret_void()
+        # trampoline(closure): unpack, take this thread's share [begin + t*n/T, begin + (t+1)*n/T)
+        tramp = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=f"{state.func_name}.parallel{k}")
+        tramp.linkage = "internal"
+        tramp.attributes.add("nounwind")
+        tb = ir.IRBuilder(tramp.append_basic_block("entry"))
+        fields = [tb.load(tb.gep(tramp.args[0], [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                                 source_etype=closure_type), typ=ty)
+                  for i, ty in enumerate(closure_type.elements)]
+        lo, n = fields[-2], fields[-1]
+        thread = tb.sext(tb.call(state.function("omp_get_thread_num", I32, []), []), I64)
+        threads = tb.sext(tb.call(state.function("omp_get_num_threads", I32, []), []), I64)
+        n64 = tb.sext(n, I64) if n.type.width < 64 else n
+
+        def share(t):
+            offset = tb.sdiv(tb.mul(t, n64, flags=("nsw",)), threads)
+            offset = tb.trunc(offset, lo.type) if lo.type.width < 64 else offset
+            return tb.add(lo, offset, flags=("nsw",))
+
+        tb.call(body_fn, fields[:-2] + [share(thread), share(tb.add(thread, ir.Constant(I64, 1)))])
+        tb.ret_void()
+        # GOMP_parallel(fn, data, num_threads, flags): the calling thread joins as thread 0
+        gomp = state.function("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+        num_threads = b.load(state.num_threads(), typ=I32)
+        b.call(gomp, [tramp, closure, num_threads, ir.Constant(I32, 0)])

@@ -1,0 +1,383 @@
+"""Expressions of the lowered IR -> llvmlite values: arithmetic, casts, vectors, loads, math calls."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tensorforge.codegen import llvm_math
+from tensorforge.codegen.llvm_math import intrinsic, overloaded
+from tensorforge.errors import BuildError
+from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
+from tensorforge.te import dtype as dt
+from tensorforge.te.expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let, Max,
+    Min, Mul, Not, Or, Select, Sub, Var,
+)
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+FLOAT = ("contract",)  # lets a*b + c become an FMA; every other IEEE rule stays
+
+_SCALAR = {
+    "bool": I1, "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64, "uint8": I8,
+    "uint16": ir.IntType(16), "uint32": I32, "uint64": I64, "float16": ir.HalfType(),
+    "float32": ir.FloatType(), "float64": ir.DoubleType(),
+}
+_CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
+
+
+def value_type(dtype: str) -> ir.Type:
+    """The register type of a dtype: 'float32x8' -> <8 x float>, 'bool' -> i1."""
+    scalar = _SCALAR[dt.element_of(dtype)]
+    lanes = dt.lanes_of(dtype)
+    return ir.VectorType(scalar, lanes) if lanes > 1 else scalar
+
+
+def memory_type(dtype: str) -> ir.Type:
+    """The in-memory element type: as value_type, but bool is a byte."""
+    return I8 if dt.is_bool(dtype) else _SCALAR[dt.element_of(dtype)]
+
+
+def element_bytes(dtype: str) -> int:
+    return 1 if dt.is_bool(dtype) else dt.bits_of(dtype) // 8
+
+
+def splat_constant(ty: ir.Type, value) -> ir.Constant:
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [value] * ty.count)
+    return ir.Constant(ty, value)
+
+
+class ExprEmitter:
+    """Emits expressions at the builder's position. Subclasses add statements.
+
+    `vars` maps each bound Var to its value and `buffers` each Buffer to a pointer to its
+    element 0; `func_name` names the PrimFunc in error messages.
+    """
+
+    module: ir.Module
+    builder: ir.IRBuilder
+    func_name: str
+    vars: dict[Var, ir.Value]
+    buffers: dict[Buffer, ir.Value]
+
+    def fail(self, message: str) -> BuildError:
+        return BuildError(f"llvm codegen of '{self.func_name}': {message}")
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def expr(self, e: Expr) -> ir.Value:
+        b = self.builder
+        match e:
+            case Var():
+                if e not in self.vars:
+                    raise self.fail(f"variable '{e.name}' is used but not defined")
+                return self.vars[e]
+            case Const(value=value):
+                ty = value_type(e.dtype)
+                if dt.is_bool(e.dtype):
+                    value = int(bool(value))
+                return splat_constant(ty, value)
+            case Add(a, x) | Sub(a, x) | Mul(a, x):
+                return self._arith(type(e).__name__.lower(), e.dtype, self.expr(a), self.expr(x))
+            case Div(a, x):
+                if not dt.is_float(e.dtype):
+                    raise self.fail(f"Div of integers ({e}) should be FloorDiv after lowering")
+                return b.fdiv(self.expr(a), self.expr(x))
+            case FloorDiv(a, x) | FloorMod(a, x):
+                return self._floor_div_mod(e, self.expr(a), self.expr(x))
+            case Min(a, x) | Max(a, x):
+                lhs, rhs = self.expr(a), self.expr(x)
+                op = "<" if isinstance(e, Min) else ">"
+                return b.select(self._compare(op, a.dtype, lhs, rhs), lhs, rhs)
+            case LT(a, x) | LE(a, x) | GT(a, x) | GE(a, x) | EQ(a, x) | NE(a, x):
+                return self._compare(_CMP[type(e)], a.dtype, self.expr(a), self.expr(x))
+            case And(a, x):
+                return b.and_(self.expr(a), self.expr(x))
+            case Or(a, x):
+                return b.or_(self.expr(a), self.expr(x))
+            case Not(a):
+                return b.not_(self.expr(a))
+            case Select(cond, then, other):
+                return b.select(self.expr(cond), self.expr(then), self.expr(other))
+            case Cast(dtype=dtype, value=value):
+                return self.cast(self.expr(value), value.dtype, dtype)
+            case Call():
+                return self._call(e)
+            case Let(var=var, value=value, body=body):
+                with self.bound(var, self.expr(value)):
+                    return self.expr(body)
+            case BufferLoad():
+                return self._load(e)
+            case Ramp(base=base, stride=stride, lanes=lanes):
+                return self._ramp(base, stride, lanes)
+            case Broadcast(value=value, lanes=lanes):
+                return self.splat(self.expr(value), lanes)
+            case VectorReduce(op=op, value=value):
+                return self._vector_reduce(op, value.dtype, self.expr(value))
+        raise self.fail(f"cannot generate code for {type(e).__name__} ({e}); is the IR lowered?")
+
+    def bound(self, var: Var, value: ir.Value) -> "_Binding":
+        """`with self.bound(var, value):` binds var inside the block."""
+        return _Binding(self.vars, var, value)
+
+    def bound_buffer(self, buffer: Buffer, ptr: ir.Value) -> "_Binding":
+        return _Binding(self.buffers, buffer, ptr)
+
+    # -- arithmetic -------------------------------------------------------------------------------
+    def _arith(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        if dt.is_float(dtype):
+            return getattr(self.builder, "f" + op)(a, b, flags=FLOAT)
+        # NOTE: nsw (no signed wrap) only on the index-sized types: int8/int16 code may rely
+        # on wrapping like numpy does, and unsigned arithmetic wraps by definition.
+        flags = ("nsw",) if dt.element_of(dtype) in ("int32", "int64") else ()
+        return getattr(self.builder, op)(a, b, flags=flags)
+
+    def _floor_div_mod(self, e: FloorDiv | FloorMod, a: ir.Value, d: ir.Value) -> ir.Value:
+        b, dtype, is_div = self.builder, e.dtype, isinstance(e, FloorDiv)
+        if dt.is_float(dtype):
+            if is_div:
+                return self.call_overloaded("llvm.floor", b.fdiv(a, d))
+            r = b.frem(a, d)  # C fmod, then move to the divisor's sign (Python's %)
+            zero = splat_constant(r.type, 0.0)
+            fix = b.and_(b.fcmp_ordered("!=", r, zero),
+                         b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", d, zero)))
+            return b.select(fix, b.fadd(r, d), r)
+        if dt.is_unsigned(dtype) or dt.is_bool(dtype):
+            return b.udiv(a, d) if is_div else b.urem(a, d)
+        # truncating sdiv/srem, then step toward -inf where remainder and divisor differ in sign
+        q, r = b.sdiv(a, d), b.srem(a, d)
+        zero = splat_constant(a.type, 0)
+        divisor = e.b.value if isinstance(e.b, Const) else None
+        if divisor is not None and divisor > 0:
+            fix = b.icmp_signed("<", r, zero)  # positive divisor: a negative remainder
+        else:
+            fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, d), zero))
+        if is_div:
+            return b.sub(q, b.zext(fix, a.type))
+        return b.select(fix, b.add(r, d), r)
+
+    def _compare(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        if dt.is_float(dtype):
+            if op == "!=":  # NaN != NaN is true, as in Python
+                return self.builder.fcmp_unordered(op, a, b)
+            return self.builder.fcmp_ordered(op, a, b)
+        if dt.is_unsigned(dtype) or dt.is_bool(dtype):
+            return self.builder.icmp_unsigned(op, a, b)
+        return self.builder.icmp_signed(op, a, b)
+
+    def cast(self, v: ir.Value, src: str, dst: str) -> ir.Value:
+        """Convert `v` of dtype `src` to `dst` (a scalar source broadcasts to a vector dst)."""
+        b = self.builder
+        lanes_src, lanes_dst = dt.lanes_of(src), dt.lanes_of(dst)
+        if lanes_src == 1 and lanes_dst > 1:
+            return self.splat(self.cast(v, src, dt.element_of(dst)), lanes_dst)
+        if lanes_src != lanes_dst:
+            raise self.fail(f"cast from {src} to {dst} changes the number of lanes")
+        s, d = dt.element_of(src), dt.element_of(dst)
+        ty = value_type(dst)
+        if s == d:
+            return v
+        if dt.is_bool(d):
+            zero = splat_constant(v.type, 0.0 if dt.is_float(s) else 0)
+            return b.fcmp_unordered("!=", v, zero) if dt.is_float(s) else b.icmp_unsigned("!=", v, zero)
+        if dt.is_float(s) and dt.is_float(d):
+            return b.fpext(v, ty) if dt.bits_of(d) > dt.bits_of(s) else b.fptrunc(v, ty)
+        if dt.is_float(s):
+            return b.fptoui(v, ty) if dt.is_unsigned(d) else b.fptosi(v, ty)
+        signed = not (dt.is_unsigned(s) or dt.is_bool(s))
+        if dt.is_float(d):
+            return b.sitofp(v, ty) if signed else b.uitofp(v, ty)
+        if dt.bits_of(d) == dt.bits_of(s):
+            return v  # int32 <-> uint32: same bits
+        if dt.bits_of(d) < dt.bits_of(s):
+            return b.trunc(v, ty)
+        return b.sext(v, ty) if signed else b.zext(v, ty)
+
+    # -- vectors ----------------------------------------------------------------------------------
+    def splat(self, v: ir.Value, lanes: int) -> ir.Value:
+        """Broadcast a scalar to `lanes` lanes: insertelement + shufflevector (constants fold)."""
+        vty = ir.VectorType(v.type, lanes)
+        if isinstance(v, ir.Constant) and not isinstance(v.constant, (list, tuple)):
+            return ir.Constant(vty, [v.constant] * lanes)
+        one = self.builder.insert_element(ir.Constant(vty, ir.Undefined), v, ir.Constant(I32, 0))
+        zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+        return self.builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), zeros)
+
+    def _ramp(self, base: Expr, stride: Expr, lanes: int) -> ir.Value:
+        base_v = self.splat(self.expr(base), lanes)
+        if isinstance(stride, Const):
+            offsets = ir.Constant(base_v.type, [int(stride.value) * i for i in range(lanes)])
+        else:
+            iota = ir.Constant(base_v.type, list(range(lanes)))
+            offsets = self._arith("mul", base.dtype, self.splat(self.expr(stride), lanes), iota)
+        return self._arith("add", base.dtype, base_v, offsets)
+
+    def _vector_reduce(self, op: str, dtype: str, v: ir.Value) -> ir.Value:
+        elem = v.type.element
+        if dt.is_float(dtype):
+            if op == "add":
+                fn = intrinsic(self.module, f"llvm.vector.reduce.fadd.{llvm_math.mangle(v.type)}",
+                               elem, [elem, v.type])
+                # reassoc: a tree of vector adds instead of a lane-by-lane chain
+                return self.builder.call(fn, [ir.Constant(elem, -0.0), v], fastmath=("reassoc", "contract"))
+            name = {"max": "fmax", "min": "fmin"}.get(op)
+        elif op == "add":
+            name = "add"
+        else:
+            signed = not (dt.is_unsigned(dtype) or dt.is_bool(dtype))
+            name = {"max": "smax" if signed else "umax", "min": "smin" if signed else "umin"}.get(op)
+        if name is None:
+            raise self.fail(f"VectorReduce op {op!r} is not one of add, max, min")
+        fn = intrinsic(self.module, f"llvm.vector.reduce.{name}.{llvm_math.mangle(v.type)}", elem, [v.type])
+        return self.builder.call(fn, [v])
+
+    # -- memory -----------------------------------------------------------------------------------
+    def buffer_ptr(self, buffer: Buffer) -> ir.Value:
+        if buffer not in self.buffers:
+            raise self.fail(f"buffer '{buffer.name}' is accessed but is neither a parameter nor allocated")
+        return self.buffers[buffer]
+
+    def element_ptr(self, buffer: Buffer, index: ir.Value) -> ir.Value:
+        """&buffer[index] for a scalar index (a vector index gives a vector of pointers)."""
+        ptr = self.builder.gep(self.buffer_ptr(buffer), [index], inbounds=True,
+                               source_etype=memory_type(buffer.dtype))
+        if isinstance(index.type, ir.VectorType):
+            ptr.type = ir.VectorType(PTR, index.type.count)
+        return ptr
+
+    def index64(self, index: Expr) -> ir.Value:
+        """An index expression as i64 (sign-extended unless unsigned), scalar or vector."""
+        v = self.expr(index)
+        width = v.type.element.width if isinstance(v.type, ir.VectorType) else v.type.width
+        if width == 64:
+            return v
+        ty = ir.VectorType(I64, v.type.count) if isinstance(v.type, ir.VectorType) else I64
+        return self.builder.zext(v, ty) if dt.is_unsigned(index.dtype) else self.builder.sext(v, ty)
+
+    def access(self, buffer: Buffer, index: Expr) -> tuple[str, ir.Value, int]:
+        """Classify an access: ("scalar" | "contiguous", pointer, lanes) or ("gather", pointers, lanes)."""
+        lanes = dt.lanes_of(index.dtype)
+        if lanes == 1:
+            return "scalar", self.element_ptr(buffer, self.index64(index)), 1
+        if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.stride.value == 1:
+            return "contiguous", self.element_ptr(buffer, self.index64(index.base)), lanes
+        return "gather", self.element_ptr(buffer, self.index64(index)), lanes
+
+    def _load(self, e: BufferLoad) -> ir.Value:
+        if len(e.indices) != 1:
+            raise self.fail(f"load of '{e.buffer.name}' has {len(e.indices)} indices, expected one flat index")
+        b, buffer = self.builder, e.buffer
+        kind, ptr, lanes = self.access(buffer, e.indices[0])
+        elem, align = memory_type(buffer.dtype), element_bytes(buffer.dtype)
+        vty = ir.VectorType(elem, lanes) if lanes > 1 else elem
+        mask = None if e.predicate is None else self.expr(e.predicate)
+        if kind == "scalar" and mask is not None:  # a guarded scalar load: 0 where masked off
+            before = b.block
+            with b.if_then(mask):
+                loaded, loaded_in = b.load(ptr, typ=elem, align=align), b.block
+            value = b.phi(elem)
+            value.add_incoming(loaded, loaded_in)
+            value.add_incoming(ir.Constant(elem, None), before)
+        elif kind == "scalar":
+            value = b.load(ptr, typ=elem, align=align)
+        elif kind == "contiguous" and mask is None:
+            value = b.load(ptr, typ=vty, align=align)
+        elif kind == "contiguous":
+            fn = intrinsic(self.module, f"llvm.masked.load.{llvm_math.mangle(vty)}.p0", vty,
+                           [PTR, I32, mask.type, vty])
+            value = b.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vty, None)])
+        elif mask is None:  # gather as scalar loads: cheaper than vgather on most x86 cores
+            value = ir.Constant(vty, ir.Undefined)
+            for lane in range(lanes):
+                lane_ptr = b.extract_element(ptr, ir.Constant(I32, lane))
+                value = b.insert_element(value, b.load(lane_ptr, typ=elem, align=align), ir.Constant(I32, lane))
+        else:
+            fn = intrinsic(self.module, f"llvm.masked.gather.{llvm_math.mangle(vty)}.{llvm_math.mangle(ptr.type)}",
+                           vty, [ptr.type, I32, mask.type, vty])
+            value = b.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vty, None)])
+        if dt.is_bool(buffer.dtype):
+            value = b.icmp_unsigned("!=", value, splat_constant(value.type, 0))
+        return value
+
+    # -- math -------------------------------------------------------------------------------------
+    def call_overloaded(self, base: str, *args: ir.Value, fastmath: tuple = ()) -> ir.Value:
+        return self.builder.call(overloaded(self.module, base, args[0].type, len(args)), list(args),
+                                 fastmath=fastmath)
+
+    def _call(self, e: Call) -> ir.Value:
+        b, name = self.builder, e.name
+        if name == "omp_get_thread_num":  # the worker's index inside a PARALLEL loop (0 outside)
+            return b.call(intrinsic(self.module, "omp_get_thread_num", I32, []), [])
+        args = [self.expr(a) for a in e.args]
+        want = 2 if name == "pow" else 1
+        if len(args) != want:
+            raise self.fail(f"intrinsic {name!r} takes {want} argument(s), got {len(args)}")
+        x, dtype = args[0], e.args[0].dtype
+        if name == "abs":
+            if dt.is_float(dtype):
+                return self.call_overloaded("llvm.fabs", x)
+            if dt.is_unsigned(dtype) or dt.is_bool(dtype):
+                return x
+            zero = splat_constant(x.type, 0)
+            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+        if not dt.is_float(dtype):
+            raise self.fail(f"intrinsic {name!r} needs a float argument, got {dtype}")
+        if dt.element_of(dtype) == "float16":  # compute in float32
+            wide = dt.with_lanes("float32", dt.lanes_of(dtype))
+            result = self._float_call(name, [self.cast(a, dtype, wide) for a in args], wide)
+            return self.cast(result, wide, dtype)
+        return self._float_call(name, args, dtype)
+
+    def _float_call(self, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
+        b, x = self.builder, args[0]
+        one = splat_constant(x.type, 1.0)
+        simple = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil",
+                  "round": "llvm.roundeven", "pow": "llvm.pow"}  # round: half to even, like numpy
+        if name in simple:
+            return self.call_overloaded(simple[name], *args)
+        if name == "rsqrt":
+            return b.fdiv(one, self.call_overloaded("llvm.sqrt", x))
+        if name in llvm_math.POLYNOMIAL_FUNCTIONS and dt.element_of(dtype) == "float32":
+            return b.call(llvm_math.math_function(self.module, name, x.type), [x])
+        if name in ("exp", "log", "log2", "tanh"):  # float64: libm per lane
+            return self.call_overloaded(f"llvm.{name}", x)
+        if name == "sigmoid":
+            e = self.call_overloaded("llvm.exp", b.fneg(self.call_overloaded("llvm.fabs", x)))
+            r = b.fdiv(one, b.fadd(one, e))
+            return b.select(b.fcmp_ordered("<", x, splat_constant(x.type, 0.0)), b.fmul(e, r), r)
+        if name == "erf":
+            return self._per_lane_libm("erf", x)
+        raise self.fail(f"unknown intrinsic {name!r} (known: exp log log2 sqrt rsqrt tanh sigmoid "
+                        f"erf floor ceil round abs pow)")
+
+    def _per_lane_libm(self, symbol: str, x: ir.Value) -> ir.Value:
+        b = self.builder
+        elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+        fn = intrinsic(self.module, symbol, elem, [elem])
+        if not isinstance(x.type, ir.VectorType):
+            return b.call(fn, [x])
+        out = ir.Constant(x.type, ir.Undefined)
+        for lane in range(x.type.count):
+            i = ir.Constant(I32, lane)
+            out = b.insert_element(out, b.call(fn, [b.extract_element(x, i)]), i)
+        return out
+
+
+class _Binding:
+    """`with emitter.bound(var, value):` binds var for the block, then restores the old binding."""
+
+    def __init__(self, table: dict, key, value):
+        self.table, self.key, self.value = table, key, value
+
+    def __enter__(self):
+        self.old = self.table.get(self.key, _MISSING)
+        self.table[self.key] = self.value
+
+    def __exit__(self, *exc):
+        if self.old is _MISSING:
+            del self.table[self.key]
+        else:
+            self.table[self.key] = self.old
+
+
+_MISSING = object()

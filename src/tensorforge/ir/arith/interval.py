@@ -1,0 +1,329 @@
+"""Integer intervals of expressions under variable ranges: `const_bounds` and `prove`.
+
+Ranges map a Var to an `Interval(min, max)`, both ends inclusive Exprs (None: unbounded); a loop
+`for i in range(m, m + n)` gives `Interval.from_range(m, n)`. An end may mention other variables
+(`j` in `[i, i + 3]`), and bounds substitute it before relaxing those (`j - i` is in `[0, 3]`).
+Bounds are exact for affine expressions over independent ranges and conservative otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from tensorforge.ir.arith.linear import LinearForm, is_index_dtype, linearize, to_expr
+from tensorforge.te import dtype as dt
+from tensorforge.te.expr import (
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    NE,
+    And,
+    Cast,
+    CompareOp,
+    Const,
+    Expr,
+    FloorDiv,
+    FloorMod,
+    Let,
+    Max,
+    Min,
+    Mul,
+    Not,
+    Or,
+    Select,
+    Var,
+    structural_key,
+)
+from tensorforge.te.visit import walk
+
+INF = math.inf
+Bound = int | float  # an int, or -inf / inf for unbounded
+
+
+@dataclass(frozen=True, eq=False)
+class Interval:
+    """The inclusive range `[min, max]` of an integer; None on a side means unbounded."""
+
+    min: Expr | None
+    max: Expr | None
+
+    def __post_init__(self) -> None:
+        like = next((e.dtype for e in (self.min, self.max) if isinstance(e, Expr)), "int32")
+        for name in ("min", "max"):
+            value = getattr(self, name)
+            if isinstance(value, int):
+                object.__setattr__(self, name, Const(value, like))
+
+    @staticmethod
+    def from_range(min: Expr | int, extent: Expr | int) -> "Interval":
+        """`[min, min + extent - 1]`: the values of `for v in range(min, min + extent)`."""
+        lo = min if isinstance(min, Expr) else Const(min, "int32")
+        size = extent if isinstance(extent, Expr) else Const(extent, lo.dtype)
+        high = linearize(lo).add(linearize(size)).plus_const(-1)
+        return Interval(lo, to_expr(high, lo.dtype))
+
+    @staticmethod
+    def point(value: Expr | int) -> "Interval":
+        return Interval(value, value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Interval) and structural_key(self._ends()) == structural_key(
+            other._ends()
+        )
+
+    def __hash__(self) -> int:
+        return hash(structural_key(self._ends()))
+
+    def _ends(self) -> tuple[Any, Any]:
+        return (self.min, self.max)
+
+    def __repr__(self) -> str:
+        return f"Interval({self.min}, {self.max})"
+
+
+class Analyzer:
+    """Bounds and proofs under one set of ranges; memoizes per expression node."""
+
+    def __init__(self, ranges: Mapping[Var, Interval] | None = None):
+        self.ranges: dict[Var, Interval] = dict(ranges or {})
+        self._forms: dict[int, tuple[Expr, LinearForm]] = {}
+        self._atoms: dict[int, tuple[Expr, tuple[Bound, Bound]]] = {}
+        self._free: dict[int, tuple[Expr, frozenset[int]]] = {}
+        self._active: set[int] = set()  # vars whose range is being bounded (cycle guard)
+
+    # -- bounds -------------------------------------------------------------------------------
+    def form(self, e: Expr) -> LinearForm:
+        return linearize(e, self._forms)
+
+    def bounds(self, e: Expr) -> tuple[Bound, Bound]:
+        """(lo, hi) of an integer expression; -inf / inf where unbounded."""
+        if not (is_index_dtype(e.dtype) or dt.is_int(e.dtype) or dt.is_bool(e.dtype)):
+            return -INF, INF
+        return self.form_bounds(self.form(e))
+
+    def form_bounds(self, form: LinearForm) -> tuple[Bound, Bound]:
+        return self._side(form, False, 2), self._side(form, True, 2)
+
+    def _side(self, form: LinearForm, upper: bool, depth: int) -> Bound:
+        """The least upper (or greatest lower) bound we can show for `form`."""
+        form = self._substitute_symbolic_ends(form, upper)
+        if depth > 0:
+            for key, (term, k) in form.terms.items():
+                # min(a, b) <= a: an upper bound of `r + k*min(a, b)` (k > 0) is the smaller of
+                # those of `r + k*a` and `r + k*b`; likewise for max and for lower bounds.
+                if isinstance(term, (Min, Max)) and (isinstance(term, Min) == ((k > 0) == upper)):
+                    rest = form.without(key)
+                    sides = [self._side(rest.add(self.form(x), k), upper, depth - 1) for x in (term.a, term.b)]
+                    return min(sides) if upper else max(sides)
+        total: Bound = form.const
+        for term, k in form.terms.values():
+            lo, hi = self._atom_bounds(term)
+            total += k * (hi if (k > 0) == upper else lo)
+        return total
+
+    def _end(self, var: Var, upper: bool) -> Expr | None:
+        interval = self.ranges[var]
+        return interval.max if upper else interval.min
+
+    def _substitute_symbolic_ends(self, form: LinearForm, upper: bool) -> LinearForm:
+        """Replace Vars whose range ends are expressions by those ends, dependents first."""
+        for _ in range(4 * len(self.ranges) + 4):
+            pending: dict[int, tuple[Var, int, Expr]] = {}
+            for term, k in form.terms.values():
+                if isinstance(term, Var) and term in self.ranges:
+                    end = self._end(term, (k > 0) == upper)
+                    if end is not None and not isinstance(end, Const):
+                        pending[id(term)] = (term, k, end)
+            if not pending:
+                return form
+            # a var must be replaced before any var its own range mentions
+            mentioned = set().union(*(self._free_vars(end) for _, _, end in pending.values()))
+            ready = [p for key, p in pending.items() if key not in mentioned]
+            if not ready:
+                return form  # cyclic ranges: leave them to the term-wise bound
+            var, k, end = ready[0]
+            form = form.add(LinearForm.of_term(var), -k).add(self.form(end), k)
+        return form
+
+    def _free_vars(self, e: Expr) -> frozenset[int]:
+        hit = self._free.get(id(e))
+        if hit is None:
+            hit = (e, frozenset(id(n) for n in walk(e) if isinstance(n, Var)))
+            self._free[id(e)] = hit
+        return hit[1]
+
+    def _atom_bounds(self, term: Expr) -> tuple[Bound, Bound]:
+        hit = self._atoms.get(id(term))
+        if hit is None:
+            hit = (term, self._compute_atom_bounds(term))
+            self._atoms[id(term)] = hit
+        return hit[1]
+
+    def _compute_atom_bounds(self, term: Expr) -> tuple[Bound, Bound]:
+        match term:
+            case Const(value=v):
+                return (int(v), int(v)) if not dt.is_float(term.dtype) else (-INF, INF)
+            case Var() if term in self.ranges:
+                if id(term) in self._active:
+                    return _dtype_bounds(term.dtype)
+                self._active.add(id(term))
+                try:
+                    low, high = self._end(term, False), self._end(term, True)
+                    lo = -INF if low is None else self._side(self.form(low), False, 2)
+                    hi = INF if high is None else self._side(self.form(high), True, 2)
+                finally:
+                    self._active.discard(id(term))
+                return lo, hi
+            case FloorDiv(x, y) if is_index_dtype(term.dtype):
+                return _floordiv_bounds(self.bounds(x), self.bounds(y))
+            case FloorMod(x, y) if is_index_dtype(term.dtype):
+                return _floormod_bounds(self.bounds(x), self.bounds(y))
+            case Mul(x, y) if is_index_dtype(term.dtype):
+                return _mul_bounds(self.bounds(x), self.bounds(y))
+            case Min(a, b) if is_index_dtype(term.dtype):
+                (alo, ahi), (blo, bhi) = self.bounds(a), self.bounds(b)
+                return min(alo, blo), min(ahi, bhi)
+            case Max(a, b) if is_index_dtype(term.dtype):
+                (alo, ahi), (blo, bhi) = self.bounds(a), self.bounds(b)
+                return max(alo, blo), max(ahi, bhi)
+            case Select(condition=c, true_value=a, false_value=b) if dt.lanes_of(c.dtype) == 1:
+                if self.prove(c):
+                    return self.bounds(a)
+                if self.disprove(c):
+                    return self.bounds(b)
+                (alo, ahi), (blo, bhi) = self.bounds(a), self.bounds(b)
+                return min(alo, blo), max(ahi, bhi)
+            case Cast(dtype=target, value=v) if dt.is_int(target) and dt.lanes_of(target) == 1:
+                if dt.is_int(v.dtype) or dt.is_bool(v.dtype):
+                    lo, hi = self.bounds(v)
+                    tlo, thi = _dtype_bounds(target)
+                    if tlo <= lo and hi <= thi:
+                        return lo, hi
+                return _dtype_bounds(target)
+            case Let(var=v, value=value, body=body):
+                self.ranges.setdefault(v, Interval(value, value))  # a Let var is bound once
+                return self.bounds(body)
+            case CompareOp() | And() | Or() | Not() if dt.lanes_of(term.dtype) == 1:
+                return (1, 1) if self.prove(term) else (0, 0) if self.disprove(term) else (0, 1)
+        return _dtype_bounds(term.dtype)
+
+    # -- proofs -------------------------------------------------------------------------------
+    def prove(self, cond: Expr) -> bool:
+        """True only if `cond` holds for every value in range."""
+        return self._decide(cond, True)
+
+    def disprove(self, cond: Expr) -> bool:
+        """True only if `cond` fails for every value in range."""
+        return self._decide(cond, False)
+
+    def _decide(self, cond: Expr, want: bool) -> bool:
+        match cond:
+            case Const(value=v) if dt.is_bool(cond.dtype):
+                return bool(v) == want
+            case And(a, b):
+                if want:
+                    return self._decide(a, True) and self._decide(b, True)
+                return self._decide(a, False) or self._decide(b, False)
+            case Or(a, b):
+                if want:
+                    return self._decide(a, True) or self._decide(b, True)
+                return self._decide(a, False) and self._decide(b, False)
+            case Not(a):
+                return self._decide(a, not want)
+            case CompareOp(a, b) if is_index_dtype(a.dtype):
+                lo, hi = self.form_bounds(self.form(a).add(self.form(b), -1))
+                return _decide_compare(type(cond), lo, hi, want)
+        return False
+
+
+def _decide_compare(op: type, lo: Bound, hi: Bound, want: bool) -> bool:
+    """Whether `diff op 0` is always `want` for every diff in [lo, hi]."""
+    always_true = {
+        LT: hi < 0,
+        LE: hi <= 0,
+        GT: lo > 0,
+        GE: lo >= 0,
+        EQ: lo == hi == 0,
+        NE: lo > 0 or hi < 0,
+    }
+    always_false = {
+        LT: lo >= 0,
+        LE: lo > 0,
+        GT: hi <= 0,
+        GE: hi < 0,
+        EQ: lo > 0 or hi < 0,
+        NE: lo == hi == 0,
+    }
+    return (always_true if want else always_false)[op]
+
+
+def _dtype_bounds(dtype: str) -> tuple[Bound, Bound]:
+    if dt.is_bool(dtype):
+        return 0, 1
+    if dt.is_unsigned(dtype):
+        return 0, INF
+    return -INF, INF
+
+
+def _mul(x: Bound, y: Bound) -> Bound:
+    return 0 if x == 0 or y == 0 else x * y  # 0 * inf is 0 for interval products
+
+
+def _mul_bounds(a: tuple[Bound, Bound], b: tuple[Bound, Bound]) -> tuple[Bound, Bound]:
+    products = [_mul(x, y) for x in a for y in b]
+    return min(products), max(products)
+
+
+def _floordiv(n: Bound, d: Bound) -> Bound:
+    """floor(n / d) for d != 0, with infinities."""
+    if math.isinf(n):
+        return n if d > 0 else -n
+    if math.isinf(d):
+        return 0 if n == 0 or (n > 0) == (d > 0) else -1
+    return n // d
+
+
+def _floordiv_bounds(n: tuple[Bound, Bound], d: tuple[Bound, Bound]) -> tuple[Bound, Bound]:
+    dlo, dhi = d
+    if dlo > 0 or dhi < 0:  # the divisor keeps one sign: the extremes lie at the corners
+        corners = [_floordiv(x, y) for x in n for y in d]
+        return min(corners), max(corners)
+    return -INF, INF
+
+
+def _floormod_bounds(n: tuple[Bound, Bound], d: tuple[Bound, Bound]) -> tuple[Bound, Bound]:
+    (lo, hi), (dlo, dhi) = n, d
+    if dlo == dhi and not math.isinf(dlo) and dlo != 0:
+        c = int(dlo)
+        if not math.isinf(lo) and not math.isinf(hi) and lo // c == hi // c:
+            return lo % c, hi % c  # no wrap-around inside [lo, hi]
+        return (0, c - 1) if c > 0 else (c + 1, 0)
+    if dlo > 0:
+        return 0, (dhi - 1 if lo < 0 else min(dhi - 1, hi))
+    if dhi < 0:
+        return dlo + 1, 0
+    m = max(abs(dlo), abs(dhi))
+    return -(m - 1), m - 1
+
+
+def _finite(b: Bound) -> int | None:
+    return None if math.isinf(b) else int(b)
+
+
+def const_bounds(e: Expr, ranges: Mapping[Var, Interval] | None = None) -> tuple[int | None, int | None]:
+    """The integer interval (lo, hi) of `e`, both inclusive; None on a side where unbounded.
+
+    >>> i = Var("i"); const_bounds(i * 4 + 3, {i: Interval.from_range(0, 8)})
+    (3, 31)
+    """
+    lo, hi = Analyzer(ranges).bounds(e)
+    return _finite(lo), _finite(hi)
+
+
+def prove(cond: Expr, ranges: Mapping[Var, Interval] | None = None) -> bool:
+    """True only if the boolean `cond` provably holds for all values in `ranges`."""
+    return Analyzer(ranges).prove(cond)

@@ -1,0 +1,291 @@
+"""Simplify one expression: fold constants, drop identities, put integer sums in canonical
+linear form, and use variable ranges to resolve divisions, comparisons and min/max.
+
+Floats are only folded when both operands are constants and never reassociated; `x * 0.0`
+stays (it is NaN for x = inf). Vector nodes keep their shape: only their scalar parts change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping
+
+from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
+from tensorforge.ir.arith.interval import Analyzer, Interval, _decide_compare
+from tensorforge.ir.arith.linear import LinearForm, is_index_dtype, same_expr, to_expr
+from tensorforge.ir.expr import Broadcast, BufferLoad
+from tensorforge.te import dtype as dt
+from tensorforge.te.expr import (
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    NE,
+    Add,
+    And,
+    BinaryOp,
+    Cast,
+    CompareOp,
+    Const,
+    Div,
+    Expr,
+    FloorDiv,
+    FloorMod,
+    Let,
+    Max,
+    Min,
+    Mul,
+    Not,
+    Or,
+    Select,
+    Sub,
+    Var,
+)
+from tensorforge.te.substitute import substitute
+from tensorforge.te.visit import map_children
+
+_NEGATED = {LT: GE, LE: GT, GT: LE, GE: LT, EQ: NE, NE: EQ}
+
+
+def simplify_expr(e: Expr, ranges: Mapping[Var, Interval] | None = None) -> Expr:
+    """`e` simplified, knowing each Var in `ranges` lies in its inclusive Interval.
+
+    >>> i, j = Var("i"), Var("j")
+    >>> simplify_expr((i * 4 + j) - i * 4)
+    j
+    >>> simplify_expr((i * 4 + j) // 4, {j: Interval.from_range(0, 4)})
+    i
+    """
+    return ExprSimplifier(ranges).visit(e)
+
+
+class ExprSimplifier:
+    """Simplifies expressions under one set of ranges, remembering results by node."""
+
+    def __init__(self, ranges: Mapping[Var, Interval] | None = None):
+        self.analyzer = Analyzer(ranges)
+        self._memo: dict[int, tuple[Expr, Expr]] = {}
+
+    def visit(self, e: Expr) -> Expr:
+        if isinstance(e, (Var, Const)):
+            return e
+        hit = self._memo.get(id(e))
+        if hit is not None:
+            return hit[1]
+        node = map_children(e, self.visit)
+        for _ in range(8):  # a rule may open the way for another (not a < b -> a >= b -> True)
+            new = _simplify_node(node, self)
+            if new is None or new is node:
+                break
+            node = new
+        self._memo[id(e)] = (e, node)
+        self._memo[id(node)] = (node, node)
+        return node
+
+    def form(self, e: Expr) -> LinearForm:
+        return self.analyzer.form(e)
+
+    def build(self, form: LinearForm, dtype: str) -> Expr:
+        """The canonical expression of `form`, remembered so a parent sum reuses the form."""
+        e = to_expr(form, dtype)
+        self.analyzer._forms[id(e)] = (e, form)
+        return e
+
+
+def _zero(dtype: str) -> Const:
+    return Const(0, dtype)
+
+
+def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
+    """One rewrite of `node`, whose children are already simplified; None keeps it."""
+    match node:
+        case BinaryOp(Broadcast(Const() as a, lanes=n), Broadcast(Const() as b, lanes=m)) if n == m:
+            folded = fold_binary(type(node)(a, b))  # broadcast(2) + broadcast(3) -> broadcast(5)
+            return None if folded is None else Broadcast(folded, n)
+        case _ if dt.lanes_of(node.dtype) != 1:
+            return None  # vectors: their scalar children were simplified; the shape stays
+        case BinaryOp(Const(), Const()):
+            return fold_binary(node)  # 2 + 3 -> 5, 7 // -2 -> -4, 1.5 < 2.0 -> True
+        case Cast(dtype=d, value=v) if d == v.dtype:
+            return v  # int32(x) -> x when x is int32
+        case Cast(dtype=d, value=Const() as c):
+            return fold_cast(d, c)  # int32(2.7) -> 2
+        case Not(Const(value=v)):
+            return Const(not v, "bool")
+        case Not(Not(x)):
+            return x  # not not x -> x
+        case Not(CompareOp(a, b) as c) if dt.is_int(a.dtype):
+            return _NEGATED[type(c)](a, b)  # not a < b -> a >= b (ints only: NaN breaks it)
+        case And(Const(value=v), x) | And(x, Const(value=v)):
+            return x if v else Const(False, "bool")  # True and x -> x; False and x -> False
+        case Or(Const(value=v), x) | Or(x, Const(value=v)):
+            return Const(True, "bool") if v else x  # True or x -> True; False or x -> x
+        case And(x, y) | Or(x, y) if same_expr(x, y):
+            return x  # x and x -> x
+        case Select(Const(value=v), a, b):
+            return a if v else b  # select(True, a, b) -> a
+        case Select(_, a, b) if same_expr(a, b):
+            return a  # select(c, a, a) -> a
+        case Let(var=v, value=Const() | Var() as value, body=body):
+            return s.visit(substitute(body, {v: value}))  # let v = 3 in v + 1 -> 4
+        case BufferLoad(predicate=Const(value=True)):
+            return dataclasses.replace(node, predicate=None)  # A[i if True] -> A[i]
+        case Add() | Sub() | Mul() if is_index_dtype(node.dtype):
+            return _canonical_sum(node, s)
+        case FloorDiv(x, Const(value=c)) if is_index_dtype(node.dtype) and c > 0:
+            return _rebuilt(node, _floordiv_form(s.form(x), c, node.dtype, s), s)
+        case FloorMod(x, Const(value=c)) if is_index_dtype(node.dtype) and c > 0:
+            return _rebuilt(node, _floormod_form(s.form(x), c, node.dtype, s), s)
+        case Min() | Max() if is_index_dtype(node.dtype):
+            return _min_max(node, s)
+        case CompareOp(a, b) if is_index_dtype(a.dtype):
+            return _compare(node, s)
+    return _identity(node)
+
+
+def _identity(node: Expr) -> Expr | None:
+    """Identities that hold for every scalar dtype (float ones only where exact up to -0.0)."""
+    is_int = dt.is_int(node.dtype)
+    match node:
+        case Add(x, Const(value=0)) | Add(Const(value=0), x) | Sub(x, Const(value=0)):
+            return x  # x + 0 -> x
+        case Mul(x, Const(value=1)) | Mul(Const(value=1), x) | Div(x, Const(value=1)):
+            return x  # x * 1 -> x
+        case Mul(x, Const(value=0)) | Mul(Const(value=0), x) if is_int:
+            return _zero(node.dtype)  # x * 0 -> 0 (not for floats: inf * 0 is NaN)
+        case Sub(x, y) if is_int and same_expr(x, y):
+            return _zero(node.dtype)  # x - x -> 0
+        case FloorDiv(x, Const(value=1)) if is_int:
+            return x  # x // 1 -> x
+        case FloorMod(x, Const(value=1)) if is_int:
+            return _zero(node.dtype)  # x % 1 -> 0
+        case Min(x, y) | Max(x, y) if same_expr(x, y):
+            return x  # min(x, x) -> x
+        case EQ(x, y) | LE(x, y) | GE(x, y) if dt.is_int(x.dtype) and same_expr(x, y):
+            return Const(True, "bool")  # x <= x -> True
+        case NE(x, y) | LT(x, y) | GT(x, y) if dt.is_int(x.dtype) and same_expr(x, y):
+            return Const(False, "bool")  # x < x -> False
+    return None
+
+
+def _rebuilt(node: Expr, form: LinearForm, s: ExprSimplifier) -> Expr | None:
+    """The canonical expression of `form`, or None if that is `node` itself."""
+    result = s.build(form, node.dtype)
+    return None if same_expr(result, node) else result
+
+
+def _canonical_sum(node: Expr, s: ExprSimplifier) -> Expr | None:
+    # (i*4 + j) - i*4 -> j; (io*8 + ii)*4 -> io*32 + ii*4; (x//8)*8 + x%8 -> x
+    return _rebuilt(node, _merge_div_mod(s.form(node), s), s)
+
+
+def _merge_div_mod(form: LinearForm, s: ExprSimplifier) -> LinearForm:
+    """`k*c*(x // c) + k*(x % c)` -> `k*x`: the pair a split of a fused index leaves."""
+    for key, (term, k) in list(form.terms.items()):
+        if not (isinstance(term, FloorMod) and isinstance(term.b, Const) and term.b.value > 0):
+            continue
+        div_key = ("FloorDiv",) + key[1:]
+        div = form.terms.get(div_key)
+        if key in form.terms and div is not None and div[1] == k * term.b.value:
+            form = form.without(key).without(div_key).add(s.form(term.a), k)
+    return form
+
+
+def _split_multiples(form: LinearForm, c: int) -> tuple[LinearForm, LinearForm]:
+    """(q, r) with form == c*q + r, q taking every term whose coefficient c divides."""
+    quotient, rest = {}, {}
+    for key, (term, k) in form.terms.items():
+        if k % c == 0:
+            quotient[key] = (term, k // c)
+        else:
+            rest[key] = (term, k)
+    return LinearForm(quotient), LinearForm(rest, form.const)
+
+
+def _divide_gcd(form: LinearForm, c: int) -> tuple[LinearForm, int, int]:
+    """(form / g, c / g, g) for g the gcd of c and every coefficient of form."""
+    g = math.gcd(c, form.const, *form.coefficients())
+    if g <= 1:
+        return form, c, 1
+    terms = {key: (t, k // g) for key, (t, k) in form.terms.items()}
+    return LinearForm(terms, form.const // g), c // g, g
+
+
+def _one_block(rest: LinearForm, c: int, s: ExprSimplifier) -> int | None:
+    """q if every value of `rest` lies in [q*c, q*c + c - 1], from the ranges."""
+    lo, hi = s.analyzer.form_bounds(rest)
+    if math.isinf(lo) or math.isinf(hi) or lo // c != hi // c:
+        return None
+    return int(lo) // c
+
+
+def _floordiv_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> LinearForm:
+    """The form of `x // c` for a constant c > 0 (floor division: exact for negatives too)."""
+    x, c, _ = _divide_gcd(x, c)  # (i*4 + 2) // 8 -> (i*2 + 1) // 4
+    if c == 1:
+        return x
+    quotient, rest = _split_multiples(x, c)  # (a*c + b) // c -> a + b // c
+    block = _one_block(rest, c, s)
+    if block is not None:
+        return quotient.plus_const(block)  # with 0 <= b < c: b // c -> 0
+    inner = rest.single_term()
+    if isinstance(inner, FloorDiv) and isinstance(inner.b, Const) and inner.b.value > 0:
+        # (x // c1) // c2 -> x // (c1*c2)
+        return quotient.add(_floordiv_form(s.form(inner.a), inner.b.value * c, dtype, s))
+    return quotient.add(LinearForm.of_term(FloorDiv(s.build(rest, dtype), Const(c, dtype))))
+
+
+def _floormod_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> LinearForm:
+    """The form of `x % c` for a constant c > 0 (result in [0, c))."""
+    x, c, g = _divide_gcd(x, c)
+    if g > 1:  # (i*4 + 2) % 8 -> ((i*2 + 1) % 4)*2
+        return _floormod_form(x, c, dtype, s).scaled(g)
+    if c == 1:
+        return LinearForm()
+    _, rest = _split_multiples(x, c)  # (a*c + b) % c -> b % c
+    rest = LinearForm(rest.terms, rest.const % c)
+    if rest.is_const:
+        return rest
+    block = _one_block(rest, c, s)
+    if block is not None:
+        return rest.plus_const(-block * c)  # with 0 <= b < c: b % c -> b
+    inner = rest.single_term()
+    if isinstance(inner, FloorMod) and isinstance(inner.b, Const) and inner.b.value % c == 0:
+        return _floormod_form(s.form(inner.a), c, dtype, s)  # (x % 8) % 4 -> x % 4
+    return LinearForm.of_term(FloorMod(s.build(rest, dtype), Const(c, dtype)))
+
+
+def _min_max(node: Min | Max, s: ExprSimplifier) -> Expr | None:
+    lo, hi = s.analyzer.form_bounds(s.form(node.a).add(s.form(node.b), -1))
+    a_le_b, a_ge_b = hi <= 0, lo >= 0
+    if isinstance(node, Min):
+        if a_le_b or a_ge_b:
+            return node.a if a_le_b else node.b  # min(i, i + 4) -> i
+    elif a_le_b or a_ge_b:
+        return node.a if a_ge_b else node.b  # max(i, 0) -> i for i >= 0
+    match node:
+        case Min(Const() as c, x) | Max(Const() as c, x):
+            return type(node)(x, c)  # min(4, n) -> min(n, 4): constants on the right
+        case Min(Min(x, Const(value=c1)), Const(value=c2)):
+            return Min(x, Const(min(c1, c2), node.dtype))  # min(min(x, 4), 2) -> min(x, 2)
+        case Max(Max(x, Const(value=c1)), Const(value=c2)):
+            return Max(x, Const(max(c1, c2), node.dtype))
+    return None
+
+
+def _compare(node: CompareOp, s: ExprSimplifier) -> Expr | None:
+    fa, fb = s.form(node.a), s.form(node.b)
+    diff = fa.add(fb, -1)
+    lo, hi = s.analyzer.form_bounds(diff)
+    if _decide_compare(type(node), lo, hi, True):
+        return Const(True, "bool")  # io*32 + ii < 1000 with io < 31, ii < 32 -> True
+    if _decide_compare(type(node), lo, hi, False):
+        return Const(False, "bool")
+    if len(diff.terms) < len(fa.terms) + len(fb.terms):  # terms cancel: i*4 + j < i*4 + 8 -> j < 8
+        dtype = node.a.dtype
+        left = LinearForm({k: tc for k, tc in diff.terms.items() if tc[1] > 0})
+        right = LinearForm({k: (t, -c) for k, (t, c) in diff.terms.items() if c < 0}, -diff.const)
+        return type(node)(s.build(left, dtype), s.build(right, dtype))
+    return None

@@ -1,0 +1,170 @@
+"""Turn loops marked `vectorize` into straight-line vector code (Ramp indices, Broadcasts).
+
+`for v in range(8) (vectorized): C[i*8 + v] = A[i*8 + v] * x` becomes
+`C[ramp(i*8, 1, 8)] = A[ramp(i*8, 1, 8)] * broadcast(x, 8)`. Lane-dependent guards become store
+and load predicates (masked lanes). Loops inside stay loops with vector bodies. A body that
+cannot be vectorized (a lane-invariant store, an allocation per lane...) keeps the loop, still
+marked VECTORIZED, so the backend emits a serial loop with a vectorize hint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
+from tensorforge.ir.stmt import (
+    Attr,
+    BufferStore,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoopKind,
+    Seq,
+    Stmt,
+)
+from tensorforge.ir.visit import map_children
+from tensorforge.te import dtype as dt
+from tensorforge.te import expr as E
+from tensorforge.te.expr import Const, Expr, Var
+
+
+class Unvectorizable(Exception):
+    """The loop body has something the vectorizer cannot express."""
+
+
+def vectorize_loops(stmt: Stmt) -> Stmt:
+    """Vectorize every VECTORIZED loop of constant extent, innermost first."""
+    return _visit(stmt)
+
+
+def _visit(node: Any) -> Any:
+    node = map_children(node, _visit)
+    if isinstance(node, For) and node.kind is LoopKind.VECTORIZED and isinstance(node.extent, Const):
+        lanes = node.extent.value
+        if lanes == 1:
+            from tensorforge.ir.visit import substitute
+
+            return substitute(node.body, {node.var: node.min})
+        try:
+            return _Vectorizer(node.var, node.min, lanes).stmt(node.body, None)
+        except Unvectorizable:
+            return node
+    return node
+
+
+class _Vectorizer:
+    def __init__(self, var: Var, lo: Expr, lanes: int):
+        self.lanes = lanes
+        self.env: dict[int, Expr] = {id(var): Ramp(lo, E.const(1, var.dtype), lanes)}
+
+    # -- expressions: scalar stays scalar unless it depends on the lane ------------------------
+    def is_vec(self, e: Expr) -> bool:
+        return dt.lanes_of(e.dtype) > 1
+
+    def bcast(self, e: Expr) -> Expr:
+        return e if self.is_vec(e) else Broadcast(e, self.lanes)
+
+    def expr(self, e: Expr, pred: Expr | None) -> Expr:
+        match e:
+            case Var():
+                return self.env.get(id(e), e)
+            case Const():
+                return e
+            case BufferLoad(buffer=buf, indices=(index,), predicate=p):
+                new_index = self.expr(index, pred)
+                if not self.is_vec(new_index):
+                    if pred is None:
+                        return e if new_index is index else BufferLoad(buf, (new_index,), p)
+                    # a lane-invariant load under a lane mask: load it only where a lane is live
+                    new_index = Broadcast(new_index, self.lanes)
+                return BufferLoad(buf, (new_index,), pred)
+            case E.Add(a=a, b=b) | E.Sub(a=a, b=b) | E.Mul(a=a, b=b):
+                return self.arith(type(e), self.expr(a, pred), self.expr(b, pred))
+            case E.BinaryOp(a=a, b=b):
+                va, vb = self.expr(a, pred), self.expr(b, pred)
+                if not self.is_vec(va) and not self.is_vec(vb):
+                    return e if (va is a and vb is b) else type(e)(va, vb)
+                return type(e)(self.bcast(va), self.bcast(vb))
+            case E.Not(a=a):
+                va = self.expr(a, pred)
+                return e if va is a else E.Not(va)
+            case E.Select(condition=c, true_value=t, false_value=f):
+                parts = [self.expr(x, pred) for x in (c, t, f)]
+                if not any(self.is_vec(p) for p in parts):
+                    return E.Select(*parts)
+                return E.Select(*[self.bcast(p) for p in parts])
+            case E.Cast(dtype=d, value=v):
+                vv = self.expr(v, pred)
+                return E.Cast(dt.with_lanes(d, dt.lanes_of(vv.dtype)), vv)
+            case E.Call(dtype=d, name=name, args=args):
+                vargs = [self.expr(a, pred) for a in args]
+                if not any(self.is_vec(a) for a in vargs):
+                    return E.Call(d, name, tuple(vargs))
+                return E.Call(dt.with_lanes(d, self.lanes), name, tuple(self.bcast(a) for a in vargs))
+            case E.Let(var=v, value=value, body=body):
+                vv = self.expr(value, pred)
+                if self.is_vec(vv):
+                    new_var = Var(v.name, vv.dtype)
+                    self.env[id(v)] = new_var
+                    return E.Let(new_var, vv, self.expr(body, pred))
+                return E.Let(v, vv, self.expr(body, pred))
+            case Ramp() | Broadcast():
+                raise Unvectorizable("nested vector")
+        raise Unvectorizable(f"cannot vectorize {type(e).__name__}")
+
+    def arith(self, cls: type, a: Expr, b: Expr) -> Expr:
+        """Add/Sub/Mul keeping ramps as ramps (so contiguous accesses stay recognisable)."""
+        va, vb = self.is_vec(a), self.is_vec(b)
+        if not va and not vb:
+            return cls(a, b)
+        if isinstance(a, Ramp) and not vb:
+            if cls is E.Add:
+                return Ramp(a.base + b, a.stride, a.lanes)
+            if cls is E.Sub:
+                return Ramp(a.base - b, a.stride, a.lanes)
+            if cls is E.Mul and dt.is_int(b.dtype):
+                return Ramp(a.base * b, a.stride * b, a.lanes)
+        if isinstance(b, Ramp) and not va:
+            if cls is E.Add:
+                return Ramp(a + b.base, b.stride, b.lanes)
+            if cls is E.Mul and dt.is_int(a.dtype):
+                return Ramp(a * b.base, a * b.stride, b.lanes)
+        if isinstance(a, Ramp) and isinstance(b, Ramp) and cls in (E.Add, E.Sub):
+            return Ramp(cls(a.base, b.base), cls(a.stride, b.stride), a.lanes)
+        return cls(self.bcast(a), self.bcast(b))
+
+    # -- statements ------------------------------------------------------------------------------
+    def stmt(self, s: Stmt, pred: Expr | None) -> Stmt:
+        match s:
+            case BufferStore(buffer=buf, indices=(index,), value=value, predicate=p):
+                vi = self.expr(index, pred)
+                if not isinstance(vi, Ramp) or isinstance(vi.stride, Const) and vi.stride.value == 0:
+                    raise Unvectorizable("store to a lane-invariant or scattered address")
+                vv = self.bcast(self.expr(value, pred))
+                mask = pred if p is None else (p if pred is None else E.And(pred, p))
+                return BufferStore(buf, (vi,), vv, mask)
+            case Seq(stmts=stmts):
+                return Seq(tuple(self.stmt(x, pred) for x in stmts))
+            case IfThenElse(condition=c, then_case=t, else_case=f):
+                vc = self.expr(c, pred)
+                if not self.is_vec(vc):
+                    return IfThenElse(vc, self.stmt(t, pred), None if f is None else self.stmt(f, pred))
+                if f is not None:
+                    raise Unvectorizable("lane-dependent if/else")
+                return self.stmt(t, vc if pred is None else E.And(pred, vc))
+            case LetStmt(var=v, value=value, body=body):
+                vv = self.expr(value, pred)
+                if self.is_vec(vv):
+                    new_var = Var(v.name, vv.dtype)
+                    self.env[id(v)] = new_var
+                    return LetStmt(new_var, vv, self.stmt(body, pred))
+                return LetStmt(v, vv, self.stmt(body, pred))
+            case For(var=v, min=lo, extent=extent, body=body):
+                vlo, vext = self.expr(lo, pred), self.expr(extent, pred)
+                if self.is_vec(vlo) or self.is_vec(vext) or s.kind is LoopKind.PARALLEL:
+                    raise Unvectorizable("lane-dependent inner loop")
+                kind = LoopKind.SERIAL if s.kind is LoopKind.VECTORIZED else s.kind
+                return For(v, vlo, vext, self.stmt(body, pred), kind, s.thread_tag, s.pragmas)
+            case Attr(key=k, value=value, body=body):
+                return Attr(k, value, self.stmt(body, pred))
+        raise Unvectorizable(f"cannot vectorize {type(s).__name__}")

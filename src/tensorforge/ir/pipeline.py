@@ -1,0 +1,45 @@
+"""The lowering pipeline: every pass, in order. Read this function and you have read the compiler."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from tensorforge.ir.passes.flatten_storage import flatten_storage
+from tensorforge.ir.passes.simplify import simplify
+from tensorforge.ir.passes.unroll_loops import unroll_loops
+from tensorforge.ir.passes.vectorize_loops import vectorize_loops
+from tensorforge.ir.passes.verify import verify
+from tensorforge.ir.stmt import PrimFunc, Stmt
+from tensorforge.target import Target
+
+
+def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
+    gpu_only: list[Callable[[Stmt], Stmt]] = []
+    if target.kind == "cuda":
+        from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
+
+        gpu_only = [insert_thread_syncs]
+    return [
+        flatten_storage,  # n-d buffer access -> 1-d offsets, Realize -> Allocate
+        simplify,  # canonical indices, guards proven away, peeled tails folded
+        vectorize_loops,  # vectorized loops -> Ramp / Broadcast vector code
+        unroll_loops,  # unrolled loops -> copies of their body
+        *gpu_only,
+        simplify,
+        verify,
+    ]
+
+
+def run_pipeline(func: PrimFunc, target: Target, trace: bool = False) -> PrimFunc:
+    """Lower `func` through every pass; with `trace`, print the IR after each one."""
+    if trace:
+        print(f"# schedule -> loop IR\n{func}")
+    for run in passes_for(target):
+        body = run(func.body)
+        if trace:
+            print(f"# after {run.__name__}", "(unchanged)" if body is func.body else "")
+            if body is not func.body:
+                print(dataclasses.replace(func, body=body))
+        func = dataclasses.replace(func, body=body)
+    return func

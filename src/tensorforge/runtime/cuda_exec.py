@@ -1,0 +1,260 @@
+"""Run generated CUDA C: compile it with nvcc (through pycuda), load it, launch it by its Launch.
+
+`CUDAExecutable(source, target)` compiles at construction where a GPU is usable (so build
+errors come at build time) and otherwise waits: `get_source("cuda")` always works, and `call`
+raises DeviceError("no CUDA device is available: ..."). Compiled images are cached in memory by
+(source text, arch); pycuda also keeps nvcc's output on disk.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Any, Callable, Sequence
+
+from tensorforge.codegen.base import KernelSource, Launch
+from tensorforge.errors import ArgumentError, BuildError, DeviceError
+from tensorforge.runtime import cuda_driver
+
+# NOTE: no --use_fast_math: results must match numpy; the code asks for fast intrinsics itself.
+COMPILE_OPTIONS = ("-O3", "-lineinfo")
+STATIC_SHARED_LIMIT = 48 * 1024
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+_STRUCT_CHARS = {
+    "bool": "?", "int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i",
+    "uint32": "I", "int64": "q", "uint64": "Q", "float16": "e", "float32": "f", "float64": "d",
+}  # fmt: skip
+
+_lock = threading.Lock()
+_images: dict[tuple[str, str, str], bytes] = {}  # (text, arch, "cubin"|"ptx") -> nvcc output
+_loaded: dict[tuple[str, str, int], tuple[Any, Any]] = {}  # (text, arch, device) -> (module, function)
+
+
+def compile_cuda(text: str, arch: str, target: str = "cubin") -> bytes:
+    """nvcc's `target` output ("cubin" or "ptx") for `text`, cached in memory."""
+    key = (text, arch, target)
+    with _lock:
+        if key in _images:
+            return _images[key]
+    try:
+        from pycuda.compiler import compile as pycuda_compile
+    except Exception:  # no pycuda, or no CUDA driver to load it: call nvcc ourselves
+        pycuda_compile = None
+    if pycuda_compile is not None:
+        import pycuda.driver
+
+        try:
+            image = pycuda_compile(
+                text, no_extern_c=True, arch=arch, options=list(COMPILE_OPTIONS), target=target
+            )
+        except pycuda.driver.CompileError as error:
+            raise BuildError(f"nvcc failed to compile the generated CUDA C for {arch}:\n{error}") from None
+    else:
+        image = _nvcc(text, arch, target)
+    with _lock:
+        _images[key] = image
+    return image
+
+
+def _nvcc(text: str, arch: str, target: str) -> bytes:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise BuildError(f"cannot produce {target}: neither pycuda nor nvcc is available here")
+    with tempfile.TemporaryDirectory(prefix="tensorforge-cuda-") as folder:
+        source = os.path.join(folder, "kernel.cu")
+        output = os.path.join(folder, f"kernel.{target}")
+        with open(source, "w") as f:
+            f.write(text)
+        command = [nvcc, f"-arch={arch}", f"--{target}", *COMPILE_OPTIONS, "-o", output, source]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise BuildError(f"nvcc failed to compile the generated CUDA C for {arch}:\n{result.stderr}")
+        with open(output, "rb") as f:
+            return f.read()
+
+
+class CUDAExecutable:
+    """One compiled CUDA kernel: `call(raw_args)` launches it (buffers as device pointers)."""
+
+    def __init__(
+        self,
+        source: KernelSource,
+        target: Any = None,
+        image: bytes | None = None,
+        device_id: int = 0,
+    ) -> None:
+        if source.target != "cuda":
+            raise BuildError(f"CUDAExecutable: '{source.entry}' is {source.target} code, not CUDA")
+        self.source = source
+        self.arch = _arch_of(target, source)
+        self.device_id = device_id
+        self.launch = source.launch or Launch()
+        self._image = image
+        self._function: Any = None
+        self._prepared = False
+        params = source.params
+        self._scalar_index = {p.name: i for i, p in enumerate(params) if p.kind == "scalar"}
+        self._grid = [_grid_entry(g, self._scalar_index, source.entry) for g in self.launch.grid]
+        self._format = "".join("P" if p.kind == "buffer" else _STRUCT_CHARS[p.dtype] for p in params)
+        alignment = source.extra.get("vector_alignment", {}) if source.extra else {}
+        self._aligned = [(i, p.name, alignment[p.name]) for i, p in enumerate(params) if p.name in alignment]
+        if cuda_driver.available():
+            self._load()  # compile now: nvcc errors belong to build time
+
+    # -- compiling and loading ------------------------------------------------------------------
+    def image(self) -> bytes:
+        """The compiled kernel (cubin) for this GPU architecture: what export_library saves."""
+        if self._image is None:
+            self._image = compile_cuda(self.source.text, self.arch, "cubin")
+        return self._image
+
+    def _load(self) -> None:
+        cuda = cuda_driver.driver()
+        cuda_driver.activate(self.device_id)
+        key = (self.source.text, self.arch, self.device_id)
+        with _lock:
+            loaded = _loaded.get(key)
+        if loaded is None:
+            image = self.image()
+            try:
+                module = cuda.module_from_buffer(image)
+                function = module.get_function(self.source.entry)
+            except cuda.Error as error:
+                raise BuildError(f"loading CUDA kernel '{self.source.entry}' failed: {error}") from None
+            shared = self.launch.shared_bytes
+            if shared > STATIC_SHARED_LIMIT:
+                try:
+                    function.set_attribute(
+                        cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared
+                    )
+                except Exception as error:
+                    raise BuildError(
+                        f"'{self.source.entry}' needs {shared} bytes of shared memory and the "
+                        f"device refused them: {error}"
+                    ) from None
+            loaded = (module, function)
+            with _lock:
+                loaded = _loaded.setdefault(key, loaded)
+        self._function = loaded[1]
+        try:
+            self._function.prepare(self._format)
+            self._prepared = True
+        except Exception:  # NOTE: older pycuda: fall back to unprepared calls (slower packing)
+            self._prepared = False
+
+    # -- running --------------------------------------------------------------------------------
+    def call(self, raw_args: Sequence[Any]) -> None:
+        """Launch on `raw_args` (device pointers as ints for buffers, numbers for scalars)."""
+        if self._function is None:
+            self._load()  # raises DeviceError without a GPU
+        params = self.source.params
+        if len(raw_args) != len(params):
+            raise ArgumentError(
+                f"{self.source.entry}: expected {len(params)} raw arguments "
+                f"({', '.join(p.name for p in params)}), got {len(raw_args)}"
+            )
+        for i, name, align in self._aligned:
+            if int(raw_args[i]) % align:
+                raise ArgumentError(
+                    f"{self.source.entry}: argument '{name}' is at address {int(raw_args[i]):#x}, "
+                    f"but the kernel reads it with {align}-byte vector accesses; pass an array "
+                    f"that starts on a {align}-byte boundary (e.g. a fresh copy, not an offset view)"
+                )
+        grid = tuple(entry(raw_args) for entry in self._grid)
+        for axis, (size, limit) in enumerate(zip(grid, _MAX_GRID)):
+            if size > limit:
+                raise ArgumentError(
+                    f"{self.source.entry}: grid size along {'xyz'[axis]} is {size} "
+                    f"(from {self.launch.grid[axis]}), more than the {limit} CUDA allows"
+                )
+        if min(grid) <= 0:
+            return  # an empty problem: nothing to launch
+        cuda = cuda_driver.driver()
+        cuda_driver.activate(self.device_id)
+        block = self.launch.block
+        try:
+            if self._prepared:
+                self._function.prepared_call(
+                    grid, block, *raw_args, shared_size=self.launch.shared_bytes
+                )
+            else:
+                self._function(
+                    *self._numpy_args(raw_args), grid=grid, block=block, shared=self.launch.shared_bytes
+                )
+        except cuda.Error as error:
+            raise DeviceError(
+                f"launching '{self.source.entry}' with grid {grid} and block {block} failed: {error}"
+            ) from None
+
+    def _numpy_args(self, raw_args: Sequence[Any]) -> list[Any]:
+        import numpy as np
+
+        out = []
+        for p, arg in zip(self.source.params, raw_args):
+            out.append(np.uintp(int(arg)) if p.kind == "buffer" else np.dtype(p.dtype).type(arg))
+        return out
+
+    def synchronize(self) -> None:
+        """Wait for the launched kernels to finish (errors of a failed kernel surface here)."""
+        cuda_driver.synchronize(self.device_id)
+
+    # -- inspection -----------------------------------------------------------------------------
+    def get_source(self, fmt: str = "cuda") -> str:
+        """"cuda" (or "cu"): the CUDA C; "ptx": nvcc's PTX for this architecture."""
+        if fmt in ("cuda", "cu", ""):
+            return self.source.text
+        if fmt == "ptx":
+            return compile_cuda(self.source.text, self.arch, "ptx").decode()
+        raise ArgumentError(f"get_source: unknown format {fmt!r} for CUDA; valid: 'cuda', 'ptx'")
+
+
+def _arch_of(target: Any, source: KernelSource) -> str:
+    arch = getattr(target, "arch", None)
+    if not arch and isinstance(target, str) and "-arch=" in target:
+        arch = target.split("-arch=")[1].split()[0]
+    if not arch and "-arch=" in source.target_string:
+        arch = source.target_string.split("-arch=")[1].split()[0]
+    return arch or "sm_90"
+
+
+# -- the grid: ints, scalar parameter names, or expressions over them ---------------------------
+
+_ALLOWED = (
+    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Call,
+    ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub,
+)  # fmt: skip
+
+
+def _grid_entry(entry: int | str, scalars: dict[str, int], kernel: str) -> Callable[[Sequence[Any]], int]:
+    if isinstance(entry, int):
+        return lambda args: entry
+    if entry in scalars:
+        index = scalars[entry]
+        return lambda args: int(args[index])
+    try:
+        tree = ast.parse(entry, mode="eval")
+    except SyntaxError:
+        raise BuildError(f"{kernel}: launch size {entry!r} is not an expression") from None
+    names = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED):
+            raise BuildError(f"{kernel}: launch size {entry!r} uses {type(node).__name__}")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in ("min", "max")):
+            raise BuildError(f"{kernel}: launch size {entry!r} calls something other than min/max")
+        if isinstance(node, ast.Name) and node.id not in ("min", "max"):
+            if node.id not in scalars:
+                raise BuildError(f"{kernel}: launch size {entry!r} uses '{node.id}', not a scalar parameter")
+            names.add(node.id)
+    code = compile(tree, f"<launch size of {kernel}>", "eval")
+    used = [(name, scalars[name]) for name in sorted(names)]
+    builtins = {"min": min, "max": max}
+
+    def evaluate(args: Sequence[Any]) -> int:
+        env = {name: int(args[i]) for name, i in used}
+        return int(eval(code, {"__builtins__": builtins}, env))  # noqa: S307 - checked above
+
+    return evaluate

@@ -1,0 +1,157 @@
+"""LLVM IR text -> native code in this process: parse, optimize at O3, MCJIT, call through ctypes.
+
+One process-wide LLVM initialization; the host Target and its feature string are looked up once.
+Each executable owns its ExecutionEngine, which owns a TargetMachine of its own (llvmlite hands the
+machine to the engine), and keeps the engine alive as long as the function pointer is callable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+import threading
+
+import llvmlite.binding as llvm
+
+from tensorforge.codegen.base import KernelSource
+from tensorforge.errors import BuildError
+from tensorforge.target import Target
+
+NUM_THREADS_GLOBAL = "__tf_num_threads"  # the module global PARALLEL loops read their team size from
+_lock = threading.Lock()
+_CTYPES = {
+    "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64, "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64, "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _initialize() -> llvm.Target:
+    """Initialize LLVM's native target once per process; the host llvm.Target."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return llvm.Target.from_triple(llvm.get_process_triple())
+
+
+@functools.lru_cache(maxsize=1)
+def _load_libgomp() -> None:
+    """Make libgomp's symbols (GOMP_parallel, omp_get_thread_num) visible to JIT-compiled code."""
+    name = ctypes.util.find_library("gomp") or "libgomp.so.1"
+    try:
+        llvm.load_library_permanently(name)
+    except RuntimeError as err:
+        raise BuildError(f"PARALLEL loops need libgomp, which could not be loaded ({name}): {err}") from err
+
+
+def _target_machine(target: Target) -> llvm.TargetMachine:
+    """A fresh TargetMachine for target's CPU (an ExecutionEngine takes ownership of one)."""
+    return _initialize().create_target_machine(cpu=target.mcpu, features=target.features, opt=3,
+                                               jit=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _optimizer(mcpu: str, features: str) -> tuple[llvm.TargetMachine, object]:
+    """(machine, tuning options) for O3 with loop and SLP vectorization, made once per CPU."""
+    machine = _initialize().create_target_machine(cpu=mcpu, features=features, opt=3, jit=True)
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    tuning.loop_unrolling = True
+    return machine, tuning
+
+
+def _optimize(module: llvm.ModuleRef, target: Target) -> None:
+    """Run the O3 pipeline on `module` (in place) with the target's cost model."""
+    machine, tuning = _optimizer(target.mcpu, target.features)
+    # NOTE: a fresh PassBuilder per module: llvmlite registers per-run instrumentation callbacks
+    # on the builder that would outlive the run if the builder were reused.
+    passes = llvm.create_pass_builder(machine, tuning)
+    passes.getModulePassManager().run(module, passes)
+
+
+def num_threads() -> int:
+    """Threads a PARALLEL loop runs on: TF_NUM_THREADS, else the number of CPUs."""
+    value = os.environ.get("TF_NUM_THREADS", "")
+    if value.strip():
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise BuildError(f"TF_NUM_THREADS={value!r} is not a whole number") from None
+    return os.cpu_count() or 1
+
+
+class LLVMExecutable:
+    """The compiled entry of an llvm KernelSource: `call(raw_args)` runs it.
+
+    raw_args are in `source.params` order: buffers as integer addresses, scalars as numbers.
+    """
+
+    def __init__(self, source: KernelSource, target: Target):
+        self.source = source
+        self.target = target
+        argtypes = []
+        for p in source.params:
+            if p.kind == "buffer":
+                argtypes.append(ctypes.c_void_p)
+            elif p.dtype in _CTYPES:
+                argtypes.append(_CTYPES[p.dtype])
+            else:
+                raise BuildError(f"'{source.entry}': scalar parameter '{p.name}' of dtype {p.dtype} "
+                                 f"cannot be passed from Python")
+        self._asm: str | None = None
+        self._threads: ctypes.c_int32 | None = None
+        # NOTE: llvmlite parses into LLVM's global context, which is not thread-safe, and ctypes
+        # releases the GIL inside LLVM: one compile at a time per process.
+        with _lock:
+            address = self._compile(source, target)
+        self._function = ctypes.CFUNCTYPE(None, *argtypes)(address)
+
+    def _compile(self, source: KernelSource, target: Target) -> int:
+        _initialize()
+        try:
+            module = llvm.parse_assembly(source.text)
+            module.verify()
+        except RuntimeError as err:
+            raise BuildError(f"'{source.entry}': the generated LLVM IR is invalid: {err}") from err
+        _optimize(module, target)
+        self._optimized_ir = str(module)
+        if "GOMP_parallel" in source.text or "omp_get_" in source.text:
+            _load_libgomp()
+        threads_global = source.extra.get("num_threads_global", NUM_THREADS_GLOBAL)
+        has_threads_global = any(g.name == threads_global for g in module.global_variables)
+        external = [f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")]
+        # NOTE: the engine owns the module and a machine of its own; self keeps the engine alive,
+        # and with it the code the function pointer points into.
+        self._engine = llvm.create_mcjit_compiler(module, _target_machine(target))
+        for name in external:  # MCJIT would silently bind a missing symbol to address 0
+            if not llvm.address_of_symbol(name):  # (the process's symbols are visible from here on)
+                raise BuildError(f"'{source.entry}' calls '{name}', which this process cannot find")
+        self._engine.finalize_object()
+        address = self._engine.get_function_address(source.entry)
+        if not address:
+            raise BuildError(f"'{source.entry}': the JIT found no function of that name")
+        if has_threads_global:
+            self._threads = ctypes.c_int32.from_address(self._engine.get_global_value_address(threads_global))
+        return address
+
+    def call(self, raw_args: list) -> None:
+        """Run the kernel; PARALLEL loops use TF_NUM_THREADS (read now) or all CPUs."""
+        if self._threads is not None:
+            self._threads.value = num_threads()
+        self._function(*raw_args)
+
+    def get_source(self, fmt: str = "ll") -> str:
+        """"ll": the optimized LLVM IR; "asm": the machine code as assembly."""
+        if fmt in ("ll", "llvm", ""):
+            return self._optimized_ir
+        if fmt in ("asm", "s"):
+            if self._asm is None:
+                machine, _ = _optimizer(self.target.mcpu, self.target.features)
+                with _lock:
+                    self._asm = machine.emit_assembly(llvm.parse_assembly(self._optimized_ir))
+            return self._asm
+        raise BuildError(f"get_source: unknown format {fmt!r} for an llvm kernel; use 'll' or 'asm'")

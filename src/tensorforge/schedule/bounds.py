@@ -1,0 +1,143 @@
+"""Bound inference: the region of each stage that must be computed where it is attached.
+
+Stages are visited consumers first. An output or root stage computes its whole domain. A stage
+computed at loop `ivar` of `parent` computes, for each dimension, the hull of the indices its
+consumers read while every loop nested inside `ivar` runs over its range; the loops enclosing
+`ivar` stay symbolic, so the region moves with them (e.g. `[io*32, io*32 + 32)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tensorforge.errors import ScheduleError
+from tensorforge.ir.arith import Interval, simplify_expr, symbolic_bounds
+from tensorforge.schedule.iter_math import iter_extents, iter_values
+from tensorforge.schedule.schedule import Schedule
+from tensorforge.schedule.stage import Stage
+from tensorforge.te.expr import Const, Expr, Max, Min, TensorRead, Var, const
+from tensorforge.te.substitute import substitute
+from tensorforge.te.tensor import ComputeOp, IterVar
+from tensorforge.te.visit import walk
+
+
+@dataclass
+class StageBounds:
+    """What lowering needs to know about one computed stage."""
+
+    stage: Stage
+    body: tuple[Expr, ...]  # the op's expressions with inlined stages substituted
+    mins: dict[IterVar, Expr] = field(default_factory=dict)  # root axis -> region min
+    extents: dict[IterVar, Expr] = field(default_factory=dict)  # every iter var -> extent
+    needs_domain_guard: bool = False  # region may stick out of the op's domain
+
+    @property
+    def root_extents(self) -> dict[IterVar, Expr]:
+        op = self.stage.op
+        return {iv: self.extents[iv] for iv in list(op.axis) + list(op.reduce_axis)}
+
+
+def enclosing_loop_vars(stage: Stage) -> list[Var]:
+    """Loop variables enclosing the place where `stage` is computed, outermost first."""
+    if stage.attach_type != "scope":
+        return []
+    parent = stage.attach_stage
+    leaves = parent.leaf_iter_vars
+    position = leaves.index(stage.attach_ivar)
+    return enclosing_loop_vars(parent) + [iv.var for iv in leaves[: position + 1]]
+
+
+def infer_bounds(sch: Schedule, bodies: dict[int, tuple[Expr, ...]]) -> dict[int, StageBounds]:
+    """Bounds of every computed (non-inlined compute) stage, keyed by id(stage)."""
+    result: dict[int, StageBounds] = {}
+    loop_extent: dict[int, tuple[Var, Expr]] = {}  # id(var) -> (var, extent) of consumers' loops
+    computed = [s for s in sch.stages if isinstance(s.op, ComputeOp) and s.attach_type != "inline"]
+    for stage in reversed(computed):
+        info = StageBounds(stage, bodies[id(stage.op)])
+        op = stage.op
+        if stage.attach_type == "scope":
+            region = _needed_region(sch, stage, result, bodies, loop_extent)
+        else:
+            region = [(iv.dom.min, iv.dom.extent) for iv in op.axis]
+        for iv, (lo, extent) in zip(op.axis, region):
+            info.mins[iv] = lo
+            info.extents[iv] = extent
+        for iv in op.reduce_axis:
+            info.mins[iv] = iv.dom.min
+            info.extents[iv] = iv.dom.extent
+        info.extents = iter_extents(stage, info.root_extents)
+        info.needs_domain_guard = stage.attach_type == "scope"
+        for iv in stage.leaf_iter_vars:
+            loop_extent[id(iv.var)] = (iv.var, info.extents[iv])
+        result[id(stage)] = info
+    return result
+
+
+def root_values_in_leaves(info: StageBounds) -> dict[IterVar, Expr]:
+    """Each root axis of the stage as an expression of its leaf loop vars (absolute index)."""
+    stage = info.stage
+    values = iter_values(stage, info.extents, {iv: iv.var for iv in stage.leaf_iter_vars})
+    op = stage.op
+    return {iv: info.mins[iv] + values[iv] for iv in list(op.axis) + list(op.reduce_axis)}
+
+
+def _needed_region(
+    sch: Schedule,
+    stage: Stage,
+    done: dict[int, StageBounds],
+    bodies: dict[int, tuple[Expr, ...]],
+    loop_extent: dict[int, tuple[Var, Expr]],
+) -> list[tuple[Expr, Expr]]:
+    parent = stage.attach_stage
+    fixed = {id(v) for v in enclosing_loop_vars(stage)}
+    ndim = len(stage.op.axis)
+    lows: list[list[Expr]] = [[] for _ in range(ndim)]
+    highs: list[list[Expr]] = [[] for _ in range(ndim)]
+    for consumer in sch.consumers_of(stage):
+        if not sch.is_inside(consumer, parent):
+            raise ScheduleError(
+                f"compute_at: '{stage.name}' is computed inside '{parent.name}' (at "
+                f"'{stage.attach_ivar.name}') but is also read by '{consumer.name}', which is not "
+                f"computed there; compute '{consumer.name}' inside '{parent.name}' too, or keep "
+                f"'{stage.name}' at root"
+            )
+        cinfo = done[id(consumer)]
+        to_leaves = {iv.var: e for iv, e in root_values_in_leaves(cinfo).items()}
+        for read in _reads_of(bodies[id(consumer.op)], stage):
+            indices = [substitute(i, to_leaves) for i in read.indices]
+            relax: dict[Var, Interval] = {}
+            for index in indices:
+                for n in walk(index):
+                    if isinstance(n, Var) and id(n) not in fixed and id(n) in loop_extent:
+                        var, extent = loop_extent[id(n)]
+                        relax[var] = Interval(const(0, var.dtype), simplify_expr(extent - 1))
+            for d, index in enumerate(indices):
+                bound = symbolic_bounds(index, relax)
+                if bound.min is None or bound.max is None:
+                    raise ScheduleError(
+                        f"compute_at: cannot bound the region of '{stage.name}' that "
+                        f"'{consumer.name}' reads (index {index} in dimension {d})"
+                    )
+                lows[d].append(bound.min)
+                highs[d].append(bound.max)
+    region = []
+    for d, iv in enumerate(stage.op.axis):
+        lo = _hull(lows[d], Min)
+        hi = _hull(highs[d], Max)
+        extent = simplify_expr(hi - lo + 1)
+        if not isinstance(extent, Const):
+            # a moving, clamped window (e.g. min(...) - max(...)) still fits the full domain
+            extent = simplify_expr(Min(extent, iv.dom.extent))
+        region.append((simplify_expr(lo), extent))
+    return region
+
+
+def _hull(bounds: list[Expr], combine: type) -> Expr:
+    out = bounds[0]
+    for b in bounds[1:]:
+        out = simplify_expr(combine(out, b))
+    return out
+
+
+def _reads_of(body: tuple[Expr, ...], stage: Stage) -> list[TensorRead]:
+    return [n for e in body for n in walk(e) if isinstance(n, TensorRead) and n.tensor.op is stage.op]

@@ -1,0 +1,80 @@
+"""Loop extents and root-axis values derived through a stage's split/fuse relations."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from tensorforge.ir.arith import simplify_expr
+from tensorforge.schedule.relations import Fuse, Split
+from tensorforge.schedule.stage import Stage
+from tensorforge.te.expr import Expr, const
+from tensorforge.te.tensor import IterVar
+
+
+def ceil_div(a: Expr, b: Expr) -> Expr:
+    return simplify_expr((a + b - 1) // b)
+
+
+def iter_extents(
+    stage: Stage, root_extents: Mapping[IterVar, Expr], overrides: Mapping[IterVar, Expr] | None = None
+) -> dict[IterVar, Expr]:
+    """Extent of every iter var of `stage`, from its root extents down through the relations.
+
+    `overrides` replaces the extent of some vars (a peeled tail runs its inner loop over the
+    remainder only); the vars derived from them follow.
+    """
+    overrides = overrides or {}
+    extents: dict[IterVar, Expr] = {}
+    for iv, e in root_extents.items():
+        extents[iv] = overrides.get(iv, e)
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            parent = extents[rel.parent]
+            if rel.factor is not None:
+                inner, outer = rel.factor, ceil_div(parent, rel.factor)
+            else:
+                outer, inner = rel.nparts, ceil_div(parent, rel.nparts)
+            extents[rel.outer] = overrides.get(rel.outer, outer)
+            extents[rel.inner] = overrides.get(rel.inner, simplify_expr(inner))
+        elif isinstance(rel, Fuse):
+            fused = simplify_expr(extents[rel.outer] * extents[rel.inner])
+            extents[rel.fused] = overrides.get(rel.fused, fused)
+    return extents
+
+
+def split_factor(rel: Split, base_extents: Mapping[IterVar, Expr]) -> Expr:
+    """The stride of `outer` in `parent` (the nominal inner extent, ignoring any tail override)."""
+    return base_extents[rel.inner]
+
+
+def iter_values(
+    stage: Stage, base_extents: Mapping[IterVar, Expr], leaf_values: Mapping[IterVar, Expr]
+) -> dict[IterVar, Expr]:
+    """Value of every iter var (root axes included, relative to their region's min) given the leaves'."""
+    values: dict[IterVar, Expr] = dict(leaf_values)
+    for rel in reversed(stage.relations):
+        if isinstance(rel, Split):
+            factor = split_factor(rel, base_extents)
+            values[rel.parent] = values[rel.outer] * factor + values[rel.inner]
+        elif isinstance(rel, Fuse):
+            inner_extent = base_extents[rel.inner]
+            values[rel.outer] = values[rel.fused] // inner_extent
+            values[rel.inner] = values[rel.fused] % inner_extent
+    return values
+
+
+def leaf_descendants(stage: Stage, iv: IterVar) -> list[IterVar]:
+    """The leaf vars derived from `iv` (itself if it is a leaf)."""
+    if iv in stage.leaf_iter_vars:
+        return [iv]
+    out: list[IterVar] = []
+    for rel in stage.relations:
+        if isinstance(rel, Split) and rel.parent is iv:
+            out += leaf_descendants(stage, rel.outer) + leaf_descendants(stage, rel.inner)
+        elif isinstance(rel, Fuse) and iv in (rel.outer, rel.inner):
+            out += [d for d in leaf_descendants(stage, rel.fused) if d not in out]
+    return out
+
+
+def zero() -> Expr:
+    return const(0)

@@ -1,0 +1,300 @@
+"""Stage: the loop nest of one operation and the primitives that reshape it (API.md §2)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tensorforge.errors import ScheduleError
+from tensorforge.ir.stmt import LoopKind
+from tensorforge.schedule.relations import TAIL_MODES, Fuse, IterAttr, Relation, Split
+from tensorforge.te.expr import Const, Expr, Var, as_expr
+from tensorforge.te.tensor import ComputeOp, IterKind, IterVar, Operation, PlaceholderOp, Tensor
+
+if TYPE_CHECKING:
+    from tensorforge.schedule.schedule import Schedule
+
+SCOPES = ("global", "shared", "local")
+
+
+class Stage:
+    """How one operation is computed: its loops (leaf_iter_vars), where, and in which scope."""
+
+    def __init__(self, op: Operation, schedule: "Schedule"):
+        self.op = op
+        self.schedule = schedule
+        self.is_output = False
+        root = list(op.axis) + list(op.reduce_axis) if isinstance(op, ComputeOp) else []
+        self.all_iter_vars: list[IterVar] = list(root)
+        self.leaf_iter_vars: list[IterVar] = list(root)
+        self.relations: list[Relation] = []
+        self.iter_attrs: dict[IterVar, IterAttr] = {}
+        self.attach_type = "root"  # "root" | "scope" | "inline"
+        self.attach_stage: Stage | None = None
+        self.attach_ivar: IterVar | None = None
+        self.scope = "global"
+        self.storage_align_: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
+        self.double_buffered = False
+
+    # -- inspection -----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name})"
+
+    def attr(self, iv: IterVar) -> IterAttr:
+        return self.iter_attrs.setdefault(iv, IterAttr())
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _check_compute(self, primitive: str) -> None:
+        if isinstance(self.op, PlaceholderOp):
+            raise ScheduleError(f"{primitive}: '{self.name}' is a placeholder (an input); it has no loops to schedule")
+
+    def _leaf_names(self) -> str:
+        return ", ".join(v.name for v in self.leaf_iter_vars) or "none"
+
+    def _check_leaf(self, primitive: str, axis: Any) -> IterVar:
+        self._check_compute(primitive)
+        if not isinstance(axis, IterVar):
+            raise ScheduleError(
+                f"{primitive}: expected an axis (IterVar) of stage '{self.name}', got {axis!r}"
+            )
+        if axis not in self.leaf_iter_vars:
+            if axis in self.all_iter_vars:
+                why = "it was already split or fused"
+            else:
+                why = "it belongs to another stage"
+            raise ScheduleError(
+                f"{primitive}: '{axis.name}' is not a leaf axis of stage '{self.name}' ({why}); "
+                f"leaf axes are: {self._leaf_names()}"
+            )
+        return axis
+
+    def _new_iv(self, name: str, like: IterVar) -> IterVar:
+        kind = like.kind if like.kind is not IterKind.THREAD else IterKind.DATA_PAR
+        iv = IterVar(Var(name, like.var.dtype), None, kind)
+        self.all_iter_vars.append(iv)
+        return iv
+
+    # -- loop structure -------------------------------------------------------------------------
+    def split(self, axis: IterVar, factor: Any = None, nparts: Any = None, tail: str = "auto"):
+        """Split `axis` into (outer, inner) by `factor` (inner extent) or `nparts` (outer extent)."""
+        self._check_leaf("split", axis)
+        if (factor is None) == (nparts is None):
+            raise ScheduleError(
+                f"split of '{axis.name}' in stage '{self.name}': give exactly one of factor= or nparts="
+            )
+        if tail not in TAIL_MODES:
+            raise ScheduleError(
+                f"split of '{axis.name}' in stage '{self.name}': tail={tail!r}; "
+                f"expected one of {', '.join(TAIL_MODES)}"
+            )
+        amount = as_expr(factor if factor is not None else nparts)
+        if isinstance(amount, Const) and amount.value < 1:
+            which = "factor" if factor is not None else "nparts"
+            raise ScheduleError(
+                f"split of '{axis.name}' in stage '{self.name}': {which} must be >= 1, got {amount.value}"
+            )
+        outer = self._new_iv(f"{axis.name}.outer", axis)
+        inner = self._new_iv(f"{axis.name}.inner", axis)
+        self.relations.append(
+            Split(axis, outer, inner, amount if factor is not None else None,
+                  amount if nparts is not None else None, tail)
+        )
+        pos = self.leaf_iter_vars.index(axis)
+        self.leaf_iter_vars[pos : pos + 1] = [outer, inner]
+        return outer, inner
+
+    def tile(self, x_parent: IterVar, y_parent: IterVar, x_factor: Any, y_factor: Any, tail: str = "auto"):
+        """Split two axes and order them (x_outer, y_outer, x_inner, y_inner)."""
+        xo, xi = self.split(x_parent, factor=x_factor, tail=tail)
+        yo, yi = self.split(y_parent, factor=y_factor, tail=tail)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    def fuse(self, *axes: IterVar) -> IterVar:
+        """Fuse adjacent leaf axes (outermost first) into one."""
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        if not axes:
+            raise ScheduleError(f"fuse in stage '{self.name}': give at least one axis")
+        for a in axes:
+            self._check_leaf("fuse", a)
+        positions = [self.leaf_iter_vars.index(a) for a in axes]
+        if positions != list(range(positions[0], positions[0] + len(axes))):
+            names = ", ".join(a.name for a in axes)
+            raise ScheduleError(
+                f"fuse in stage '{self.name}': axes ({names}) must be adjacent and ordered outer to "
+                f"inner in the current loop order ({self._leaf_names()})"
+            )
+        kinds = {a.kind for a in axes}
+        if len(kinds) > 1:
+            raise ScheduleError(
+                f"fuse in stage '{self.name}': cannot fuse a reduction axis with a spatial axis "
+                f"({', '.join(a.name for a in axes)})"
+            )
+        fused = axes[0]
+        for inner in axes[1:]:
+            new = self._new_iv(f"{fused.name}.{inner.name}.fused", fused)
+            self.relations.append(Fuse(fused, inner, new))
+            pos = self.leaf_iter_vars.index(fused)
+            self.leaf_iter_vars[pos : pos + 2] = [new]
+            fused = new
+        return fused
+
+    def reorder(self, *axes: IterVar) -> None:
+        """Put the named leaf axes in this order, in the positions they occupy together."""
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        seen: list[IterVar] = []
+        for a in axes:
+            self._check_leaf("reorder", a)
+            if a in seen:
+                raise ScheduleError(f"reorder in stage '{self.name}': axis '{a.name}' appears twice")
+            seen.append(a)
+        positions = sorted(self.leaf_iter_vars.index(a) for a in axes)
+        for pos, a in zip(positions, axes):
+            self.leaf_iter_vars[pos] = a
+
+    # -- loop annotations -----------------------------------------------------------------------
+    def _annotate(self, primitive: str, axis: IterVar, kind: LoopKind) -> None:
+        self._check_leaf(primitive, axis)
+        current = self.attr(axis).kind
+        if current not in (LoopKind.SERIAL, kind):
+            raise ScheduleError(
+                f"{primitive}: axis '{axis.name}' of stage '{self.name}' is already {current.value}"
+            )
+        self.attr(axis).kind = kind
+
+    def unroll(self, axis: IterVar) -> None:
+        self._annotate("unroll", axis, LoopKind.UNROLLED)
+
+    def vectorize(self, axis: IterVar) -> None:
+        self._check_leaf("vectorize", axis)
+        if axis.kind is IterKind.REDUCE:
+            raise ScheduleError(
+                f"vectorize: '{axis.name}' of stage '{self.name}' is a reduction axis; vectorize a "
+                f"spatial axis (or rfactor the reduction first)"
+            )
+        self._annotate("vectorize", axis, LoopKind.VECTORIZED)
+
+    def parallel(self, axis: IterVar) -> None:
+        self._check_leaf("parallel", axis)
+        if axis.kind is IterKind.REDUCE:
+            raise ScheduleError(
+                f"parallel: '{axis.name}' of stage '{self.name}' is a reduction axis; iterations "
+                f"would race on the output (rfactor the reduction first)"
+            )
+        self._annotate("parallel", axis, LoopKind.PARALLEL)
+
+    def bind(self, axis: IterVar, thread: IterVar) -> None:
+        """Map loop `axis` to the GPU index `thread` (a te.thread_axis)."""
+        self._check_leaf("bind", axis)
+        if not isinstance(thread, IterVar) or thread.kind is not IterKind.THREAD:
+            raise ScheduleError(
+                f"bind: '{axis.name}' of stage '{self.name}' must be bound to a te.thread_axis, got {thread!r}"
+            )
+        for other, attr in self.iter_attrs.items():
+            if attr.thread is not None and attr.thread.thread_tag == thread.thread_tag and other is not axis:
+                raise ScheduleError(
+                    f"bind: thread tag '{thread.thread_tag}' is already bound to axis '{other.name}' "
+                    f"of stage '{self.name}'; bind each tag once per stage"
+                )
+        if axis.kind is IterKind.REDUCE and not thread.thread_tag.startswith("threadIdx"):
+            raise ScheduleError(
+                f"bind: reduction axis '{axis.name}' of stage '{self.name}' can only be bound to a "
+                f"threadIdx axis (a cross-thread reduction), not {thread.thread_tag}"
+            )
+        self._annotate("bind", axis, LoopKind.THREAD_BINDING)
+        self.attr(axis).thread = thread
+
+    def pragma(self, axis: IterVar, name: str, value: Any = None) -> None:
+        self._check_leaf("pragma", axis)
+        known = ("unroll_explicit", "auto_unroll_max_step", "parallel_launch_point", "vectorize", "unroll")
+        if name not in known:
+            raise ScheduleError(
+                f"pragma: unknown pragma {name!r} on '{axis.name}' of stage '{self.name}'; "
+                f"known: {', '.join(known)}"
+            )
+        self.attr(axis).pragmas.append((name, value))
+
+    # -- placement ------------------------------------------------------------------------------
+    def compute_at(self, parent: "Stage", axis: IterVar) -> None:
+        """Compute this stage inside loop `axis` of `parent`, over the region `parent` needs there."""
+        self._check_compute("compute_at")
+        if not isinstance(parent, Stage):
+            raise ScheduleError(f"compute_at of '{self.name}': parent must be a Stage (s[T]), got {parent!r}")
+        if parent is self:
+            raise ScheduleError(f"compute_at: stage '{self.name}' cannot be computed at itself")
+        if axis not in parent.leaf_iter_vars:
+            raise ScheduleError(
+                f"compute_at of '{self.name}': '{getattr(axis, 'name', axis)}' is not a leaf axis of "
+                f"stage '{parent.name}'; its leaf axes are: {parent._leaf_names()}"
+            )
+        if not self.schedule.consumes(parent, self):
+            consumers = [c.name for c in self.schedule.consumers_of(self)]
+            raise ScheduleError(
+                f"compute_at: stage '{parent.name}' does not consume '{self.name}' (directly, or "
+                f"through stages computed inside it); '{self.name}' is read by: "
+                f"{', '.join(consumers) or 'nothing'}"
+            )
+        if self.is_output:
+            raise ScheduleError(f"compute_at: '{self.name}' is an output of the schedule; it must stay at root")
+        self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, axis
+
+    def compute_inline(self) -> None:
+        """Substitute this stage's expression into every consumer."""
+        self._check_compute("compute_inline")
+        if self.is_output:
+            raise ScheduleError(f"compute_inline: '{self.name}' is an output of the schedule and cannot be inlined")
+        if self.op.is_reduction:
+            raise ScheduleError(
+                f"compute_inline: '{self.name}' is a reduction; only element-wise stages can be inlined"
+            )
+        if self.op.num_outputs > 1:
+            raise ScheduleError(f"compute_inline: '{self.name}' has several outputs and cannot be inlined")
+        attached = [s.name for s in self.schedule.stages if s.attach_stage is self]
+        if attached:
+            raise ScheduleError(
+                f"compute_inline: stages {', '.join(attached)} are computed at '{self.name}'; "
+                f"move them first"
+            )
+        self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
+
+    def compute_root(self) -> None:
+        self._check_compute("compute_root")
+        self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
+
+    # -- storage --------------------------------------------------------------------------------
+    def set_scope(self, scope: str) -> None:
+        if scope not in SCOPES:
+            raise ScheduleError(f"set_scope of '{self.name}': unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
+        if self.is_output and scope != "global":
+            raise ScheduleError(f"set_scope: '{self.name}' is an output; outputs live in global memory")
+        self.scope = scope
+
+    def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
+        """Pad the row stride of dimension `axis` so stride % factor == offset."""
+        self._check_compute("storage_align")
+        root = list(self.op.axis)
+        if axis not in root:
+            raise ScheduleError(
+                f"storage_align: '{getattr(axis, 'name', axis)}' is not a data axis of stage "
+                f"'{self.name}' ({', '.join(a.name for a in root)})"
+            )
+        if int(factor) < 1 or not 0 <= int(offset) < int(factor):
+            raise ScheduleError(f"storage_align on '{self.name}': need factor >= 1 and 0 <= offset < factor")
+        self.storage_align_[root.index(axis)] = (int(factor), int(offset))
+
+    def double_buffer(self) -> None:
+        self._check_compute("double_buffer")
+        self.double_buffered = True
+
+
+def as_stage_key(x: Any) -> Operation:
+    if isinstance(x, Tensor):
+        return x.op
+    if isinstance(x, Operation):
+        return x
+    raise ScheduleError(f"schedule: expected a Tensor or Operation, got {x!r}")

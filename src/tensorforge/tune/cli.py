@@ -1,0 +1,236 @@
+"""`tensorforge tune` and `tensorforge log show`: the command-line face of tune (API.md §5)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from tensorforge.tune.template import TuneError, get_template
+
+
+def _load_template_file(spec: str) -> Any:
+    """`path/to/file.py:name` -> the Template (by registered name or by the function's name)."""
+    from tensorforge.tune.template import _TEMPLATES, Template
+
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path:
+        raise TuneError(f"--template expects FILE.py:NAME, got {spec!r}")
+    if not os.path.isfile(path):
+        raise TuneError(f"--template: no such file {path!r}")
+    module_name = "_tensorforge_template_" + os.path.splitext(os.path.basename(path))[0]
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    module_spec.loader.exec_module(module)
+    candidate = getattr(module, name, None)
+    if isinstance(candidate, Template):
+        return candidate
+    if name in _TEMPLATES:
+        return _TEMPLATES[name]
+    defined = [k for k, v in vars(module).items() if isinstance(v, Template)]
+    raise TuneError(f"{path} has no template {name!r} (templates there: {', '.join(defined) or 'none'})")
+
+
+def _make_tuner(kind: str, task: Any, seed: int | None) -> Any:
+    from tensorforge import tune
+
+    if kind == "auto":
+        try:
+            import xgboost  # noqa: F401
+        except ImportError:
+            kind = "random"
+        else:
+            kind = "xgb"
+    if kind == "xgb":
+        return tune.XGBTuner(task, seed=seed)
+    if kind == "random":
+        return tune.RandomTuner(task, seed=seed)
+    if kind == "grid":
+        return tune.GridSearchTuner(task, seed=seed)
+    raise TuneError(f"--tuner must be xgb, random or grid, got {kind!r}")
+
+
+def tune_main(argv: Sequence[str] | None = None) -> int:
+    """`tensorforge tune [matmul|conv2d] [--template FILE.py:NAME] [--args JSON] ...`"""
+    from tensorforge import tune
+    from tensorforge.tune.builtin import DEFAULT_ARGS
+
+    parser = argparse.ArgumentParser(
+        prog="tensorforge tune",
+        description="Tune a built-in operator or a template from a file, writing a JSON-lines log.",
+    )
+    parser.add_argument("op", nargs="?", choices=sorted(DEFAULT_ARGS), help="a built-in template")
+    parser.add_argument("--template", help="a template in a file: FILE.py:NAME")
+    parser.add_argument("--args", help="the template's arguments as a JSON list, e.g. '[512, 512, 512, \"float32\"]'")
+    parser.add_argument("--shape", type=int, nargs="+", help="the leading integer arguments of a built-in (e.g. 256 256 256)")
+    parser.add_argument("--target", default="llvm", help="target string (default: llvm, this CPU)")
+    parser.add_argument("--trials", type=int, default=200, help="configs to measure (default: 200)")
+    parser.add_argument("--log", help="log file (default: <template>.jsonl); an existing log is resumed")
+    parser.add_argument("--seed", type=int, default=None, help="seed for a repeatable search")
+    parser.add_argument("--tuner", default="auto", choices=["auto", "xgb", "random", "grid"])
+    parser.add_argument("--number", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--min-repeat-ms", type=float, default=0)
+    parser.add_argument("--timeout", type=float, default=10, help="seconds allowed for a build, and for a run")
+    parser.add_argument("--n-parallel", type=int, default=None, help="parallel builds (default: cores)")
+    parser.add_argument("--check-correctness", action="store_true", help="compare outputs with the default config")
+    parser.add_argument("--early-stopping", type=int, default=None)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options = parser.parse_args(argv)
+
+    try:
+        if options.template:
+            tmpl = _load_template_file(options.template)
+            args = json.loads(options.args) if options.args else []
+        elif options.op:
+            tmpl = get_template("builtin/" + options.op)
+            args = json.loads(options.args) if options.args else list(DEFAULT_ARGS[options.op])
+            if options.shape:
+                args[: len(options.shape)] = options.shape
+        else:
+            parser.error("name a built-in template (matmul, conv2d) or give --template FILE.py:NAME")
+            return 2
+        task = tune.create_task(tmpl, args, options.target)
+        tuner = _make_tuner(options.tuner, task, options.seed)
+    except (TuneError, ValueError, json.JSONDecodeError) as e:
+        print(f"tensorforge tune: {e}", file=sys.stderr)
+        return 2
+
+    log = options.log or task.name.replace("/", "_") + ".jsonl"
+    print(f"task: {task.name} args={task.args_json} target={task.target.split(' -mattr=')[0]}")
+    print(task.config_space)
+    if os.path.exists(log):
+        resumed = tuner.load_history(log)
+        if resumed:
+            print(f"resuming: {resumed} trials already in {log}")
+    callbacks: list[Any] = [tune.log_to_file(log)]
+    if not options.no_progress:
+        callbacks.append(tune.progress_bar())
+    option = tune.measure_option(
+        number=options.number,
+        repeat=options.repeat,
+        min_repeat_ms=options.min_repeat_ms,
+        timeout=options.timeout,
+        n_parallel=options.n_parallel,
+        check_correctness=options.check_correctness,
+    )
+    tuner.tune(options.trials, option, callbacks=callbacks, early_stopping=options.early_stopping)
+    if tuner.best_config is None:
+        print(f"no config ran successfully; see the errors in {log}")
+        return 1
+    gflops = tuner.best_flops / 1e9
+    print(f"best: {tuner.best_cost * 1e3:.4f} ms ({gflops:.2f} GFLOP/s) config {tuner.best_config}")
+    print(f"log: {log}   (apply it with tune.apply_history_best({log!r}))")
+    return 0
+
+
+# -- log show ----------------------------------------------------------------------------------------
+
+
+def _short_target(target: str) -> str:
+    return target.split(" -mattr=")[0]
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def log_show_main(argv: Sequence[str] | None = None) -> int:
+    """`tensorforge log show FILE [--top N] [--plot curve.png]`"""
+    from tensorforge.tune.records import load_records
+
+    parser = argparse.ArgumentParser(prog="tensorforge log show", description="Best records of a tuning log.")
+    parser.add_argument("file", help="a JSON-lines tuning log")
+    parser.add_argument("--top", type=int, default=5, help="records to list per workload (default: 5)")
+    parser.add_argument("--plot", help="save the best-so-far curve to this image (needs matplotlib)")
+    options = parser.parse_args(argv)
+    if not os.path.exists(options.file):
+        print(f"tensorforge log show: no such file {options.file!r}", file=sys.stderr)
+        return 2
+    records = load_records(options.file)
+    if not records:
+        print(f"{options.file}: no records")
+        return 1
+
+    workloads: dict[Any, list] = {}
+    for rec in records:
+        workloads.setdefault(rec.key, []).append(rec)
+    summary = []
+    for key, recs in workloads.items():
+        ok = [r for r in recs if r.result.ok]
+        best = min(ok, key=lambda r: r.cost) if ok else None
+        summary.append([
+            key.template,
+            key.args,
+            _short_target(key.target),
+            str(len(recs)),
+            str(len(recs) - len(ok)),
+            f"{best.cost * 1e3:.4f}" if best else "-",
+            f"{best.gflops:.2f}" if best else "-",
+        ])
+    print(_table(summary, ["template", "args", "target", "trials", "errors", "best ms", "GFLOP/s"]))
+    for key, recs in workloads.items():
+        ok = sorted((r for r in recs if r.result.ok), key=lambda r: r.cost)
+        print(f"\n{key.template} {key.args}: best {min(options.top, len(ok))} of {len(recs)}")
+        rows = [
+            [str(rank + 1), f"{r.cost * 1e3:.4f}", f"{r.gflops:.2f}", str(r.config.get("index")), json.dumps(r.config.get("knobs"))]
+            for rank, r in enumerate(ok[: options.top])
+        ]
+        if rows:
+            print(_table(rows, ["#", "ms", "GFLOP/s", "index", "knobs"]))
+        errors: dict[int, int] = {}
+        for r in recs:
+            if not r.result.ok:
+                errors[r.result.error_no] = errors.get(r.result.error_no, 0) + 1
+        if errors:
+            from tensorforge.tune.measure import MeasureErrorNo
+
+            text = ", ".join(f"{MeasureErrorNo(no).name.lower()} {n}" for no, n in sorted(errors.items()))
+            print(f"errors: {text}")
+    if options.plot:
+        try:
+            _plot(workloads, options.plot)
+        except ImportError:
+            print("tensorforge log show: --plot needs matplotlib (pip install 'tensorforge[tune]')", file=sys.stderr)
+            return 2
+        print(f"\nplot: {options.plot}")
+    return 0
+
+
+def best_so_far(records: Sequence[Any]) -> list[float]:
+    """Best GFLOP/s (or 1/ms where the flop count is unknown) after each trial."""
+    out, best = [], 0.0
+    for r in records:
+        if r.result.ok:
+            value = r.gflops if r.flop else 1e-3 / r.cost
+            best = max(best, value)
+        out.append(best)
+    return out
+
+
+def _plot(workloads: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    any_flop = False
+    for key, recs in workloads.items():
+        curve = best_so_far(recs)
+        any_flop |= any(r.flop for r in recs)
+        ax.plot(range(1, len(curve) + 1), curve, label=f"{key.template} {key.args}")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("best GFLOP/s so far" if any_flop else "best 1/ms so far")
+    ax.set_title("tuning curve")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

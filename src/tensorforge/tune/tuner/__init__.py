@@ -1,0 +1,8 @@
+"""Tuners: random, grid, and XGBoost-model-guided search over a task's config space."""
+
+from tensorforge.tune.tuner.base import Tuner
+from tensorforge.tune.tuner.grid_tuner import GridSearchTuner
+from tensorforge.tune.tuner.random_tuner import RandomTuner
+from tensorforge.tune.tuner.xgb_tuner import XGBTuner
+
+__all__ = ["Tuner", "RandomTuner", "GridSearchTuner", "XGBTuner"]

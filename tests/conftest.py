@@ -1,0 +1,40 @@
+"""Shared test setup: the `cuda` marker (skipped without a usable GPU) and a seeded `rng`."""
+
+import functools
+import zlib
+
+import numpy as np
+import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "cuda: needs an NVIDIA GPU and pycuda (skipped where there is none)"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    """pycuda imports and sees a GPU; asked once, and only if a cuda-marked test was collected."""
+    try:
+        import pycuda.driver as driver
+
+        driver.init()
+        return driver.Device.count() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda_items = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if not cuda_items or cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU and pycuda")
+    for item in cuda_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request):
+    """A numpy Generator seeded from the test's id: reproducible, and different per test."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
