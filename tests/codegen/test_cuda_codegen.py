@@ -645,9 +645,19 @@ def test_sibling_stage_guard_keeps_the_barrier_outside():
 
 
 def test_guarded_allreduce_runs_in_all_threads():
-    text = generate(guarded_reduce().func).text
-    assert "if (k < 100)" not in text  # a divergent if around shuffles would deadlock
-    assert "red_active" in text  # threads beyond 100 contribute the identity instead
+    lines = generate(guarded_reduce().func).text.splitlines()
+    reduce_line = next(line for line in lines if "// ThreadAllReduce" in line)
+    k_line = next(line for line in lines if "const int k = " in line)
+    # a divergent `if (k < 100)` around the shuffles and barriers would hang the block
+    assert _indent(reduce_line) == _indent(k_line)
+    assert any("red_active" in line for line in lines)  # threads beyond 100 add the identity
+    store_line = next(line for line in lines if "B[i] = red[0];" in line)
+    assert lines.index(store_line) > lines.index(reduce_line)
+    assert any(line.strip() == "if (k < 100) {" for line in lines[lines.index(reduce_line) :])
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,36 @@ from tensorforge.codegen.llvm import LLVMCodegen
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
 from tensorforge.ir.stmt import (
-    Allocate, Attr, BufferStore, Evaluate, For, IfThenElse, LetStmt, LoopKind, PrimFunc, Seq, Sync,
+    Allocate,
+    Attr,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoopKind,
+    PrimFunc,
+    Seq,
+    Sync,
 )
 from tensorforge.runtime.llvm_exec import LLVMExecutable
 from tensorforge.target import Target
 from tensorforge.te.expr import (
-    LT, Add, Call, Cast, Const, Div, FloorDiv, FloorMod, Let, Max, Min, Mul, Select, Sub, Var,
+    LT,
+    Add,
+    Call,
+    Cast,
+    Const,
+    Div,
+    FloorDiv,
+    FloorMod,
+    Let,
+    Max,
+    Min,
+    Mul,
+    Select,
+    Sub,
+    Var,
 )
 
 TARGET = Target("llvm")
@@ -70,7 +94,9 @@ def ulp_error(got, x64, reference):
     want64 = reference(x64.astype(np.float64))
     want = want64.astype(np.float32)
     same = (got == want) | (np.isnan(got) & np.isnan(want))
-    spacing = np.maximum(np.spacing(np.abs(want)).astype(np.float64), float(np.spacing(np.float32(0))))
+    spacing = np.maximum(
+        np.spacing(np.abs(want)).astype(np.float64), float(np.spacing(np.float32(0)))
+    )
     with np.errstate(invalid="ignore"):
         err = np.where(same, 0.0, np.abs(got.astype(np.float64) - want64) / spacing)
     return float(np.max(err))
@@ -96,12 +122,19 @@ def test_registry_has_llvm():
 def test_elementwise_add_vector_body_and_scalar_tail(rng):
     n, i, j = Var("n"), Var("i"), Var("j")
     A, B, C = (Buffer(name, (n,), "float32") for name in "ABC")
-    vec = loop(i, FloorDiv(n, c(8)), store(C, ramp(i * c(8), 8), Add(load(A, ramp(i * c(8), 8)), load(B, ramp(i * c(8), 8)))))
+    vec = loop(
+        i,
+        FloorDiv(n, c(8)),
+        store(C, ramp(i * c(8), 8), Add(load(A, ramp(i * c(8), 8)), load(B, ramp(i * c(8), 8)))),
+    )
     tail_start = Mul(FloorDiv(n, c(8)), c(8))
     tail = For(j, tail_start, Sub(n, tail_start), store(C, j, Add(load(A, j), load(B, j))))
     func = PrimFunc("vadd", (A, B, C, n), Seq((vec, tail)))
     size = 1003
-    a, b = aligned(rng.standard_normal(size, np.float32)), aligned(rng.standard_normal(size, np.float32))
+    a, b = (
+        aligned(rng.standard_normal(size, np.float32)),
+        aligned(rng.standard_normal(size, np.float32)),
+    )
     out = aligned(np.zeros(size, np.float32))
     exe = run(func, a, b, out, size)
     np.testing.assert_array_equal(out, a + b)
@@ -126,17 +159,26 @@ def test_params_mark_symbolic_sizes():
         ("alpha", "scalar", "float32", (), False),
     ]
     assert source.target == "llvm" and source.entry == "params"
-    assert 'define void @"params"(ptr noalias align 64 %"A", ptr noalias align 64 %"B", i32 %"n", i32 %"m", float %"alpha")' in source.text
+    assert (
+        'define void @"params"(ptr noalias align 64 %"A", ptr noalias align 64 %"B", i32 %"n", i32 %"m", float %"alpha")'
+        in source.text
+    )
 
 
 def test_reduction_loop_row_sums(rng):
     rows, cols = 37, 129
     A, S = Buffer("A", (c(rows), c(cols)), "float32"), Buffer("S", (c(rows),), "float32")
     i, k = Var("i"), Var("k")
-    body = loop(i, rows, Seq((
-        store(S, i, c(0.0, "float32")),
-        loop(k, cols, store(S, i, Add(load(S, i), load(A, Add(Mul(i, c(cols)), k))))),
-    )))
+    body = loop(
+        i,
+        rows,
+        Seq(
+            (
+                store(S, i, c(0.0, "float32")),
+                loop(k, cols, store(S, i, Add(load(S, i), load(A, Add(Mul(i, c(cols)), k))))),
+            )
+        ),
+    )
     a = aligned(rng.standard_normal((rows, cols), np.float32))
     s = aligned(np.zeros(rows, np.float32))
     run(PrimFunc("rowsum", (A, S), body), a, s)
@@ -146,8 +188,13 @@ def test_reduction_loop_row_sums(rng):
 def test_scalar_param_scales(rng):
     n, i, alpha = Var("n"), Var("i"), Var("alpha", "float32")
     A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
-    func = PrimFunc("axpy", (A, B, alpha, n), loop(i, n, store(B, i, Add(Mul(alpha, load(A, i)), load(B, i)))))
-    a, b = aligned(rng.standard_normal(100, np.float32)), aligned(rng.standard_normal(100, np.float32))
+    func = PrimFunc(
+        "axpy", (A, B, alpha, n), loop(i, n, store(B, i, Add(Mul(alpha, load(A, i)), load(B, i))))
+    )
+    a, b = (
+        aligned(rng.standard_normal(100, np.float32)),
+        aligned(rng.standard_normal(100, np.float32)),
+    )
     expected = np.float32(2.5) * a + b
     run(func, a, b, 2.5, 100)
     np.testing.assert_allclose(b, expected, rtol=1e-6)
@@ -162,14 +209,22 @@ def test_floor_div_mod_python_semantics(dtype):
     X, D = Buffer("X", (n,), dtype), Buffer("D", (n,), dtype)
     Q, R, Q3, R3, Qm = (Buffer(name, (n,), dtype) for name in ("Q", "R", "Q3", "R3", "Qm"))
     xi, di = load(X, i), load(D, i)
-    body = loop(i, n, Seq((
-        store(Q, i, FloorDiv(xi, di)),
-        store(R, i, FloorMod(xi, di)),
-        store(Q3, i, FloorDiv(xi, c(3, dtype))),  # positive constant divisor
-        store(R3, i, FloorMod(xi, c(3, dtype))),
-        store(Qm, i, FloorDiv(xi, c(-4, dtype))),  # negative constant divisor
-    )))
-    arrays = [aligned(x.astype(dtype)), aligned(d.astype(dtype))] + [aligned(np.zeros(x.size, dtype)) for _ in range(5)]
+    body = loop(
+        i,
+        n,
+        Seq(
+            (
+                store(Q, i, FloorDiv(xi, di)),
+                store(R, i, FloorMod(xi, di)),
+                store(Q3, i, FloorDiv(xi, c(3, dtype))),  # positive constant divisor
+                store(R3, i, FloorMod(xi, c(3, dtype))),
+                store(Qm, i, FloorDiv(xi, c(-4, dtype))),  # negative constant divisor
+            )
+        ),
+    )
+    arrays = [aligned(x.astype(dtype)), aligned(d.astype(dtype))] + [
+        aligned(np.zeros(x.size, dtype)) for _ in range(5)
+    ]
     run(PrimFunc("floordiv", (X, D, Q, R, Q3, R3, Qm, n), body), *arrays, x.size)
     q, r, q3, r3, qm = arrays[2:]
     np.testing.assert_array_equal(q, x // d)
@@ -185,10 +240,16 @@ def test_floor_div_mod_vectors_and_floats(rng):
     X, Q, R = (Buffer(name, (c(64),), "int32") for name in "XQR")
     i = Var("i")
     v = load(X, ramp(i * c(8), 8))
-    body = loop(i, 8, Seq((
-        store(Q, ramp(i * c(8), 8), FloorDiv(v, Broadcast(c(5), 8))),
-        store(R, ramp(i * c(8), 8), FloorMod(v, Broadcast(c(5), 8))),
-    )))
+    body = loop(
+        i,
+        8,
+        Seq(
+            (
+                store(Q, ramp(i * c(8), 8), FloorDiv(v, Broadcast(c(5), 8))),
+                store(R, ramp(i * c(8), 8), FloorMod(v, Broadcast(c(5), 8))),
+            )
+        ),
+    )
     run(PrimFunc("vfloordiv", (X, Q, R), body), x, q, r)
     np.testing.assert_array_equal(q, x // 5)
     np.testing.assert_array_equal(r, x % 5)
@@ -196,10 +257,16 @@ def test_floor_div_mod_vectors_and_floats(rng):
     F, G, H = (Buffer(name, (c(64),), "float32") for name in "FGH")
     f = aligned((rng.standard_normal(64) * 10).astype(np.float32))
     g, h = aligned(np.zeros(64, np.float32)), aligned(np.zeros(64, np.float32))
-    body = loop(i, 64, Seq((
-        store(G, i, FloorDiv(load(F, i), c(-3.0, "float32"))),
-        store(H, i, FloorMod(load(F, i), c(3.0, "float32"))),
-    )))
+    body = loop(
+        i,
+        64,
+        Seq(
+            (
+                store(G, i, FloorDiv(load(F, i), c(-3.0, "float32"))),
+                store(H, i, FloorMod(load(F, i), c(3.0, "float32"))),
+            )
+        ),
+    )
     run(PrimFunc("ffloordiv", (F, G, H), body), f, g, h)
     np.testing.assert_array_equal(g, np.floor_divide(f, np.float32(-3.0)))
     np.testing.assert_allclose(h, np.mod(f, np.float32(3.0)), atol=1e-5)
@@ -208,19 +275,30 @@ def test_floor_div_mod_vectors_and_floats(rng):
 def test_select_min_max_and_compare(rng):
     n, i = Var("n"), Var("i")
     A, B, C = (Buffer(name, (n,), "float32") for name in "ABC")
-    a, b = aligned(rng.standard_normal(64, np.float32)), aligned(rng.standard_normal(64, np.float32))
+    a, b = (
+        aligned(rng.standard_normal(64, np.float32)),
+        aligned(rng.standard_normal(64, np.float32)),
+    )
     out = aligned(np.zeros(64, np.float32))
     ai, bi = load(A, i), load(B, i)
-    value = Select(LT(ai, bi), Sub(bi, ai), Add(Max(ai, c(0.0, "float32")), Min(bi, c(0.0, "float32"))))
+    value = Select(
+        LT(ai, bi), Sub(bi, ai), Add(Max(ai, c(0.0, "float32")), Min(bi, c(0.0, "float32")))
+    )
     run(PrimFunc("sel", (A, B, C, n), loop(i, n, store(C, i, value))), a, b, out, 64)
-    np.testing.assert_allclose(out, np.where(a < b, b - a, np.maximum(a, 0) + np.minimum(b, 0)), rtol=1e-6)
+    np.testing.assert_allclose(
+        out, np.where(a < b, b - a, np.maximum(a, 0) + np.minimum(b, 0)), rtol=1e-6
+    )
 
 
 def test_vector_select_and_let(rng):
     A, B = Buffer("A", (c(64),), "int32"), Buffer("B", (c(64),), "int32")
     i, t = Var("i"), Var("t", "int32x8")
     v = load(A, ramp(i * c(8), 8))
-    value = Let(t, Mul(v, Broadcast(c(3), 8)), Select(LT(t, Broadcast(c(0), 8)), Sub(Broadcast(c(0), 8), t), t))
+    value = Let(
+        t,
+        Mul(v, Broadcast(c(3), 8)),
+        Select(LT(t, Broadcast(c(0), 8)), Sub(Broadcast(c(0), 8), t), t),
+    )
     a, b = aligned(rng.integers(-100, 100, 64).astype(np.int32)), aligned(np.zeros(64, np.int32))
     run(PrimFunc("vsel", (A, B), loop(i, 8, store(B, ramp(i * c(8), 8), value))), a, b)
     np.testing.assert_array_equal(b, np.abs(3 * a))
@@ -237,16 +315,22 @@ def test_casts(rng):
     I64 = Buffer("I64", (n,), "int64")
     f = aligned((rng.standard_normal(64) * 100).astype(np.float32))
     u8 = aligned(rng.integers(0, 256, 64).astype(np.uint8))
-    outs = dict(I=np.int32, I8=np.int8, D=np.float64, Bo=np.bool_, I64=np.int64)
+    outs = {"I": np.int32, "I8": np.int8, "D": np.float64, "Bo": np.bool_, "I64": np.int64}
     arrays = {k: aligned(np.zeros(64, t)) for k, t in outs.items()}
     fi = load(F, i)
-    body = loop(i, n, Seq((
-        store(I, i, Cast("int32", fi)),  # truncation toward zero
-        store(I8, i, Cast("int8", Cast("int32", fi))),  # wraps like numpy's astype
-        store(D, i, Add(Cast("float64", fi), Cast("float64", load(U8, i)))),
-        store(Bo, i, LT(fi, c(0.0, "float32"))),
-        store(I64, i, Add(Cast("int64", load(U8, i)), Cast("int64", load(Bo, i)))),
-    )))
+    body = loop(
+        i,
+        n,
+        Seq(
+            (
+                store(I, i, Cast("int32", fi)),  # truncation toward zero
+                store(I8, i, Cast("int8", Cast("int32", fi))),  # wraps like numpy's astype
+                store(D, i, Add(Cast("float64", fi), Cast("float64", load(U8, i)))),
+                store(Bo, i, LT(fi, c(0.0, "float32"))),
+                store(I64, i, Add(Cast("int64", load(U8, i)), Cast("int64", load(Bo, i)))),
+            )
+        ),
+    )
     func = PrimFunc("casts", (F, U8, I, I8, D, Bo, I64, n), body)
     run(func, f, u8, arrays["I"], arrays["I8"], arrays["D"], arrays["Bo"], arrays["I64"], 64)
     np.testing.assert_array_equal(arrays["I"], f.astype(np.int32))
@@ -261,7 +345,10 @@ def test_vector_casts(rng):
     i = Var("i")
     idx = ramp(i * c(8), 8)
     value = Mul(Cast("float32x8", load(A, idx)), Broadcast(c(0.5, "float32"), 8))
-    a, b = aligned(rng.integers(-1000, 1000, 32).astype(np.int32)), aligned(np.zeros(32, np.float32))
+    a, b = (
+        aligned(rng.integers(-1000, 1000, 32).astype(np.int32)),
+        aligned(np.zeros(32, np.float32)),
+    )
     run(PrimFunc("vcast", (A, B), loop(i, 4, store(B, idx, value))), a, b)
     np.testing.assert_array_equal(b, a.astype(np.float32) * 0.5)
 
@@ -291,7 +378,11 @@ MATH = {  # name: (numpy reference on float64, input sampler, max float32 ulps a
     "rsqrt": (lambda x: 1 / np.sqrt(x), lambda r, n: r.uniform(1e-3, 1e4, n), 1.5),
     "floor": (np.floor, lambda r, n: r.uniform(-100, 100, n), 0),
     "ceil": (np.ceil, lambda r, n: r.uniform(-100, 100, n), 0),
-    "round": (np.round, lambda r, n: np.round(r.uniform(-100, 100, n) * 2) / 2, 0),  # halves to even
+    "round": (
+        np.round,
+        lambda r, n: np.round(r.uniform(-100, 100, n) * 2) / 2,
+        0,
+    ),  # halves to even
     "abs": (np.abs, lambda r, n: r.uniform(-100, 100, n), 0),
 }
 
@@ -302,7 +393,12 @@ def test_math_float32_against_numpy(name, lanes, rng):
     reference, sample, max_ulp = MATH[name]
     size = 4096
     x = sample(rng, size).astype(np.float32)
-    if name in ("exp", "tanh", "sigmoid", "erf"):  # also small arguments, where relative error shows
+    if name in (
+        "exp",
+        "tanh",
+        "sigmoid",
+        "erf",
+    ):  # also small arguments, where relative error shows
         x[: size // 4] = (rng.standard_normal(size // 4) * 0.3).astype(np.float32)
     a, b = aligned(x), aligned(np.zeros(size, np.float32))
     dtype = "float32" if lanes == 1 else f"float32x{lanes}"
@@ -315,8 +411,29 @@ def test_math_float32_against_numpy(name, lanes, rng):
         assert "expf" not in asm and "logf" not in asm and "tanhf" not in asm and "erff" not in asm
 
 
-SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-40, -1e-40, 88.72, 88.73,
-                    -87.5, -103.5, -200.0, 200.0, 1e30, -1e30, 0.5], np.float32)
+SPECIAL = np.array(
+    [
+        0.0,
+        -0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        1.0,
+        -1.0,
+        1e-40,
+        -1e-40,
+        88.72,
+        88.73,
+        -87.5,
+        -103.5,
+        -200.0,
+        200.0,
+        1e30,
+        -1e30,
+        0.5,
+    ],
+    np.float32,
+)
 
 
 @pytest.mark.parametrize("name", ["exp", "log", "log2", "tanh", "sigmoid", "erf"])
@@ -348,11 +465,20 @@ def test_pow_and_integer_abs(rng):
     A, B, C = (Buffer(name, (n,), "float32") for name in "ABC")
     I, J = Buffer("I", (n,), "int32"), Buffer("J", (n,), "int32")
     idx = ramp(i * c(8), 8)
-    body = loop(i, FloorDiv(n, c(8)), Seq((
-        store(C, idx, Call("float32x8", "pow", (load(A, idx), load(B, idx)))),
-        store(J, idx, Call("int32x8", "abs", (load(I, idx),))),
-    )))
-    a, b = aligned(rng.uniform(0.1, 10, 64).astype(np.float32)), aligned(rng.uniform(-3, 3, 64).astype(np.float32))
+    body = loop(
+        i,
+        FloorDiv(n, c(8)),
+        Seq(
+            (
+                store(C, idx, Call("float32x8", "pow", (load(A, idx), load(B, idx)))),
+                store(J, idx, Call("int32x8", "abs", (load(I, idx),))),
+            )
+        ),
+    )
+    a, b = (
+        aligned(rng.uniform(0.1, 10, 64).astype(np.float32)),
+        aligned(rng.uniform(-3, 3, 64).astype(np.float32)),
+    )
     ints = aligned(rng.integers(-1000, 1000, 64).astype(np.int32))
     out, jout = aligned(np.zeros(64, np.float32)), aligned(np.zeros(64, np.int32))
     run(PrimFunc("powabs", (A, B, C, I, J, n), body), a, b, out, ints, jout, 64)
@@ -379,8 +505,11 @@ def test_masked_vector_load_and_store(rng):
     A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
     idx = ramp(i * c(8), 8)
     mask = LT(idx, Broadcast(n, 8))
-    body = loop(i, FloorDiv(Add(n, c(7)), c(8)),
-                store(B, idx, Mul(load(A, idx, mask), Broadcast(c(2.0, "float32"), 8)), mask))
+    body = loop(
+        i,
+        FloorDiv(Add(n, c(7)), c(8)),
+        store(B, idx, Mul(load(A, idx, mask), Broadcast(c(2.0, "float32"), 8)), mask),
+    )
     size = 21
     a = aligned(rng.standard_normal(24).astype(np.float32))
     b = aligned(np.full(24, -7.0, np.float32))
@@ -407,10 +536,16 @@ def test_gather_with_stride_2_and_scatter(rng):
     B = Buffer("B", (c(64),), "float32")
     i = Var("i")
     strided = ramp(i * c(16), 8, stride=2)
-    body = loop(i, 8, Seq((
-        store(B, ramp(i * c(8), 8), load(A, strided)),
-        store(C, strided, load(B, ramp(i * c(8), 8))),
-    )))
+    body = loop(
+        i,
+        8,
+        Seq(
+            (
+                store(B, ramp(i * c(8), 8), load(A, strided)),
+                store(C, strided, load(B, ramp(i * c(8), 8))),
+            )
+        ),
+    )
     a = aligned(rng.standard_normal(128).astype(np.float32))
     b, cc = aligned(np.zeros(64, np.float32)), aligned(np.zeros(128, np.float32))
     run(PrimFunc("gather", (A, B, C), body), a, b, cc)
@@ -440,13 +575,25 @@ def test_vector_reduce(op, dtype, rng):
     acc = Buffer("acc", (c(8),), dtype, scope="local")
     i = Var("i")
     combine = {"add": Add, "max": Max, "min": Min}[op]
-    init = {"add": 0, "max": -1e30 if dtype == "float32" else -(2**31), "min": 1e30 if dtype == "float32" else 2**31 - 1}[op]
+    init = {
+        "add": 0,
+        "max": -1e30 if dtype == "float32" else -(2**31),
+        "min": 1e30 if dtype == "float32" else 2**31 - 1,
+    }[op]
     lanes = ramp(c(0), 8)
-    body = Allocate(acc, c(8), Seq((
-        store(acc, lanes, Broadcast(c(init, dtype), 8)),
-        loop(i, 8, store(acc, lanes, combine(load(acc, lanes), load(A, ramp(i * c(8), 8))))),
-        store(S, c(0), VectorReduce(op, load(acc, lanes))),
-    )))
+    body = Allocate(
+        acc,
+        c(8),
+        Seq(
+            (
+                store(acc, lanes, Broadcast(c(init, dtype), 8)),
+                loop(
+                    i, 8, store(acc, lanes, combine(load(acc, lanes), load(A, ramp(i * c(8), 8))))
+                ),
+                store(S, c(0), VectorReduce(op, load(acc, lanes))),
+            )
+        ),
+    )
     values = rng.standard_normal(64) * 100
     a = aligned(values.astype(dtype))
     s = aligned(np.zeros(1, dtype))
@@ -461,19 +608,45 @@ def test_allocate_local_is_an_alloca_and_global_is_heap(rng):
     A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
     local = Buffer("tmp_local", (c(16),), "float32", scope="local")
     heap = Buffer("tmp_heap", (n,), "float32", scope="global")
-    body = Seq((
-        Allocate(heap, n, Seq((
-            loop(i, n, store(heap, i, Mul(load(A, i), c(3.0, "float32")))),
-            loop(i, n, store(B, i, load(heap, i))),
-        ))),
-        loop(i, FloorDiv(n, c(16)), Allocate(local, c(16), Seq((
-            loop(j, 16, store(local, j, load(B, Add(Mul(i, c(16)), j)))),
-            loop(j, 16, store(B, Add(Mul(i, c(16)), j), Add(load(local, Sub(c(15), j)), c(1.0, "float32")))),
-        )))),
-    ))
+    body = Seq(
+        (
+            Allocate(
+                heap,
+                n,
+                Seq(
+                    (
+                        loop(i, n, store(heap, i, Mul(load(A, i), c(3.0, "float32")))),
+                        loop(i, n, store(B, i, load(heap, i))),
+                    )
+                ),
+            ),
+            loop(
+                i,
+                FloorDiv(n, c(16)),
+                Allocate(
+                    local,
+                    c(16),
+                    Seq(
+                        (
+                            loop(j, 16, store(local, j, load(B, Add(Mul(i, c(16)), j)))),
+                            loop(
+                                j,
+                                16,
+                                store(
+                                    B,
+                                    Add(Mul(i, c(16)), j),
+                                    Add(load(local, Sub(c(15), j)), c(1.0, "float32")),
+                                ),
+                            ),
+                        )
+                    ),
+                ),
+            ),
+        )
+    )
     func = PrimFunc("alloc", (A, B, n), body)
     text = LLVMCodegen().generate(func, TARGET).text
-    assert "alloca [16 x float]" in text and "aligned_alloc" in text and "@\"free\"" in text
+    assert "alloca [16 x float]" in text and "aligned_alloc" in text and '@"free"' in text
     a, b = aligned(rng.standard_normal(64).astype(np.float32)), aligned(np.zeros(64, np.float32))
     run(func, a, b, 64)
     np.testing.assert_allclose(b, (a * 3).reshape(4, 16)[:, ::-1].reshape(-1) + 1, rtol=1e-6)
@@ -483,10 +656,16 @@ def test_large_local_allocation_goes_to_heap():
     local = Buffer("big", (c(100_000),), "float32", scope="local")
     B = Buffer("B", (c(1),), "float32")
     i = Var("i")
-    body = Allocate(local, c(100_000), Seq((
-        loop(i, 100_000, store(local, i, Cast("float32", i))),
-        store(B, c(0), load(local, c(99_999))),
-    )))
+    body = Allocate(
+        local,
+        c(100_000),
+        Seq(
+            (
+                loop(i, 100_000, store(local, i, Cast("float32", i))),
+                store(B, c(0), load(local, c(99_999))),
+            )
+        ),
+    )
     func = PrimFunc("bigalloc", (B,), body)
     assert "aligned_alloc" in LLVMCodegen().generate(func, TARGET).text
     b = aligned(np.zeros(1, np.float32))
@@ -498,11 +677,25 @@ def test_large_local_allocation_goes_to_heap():
 def test_if_then_else_letstmt_attr_evaluate():
     n, i, t = Var("n"), Var("i"), Var("t")
     B = Buffer("B", (n,), "int32")
-    body = loop(i, n, Attr("pragma_unknown", 1, LetStmt(t, Mul(i, i), Seq((
-        Evaluate(c(0)),
-        IfThenElse(LT(t, c(20)), store(B, i, t), store(B, i, c(-1))),
-        IfThenElse(LT(i, c(1)), store(B, i, c(42))),
-    )))))
+    body = loop(
+        i,
+        n,
+        Attr(
+            "pragma_unknown",
+            1,
+            LetStmt(
+                t,
+                Mul(i, i),
+                Seq(
+                    (
+                        Evaluate(c(0)),
+                        IfThenElse(LT(t, c(20)), store(B, i, t), store(B, i, c(-1))),
+                        IfThenElse(LT(i, c(1)), store(B, i, c(42))),
+                    )
+                ),
+            ),
+        ),
+    )
     b = aligned(np.zeros(8, np.int32))
     run(PrimFunc("ctrl", (B, n), body), b, 8)
     np.testing.assert_array_equal(b, [42, 1, 4, 9, 16, -1, -1, -1])
@@ -511,10 +704,16 @@ def test_if_then_else_letstmt_attr_evaluate():
 def test_unrolled_and_vectorized_loop_kinds_run_serially_with_hints():
     n, i = Var("n"), Var("i")
     B = Buffer("B", (n,), "int32")
-    func = PrimFunc("kinds", (B, n), Seq((
-        loop(i, n, store(B, i, i), kind=LoopKind.VECTORIZED),
-        loop(i, n, store(B, i, Add(load(B, i), c(1))), kind=LoopKind.UNROLLED),
-    )))
+    func = PrimFunc(
+        "kinds",
+        (B, n),
+        Seq(
+            (
+                loop(i, n, store(B, i, i), kind=LoopKind.VECTORIZED),
+                loop(i, n, store(B, i, Add(load(B, i), c(1))), kind=LoopKind.UNROLLED),
+            )
+        ),
+    )
     source = LLVMCodegen().generate(func, TARGET)
     assert "llvm.loop.vectorize.enable" in source.text and "llvm.loop.unroll.enable" in source.text
     b = aligned(np.zeros(33, np.int32))
@@ -527,10 +726,17 @@ def _parallel_scale(kind=LoopKind.PARALLEL):
     n, i, alpha = Var("n"), Var("i"), Var("alpha", "float32")
     A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
     T = Buffer("T", (n,), "int32")
-    body = loop(i, n, Seq((
-        store(B, i, Mul(load(A, i), alpha)),
-        store(T, i, Call("int32", "omp_get_thread_num", ())),
-    )), kind=kind)
+    body = loop(
+        i,
+        n,
+        Seq(
+            (
+                store(B, i, Mul(load(A, i), alpha)),
+                store(T, i, Call("int32", "omp_get_thread_num", ())),
+            )
+        ),
+        kind=kind,
+    )
     return PrimFunc("pscale", (A, B, T, alpha, n), body)
 
 
@@ -572,18 +778,45 @@ def test_nested_parallel_runs_inner_serially_with_local_and_heap_buffers(monkeyp
     row = Buffer("row", (c(cols),), "float32", scope="local")
     heap = Buffer("heap", (c(cols),), "float32", scope="global")
     offset = Mul(i, c(cols))
-    body = loop(i, m, Allocate(row, c(cols), Allocate(heap, c(cols), Seq((
-        loop(j, cols, store(row, j, load(A, Add(offset, j))), kind=LoopKind.PARALLEL),
-        loop(k, cols, store(heap, k, Add(load(row, k), c(1.0, "float32")))),
-        loop(j, cols, store(B, Add(offset, j), Mul(load(heap, Sub(c(cols - 1), j)), Cast("float32", i)))),
-    )))), kind=LoopKind.PARALLEL)
+    body = loop(
+        i,
+        m,
+        Allocate(
+            row,
+            c(cols),
+            Allocate(
+                heap,
+                c(cols),
+                Seq(
+                    (
+                        loop(
+                            j, cols, store(row, j, load(A, Add(offset, j))), kind=LoopKind.PARALLEL
+                        ),
+                        loop(k, cols, store(heap, k, Add(load(row, k), c(1.0, "float32")))),
+                        loop(
+                            j,
+                            cols,
+                            store(
+                                B,
+                                Add(offset, j),
+                                Mul(load(heap, Sub(c(cols - 1), j)), Cast("float32", i)),
+                            ),
+                        ),
+                    )
+                ),
+            ),
+        ),
+        kind=LoopKind.PARALLEL,
+    )
     func = PrimFunc("nested", (A, B, m), body)
     source = LLVMCodegen().generate(func, TARGET)
-    assert source.text.count("call void @\"GOMP_parallel\"") == 1  # the inner one is serial
+    assert source.text.count('call void @"GOMP_parallel"') == 1  # the inner one is serial
     a = aligned(rng.standard_normal((rows, cols)).astype(np.float32))
     b = aligned(np.zeros((rows, cols), np.float32))
     run(func, a, b, rows)
-    np.testing.assert_allclose(b, (a[:, ::-1] + 1) * np.arange(rows, dtype=np.float32)[:, None], rtol=1e-6)
+    np.testing.assert_allclose(
+        b, (a[:, ::-1] + 1) * np.arange(rows, dtype=np.float32)[:, None], rtol=1e-6
+    )
 
 
 def test_parallel_vectorized_body_and_symbolic_min(monkeypatch, rng):
@@ -591,8 +824,13 @@ def test_parallel_vectorized_body_and_symbolic_min(monkeypatch, rng):
     n, i, lo = Var("n"), Var("i"), Var("lo")
     A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
     idx = ramp(i * c(8), 8)
-    body = For(i, lo, Sub(FloorDiv(n, c(8)), lo),
-               store(B, idx, Call("float32x8", "sigmoid", (load(A, idx),))), LoopKind.PARALLEL)
+    body = For(
+        i,
+        lo,
+        Sub(FloorDiv(n, c(8)), lo),
+        store(B, idx, Call("float32x8", "sigmoid", (load(A, idx),))),
+        LoopKind.PARALLEL,
+    )
     a = aligned(rng.standard_normal(256).astype(np.float32))
     b = aligned(np.zeros(256, np.float32))
     run(PrimFunc("psig", (A, B, n, lo), body), a, b, 256, 2)
@@ -624,7 +862,12 @@ def test_thread_binding_and_integer_div_are_build_errors():
 def test_unknown_intrinsic_is_a_build_error():
     B = Buffer("B", (c(1),), "float32")
     with pytest.raises(BuildError, match="'bad'.*'frobnicate'"):
-        LLVMCodegen().generate(PrimFunc("bad", (B,), store(B, c(0), Call("float32", "frobnicate", (c(1.0, "float32"),)))), TARGET)
+        LLVMCodegen().generate(
+            PrimFunc(
+                "bad", (B,), store(B, c(0), Call("float32", "frobnicate", (c(1.0, "float32"),)))
+            ),
+            TARGET,
+        )
 
 
 def test_get_source_formats():
@@ -633,3 +876,29 @@ def test_get_source_formats():
     assert "src:" in exe.get_source("asm")
     with pytest.raises(BuildError):
         exe.get_source("ptx")
+
+
+def test_kernels_with_one_name_coexist_and_outlive_each_other(rng):
+    import gc
+
+    def scale(factor):
+        n, i = Var("n"), Var("i")
+        A = Buffer("A", (n,), "float32")
+        body = loop(i, n, store(A, i, Mul(load(A, i), c(factor, "float32"))))
+        return compile_func(PrimFunc("same_name", (A, n), body))[1]
+
+    doubler, tripler = scale(2.0), scale(3.0)
+    a = aligned(np.ones(16, np.float32))
+    doubler.call([a.ctypes.data, 16])
+    del doubler
+    gc.collect()
+    tripler.call([a.ctypes.data, 16])
+    np.testing.assert_array_equal(a, 6.0)
+
+
+def test_missing_external_symbol_is_a_build_error():
+    from tensorforge.codegen.base import KernelSource
+
+    text = "declare void @tf_no_such_symbol()\ndefine void @f() {\n  call void @tf_no_such_symbol()\n  ret void\n}\n"
+    with pytest.raises(BuildError, match="tf_no_such_symbol"):
+        LLVMExecutable(KernelSource("llvm", "f", text, ()), TARGET)

@@ -16,13 +16,30 @@ from llvmlite import ir
 
 from tensorforge.codegen.base import KernelSource, Param
 from tensorforge.codegen.llvm_expr import (
-    I1, I32, I64, PTR, ExprEmitter, element_bytes, memory_type, value_type,
+    I1,
+    I32,
+    I64,
+    PTR,
+    ExprEmitter,
+    element_bytes,
+    memory_type,
+    value_type,
 )
 from tensorforge.codegen.llvm_math import mangle
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.stmt import (
-    Allocate, Attr, BufferStore, Evaluate, For, IfThenElse, LetStmt, LoopKind, PrimFunc, Seq, Stmt,
+    Allocate,
+    Attr,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoopKind,
+    PrimFunc,
+    Seq,
+    Stmt,
     Sync,
 )
 from tensorforge.ir.visit import walk
@@ -31,8 +48,10 @@ from tensorforge.te.expr import Const, Expr, Var
 
 NUM_THREADS_GLOBAL = "__tf_num_threads"
 _STACK_LIMIT = 64 * 1024  # "local" buffers up to this many bytes live on the stack
-_LOOP_HINTS = {LoopKind.UNROLLED: "llvm.loop.unroll.enable",
-               LoopKind.VECTORIZED: "llvm.loop.vectorize.enable"}
+_LOOP_HINTS = {
+    LoopKind.UNROLLED: "llvm.loop.unroll.enable",
+    LoopKind.VECTORIZED: "llvm.loop.vectorize.enable",
+}
 
 
 @functools.lru_cache(maxsize=8)
@@ -50,13 +69,17 @@ class LLVMCodegen:
 
     def generate(self, func: PrimFunc, target) -> KernelSource:
         if target.kind != "llvm":
-            raise BuildError(f"llvm codegen of '{func.name}': target {target} is not an llvm target")
+            raise BuildError(
+                f"llvm codegen of '{func.name}': target {target} is not an llvm target"
+            )
         try:
             return self._generate(func, target)
         except BuildError:
             raise
         except (TypeError, ValueError, KeyError, AttributeError, AssertionError) as err:
-            raise BuildError(f"llvm codegen of '{func.name}' failed: {type(err).__name__}: {err}") from err
+            raise BuildError(
+                f"llvm codegen of '{func.name}' failed: {type(err).__name__}: {err}"
+            ) from err
 
     def _generate(self, func: PrimFunc, target) -> KernelSource:
         module = ir.Module(name=func.name)
@@ -77,21 +100,33 @@ class LLVMCodegen:
         emitter.stmt(func.body)
         emitter.builder.ret_void()
         extra = {"num_threads_global": NUM_THREADS_GLOBAL} if state.parallel_loops else {}
-        return KernelSource(target="llvm", entry=func.name, text=str(module), params=params,
-                            target_string=str(target), extra=extra)
+        return KernelSource(
+            target="llvm",
+            entry=func.name,
+            text=str(module),
+            params=params,
+            target_string=str(target),
+            extra=extra,
+        )
 
 
 def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
     """The calling metadata: buffers with their shapes, scalars marked when a shape binds them."""
-    shape_names = {e.name for p in func.params if isinstance(p, Buffer) for e in p.shape if isinstance(e, Var)}
+    shape_names = {
+        e.name for p in func.params if isinstance(p, Buffer) for e in p.shape if isinstance(e, Var)
+    }
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
-            shape = tuple(int(e.value) if isinstance(e, Const) else e.name if isinstance(e, Var) else str(e)
-                          for e in p.shape)
+            shape = tuple(
+                int(e.value) if isinstance(e, Const) else e.name if isinstance(e, Var) else str(e)
+                for e in p.shape
+            )
             params.append(Param(p.name, "buffer", p.dtype, shape))
         else:
-            params.append(Param(p.name, "scalar", p.dtype, (), bound_from_shape=p.name in shape_names))
+            params.append(
+                Param(p.name, "scalar", p.dtype, (), bound_from_shape=p.name in shape_names)
+            )
     return tuple(params)
 
 
@@ -182,12 +217,18 @@ class _FunctionEmitter(ExprEmitter):
 
     def _store(self, s: BufferStore) -> None:
         if len(s.indices) != 1:
-            raise self.fail(f"store to '{s.buffer.name}' has {len(s.indices)} indices, expected one flat index")
+            raise self.fail(
+                f"store to '{s.buffer.name}' has {len(s.indices)} indices, expected one flat index"
+            )
         b, buffer = self.builder, s.buffer
         value = self.expr(s.value)
         if dt.is_bool(buffer.dtype):
-            value = b.zext(value, ir.VectorType(memory_type("bool"), value.type.count)
-                           if isinstance(value.type, ir.VectorType) else memory_type("bool"))
+            value = b.zext(
+                value,
+                ir.VectorType(memory_type("bool"), value.type.count)
+                if isinstance(value.type, ir.VectorType)
+                else memory_type("bool"),
+            )
         kind, ptr, lanes = self.access(buffer, s.indices[0])
         if lanes > 1 and not isinstance(value.type, ir.VectorType):
             value = self.splat(value, lanes)
@@ -204,15 +245,22 @@ class _FunctionEmitter(ExprEmitter):
                 b.store(b.extract_element(value, i), b.extract_element(ptr, i), align=align)
         else:
             name = "llvm.masked.store" if kind == "contiguous" else "llvm.masked.scatter"
-            fn = self.state.function(f"{name}.{mangle(value.type)}.{mangle(ptr.type)}", ir.VoidType(),
-                                     [value.type, ptr.type, I32, mask.type])
+            fn = self.state.function(
+                f"{name}.{mangle(value.type)}.{mangle(ptr.type)}",
+                ir.VoidType(),
+                [value.type, ptr.type, I32, mask.type],
+            )
             b.call(fn, [value, ptr, ir.Constant(I32, align), mask])
 
     def _allocate(self, s: Allocate) -> None:
         buffer, b = s.buffer, self.builder
         elem, nbytes = memory_type(buffer.dtype), element_bytes(buffer.dtype)
         extent = s.extent
-        if buffer.scope == "local" and isinstance(extent, Const) and int(extent.value) * nbytes <= _STACK_LIMIT:
+        if (
+            buffer.scope == "local"
+            and isinstance(extent, Const)
+            and int(extent.value) * nbytes <= _STACK_LIMIT
+        ):
             ptr = self.alloca(ir.ArrayType(elem, max(1, int(extent.value))), name=buffer.name)
             with self.bound_buffer(buffer, ptr):
                 self.stmt(s.body)
@@ -221,8 +269,11 @@ class _FunctionEmitter(ExprEmitter):
         size = b.mul(self.index64(extent), ir.Constant(I64, nbytes))
         size = b.and_(b.add(size, ir.Constant(I64, 63)), ir.Constant(I64, -64))
         size = b.select(b.icmp_signed("<", size, ir.Constant(I64, 64)), ir.Constant(I64, 64), size)
-        ptr = b.call(self.state.function("aligned_alloc", PTR, [I64, I64]), [ir.Constant(I64, 64), size],
-                     name=buffer.name)
+        ptr = b.call(
+            self.state.function("aligned_alloc", PTR, [I64, I64]),
+            [ir.Constant(I64, 64), size],
+            name=buffer.name,
+        )
         with self.bound_buffer(buffer, ptr):
             self.stmt(s.body)
         b.call(self.state.function("free", ir.VoidType(), [PTR]), [ptr])
@@ -230,8 +281,10 @@ class _FunctionEmitter(ExprEmitter):
     # -- loops ------------------------------------------------------------------------------------
     def _for(self, loop: For) -> None:
         if loop.kind == LoopKind.THREAD_BINDING:
-            raise self.fail(f"loop '{loop.var.name}' is bound to {loop.thread_tag or 'a GPU thread'}, "
-                            f"which a CPU target cannot run")
+            raise self.fail(
+                f"loop '{loop.var.name}' is bound to {loop.thread_tag or 'a GPU thread'}, "
+                f"which a CPU target cannot run"
+            )
         begin = self._loop_bound(loop.min, loop.var)
         extent = self._loop_bound(loop.extent, loop.var)
         if loop.kind == LoopKind.PARALLEL and not self.in_parallel:  # nested parallel: serial
@@ -243,7 +296,9 @@ class _FunctionEmitter(ExprEmitter):
     def _loop_bound(self, e: Expr, var: Var) -> ir.Value:
         return self.cast(self.expr(e), e.dtype, var.dtype)
 
-    def serial_loop(self, var: Var, begin: ir.Value, end: ir.Value, body: Stmt, hint: str | None) -> None:
+    def serial_loop(
+        self, var: Var, begin: ir.Value, end: ir.Value, body: Stmt, hint: str | None
+    ) -> None:
         """for var in [begin, end): body, as a guarded do-while loop (the shape LLVM rotates to)."""
         b = self.builder
         before = b.block
@@ -264,7 +319,9 @@ class _FunctionEmitter(ExprEmitter):
 
     def _loop_id(self, hint: str) -> ir.MDValue:
         """`!N = distinct !{!N, !{!"<hint>", i1 true}}` (llvm.loop ids refer to themselves)."""
-        option = self.module.add_metadata([ir.MetaDataString(self.module, hint), ir.Constant(I1, 1)])
+        option = self.module.add_metadata(
+            [ir.MetaDataString(self.module, hint), ir.Constant(I1, 1)]
+        )
         loop_id = ir.MDValue(self.module, [option], name=str(len(self.module.metadata)))
         loop_id.operands = (loop_id, option)
         return loop_id
@@ -281,18 +338,35 @@ class _FunctionEmitter(ExprEmitter):
         k = state.parallel_loops
         state.parallel_loops += 1
         used = list(walk(loop.body))
-        free_vars = [v for v in dict.fromkeys(n for n in used if isinstance(n, Var)) if v in self.vars]
-        free_buffers = [buf for buf in dict.fromkeys(n.buffer for n in used if isinstance(n, (BufferLoad, BufferStore)))
-                        if buf in self.buffers]
+        free_vars = [
+            v for v in dict.fromkeys(n for n in used if isinstance(n, Var)) if v in self.vars
+        ]
+        free_buffers = [
+            buf
+            for buf in dict.fromkeys(
+                n.buffer for n in used if isinstance(n, (BufferLoad, BufferStore))
+            )
+            if buf in self.buffers
+        ]
         captured = [self.buffers[buf] for buf in free_buffers] + [self.vars[v] for v in free_vars]
         closure_type = ir.LiteralStructType([c.type for c in captured] + [begin.type, extent.type])
         closure = self.alloca(closure_type, name=f"closure.{loop.var.name}")
         for i, value in enumerate(captured + [begin, extent]):
-            b.store(value, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
-                                 source_etype=closure_type))
+            b.store(
+                value,
+                b.gep(
+                    closure,
+                    [ir.Constant(I32, 0), ir.Constant(I32, i)],
+                    inbounds=True,
+                    source_etype=closure_type,
+                ),
+            )
         # body(buffers..., vars..., begin, end)
-        body_fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [c.type for c in captured] + [begin.type] * 2),
-                              name=f"{state.func_name}.parallel{k}.body")
+        body_fn = ir.Function(
+            self.module,
+            ir.FunctionType(ir.VoidType(), [c.type for c in captured] + [begin.type] * 2),
+            name=f"{state.func_name}.parallel{k}.body",
+        )
         body_fn.linkage = "internal"
         inner = _FunctionEmitter(state, body_fn, in_parallel=True)
         for i, buf in enumerate(free_buffers):
@@ -301,20 +375,33 @@ class _FunctionEmitter(ExprEmitter):
             arg.attributes.add("noalias")
             arg.attributes.align = 64
             inner.buffers[buf] = arg
-        for arg, v in zip(body_fn.args[len(free_buffers):], free_vars):
+        for arg, v in zip(body_fn.args[len(free_buffers) :], free_vars):
             arg.name = v.name
             inner.vars[v] = arg
         chunk_begin, chunk_end = body_fn.args[-2], body_fn.args[-1]
         inner.serial_loop(loop.var, chunk_begin, chunk_end, loop.body, None)
         inner.builder.ret_void()
         # trampoline(closure): unpack, take this thread's share [begin + t*n/T, begin + (t+1)*n/T)
-        tramp = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=f"{state.func_name}.parallel{k}")
+        tramp = ir.Function(
+            self.module,
+            ir.FunctionType(ir.VoidType(), [PTR]),
+            name=f"{state.func_name}.parallel{k}",
+        )
         tramp.linkage = "internal"
         tramp.attributes.add("nounwind")
         tb = ir.IRBuilder(tramp.append_basic_block("entry"))
-        fields = [tb.load(tb.gep(tramp.args[0], [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
-                                 source_etype=closure_type), typ=ty)
-                  for i, ty in enumerate(closure_type.elements)]
+        fields = [
+            tb.load(
+                tb.gep(
+                    tramp.args[0],
+                    [ir.Constant(I32, 0), ir.Constant(I32, i)],
+                    inbounds=True,
+                    source_etype=closure_type,
+                ),
+                typ=ty,
+            )
+            for i, ty in enumerate(closure_type.elements)
+        ]
         lo, n = fields[-2], fields[-1]
         thread = tb.sext(tb.call(state.function("omp_get_thread_num", I32, []), []), I64)
         threads = tb.sext(tb.call(state.function("omp_get_num_threads", I32, []), []), I64)

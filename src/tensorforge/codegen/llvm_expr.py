@@ -10,8 +10,30 @@ from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Let, Max,
-    Min, Mul, Not, Or, Select, Sub, Var,
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    NE,
+    Add,
+    And,
+    Call,
+    Cast,
+    Const,
+    Div,
+    Expr,
+    FloorDiv,
+    FloorMod,
+    Let,
+    Max,
+    Min,
+    Mul,
+    Not,
+    Or,
+    Select,
+    Sub,
+    Var,
 )
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -19,9 +41,18 @@ PTR = ir.PointerType()
 FLOAT = ("contract",)  # lets a*b + c become an FMA; every other IEEE rule stays
 
 _SCALAR = {
-    "bool": I1, "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64, "uint8": I8,
-    "uint16": ir.IntType(16), "uint32": I32, "uint64": I64, "float16": ir.HalfType(),
-    "float32": ir.FloatType(), "float64": ir.DoubleType(),
+    "bool": I1,
+    "int8": I8,
+    "int16": ir.IntType(16),
+    "int32": I32,
+    "int64": I64,
+    "uint8": I8,
+    "uint16": ir.IntType(16),
+    "uint32": I32,
+    "uint64": I64,
+    "float16": ir.HalfType(),
+    "float32": ir.FloatType(),
+    "float64": ir.DoubleType(),
 }
 _CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
 
@@ -116,11 +147,11 @@ class ExprEmitter:
                 return self._vector_reduce(op, value.dtype, self.expr(value))
         raise self.fail(f"cannot generate code for {type(e).__name__} ({e}); is the IR lowered?")
 
-    def bound(self, var: Var, value: ir.Value) -> "_Binding":
+    def bound(self, var: Var, value: ir.Value) -> _Binding:
         """`with self.bound(var, value):` binds var inside the block."""
         return _Binding(self.vars, var, value)
 
-    def bound_buffer(self, buffer: Buffer, ptr: ir.Value) -> "_Binding":
+    def bound_buffer(self, buffer: Buffer, ptr: ir.Value) -> _Binding:
         return _Binding(self.buffers, buffer, ptr)
 
     # -- arithmetic -------------------------------------------------------------------------------
@@ -139,8 +170,10 @@ class ExprEmitter:
                 return self.call_overloaded("llvm.floor", b.fdiv(a, d))
             r = b.frem(a, d)  # C fmod, then move to the divisor's sign (Python's %)
             zero = splat_constant(r.type, 0.0)
-            fix = b.and_(b.fcmp_ordered("!=", r, zero),
-                         b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", d, zero)))
+            fix = b.and_(
+                b.fcmp_ordered("!=", r, zero),
+                b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", d, zero)),
+            )
             return b.select(fix, b.fadd(r, d), r)
         if dt.is_unsigned(dtype) or dt.is_bool(dtype):
             return b.udiv(a, d) if is_div else b.urem(a, d)
@@ -179,7 +212,11 @@ class ExprEmitter:
             return v
         if dt.is_bool(d):
             zero = splat_constant(v.type, 0.0 if dt.is_float(s) else 0)
-            return b.fcmp_unordered("!=", v, zero) if dt.is_float(s) else b.icmp_unsigned("!=", v, zero)
+            return (
+                b.fcmp_unordered("!=", v, zero)
+                if dt.is_float(s)
+                else b.icmp_unsigned("!=", v, zero)
+            )
         if dt.is_float(s) and dt.is_float(d):
             return b.fpext(v, ty) if dt.bits_of(d) > dt.bits_of(s) else b.fptrunc(v, ty)
         if dt.is_float(s):
@@ -216,31 +253,44 @@ class ExprEmitter:
         elem = v.type.element
         if dt.is_float(dtype):
             if op == "add":
-                fn = intrinsic(self.module, f"llvm.vector.reduce.fadd.{llvm_math.mangle(v.type)}",
-                               elem, [elem, v.type])
+                fn = intrinsic(
+                    self.module,
+                    f"llvm.vector.reduce.fadd.{llvm_math.mangle(v.type)}",
+                    elem,
+                    [elem, v.type],
+                )
                 # reassoc: a tree of vector adds instead of a lane-by-lane chain
-                return self.builder.call(fn, [ir.Constant(elem, -0.0), v], fastmath=("reassoc", "contract"))
+                return self.builder.call(
+                    fn, [ir.Constant(elem, -0.0), v], fastmath=("reassoc", "contract")
+                )
             name = {"max": "fmax", "min": "fmin"}.get(op)
         elif op == "add":
             name = "add"
         else:
             signed = not (dt.is_unsigned(dtype) or dt.is_bool(dtype))
-            name = {"max": "smax" if signed else "umax", "min": "smin" if signed else "umin"}.get(op)
+            name = {"max": "smax" if signed else "umax", "min": "smin" if signed else "umin"}.get(
+                op
+            )
         if name is None:
             raise self.fail(f"VectorReduce op {op!r} is not one of add, max, min")
-        fn = intrinsic(self.module, f"llvm.vector.reduce.{name}.{llvm_math.mangle(v.type)}", elem, [v.type])
+        fn = intrinsic(
+            self.module, f"llvm.vector.reduce.{name}.{llvm_math.mangle(v.type)}", elem, [v.type]
+        )
         return self.builder.call(fn, [v])
 
     # -- memory -----------------------------------------------------------------------------------
     def buffer_ptr(self, buffer: Buffer) -> ir.Value:
         if buffer not in self.buffers:
-            raise self.fail(f"buffer '{buffer.name}' is accessed but is neither a parameter nor allocated")
+            raise self.fail(
+                f"buffer '{buffer.name}' is accessed but is neither a parameter nor allocated"
+            )
         return self.buffers[buffer]
 
     def element_ptr(self, buffer: Buffer, index: ir.Value) -> ir.Value:
         """&buffer[index] for a scalar index (a vector index gives a vector of pointers)."""
-        ptr = self.builder.gep(self.buffer_ptr(buffer), [index], inbounds=True,
-                               source_etype=memory_type(buffer.dtype))
+        ptr = self.builder.gep(
+            self.buffer_ptr(buffer), [index], inbounds=True, source_etype=memory_type(buffer.dtype)
+        )
         if isinstance(index.type, ir.VectorType):
             ptr.type = ir.VectorType(PTR, index.type.count)
         return ptr
@@ -265,7 +315,9 @@ class ExprEmitter:
 
     def _load(self, e: BufferLoad) -> ir.Value:
         if len(e.indices) != 1:
-            raise self.fail(f"load of '{e.buffer.name}' has {len(e.indices)} indices, expected one flat index")
+            raise self.fail(
+                f"load of '{e.buffer.name}' has {len(e.indices)} indices, expected one flat index"
+            )
         b, buffer = self.builder, e.buffer
         kind, ptr, lanes = self.access(buffer, e.indices[0])
         elem, align = memory_type(buffer.dtype), element_bytes(buffer.dtype)
@@ -283,17 +335,27 @@ class ExprEmitter:
         elif kind == "contiguous" and mask is None:
             value = b.load(ptr, typ=vty, align=align)
         elif kind == "contiguous":
-            fn = intrinsic(self.module, f"llvm.masked.load.{llvm_math.mangle(vty)}.p0", vty,
-                           [PTR, I32, mask.type, vty])
+            fn = intrinsic(
+                self.module,
+                f"llvm.masked.load.{llvm_math.mangle(vty)}.p0",
+                vty,
+                [PTR, I32, mask.type, vty],
+            )
             value = b.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vty, None)])
         elif mask is None:  # gather as scalar loads: cheaper than vgather on most x86 cores
             value = ir.Constant(vty, ir.Undefined)
             for lane in range(lanes):
                 lane_ptr = b.extract_element(ptr, ir.Constant(I32, lane))
-                value = b.insert_element(value, b.load(lane_ptr, typ=elem, align=align), ir.Constant(I32, lane))
+                value = b.insert_element(
+                    value, b.load(lane_ptr, typ=elem, align=align), ir.Constant(I32, lane)
+                )
         else:
-            fn = intrinsic(self.module, f"llvm.masked.gather.{llvm_math.mangle(vty)}.{llvm_math.mangle(ptr.type)}",
-                           vty, [ptr.type, I32, mask.type, vty])
+            fn = intrinsic(
+                self.module,
+                f"llvm.masked.gather.{llvm_math.mangle(vty)}.{llvm_math.mangle(ptr.type)}",
+                vty,
+                [ptr.type, I32, mask.type, vty],
+            )
             value = b.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vty, None)])
         if dt.is_bool(buffer.dtype):
             value = b.icmp_unsigned("!=", value, splat_constant(value.type, 0))
@@ -301,8 +363,9 @@ class ExprEmitter:
 
     # -- math -------------------------------------------------------------------------------------
     def call_overloaded(self, base: str, *args: ir.Value, fastmath: tuple = ()) -> ir.Value:
-        return self.builder.call(overloaded(self.module, base, args[0].type, len(args)), list(args),
-                                 fastmath=fastmath)
+        return self.builder.call(
+            overloaded(self.module, base, args[0].type, len(args)), list(args), fastmath=fastmath
+        )
 
     def _call(self, e: Call) -> ir.Value:
         b, name = self.builder, e.name
@@ -331,8 +394,13 @@ class ExprEmitter:
     def _float_call(self, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
         b, x = self.builder, args[0]
         one = splat_constant(x.type, 1.0)
-        simple = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil",
-                  "round": "llvm.roundeven", "pow": "llvm.pow"}  # round: half to even, like numpy
+        simple = {
+            "sqrt": "llvm.sqrt",
+            "floor": "llvm.floor",
+            "ceil": "llvm.ceil",
+            "round": "llvm.roundeven",
+            "pow": "llvm.pow",
+        }  # round: half to even, like numpy
         if name in simple:
             return self.call_overloaded(simple[name], *args)
         if name == "rsqrt":
@@ -347,8 +415,10 @@ class ExprEmitter:
             return b.select(b.fcmp_ordered("<", x, splat_constant(x.type, 0.0)), b.fmul(e, r), r)
         if name == "erf":
             return self._per_lane_libm("erf", x)
-        raise self.fail(f"unknown intrinsic {name!r} (known: exp log log2 sqrt rsqrt tanh sigmoid "
-                        f"erf floor ceil round abs pow)")
+        raise self.fail(
+            f"unknown intrinsic {name!r} (known: exp log log2 sqrt rsqrt tanh sigmoid "
+            f"erf floor ceil round abs pow)"
+        )
 
     def _per_lane_libm(self, symbol: str, x: ir.Value) -> ir.Value:
         b = self.builder

@@ -19,12 +19,21 @@ from tensorforge.codegen.base import KernelSource
 from tensorforge.errors import BuildError
 from tensorforge.target import Target
 
-NUM_THREADS_GLOBAL = "__tf_num_threads"  # the module global PARALLEL loops read their team size from
+NUM_THREADS_GLOBAL = (
+    "__tf_num_threads"  # the module global PARALLEL loops read their team size from
+)
 _lock = threading.Lock()
 _CTYPES = {
-    "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
-    "int64": ctypes.c_int64, "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16,
-    "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64, "float32": ctypes.c_float,
+    "bool": ctypes.c_bool,
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
     "float64": ctypes.c_double,
 }
 
@@ -44,13 +53,16 @@ def _load_libgomp() -> None:
     try:
         llvm.load_library_permanently(name)
     except RuntimeError as err:
-        raise BuildError(f"PARALLEL loops need libgomp, which could not be loaded ({name}): {err}") from err
+        raise BuildError(
+            f"PARALLEL loops need libgomp, which could not be loaded ({name}): {err}"
+        ) from err
 
 
 def _target_machine(target: Target) -> llvm.TargetMachine:
     """A fresh TargetMachine for target's CPU (an ExecutionEngine takes ownership of one)."""
-    return _initialize().create_target_machine(cpu=target.mcpu, features=target.features, opt=3,
-                                               jit=True)
+    return _initialize().create_target_machine(
+        cpu=target.mcpu, features=target.features, opt=3, jit=True
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -100,8 +112,10 @@ class LLVMExecutable:
             elif p.dtype in _CTYPES:
                 argtypes.append(_CTYPES[p.dtype])
             else:
-                raise BuildError(f"'{source.entry}': scalar parameter '{p.name}' of dtype {p.dtype} "
-                                 f"cannot be passed from Python")
+                raise BuildError(
+                    f"'{source.entry}': scalar parameter '{p.name}' of dtype {p.dtype} "
+                    f"cannot be passed from Python"
+                )
         self._asm: str | None = None
         self._threads: ctypes.c_int32 | None = None
         # NOTE: llvmlite parses into LLVM's global context, which is not thread-safe, and ctypes
@@ -123,7 +137,9 @@ class LLVMExecutable:
             _load_libgomp()
         threads_global = source.extra.get("num_threads_global", NUM_THREADS_GLOBAL)
         has_threads_global = any(g.name == threads_global for g in module.global_variables)
-        external = [f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")]
+        external = [
+            f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")
+        ]
         # NOTE: the engine owns the module and a machine of its own; self keeps the engine alive,
         # and with it the code the function pointer points into.
         self._engine = llvm.create_mcjit_compiler(module, _target_machine(target))
@@ -135,7 +151,9 @@ class LLVMExecutable:
         if not address:
             raise BuildError(f"'{source.entry}': the JIT found no function of that name")
         if has_threads_global:
-            self._threads = ctypes.c_int32.from_address(self._engine.get_global_value_address(threads_global))
+            self._threads = ctypes.c_int32.from_address(
+                self._engine.get_global_value_address(threads_global)
+            )
         return address
 
     def call(self, raw_args: list) -> None:
@@ -145,7 +163,7 @@ class LLVMExecutable:
         self._function(*raw_args)
 
     def get_source(self, fmt: str = "ll") -> str:
-        """"ll": the optimized LLVM IR; "asm": the machine code as assembly."""
+        """ "ll": the optimized LLVM IR; "asm": the machine code as assembly."""
         if fmt in ("ll", "llvm", ""):
             return self._optimized_ir
         if fmt in ("asm", "s"):
@@ -154,4 +172,6 @@ class LLVMExecutable:
                 with _lock:
                     self._asm = machine.emit_assembly(llvm.parse_assembly(self._optimized_ir))
             return self._asm
-        raise BuildError(f"get_source: unknown format {fmt!r} for an llvm kernel; use 'll' or 'asm'")
+        raise BuildError(
+            f"get_source: unknown format {fmt!r} for an llvm kernel; use 'll' or 'asm'"
+        )

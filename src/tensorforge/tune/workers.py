@@ -7,6 +7,7 @@ hangs costs only the item it was working on.
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -24,9 +25,15 @@ def mp_context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
+def _child_entry(target: Callable[..., Any], *args: Any) -> None:
+    # A crash is reported by the parent; no faulthandler dump from the child (pytest enables it).
+    faulthandler.disable()
+    target(*args)
+
+
 def start_process(target: Callable[..., Any], args: tuple) -> Any:
     """Start `target(*args)` in a forked child; returns the Process."""
-    proc = mp_context().Process(target=target, args=args, daemon=True)
+    proc = mp_context().Process(target=_child_entry, args=(target, *args), daemon=True)
     with warnings.catch_warnings():  # Python 3.12 warns about forking a threaded process
         warnings.simplefilter("ignore", DeprecationWarning)
         proc.start()
@@ -143,7 +150,7 @@ def fork_map(
                 proc, chunk, position, deadline = workers[conn]
                 restart = None
                 try:
-                    while conn.poll():
+                    while position < len(chunk) and conn.poll():
                         k, (status, value) = conn.recv()
                         results[chunk[k]] = value if status == "ok" else Failure("error", value)
                         position = k + 1

@@ -5,7 +5,8 @@ in between. The pass walks each statement sequence in program order, tracking th
 buffers written and read since the last barrier; before a statement that reads a buffer written
 since then (read-after-write), or writes one read or written since then (write-after-read,
 write-after-write), it inserts a Sync. Loops are walked twice, with the state at the end of the
-body flowing back to its top, so the next iteration's writes wait for this iteration's reads.
+body flowing back to its top, so the next iteration's writes wait for this iteration's reads;
+a conflict between a loop and what precedes it is settled by one Sync before the loop.
 
 A barrier must be reached by every thread of the block, so syncs go only where control flow
 is uniform: inside THREAD_BINDING loops (which are not loops at run time), serial loops whose
@@ -140,6 +141,11 @@ class _Planner:
         return None, state | access
 
     def _loop(self, s: For, state: _Pending) -> tuple[Stmt, _Pending]:
+        # A conflict with what came before the loop is settled once, before it, rather than on
+        # every iteration (a tile read in an unrolled inner loop must not sync per step).
+        prefix = None
+        if state.conflicts(_accesses(s.body)):
+            prefix, state = Sync(), _EMPTY
         entry = state
         body, end = self.visit(s.body, entry)
         for _ in range(_MAX_LOOP_PASSES):
@@ -151,7 +157,8 @@ class _Planner:
         else:  # NOTE: not settled (never seen): a barrier at the top of every iteration is safe
             body, end = self.visit(s.body, _EMPTY)
             body = seq(Sync(), body)
-        return _replace(s, body=body), state | end
+        loop = _replace(s, body=body)
+        return (seq(prefix, loop) if prefix else loop), state | end
 
     def _uniform(self, e: E.Expr) -> bool:
         """True if `e` has the same value in every thread of a block (conservatively)."""
