@@ -20,18 +20,10 @@ from tensorforge.target import Target  # noqa: E402
 def __getattr__(name: str):
     # runtime pieces load on first use so `import tensorforge` stays quick
     if name in ("cpu", "cuda", "device", "Device"):
-        from tensorforge.runtime import device as _device
+        import importlib
 
-        return getattr(_device, name)
-    if name == "nd":
-        from tensorforge import nd
-
-        return nd
-    if name == "runtime":
-        import tensorforge.runtime as runtime
-
-        return runtime
-    if name in ("schedule", "tune", "ops", "ir", "codegen"):
+        return getattr(importlib.import_module("tensorforge.runtime.device"), name)
+    if name in ("nd", "runtime", "schedule", "tune", "ops", "ir", "codegen", "testing"):
         import importlib
 
         return importlib.import_module(f"tensorforge.{name}")

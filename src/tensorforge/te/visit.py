@@ -13,18 +13,30 @@ from tensorforge.te.expr import CommReducer, Expr
 
 
 def _is_node(x: Any) -> bool:
-    return isinstance(x, Expr) or (
-        dataclasses.is_dataclass(x) and not isinstance(x, type) and getattr(x, "_is_stmt", False)
-    )
+    return isinstance(x, Expr) or getattr(x, "_is_stmt", False) is True
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(node: Any) -> tuple[str, ...]:
+    """Names of the fields that may hold child nodes (cached per class: fields() is slow)."""
+    cls = type(node)
+    names = _FIELDS.get(cls)
+    if names is None:
+        if not dataclasses.is_dataclass(cls) or cls is CommReducer:
+            names = ()
+        else:
+            names = tuple(f.name for f in dataclasses.fields(cls))
+        _FIELDS[cls] = names
+    return names
 
 
 def children(node: Any) -> list[Any]:
     """The direct child nodes of `node`, in field order (tuples flattened)."""
     out = []
-    if not dataclasses.is_dataclass(node) or isinstance(node, CommReducer):
-        return out
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
+    for name in _field_names(node):
+        value = getattr(node, name)
         if _is_node(value):
             out.append(value)
         elif isinstance(value, tuple):
@@ -34,19 +46,17 @@ def children(node: Any) -> list[Any]:
 
 def map_children(node: Any, fn: Callable[[Any], Any]) -> Any:
     """Rebuild `node` with `fn` applied to each child; returns `node` itself if nothing changed."""
-    if not dataclasses.is_dataclass(node) or isinstance(node, CommReducer):
-        return node
     changes = {}
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
+    for name in _field_names(node):
+        value = getattr(node, name)
         if _is_node(value):
             new = fn(value)
             if new is not value:
-                changes[f.name] = new
+                changes[name] = new
         elif isinstance(value, tuple) and any(_is_node(v) for v in value):
             new_items = tuple(fn(v) if _is_node(v) else v for v in value)
             if any(n is not o for n, o in zip(new_items, value)):
-                changes[f.name] = new_items
+                changes[name] = new_items
     return dataclasses.replace(node, **changes) if changes else node
 
 

@@ -132,15 +132,22 @@ def append_line(handle: Any, line: str) -> None:
 
 
 def open_log(path: "str | os.PathLike") -> Any:
-    """Open a log for appending; if a killed run left half a line, end it first so the next
-    record starts on its own line."""
-    handle = open(path, "a+b")
-    handle.seek(0, os.SEEK_END)
-    if handle.tell() > 0:
-        handle.seek(-1, os.SEEK_END)
-        if handle.read(1) != b"\n":
-            handle.write(b"\n")
-    handle.close()
+    """Open a log for appending. A killed run may have left half a record as the last line:
+    it cannot be read back, so it is cut off and the next record starts on its own line."""
+    with open(path, "a+b") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        if size > 0:
+            handle.seek(max(0, size - 65536))
+            tail = handle.read()
+            if not tail.endswith(b"\n"):
+                cut = tail.rfind(b"\n")
+                if cut >= 0 or size == len(tail):
+                    keep = size - len(tail) + cut + 1  # just after the last newline (or 0)
+                    logger.info("%s: removing a truncated last record (%d bytes)", path, size - keep)
+                    handle.truncate(keep)
+                else:  # a last line longer than we look back: end it rather than cut it
+                    handle.write(b"\n")
     return open(path, "a", encoding="utf-8")
 
 

@@ -99,11 +99,16 @@ class _Planner:
                     out.append(new)
                 return Seq(tuple(out)) if out else s, state
             case For(kind=LoopKind.THREAD_BINDING):
-                # one iteration per thread: not a loop at run time, so no back edge
+                # one iteration per thread: not a loop at run time, so no back edge; a conflict
+                # with what came before goes before the loop (outside any guard codegen adds)
                 if s.thread_tag.startswith("threadIdx"):
                     self.thread_vars.add(id(s.var))
+                prefix = None
+                if state.conflicts(_accesses(s.body)):
+                    prefix, state = Sync(), _EMPTY
                 body, state = self.visit(s.body, state)
-                return _replace(s, body=body), state
+                loop = _replace(s, body=body)
+                return (seq(prefix, loop) if prefix else loop), state
             case For() if self._uniform(s.min) and self._uniform(s.extent):
                 return self._loop(s, state)
             case IfThenElse(condition=c, then_case=t, else_case=e) if self._uniform(c):

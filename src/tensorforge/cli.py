@@ -1,0 +1,69 @@
+"""The `tensorforge` command: demo, info, tune, bench, log show."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {
+        "demo": _demo,
+        "info": _info,
+        "tune": _tune,
+        "bench": _bench,
+        "log": _log,
+    }
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print("usage: tensorforge {demo,info,tune,bench,log} ...\n")
+        print("  demo        declare, schedule, tune briefly and build a matmul and a fused")
+        print("              element-wise kernel for this CPU; print the IR and speed beside NumPy")
+        print("  info        versions, CPU target and features, CUDA availability, cache dir")
+        print("  tune        tune a built-in operator or a template from a file")
+        print("  bench       the benchmark suite against NumPy and the machine's limits")
+        print("  log show    best records of a tuning log (and a tuning-curve plot)")
+        return 0 if argv and argv[0] in ("-h", "--help") else (2 if argv else 0)
+    return int(commands[argv[0]](argv[1:]) or 0)
+
+
+def _demo(argv: list[str]) -> int:
+    from tensorforge.demo import run_demo
+
+    parser = argparse.ArgumentParser(prog="tensorforge demo")
+    parser.add_argument("--size", type=int, default=512, help="matmul size (default 512)")
+    parser.add_argument("--trials", type=int, default=16, help="tuning trials (default 16)")
+    args = parser.parse_args(argv)
+    return run_demo(size=args.size, trials=args.trials)
+
+
+def _info(argv: list[str]) -> int:
+    from tensorforge.info import print_info
+
+    print_info()
+    return 0
+
+
+def _tune(argv: list[str]) -> int:
+    from tensorforge.tune.cli import tune_main
+
+    return tune_main(argv)
+
+
+def _bench(argv: list[str]) -> int:
+    from tensorforge.bench import bench_main
+
+    return bench_main(argv)
+
+
+def _log(argv: list[str]) -> int:
+    if not argv or argv[0] != "show":
+        print("usage: tensorforge log show FILE [--plot curve.png]")
+        return 2
+    from tensorforge.tune.cli import log_show_main
+
+    return log_show_main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Element-wise chains: the fused computation and a vectorized, parallel schedule."""
+
+from __future__ import annotations
+
+from tensorforge import te
+from tensorforge.schedule import auto_inline
+from tensorforge.target import Target
+
+
+def fused_chain(n: int, m: int, scale: float = 2.0, dtype: str = "float32"):
+    """y = sigmoid(relu(x) * scale + 1) as four stages (fused later by auto_inline)."""
+    x = te.placeholder((n, m), dtype=dtype, name="x")
+    relu = te.compute((n, m), lambda i, j: te.max(x[i, j], te.const(0, dtype)), name="relu")
+    scaled = te.compute((n, m), lambda i, j: relu[i, j] * scale, name="scale")
+    shifted = te.compute((n, m), lambda i, j: scaled[i, j] + 1.0, name="shift")
+    y = te.compute((n, m), lambda i, j: te.sigmoid(shifted[i, j]), name="y")
+    return x, y
+
+
+def schedule_elementwise(out, target: Target | None = None, parallel: bool = True):
+    """Fuse every injective producer into `out`, then vectorize and parallelize its loops."""
+    target = target or Target("llvm")
+    s = te.create_schedule(out.op)
+    auto_inline(s)
+    axes = s[out].op.axis
+    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
+    lanes = target.vector_lanes(out.dtype) * 4
+    outer, inner = s[out].split(fused, factor=lanes)
+    s[out].vectorize(inner)
+    if parallel:
+        s[out].parallel(outer)
+    return s
