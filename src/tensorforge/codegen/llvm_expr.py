@@ -118,6 +118,11 @@ class ExprEmitter:
                 return self._floor_div_mod(e, self.expr(a), self.expr(x))
             case Min(a, x) | Max(a, x):
                 lhs, rhs = self.expr(a), self.expr(x)
+                if dt.is_float(e.dtype):
+                    # NOTE: maxnum (the non-NaN operand wins) rather than a compare+select: one
+                    # vmaxps plus a NaN fixup, and LLVM vectorizes scalar max/min reductions of it
+                    name = "llvm.minnum" if isinstance(e, Min) else "llvm.maxnum"
+                    return self.call_overloaded(name, lhs, rhs)
                 op = "<" if isinstance(e, Min) else ">"
                 return b.select(self._compare(op, a.dtype, lhs, rhs), lhs, rhs)
             case LT(a, x) | LE(a, x) | GT(a, x) | GE(a, x) | EQ(a, x) | NE(a, x):

@@ -1,61 +1,62 @@
 """insert_thread_syncs: put `Sync()` (`__syncthreads()`) between conflicting shared-memory accesses.
 
-A shared buffer written by some threads and then read (or rewritten) by others needs a barrier
-in between. The pass walks each statement sequence in program order, tracking the shared
-buffers written and read since the last barrier; before a statement that reads a buffer written
-since then (read-after-write), or writes one read or written since then (write-after-read,
-write-after-write), it inserts a Sync. Loops are walked twice, with the state at the end of the
-body flowing back to its top, so the next iteration's writes wait for this iteration's reads;
-a conflict between a loop and what precedes it is settled by one Sync before the loop.
+A shared buffer written by some threads and then read by others needs a barrier in between, and
+so does a buffer read by some threads and then overwritten. The pass walks each statement
+sequence in program order, tracking the shared accesses since the last barrier; before a
+statement that reads what was written since then (read-after-write) or writes what was read
+since then (write-after-read), it inserts a Sync. Loops are walked twice, the state at the end
+of the body flowing back to its top, so the next iteration's writes wait for this iteration's
+reads; a conflict between a loop and what precedes it is settled by one Sync before the loop.
 
-A barrier must be reached by every thread of the block, so syncs go only where control flow
-is uniform: inside THREAD_BINDING loops (which are not loops at run time), serial loops whose
-bounds do not depend on threadIdx, and `if`s whose condition does not. A divergent `if` (or
-loop) is treated as a single access: its syncs go before and after it, never inside.
-Conservative: two accesses of one buffer always conflict (indices are not compared).
+Two accesses conflict when they touch the same buffer, unless both use the very same index
+expression and it depends on threadIdx: then each thread touches its own element (as TVM's
+storage sync assumes). Write-after-write is not a conflict (as in TVM).
 
-`Attr("double_buffer", ...)` is accepted and ignored (no double buffering yet: its body is
-handled like any other).
+A barrier must be reached by every thread of the block, so syncs go only where control flow is
+uniform: inside THREAD_BINDING loops (which are not loops at run time), serial loops whose bounds
+do not depend on threadIdx, and `if`s whose condition does not. A divergent `if` (or loop) is one
+access as a whole: its syncs go before and after it, never inside.
+
+`Attr("double_buffer", ...)` is accepted and ignored: no double buffering yet, its body is
+handled like any other.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from tensorforge.ir.expr import BufferLoad
-from tensorforge.ir.stmt import (
-    Allocate,
-    Attr,
-    BufferStore,
-    For,
-    IfThenElse,
-    LetStmt,
-    LoopKind,
-    Seq,
-    Stmt,
-    Sync,
-    ThreadAllReduce,
-    seq,
-)
+from tensorforge.ir.stmt import For, IfThenElse, LetStmt, LoopKind, Seq, Stmt, Sync, ThreadAllReduce, seq
+from tensorforge.ir.stmt import Allocate, Attr, BufferStore
 from tensorforge.ir.visit import walk
 from tensorforge.te import expr as E
 
 _MAX_LOOP_PASSES = 4
 
+# an access: (buffer name, structural key of a thread-dependent index, or None for "anywhere")
+Access = tuple[str, Any]
+
 
 @dataclass(frozen=True)
 class _Pending:
-    """Shared buffers (by name) written / read since the last barrier."""
+    """Shared accesses since the last barrier."""
 
-    writes: frozenset[str] = frozenset()
-    reads: frozenset[str] = frozenset()
+    writes: frozenset[Access] = frozenset()
+    reads: frozenset[Access] = frozenset()
 
     def __or__(self, other: "_Pending") -> "_Pending":
         return _Pending(self.writes | other.writes, self.reads | other.reads)
 
     def conflicts(self, access: "_Pending") -> bool:
-        return bool(access.reads & self.writes or access.writes & (self.writes | self.reads))
+        return _overlap(access.reads, self.writes) or _overlap(access.writes, self.reads)
+
+
+def _overlap(a: frozenset[Access], b: frozenset[Access]) -> bool:
+    return any(
+        name_a == name_b and (key_a is None or key_a != key_b) for name_a, key_a in a for name_b, key_b in b
+    )
 
 
 _EMPTY = _Pending()
@@ -63,25 +64,10 @@ _EMPTY = _Pending()
 
 def insert_thread_syncs(stmt: Stmt) -> Stmt:
     """`stmt` with a Sync wherever threads would race on a "shared" buffer (see module doc)."""
-    if not any(_is_shared_access(n) for n in walk(stmt)):
-        return stmt  # NOTE: the common CPU/GPU case without shared memory costs one walk
+    if not any(isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == "shared" for n in walk(stmt)):
+        return stmt  # NOTE: the common case without shared memory costs one walk
     new, _ = _Planner().visit(stmt, _EMPTY)
     return new
-
-
-def _is_shared_access(node: object) -> bool:
-    return isinstance(node, (BufferLoad, BufferStore)) and node.buffer.scope == "shared"
-
-
-def _accesses(node: object) -> _Pending:
-    """The shared buffers `node` (a statement or expression, and everything under it) touches."""
-    writes, reads = set(), set()
-    for n in walk(node):
-        if isinstance(n, BufferStore) and n.buffer.scope == "shared":
-            writes.add(n.buffer.name)
-        elif isinstance(n, BufferLoad) and n.buffer.scope == "shared":
-            reads.add(n.buffer.name)
-    return _Pending(frozenset(writes), frozenset(reads))
 
 
 class _Planner:
@@ -97,18 +83,15 @@ class _Planner:
                 for child in stmts:
                     new, state = self.visit(child, state)
                     out.append(new)
-                return Seq(tuple(out)) if out else s, state
+                return _replace(s, stmts=tuple(out)), state
             case For(kind=LoopKind.THREAD_BINDING):
                 # one iteration per thread: not a loop at run time, so no back edge; a conflict
                 # with what came before goes before the loop (outside any guard codegen adds)
                 if s.thread_tag.startswith("threadIdx"):
                     self.thread_vars.add(id(s.var))
-                prefix = None
-                if state.conflicts(_accesses(s.body)):
-                    prefix, state = Sync(), _EMPTY
+                prefix, state = self._settle_before(s.body, state)
                 body, state = self.visit(s.body, state)
-                loop = _replace(s, body=body)
-                return (seq(prefix, loop) if prefix else loop), state
+                return seq(prefix, _replace(s, body=body)), state
             case For() if self._uniform(s.min) and self._uniform(s.extent):
                 return self._loop(s, state)
             case IfThenElse(condition=c, then_case=t, else_case=e) if self._uniform(c):
@@ -119,51 +102,66 @@ class _Planner:
                 else_case, else_state = self.visit(e, state)
                 return _replace(s, then_case=then_case, else_case=else_case), then_state | else_state
             case LetStmt(var=var, value=value, body=body):
-                prefix, state = self._before(value, state)
+                prefix, state = self._access(self.accesses(value, reads_only=True), state)
                 if not self._uniform(value):
                     self.thread_vars.add(id(var))
                 body, state = self.visit(body, state)
-                return seq(prefix, _replace(s, body=body)) if prefix else _replace(s, body=body), state
+                return seq(prefix, _replace(s, body=body)), state
             case Allocate() | Attr():
                 body, state = self.visit(s.body, state)
                 return _replace(s, body=body), state
-        # anything else is one access: a store, an allreduce, a divergent if or loop
-        return self._atomic(s, state)
+            case ThreadAllReduce(values=values):  # its results are local: only its values matter
+                prefix, state = self._access(self.accesses(Seq(tuple(map(_Eval, values)))), state)
+                return seq(prefix, s), state
+        # anything else is one access: a store, a divergent if or loop
+        prefix, state = self._access(self.accesses(s), state)
+        return seq(prefix, s), state
 
-    def _atomic(self, s: Stmt, state: _Pending) -> tuple[Stmt, _Pending]:
-        access = _accesses(s)
-        if isinstance(s, ThreadAllReduce):  # its results are local; only its values read memory
-            access = _Pending(frozenset(), _reads_of(s.values))
-        if state.conflicts(access):
-            return Seq((Sync(), s)), access
-        return s, state | access
-
-    def _before(self, e: E.Expr, state: _Pending) -> tuple[Stmt | None, _Pending]:
-        """A Sync to put before a statement that evaluates `e` first, if `e` reads a pending write."""
-        access = _Pending(frozenset(), _reads_of((e,)))
+    def _access(self, access: _Pending, state: _Pending) -> tuple[Stmt | None, _Pending]:
+        """(Sync or None to put first, state after) for a statement doing `access` at once."""
         if state.conflicts(access):
             return Sync(), access
         return None, state | access
 
+    def _settle_before(self, body: Stmt, state: _Pending) -> tuple[Stmt | None, _Pending]:
+        if state.conflicts(self.accesses(body)):
+            return Sync(), _EMPTY
+        return None, state
+
     def _loop(self, s: For, state: _Pending) -> tuple[Stmt, _Pending]:
-        # A conflict with what came before the loop is settled once, before it, rather than on
-        # every iteration (a tile read in an unrolled inner loop must not sync per step).
-        prefix = None
-        if state.conflicts(_accesses(s.body)):
-            prefix, state = Sync(), _EMPTY
-        entry = state
+        # a conflict with what came before is settled once, before the loop, rather than on
+        # every iteration (a tile read by an unrolled inner loop must not sync at each step)
+        prefix, entry = self._settle_before(s.body, state)
         body, end = self.visit(s.body, entry)
         for _ in range(_MAX_LOOP_PASSES):
-            back = entry | end  # the next iteration starts where this one ended
-            body, new_end = self.visit(s.body, back)
+            body, new_end = self.visit(s.body, entry | end)  # iteration k+1 starts where k ended
             if new_end == end:
                 break
             end = new_end
         else:  # NOTE: not settled (never seen): a barrier at the top of every iteration is safe
             body, end = self.visit(s.body, _EMPTY)
             body = seq(Sync(), body)
-        loop = _replace(s, body=body)
-        return (seq(prefix, loop) if prefix else loop), state | end
+        return seq(prefix, _replace(s, body=body)), entry | end
+
+    def accesses(self, node: object, reads_only: bool = False) -> _Pending:
+        """The shared accesses of `node` (a statement or expression, everything under it)."""
+        writes, reads = set(), set()
+        for n in walk(node):
+            if isinstance(n, BufferStore) and n.buffer.scope == "shared" and not reads_only:
+                writes.add((n.buffer.name, self._index_key(n.indices)))
+            elif isinstance(n, BufferLoad) and n.buffer.scope == "shared":
+                reads.add((n.buffer.name, self._index_key(n.indices)))
+        return _Pending(frozenset(writes), frozenset(reads))
+
+    def _index_key(self, indices: tuple[E.Expr, ...]) -> Any:
+        """A key equal for accesses that surely hit the calling thread's own element, else None."""
+        if len(indices) != 1 or "x" in indices[0].dtype:
+            return None
+        if not any(isinstance(n, E.Var) and id(n) in self.thread_vars for n in walk(indices[0])):
+            return None  # the same element in every thread
+        if any(isinstance(n, BufferLoad) for n in walk(indices[0])):
+            return None  # indirect: who knows whose element
+        return E.structural_key(indices[0])
 
     def _uniform(self, e: E.Expr) -> bool:
         """True if `e` has the same value in every thread of a block (conservatively)."""
@@ -175,10 +173,11 @@ class _Planner:
         return True
 
 
-def _reads_of(exprs: tuple[E.Expr, ...]) -> frozenset[str]:
-    return frozenset(
-        n.buffer.name for e in exprs for n in walk(e) if isinstance(n, BufferLoad) and n.buffer.scope == "shared"
-    )
+@dataclass(frozen=True)
+class _Eval(Stmt):
+    """An expression seen as a statement, for `accesses` of a ThreadAllReduce's values."""
+
+    value: E.Expr
 
 
 def _replace(s: Stmt, **changes: object) -> Stmt:
