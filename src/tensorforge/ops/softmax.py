@@ -1,0 +1,43 @@
+"""Row softmax: max, exp, sum and scale per row, all inside one parallel row loop."""
+
+from __future__ import annotations
+
+from tensorforge import te
+from tensorforge.ops.reduction_helpers import vectorized_row_reduction
+from tensorforge.target import Target
+
+
+def softmax(n: int, m: int, dtype: str = "float32"):
+    """y[i, j] = exp(x[i, j] - max_j x[i, :]) / sum_j exp(x[i, j] - max)."""
+    x = te.placeholder((n, m), dtype=dtype, name="x")
+    k1 = te.reduce_axis((0, m), name="k1")
+    row_max = te.compute((n,), lambda i: te.max(x[i, k1], axis=k1), name="row_max")
+    e = te.compute((n, m), lambda i, j: te.exp(x[i, j] - row_max[i]), name="exp")
+    k2 = te.reduce_axis((0, m), name="k2")
+    row_sum = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
+    y = te.compute((n, m), lambda i, j: e[i, j] / row_sum[i], name="y")
+    return x, y
+
+
+def schedule_softmax(n: int, m: int, dtype: str = "float32", target: Target | None = None,
+                     parallel: bool = True):
+    """Per row: a vectorized max, exp into a row buffer, a vectorized sum, a vectorized scale."""
+    target = target or Target("llvm")
+    lanes = target.vector_lanes(dtype)
+    x, y = softmax(n, m, dtype)
+    e = y.op.input_tensors[0]
+    row_sum = y.op.input_tensors[1]
+    row_max = e.op.input_tensors[1]
+    s = te.create_schedule(y.op)
+    i, j = s[y].op.axis
+    jo, ji = s[y].split(j, factor=lanes)
+    s[y].vectorize(ji)
+    if parallel:
+        s[y].parallel(i)
+    vectorized_row_reduction(s, row_sum, s[y], i, lanes)
+    s[e].compute_at(s[y], i)  # one row of exp values, read by the sum and the scale
+    _, ej = s[e].op.axis
+    ejo, eji = s[e].split(ej, factor=lanes)
+    s[e].vectorize(eji)
+    vectorized_row_reduction(s, row_max, s[y], i, lanes)
+    return s, [x, y]

@@ -1,0 +1,75 @@
+"""The operator library's best schedules are correct at small and odd sizes."""
+
+import numpy as np
+import pytest
+
+import tensorforge as tf
+from tensorforge import ops
+from tensorforge.ops.conv2d import schedule_conv2d
+from tensorforge.ops.layer_norm import schedule_layer_norm
+from tensorforge.ops.softmax import schedule_softmax
+from tensorforge.testing.check import _aligned_copy
+
+
+def run(mod, *arrays):
+    arrays = [_aligned_copy(a) for a in arrays]
+    mod(*arrays)
+    return arrays
+
+
+@pytest.mark.parametrize("n,m,k", [(64, 64, 64), (37, 45, 19), (100, 33, 70), (1, 7, 3)])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_matmul(n, m, k, parallel, rng):
+    s, args = ops.schedule_matmul(n, m, k, parallel=parallel)
+    mod = tf.build(s, args)
+    a = rng.uniform(-1, 1, (n, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, m)).astype("float32")
+    _, _, c = run(mod, a, b, np.full((n, m), np.nan, "float32"))
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n,m", [(8, 64), (5, 37), (3, 1)])
+def test_softmax(n, m, rng):
+    s, args = schedule_softmax(n, m)
+    mod = tf.build(s, args)
+    x = rng.standard_normal((n, m)).astype("float32") * 4
+    _, y = run(mod, x, np.full((n, m), np.nan, "float32"))
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("n,m", [(8, 64), (5, 37)])
+def test_layer_norm(n, m, rng):
+    s, args = schedule_layer_norm(n, m)
+    mod = tf.build(s, args)
+    x = rng.standard_normal((n, m)).astype("float32")
+    g = rng.standard_normal(m).astype("float32")
+    b = rng.standard_normal(m).astype("float32")
+    *_, y = run(mod, x, g, b, np.full((n, m), np.nan, "float32"))
+    ref = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,h,w,f", [(8, 13, 17, 12), (4, 56, 56, 8), (3, 5, 5, 5)])
+def test_conv2d(c, h, w, f, rng):
+    s, args = schedule_conv2d(1, c, h, w, f)
+    mod = tf.build(s, args)
+    d = rng.standard_normal((1, c, h, w)).astype("float32")
+    wt = rng.standard_normal((f, c, 3, 3)).astype("float32")
+    _, _, o = run(mod, d, wt, np.full((1, f, h, w), np.nan, "float32"))
+    dp = np.pad(d, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = sum(
+        np.einsum("bchw,fc->bfhw", dp[:, :, ky : ky + h, kx : kx + w], wt[:, :, ky, kx])
+        for ky in range(3) for kx in range(3)
+    )
+    np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_elementwise(rng):
+    x, y = ops.fused_chain(33, 70)
+    s = ops.schedule_elementwise(y)
+    assert str(tf.lower(s, [x, y])).count("for ") == 1  # fused and split: one loop (+ a peeled tail)
+    mod = tf.build(s, [x, y])
+    xa = rng.standard_normal((33, 70)).astype("float32") * 5
+    _, ya = run(mod, xa, np.full((33, 70), np.nan, "float32"))
+    np.testing.assert_allclose(ya, 1 / (1 + np.exp(-(np.maximum(xa, 0) * 2 + 1))), rtol=1e-6, atol=1e-7)
