@@ -1,7 +1,9 @@
 """Code generators, one per target kind: lowered PrimFunc -> KernelSource."""
 
+from tensorforge.codegen.cuda import CUDACodegen
 from tensorforge.codegen.llvm import LLVMCodegen
 
 CODEGENS = {
     "llvm": LLVMCodegen(),
+    "cuda": CUDACodegen(),
 }

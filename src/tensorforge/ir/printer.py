@@ -19,6 +19,7 @@ from tensorforge.ir.stmt import (
     Seq,
     Stmt,
     Sync,
+    ThreadAllReduce,
 )
 from tensorforge.te import expr as E
 
@@ -149,6 +150,10 @@ def _stmt_lines(s: Stmt, indent: int) -> list[str]:
             return [f"{pad}{expr_to_str(v)}"]
         case Sync(scope=scope):
             return [f"{pad}sync_threads()  # {scope}"]
+        case ThreadAllReduce(combiner=c, values=vals, results=res, thread_tag=tag, extent=ext):
+            targets = ", ".join(f"{b.name}[0]" for b in res)
+            args = ", ".join(expr_to_str(v) for v in vals)
+            return [f"{pad}{targets} = thread_allreduce_{c.name}({args}, over={tag}, threads={ext})"]
         case Attr(key=k, value=v, body=body):
             return [f"{pad}# attr {k} = {v}"] + _stmt_lines(body, indent)
     return [pad + repr(s)]

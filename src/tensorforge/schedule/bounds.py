@@ -47,6 +47,28 @@ def enclosing_loop_vars(stage: Stage) -> list[Var]:
     return enclosing_loop_vars(parent) + [iv.var for iv in leaves[: position + 1]]
 
 
+def fixed_loop_vars(stage: Stage) -> set[int]:
+    """ids of the enclosing loop vars that stay symbolic in `stage`'s region.
+
+    A "shared" buffer is filled cooperatively by a whole GPU block, so the threadIdx loops around
+    it are relaxed (the region covers every thread's needs); a "global" one by the whole grid, so
+    blockIdx loops are relaxed too. "local" storage is per thread: everything stays fixed.
+    """
+    relaxed_prefixes = {"shared": ("threadIdx",), "global": ("threadIdx", "blockIdx")}.get(stage.scope, ())
+    bound = {}
+    current = stage
+    while current.attach_type == "scope":
+        parent = current.attach_stage
+        for iv, attr in parent.iter_attrs.items():
+            if attr.thread is not None:
+                bound[id(iv.var)] = attr.thread.thread_tag
+        current = parent
+    return {
+        id(v) for v in enclosing_loop_vars(stage)
+        if not bound.get(id(v), "").startswith(relaxed_prefixes) or not relaxed_prefixes
+    }
+
+
 def infer_bounds(sch: Schedule, bodies: dict[int, tuple[Expr, ...]]) -> dict[int, StageBounds]:
     """Bounds of every computed (non-inlined compute) stage, keyed by id(stage)."""
     result: dict[int, StageBounds] = {}
@@ -89,7 +111,7 @@ def _needed_region(
     loop_extent: dict[int, tuple[Var, Expr]],
 ) -> list[tuple[Expr, Expr]]:
     parent = stage.attach_stage
-    fixed = {id(v) for v in enclosing_loop_vars(stage)}
+    fixed = fixed_loop_vars(stage)
     ndim = len(stage.op.axis)
     lows: list[list[Expr]] = [[] for _ in range(ndim)]
     highs: list[list[Expr]] = [[] for _ in range(ndim)]

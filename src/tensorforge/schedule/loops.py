@@ -16,7 +16,9 @@ from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import Interval, simplify_expr
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.stmt import (
+    Allocate,
     BufferStore,
+    ThreadAllReduce,
     For,
     IfThenElse,
     LetStmt,
@@ -28,7 +30,7 @@ from tensorforge.schedule.bounds import StageBounds
 from tensorforge.schedule.iter_math import iter_extents, iter_values, leaf_descendants
 from tensorforge.schedule.relations import Split
 from tensorforge.schedule.stage import Stage
-from tensorforge.te.expr import And, Const, Expr, GE, LT, Reduce, TensorRead, Var, const
+from tensorforge.te.expr import EQ, GE, LT, And, Const, Expr, Reduce, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
 from tensorforge.te.tensor import IterKind, IterVar, Tensor
 from tensorforge.te.visit import rewrite
@@ -58,6 +60,7 @@ class NestBuilder:
         self.attached = attached  # id(leaf IterVar) -> stages computed at that loop
         self.realize_of = realize_of
         self.ranges: dict[Var, Interval] = {}  # loop vars in scope
+        self.bound_tags: dict[str, tuple[Var, Expr]] = {}  # GPU indices bound by enclosing loops
 
     # -- entry ----------------------------------------------------------------------------------
     def stage_nest(self, stage: Stage) -> Stmt:
@@ -100,13 +103,29 @@ class _StageNest:
         self.stage = info.stage
         self.leaves = info.stage.leaf_iter_vars
         self.reduce_body = info.body[0] if isinstance(info.body[0], Reduce) else None
+        self.thread_reduce = [
+            iv for iv in self.leaves
+            if iv.kind is IterKind.REDUCE and self.kind_of(iv) is LoopKind.THREAD_BINDING
+        ]
+        if len(self.thread_reduce) > 1:
+            names = ", ".join(iv.name for iv in self.thread_reduce)
+            raise ScheduleError(
+                f"bind: stage '{self.stage.name}' binds several reduction axes ({names}) to threads; "
+                f"a cross-thread reduction runs along one thread axis (fuse them first)"
+            )
+
+    def kind_of(self, iv: IterVar) -> LoopKind:
+        attr = self.stage.iter_attrs.get(iv)
+        return attr.kind if attr else LoopKind.SERIAL
 
     # -- the recursive walk over leaf loops ---------------------------------------------------
     def build(self, level: int, env: Env) -> Stmt:
         if level == len(self.leaves):
-            return self.update(env)
+            return self.cross_thread_update(env) if self.thread_reduce else self.update(env)
         iv = self.leaves[level]
-        if self.reduce_body is not None and iv.kind is IterKind.REDUCE and not env.init_done:
+        if self.thread_reduce and iv.kind is IterKind.REDUCE and self.kind_of(iv) is not LoopKind.THREAD_BINDING:
+            return self.build(level + 1, env)  # serial reduction loops run inside, per thread
+        if self.reduce_body is not None and iv.kind is IterKind.REDUCE and not env.init_done and not self.thread_reduce:
             init = self.init_nest(level, env)
             return seq(init, self.build(level, replace(env, init_done=True)))
         return self.loop(level, env)
@@ -149,10 +168,36 @@ class _StageNest:
             kind = LoopKind.SERIAL  # a symbolic tail: the main loop stays vectorized
         if tail and kind is LoopKind.PARALLEL:
             kind = LoopKind.SERIAL  # a single iteration
+        if kind is LoopKind.THREAD_BINDING and tag in self.b.bound_tags:
+            return self.reuse_thread(iv, tag, extent, body)
+        if kind is LoopKind.THREAD_BINDING:
+            self.b.bound_tags[tag] = (iv.var, extent)
+            try:
+                stmt = self.b.with_range(iv.var, lo, extent, body)
+            finally:
+                del self.b.bound_tags[tag]
+            return For(iv.var, lo, extent, stmt, kind, tag, pragmas)
         stmt = self.b.with_range(iv.var, lo, extent, body)
         if isinstance(extent, Const) and extent.value <= 0:
             return seq()
         return For(iv.var, lo, extent, stmt, kind, tag, pragmas)
+
+    def reuse_thread(self, iv: IterVar, tag: str, extent: Expr, body: Callable[[], Stmt]) -> Stmt:
+        """A loop bound to a GPU index that an enclosing loop already binds: it *is* that index.
+
+        (A cache filled cooperatively inside a thread-bound loop binds the same threadIdx.) Threads
+        beyond this loop's extent sit out; more iterations than threads is an error.
+        """
+        outer_var, outer_extent = self.b.bound_tags[tag]
+        if isinstance(extent, Const) and isinstance(outer_extent, Const) and extent.value > outer_extent.value:
+            raise ScheduleError(
+                f"bind: axis '{iv.name}' of stage '{self.stage.name}' needs {extent.value} threads along "
+                f"{tag}, but it is computed inside a loop that launches only {outer_extent.value}"
+            )
+        stmt = self.b.with_range(iv.var, const(0), extent, body)
+        if not (isinstance(extent, Const) and isinstance(outer_extent, Const) and extent.value == outer_extent.value):
+            stmt = IfThenElse(LT(iv.var, extent), stmt)
+        return LetStmt(iv.var, outer_var, stmt)
 
     def peelable_split(self, level: int, env: Env, extents: dict) -> tuple[Split, Expr, Expr] | None:
         """The split whose outer loop is this leaf and whose tail should become its own loop."""
@@ -160,8 +205,8 @@ class _StageNest:
         for rel in self.stage.relations:
             if not isinstance(rel, Split) or rel.outer is not iv or id(rel) in env.peeled:
                 continue
-            if rel.tail == "guard" or rel.factor is None:
-                return None
+            if rel.tail == "guard" or rel.factor is None or self.has_thread_binding():
+                return None  # GPU kernels guard: a peeled copy of a bound loop would be a second launch
             parent_extent = extents[rel.parent]
             rem = simplify_expr(parent_extent % rel.factor)
             if isinstance(rem, Const) and rem.value == 0:
@@ -174,6 +219,9 @@ class _StageNest:
             full = simplify_expr(parent_extent // rel.factor)
             return rel, full, rem
         return None
+
+    def has_thread_binding(self) -> bool:
+        return any(self.kind_of(iv) is LoopKind.THREAD_BINDING for iv in self.leaves)
 
     # -- the innermost statements --------------------------------------------------------------
     def root_values(self) -> tuple[dict[IterVar, Expr], dict[IterVar, Expr]]:
@@ -245,6 +293,62 @@ class _StageNest:
         if not (isinstance(condition, Const) and condition.value):
             body = IfThenElse(condition, body)
         return self.guarded(preds, body)
+
+    def cross_thread_update(self, env: Env) -> Stmt:
+        """Each thread reduces its share serially, then the block combines across `thread_reduce`.
+
+        acc = identity; for serial reduction loops: acc = combine(acc, value);
+        ThreadAllReduce(acc) -> red; the first thread stores red into the output.
+        """
+        red = self.reduce_body
+        roots, values = self.root_values()
+        to_abs = {iv.var: e for iv, e in roots.items()}
+        index = tuple(roots[iv] for iv in self.stage.op.axis)
+        buffers = self.output_buffers()
+        accs = [Buffer(f"{b.name}.acc", (const(1),), b.dtype, "local") for b in buffers]
+        results = [Buffer(f"{b.name}.red", (const(1),), b.dtype, "local") for b in buffers]
+        zero = (const(0),)
+        init = seq(*[BufferStore(a, zero, ident) for a, ident in zip(accs, red.combiner.identity)])
+        sources = tuple(self.b.loads(substitute(src, to_abs)) for src in red.source)
+        current = tuple(BufferLoad(a, zero) for a in accs)
+        combined = red.combiner.combine(current, sources)
+        temps = [Var(f"{a.name}_new", a.dtype) for a in accs]
+        update: Stmt = seq(*[BufferStore(a, zero, t) for a, t in zip(accs, temps)])
+        for t, value in reversed(list(zip(temps, combined))):
+            update = LetStmt(t, value, update)
+        condition = simplify_expr(self.b.loads(substitute(red.condition, to_abs)))
+        preds = self.predicates(env, values, spatial_only=False)
+        if not (isinstance(condition, Const) and condition.value):
+            preds = preds + [condition]
+        update = self.guarded(preds, update)
+        serial = [iv for iv in self.leaves if iv.kind is IterKind.REDUCE and iv not in self.thread_reduce]
+        extents = iter_extents(self.stage, self.info.root_extents, env.overrides)
+
+        def nest(k: int) -> Stmt:
+            if k == len(serial):
+                return update
+            return self.make_for(serial[k], const(0), extents[serial[k]], lambda: nest(k + 1))
+
+        thread_iv = self.thread_reduce[0]
+        tag = self.stage.iter_attrs[thread_iv].thread.thread_tag
+        extent = simplify_expr(extents[thread_iv])
+        if not isinstance(extent, Const):
+            raise ScheduleError(
+                f"bind: reduction axis '{thread_iv.name}' of stage '{self.stage.name}' is bound to "
+                f"{tag} with non-constant extent {extent}; split it by a constant first"
+            )
+        allreduce = ThreadAllReduce(
+            red.combiner, tuple(BufferLoad(a, zero) for a in accs), tuple(results), tag, extent.value
+        )
+        first = EQ(thread_iv.var, const(0, thread_iv.var.dtype))
+        spatial = self.predicates(env, values, spatial_only=True)
+        store = self.guarded([first] + spatial, seq(*[
+            BufferStore(b, index, BufferLoad(r, zero)) for b, r in zip(buffers, results)
+        ]))
+        body = seq(init, nest(0), allreduce, store)
+        for buf in reversed(accs + results):
+            body = Allocate(buf, const(1), body)
+        return body
 
     def init_nest(self, level: int, env: Env) -> Stmt:
         """Identity stores over the spatial leaf loops from `level` inwards."""

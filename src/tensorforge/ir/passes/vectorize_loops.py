@@ -28,6 +28,33 @@ from tensorforge.te import expr as E
 from tensorforge.te.expr import Const, Expr, Var
 
 
+def _is_multiple(e: Expr, k: int) -> bool:
+    """Is the integer expression `e` provably a multiple of `k` (every coefficient and constant)?"""
+    from tensorforge.ir.arith import linearize
+
+    form = linearize(e)
+    return form.const % k == 0 and all(c % k == 0 for c in form.coefficients())
+
+
+def _ramp_divmod(cls: type, a: Expr, b: Expr) -> Expr | None:
+    """`ramp(4t, 1, 4) // 8` -> `broadcast(4t // 8, 4)`; `% 8` -> `ramp(4t % 8, 1, 4)`.
+
+    Holds when the ramp starts on a multiple of its lane count and the divisor is a multiple of
+    it too: then no two lanes straddle a multiple of the divisor.
+    """
+    if not (isinstance(a, Ramp) and isinstance(a.stride, Const) and a.stride.value == 1):
+        return None
+    if not (isinstance(b, Broadcast) and isinstance(b.value, Const)) and not isinstance(b, Const):
+        return None
+    divisor = (b.value if isinstance(b, Broadcast) else b).value
+    if divisor <= 0 or divisor % a.lanes != 0 or not _is_multiple(a.base, a.lanes):
+        return None
+    c = E.const(divisor, a.base.dtype)
+    if cls is E.FloorDiv:
+        return Broadcast(E.FloorDiv(a.base, c), a.lanes)
+    return Ramp(E.FloorMod(a.base, c), a.stride, a.lanes)
+
+
 class Unvectorizable(Exception):
     """The loop body has something the vectorizer cannot express."""
 
@@ -80,6 +107,14 @@ class _Vectorizer:
                 return BufferLoad(buf, (new_index,), pred)
             case E.Add(a=a, b=b) | E.Sub(a=a, b=b) | E.Mul(a=a, b=b):
                 return self.arith(type(e), self.expr(a, pred), self.expr(b, pred))
+            case E.FloorDiv(a=a, b=b) | E.FloorMod(a=a, b=b):
+                va, vb = self.expr(a, pred), self.expr(b, pred)
+                ramp_form = _ramp_divmod(type(e), va, vb)
+                if ramp_form is not None:
+                    return ramp_form
+                if not self.is_vec(va) and not self.is_vec(vb):
+                    return e if (va is a and vb is b) else type(e)(va, vb)
+                return type(e)(self.bcast(va), self.bcast(vb))
             case E.BinaryOp(a=a, b=b):
                 va, vb = self.expr(a, pred), self.expr(b, pred)
                 if not self.is_vec(va) and not self.is_vec(vb):
@@ -114,6 +149,14 @@ class _Vectorizer:
 
     def arith(self, cls: type, a: Expr, b: Expr) -> Expr:
         """Add/Sub/Mul keeping ramps as ramps (so contiguous accesses stay recognisable)."""
+        if isinstance(a, Broadcast) and not isinstance(b, Ramp):
+            b_scalar = b.value if isinstance(b, Broadcast) else b
+            if not self.is_vec(b_scalar):
+                return Broadcast(cls(a.value, b_scalar), a.lanes)  # bcast(x) + bcast(y) -> bcast(x + y)
+        if isinstance(b, Broadcast) and not isinstance(a, Broadcast):
+            b = b.value if not self.is_vec(b.value) else b  # ramp + bcast(x) -> ramp + x
+        if isinstance(a, Broadcast) and isinstance(b, Ramp):
+            a = a.value
         va, vb = self.is_vec(a), self.is_vec(b)
         if not va and not vb:
             return cls(a, b)

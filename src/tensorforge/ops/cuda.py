@@ -1,0 +1,106 @@
+"""GPU schedules: element-wise, tiled matmul with shared and register caches, row softmax."""
+
+from __future__ import annotations
+
+from tensorforge import te
+from tensorforge.schedule import auto_inline
+from tensorforge.ops.softmax import softmax
+
+
+def schedule_elementwise_cuda(out, threads: int = 256, vector: int = 4):
+    """Fuse the injective chain into `out`; each thread handles `vector` contiguous elements (float4)."""
+    s = te.create_schedule(out.op)
+    auto_inline(s)
+    axes = s[out].op.axis
+    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
+    rest, vec = s[out].split(fused, factor=vector)
+    block, thread = s[out].split(rest, factor=threads)
+    s[out].bind(block, te.thread_axis("blockIdx.x"))
+    s[out].bind(thread, te.thread_axis("threadIdx.x"))
+    s[out].vectorize(vec)
+    return s
+
+
+def matmul_cuda(n: int, m: int, k: int, dtype: str = "float32"):
+    A = te.placeholder((n, k), dtype=dtype, name="A")
+    B = te.placeholder((k, m), dtype=dtype, name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return A, B, C
+
+
+def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: int = 128,
+                         thread_tile: int = 8, k_tile: int = 8, vector: int = 4):
+    """The classic shared-memory GEMM.
+
+    A block computes a `block` x `block` tile of C with (block/thread_tile)^2 threads, each holding
+    a `thread_tile` x `thread_tile` accumulator in registers. The k loop walks `k_tile`-deep slices
+    of A and B staged in shared memory (filled cooperatively with `vector`-wide loads), and each
+    thread copies its row / column slivers into registers before the outer-product update.
+    """
+    A, B, C = matmul_cuda(n, m, k, dtype)
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, "shared", [C])
+    BB = s.cache_read(B, "shared", [C])
+    AL = s.cache_read(AA, "local", [C])
+    BL = s.cache_read(BB, "local", [C])
+    CL = s.cache_write(C, "local")
+    threads = block // thread_tile
+    bx, by = te.thread_axis("blockIdx.x"), te.thread_axis("blockIdx.y")
+    tx, ty = te.thread_axis("threadIdx.x"), te.thread_axis("threadIdx.y")
+    i, j = s[C].op.axis
+    io, jo, ii, ji = s[C].tile(i, j, block, block)
+    tyo, tyi = s[C].split(ii, factor=thread_tile)
+    txo, txi = s[C].split(ji, factor=thread_tile)
+    s[C].reorder(io, jo, tyo, txo, tyi, txi)
+    s[C].bind(io, by)
+    s[C].bind(jo, bx)
+    s[C].bind(tyo, ty)
+    s[C].bind(txo, tx)
+    s[C].vectorize(txi)
+    s[CL].compute_at(s[C], txo)
+    ci, cj = s[CL].op.axis
+    (ck,) = s[CL].op.reduce_axis
+    ko, ki = s[CL].split(ck, factor=k_tile)
+    s[CL].reorder(ko, ki, ci, cj)
+    s[CL].unroll(ki)
+    s[CL].unroll(ci)
+    s[CL].unroll(cj)
+    s[AL].compute_at(s[CL], ki)
+    s[BL].compute_at(s[CL], ki)
+    s[AA].compute_at(s[CL], ko)
+    s[BB].compute_at(s[CL], ko)
+    for cache in (AL, BL):
+        for axis in s[cache].op.axis:
+            s[cache].unroll(axis)
+    for shared in (AA, BB):  # cooperative fetch: every thread of the block loads `vector` elements
+        fused = s[shared].fuse(*s[shared].op.axis)
+        rest, vec = s[shared].split(fused, factor=vector)
+        rest, tx_part = s[shared].split(rest, factor=threads)
+        rest, ty_part = s[shared].split(rest, factor=threads)
+        s[shared].bind(ty_part, te.thread_axis("threadIdx.y"))
+        s[shared].bind(tx_part, te.thread_axis("threadIdx.x"))
+        s[shared].vectorize(vec)
+    return s, [A, B, C]
+
+
+def schedule_softmax_cuda(n: int, m: int, dtype: str = "float32", threads: int = 256):
+    """One block per row: cross-thread max and sum (warp shuffles), then the scale, in one kernel."""
+    x, y = softmax(n, m, dtype)
+    e = y.op.input_tensors[0]
+    row_sum = y.op.input_tensors[1]
+    row_max = e.op.input_tensors[1]
+    s = te.create_schedule(y.op)
+    s[e].compute_inline()
+    i, j = s[y].op.axis
+    jo, ji = s[y].split(j, factor=threads)
+    s[y].bind(i, te.thread_axis("blockIdx.x"))
+    s[y].bind(ji, te.thread_axis("threadIdx.x"))
+    s[y].reorder(i, ji, jo)
+    for red in (row_sum, row_max):
+        s[red].set_scope("shared")  # written by one thread, read by the whole block
+        s[red].compute_at(s[y], i)
+        (k,) = s[red].op.reduce_axis
+        ko, ki = s[red].split(k, factor=threads)
+        s[red].bind(ki, te.thread_axis("threadIdx.x"))
+    return s, [x, y]
