@@ -84,13 +84,16 @@ def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: 
     return s, [A, B, C]
 
 
-def schedule_softmax_cuda(n: int, m: int, dtype: str = "float32", threads: int = 256):
-    """One block per row: cross-thread max and sum (warp shuffles), then the scale, in one kernel."""
+def schedule_softmax_cuda(n: int, m: int, dtype: str = "float32", threads: int = 256, vector: int = 4):
+    """One block per row, in one kernel: the row is read from memory once into shared memory
+    (float4 loads), then a cross-thread max and sum (warp shuffles) and the scaled exp are
+    computed from there."""
     x, y = softmax(n, m, dtype)
     e = y.op.input_tensors[0]
     row_sum = y.op.input_tensors[1]
     row_max = e.op.input_tensors[1]
     s = te.create_schedule(y.op)
+    row = s.cache_read(x, "shared", [row_max, e])
     s[e].compute_inline()
     i, j = s[y].op.axis
     jo, ji = s[y].split(j, factor=threads)
@@ -103,4 +106,11 @@ def schedule_softmax_cuda(n: int, m: int, dtype: str = "float32", threads: int =
         (k,) = s[red].op.reduce_axis
         ko, ki = s[red].split(k, factor=threads)
         s[red].bind(ki, te.thread_axis("threadIdx.x"))
+    s[row].compute_at(s[y], i)
+    _, rj = s[row].op.axis
+    rest, vec = s[row].split(rj, factor=vector)
+    rest, tx = s[row].split(rest, factor=threads)
+    s[row].reorder(tx, rest, vec)
+    s[row].bind(tx, te.thread_axis("threadIdx.x"))
+    s[row].vectorize(vec)
     return s, [x, y]

@@ -47,6 +47,34 @@ def enclosing_loop_vars(stage: Stage) -> list[Var]:
     return enclosing_loop_vars(parent) + [iv.var for iv in leaves[: position + 1]]
 
 
+def enclosing_thread_tags(stage: Stage) -> list[str]:
+    """GPU indices bound by the loops enclosing `stage`'s attach point."""
+    tags = []
+    current = stage
+    while current.attach_type == "scope":
+        parent = current.attach_stage
+        leaves = parent.leaf_iter_vars
+        for iv in leaves[: leaves.index(current.attach_ivar) + 1]:
+            attr = parent.iter_attrs.get(iv)
+            if attr is not None and attr.thread is not None:
+                tags.append(attr.thread.thread_tag)
+        current = parent
+    return tags
+
+
+def infer_scopes(sch: Schedule) -> None:
+    """An intermediate placed inside GPU thread loops, with no scope set, is per thread ("local");
+    inside block loops only, per block ("shared"). As TVM does; CPU schedules are unaffected."""
+    for stage in sch.stages:
+        if stage.scope_explicit or stage.is_output or stage.attach_type != "scope":
+            continue
+        tags = enclosing_thread_tags(stage)
+        if any(t.startswith("threadIdx") for t in tags):
+            stage.scope = "local"
+        elif any(t.startswith("blockIdx") for t in tags):
+            stage.scope = "shared"
+
+
 def fixed_loop_vars(stage: Stage) -> set[int]:
     """ids of the enclosing loop vars that stay symbolic in `stage`'s region.
 

@@ -48,6 +48,7 @@ def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers: Any) -> Tenso
     position = min(sch.stages.index(r) for r in reader_stages)
     stage = sch._add_stage(cache_op, position)
     stage.scope = scope
+    stage.scope_explicit = True
     replace_dataflow(sch, mapping)
     return cache
 
@@ -90,6 +91,7 @@ def cache_write(sch: Schedule, tensor: Any, scope: str) -> Any:
     position = sch.stages.index(stage)
     cache_stage = sch._add_stage(cache_op, position)
     cache_stage.scope = scope
+    cache_stage.scope_explicit = True
     mapping = replace_op(sch, stage, copy_op)
     stage.all_iter_vars = list(out_axis)
     stage.leaf_iter_vars = list(out_axis)

@@ -14,9 +14,14 @@ from tensorforge.te.visit import rewrite
 def rewrite_reads(op: ComputeOp, mapping: dict[Tensor, Tensor]) -> ComputeOp:
     """A copy of `op` whose reads of mapping's keys read the mapped tensors (same iter vars)."""
 
+    def final(t: Tensor) -> Tensor:  # follow chains: a replaced op may be replaced again
+        while t in mapping and mapping[t] != t:
+            t = mapping[t]
+        return t
+
     def rule(n: Any) -> Any:
         if isinstance(n, TensorRead) and n.tensor in mapping:
-            return TensorRead(mapping[n.tensor], n.indices)
+            return TensorRead(final(n.tensor), n.indices)
         return None
 
     body = tuple(rewrite(b, rule) for b in op.body)

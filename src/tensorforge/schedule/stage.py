@@ -32,6 +32,7 @@ class Stage:
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
         self.scope = "global"
+        self.scope_explicit = False  # else inferred from the GPU loops around the attach point
         self.storage_align_: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
         self.double_buffered = False
 
@@ -273,6 +274,7 @@ class Stage:
         if self.is_output and scope != "global":
             raise ScheduleError(f"set_scope: '{self.name}' is an output; outputs live in global memory")
         self.scope = scope
+        self.scope_explicit = True
 
     def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
         """Pad the row stride of dimension `axis` so stride % factor == offset."""

@@ -8,7 +8,7 @@ from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
 from tensorforge.ir.expr import Buffer
 from tensorforge.ir.stmt import PrimFunc, Realize, Stmt, seq
-from tensorforge.schedule.bounds import infer_bounds
+from tensorforge.schedule.bounds import infer_bounds, infer_scopes
 from tensorforge.schedule.dataflow import resolve
 from tensorforge.schedule.loops import NestBuilder
 from tensorforge.schedule.schedule import Schedule
@@ -97,6 +97,7 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
                 raise ScheduleError(
                     f"lower: output '{op.output(i).name}' is not in args; pass every input and output tensor"
                 )
+    infer_scopes(sch)
     bodies = inline_bodies(sch)
     bounds = infer_bounds(sch, bodies)
 
