@@ -24,7 +24,7 @@ def non_divisible_bind(n=1000):
 
 
 def tiled_matmul(n=256):
-    s, args = schedule_matmul_cuda(n, n, n, block=64, thread_tile=4, k_tile=8)
+    s, args = schedule_matmul_cuda(n, n, n, block=64, thread_tile=4, k_tile=8, double_buffer=True)
     return s, args, lambda a, b: a @ b
 
 

@@ -15,11 +15,13 @@ from tensorforge.target import Target
 
 
 def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
+    # NOTE: on the CPU a double_buffer mark stays an Attr the backend walks through (a no-op)
     gpu_only: list[Callable[[Stmt], Stmt]] = []
     if target.kind == "cuda":
+        from tensorforge.ir.passes.inject_double_buffer import inject_double_buffer
         from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
 
-        gpu_only = [insert_thread_syncs]
+        gpu_only = [inject_double_buffer, insert_thread_syncs]
     return [
         flatten_storage,  # n-d buffer access -> 1-d offsets, Realize -> Allocate
         simplify,  # canonical indices, guards proven away, peeled tails folded

@@ -30,57 +30,69 @@ def matmul_cuda(n: int, m: int, k: int, dtype: str = "float32"):
 
 
 def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: int = 128,
-                         thread_tile: int = 8, k_tile: int = 8, vector: int = 4):
+                         thread_tile: int = 8, k_tile: int = 16, vector: int = 4, unroll: bool = True,
+                         double_buffer: bool = False):
     """The classic shared-memory GEMM.
 
     A block computes a `block` x `block` tile of C with (block/thread_tile)^2 threads, each holding
     a `thread_tile` x `thread_tile` accumulator in registers. The k loop walks `k_tile`-deep slices
-    of A and B staged in shared memory (filled cooperatively with `vector`-wide loads), and each
-    thread copies its row / column slivers into registers before the outer-product update.
+    of A and B staged in shared memory; A is stored transposed there (`At[k, i]`, rows padded
+    against bank conflicts) so that each thread reads its column sliver of A and row sliver of B
+    with `vector`-wide (float4) shared loads into registers before the outer-product update.
     """
-    A, B, C = matmul_cuda(n, m, k, dtype)
+    A = te.placeholder((n, k), dtype=dtype, name="A")
+    B = te.placeholder((k, m), dtype=dtype, name="B")
+    At = te.compute((k, n), lambda kk, i: A[i, kk], name="At")  # staged transposed
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(At[r, i] * B[r, j], axis=r), name="C")
     s = te.create_schedule(C.op)
-    AA = s.cache_read(A, "shared", [C])
+    s[At].set_scope("shared")
     BB = s.cache_read(B, "shared", [C])
-    AL = s.cache_read(AA, "local", [C])
+    AL = s.cache_read(At, "local", [C])
     BL = s.cache_read(BB, "local", [C])
     CL = s.cache_write(C, "local")
     threads = block // thread_tile
-    bx, by = te.thread_axis("blockIdx.x"), te.thread_axis("blockIdx.y")
-    tx, ty = te.thread_axis("threadIdx.x"), te.thread_axis("threadIdx.y")
     i, j = s[C].op.axis
     io, jo, ii, ji = s[C].tile(i, j, block, block)
     tyo, tyi = s[C].split(ii, factor=thread_tile)
     txo, txi = s[C].split(ji, factor=thread_tile)
     s[C].reorder(io, jo, tyo, txo, tyi, txi)
-    s[C].bind(io, by)
-    s[C].bind(jo, bx)
-    s[C].bind(tyo, ty)
-    s[C].bind(txo, tx)
+    s[C].bind(io, te.thread_axis("blockIdx.y"))
+    s[C].bind(jo, te.thread_axis("blockIdx.x"))
+    s[C].bind(tyo, te.thread_axis("threadIdx.y"))
+    s[C].bind(txo, te.thread_axis("threadIdx.x"))
     s[C].vectorize(txi)
     s[CL].compute_at(s[C], txo)
     ci, cj = s[CL].op.axis
     (ck,) = s[CL].op.reduce_axis
     ko, ki = s[CL].split(ck, factor=k_tile)
     s[CL].reorder(ko, ki, ci, cj)
-    s[CL].unroll(ki)
+    if unroll:
+        s[CL].unroll(ki)
     s[CL].unroll(ci)
     s[CL].unroll(cj)
     s[AL].compute_at(s[CL], ki)
     s[BL].compute_at(s[CL], ki)
-    s[AA].compute_at(s[CL], ko)
+    for cache in (AL, BL):  # register slivers, read from shared memory as float4
+        s[cache].unroll(s[cache].op.axis[0])
+        s[cache].vectorize(s[cache].op.axis[1])
+    s[At].compute_at(s[CL], ko)
     s[BB].compute_at(s[CL], ko)
-    for cache in (AL, BL):
-        for axis in s[cache].op.axis:
-            s[cache].unroll(axis)
-    for shared in (AA, BB):  # cooperative fetch: every thread of the block loads `vector` elements
-        fused = s[shared].fuse(*s[shared].op.axis)
-        rest, vec = s[shared].split(fused, factor=vector)
-        rest, tx_part = s[shared].split(rest, factor=threads)
-        rest, ty_part = s[shared].split(rest, factor=threads)
-        s[shared].bind(ty_part, te.thread_axis("threadIdx.y"))
-        s[shared].bind(tx_part, te.thread_axis("threadIdx.x"))
-        s[shared].vectorize(vec)
+    if double_buffer:  # fill the next k slice while computing on this one
+        s[At].double_buffer()
+        s[BB].double_buffer()
+    s[At].storage_align(s[At].op.axis[0], 32, vector)  # pad rows: transposed stores spread over banks
+    # cooperative fetch: each thread loads `vector` consecutive elements of a row of A or B
+    kk, ii = s[At].op.axis
+    s[At].reorder(ii, kk)
+    fused = s[At].fuse(ii, kk)
+    for stage, fused in ((s[At], fused), (s[BB], s[BB].fuse(*s[BB].op.axis))):
+        rest, vec = stage.split(fused, factor=vector)
+        rest, tx_part = stage.split(rest, factor=threads)
+        rest, ty_part = stage.split(rest, factor=threads)
+        stage.bind(ty_part, te.thread_axis("threadIdx.y"))
+        stage.bind(tx_part, te.thread_axis("threadIdx.x"))
+        stage.vectorize(vec)
     return s, [A, B, C]
 
 

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
 from tensorforge.ir.expr import Buffer
-from tensorforge.ir.stmt import PrimFunc, Realize, Stmt, seq
+from tensorforge.ir.stmt import Attr, PrimFunc, Realize, Stmt, seq
 from tensorforge.schedule.bounds import infer_bounds, infer_scopes
 from tensorforge.schedule.dataflow import resolve
 from tensorforge.schedule.loops import NestBuilder
@@ -130,6 +130,8 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
             t = stage.op.output(i)
             if t not in tensors:
                 body = Realize(buffers[t], mins, extents, body)
+                if stage.double_buffered:
+                    body = Attr("double_buffer", t.name, body)
         return body
 
     attached: dict[int, list[Stage]] = {}

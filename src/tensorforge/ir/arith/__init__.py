@@ -7,7 +7,7 @@ Ranges everywhere are `Mapping[Var, Interval]`, an Interval holding inclusive `m
 from tensorforge.ir.arith.bounds import symbolic_bounds
 from tensorforge.ir.arith.interval import Analyzer, Interval, const_bounds, prove
 from tensorforge.ir.arith.linear import LinearForm, linearize, to_expr
-from tensorforge.ir.arith.simplify_expr import ExprSimplifier, simplify_expr
+from tensorforge.ir.arith.simplifier import ExprSimplifier, simplify_expr
 
 __all__ = [
     "Analyzer",

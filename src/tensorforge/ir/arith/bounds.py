@@ -12,7 +12,7 @@ from typing import Mapping
 
 from tensorforge.ir.arith.interval import Interval
 from tensorforge.ir.arith.linear import LinearForm, is_index_dtype
-from tensorforge.ir.arith.simplify_expr import ExprSimplifier
+from tensorforge.ir.arith.simplifier import ExprSimplifier
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Cast, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Select, Var
 from tensorforge.te.visit import walk

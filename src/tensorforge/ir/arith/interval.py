@@ -110,15 +110,23 @@ class Analyzer:
 
     def _side(self, form: LinearForm, upper: bool, depth: int) -> Bound:
         """The least upper (or greatest lower) bound we can show for `form`."""
-        form = self._substitute_symbolic_ends(form, upper)
-        if depth > 0:
-            for key, (term, k) in form.terms.items():
-                # min(a, b) <= a: an upper bound of `r + k*min(a, b)` (k > 0) is the smaller of
-                # those of `r + k*a` and `r + k*b`; likewise for max and for lower bounds.
-                if isinstance(term, (Min, Max)) and (isinstance(term, Min) == ((k > 0) == upper)):
-                    rest = form.without(key)
-                    sides = [self._side(rest.add(self.form(x), k), upper, depth - 1) for x in (term.a, term.b)]
-                    return min(sides) if upper else max(sides)
+        for _ in range(4 * len(self.ranges) + 4):
+            if depth > 0:
+                for key, (term, k) in form.terms.items():
+                    # min(a, b) <= a: an upper bound of `r + k*min(a, b)` (k > 0) is the smaller
+                    # of those of `r + k*a` and `r + k*b`; likewise for max and lower bounds.
+                    # Split before relaxing r, so `io*32 + min(n - io*32, 32)` keeps `n`.
+                    if isinstance(term, (Min, Max)) and isinstance(term, Min) == ((k > 0) == upper):
+                        rest = form.without(key)
+                        sides = [
+                            self._side(rest.add(self.form(x), k), upper, depth - 1)
+                            for x in (term.a, term.b)
+                        ]
+                        return min(sides) if upper else max(sides)
+            relaxed = self._substitute_symbolic_end(form, upper)
+            if relaxed is None:
+                break
+            form = relaxed
         total: Bound = form.const
         for term, k in form.terms.values():
             lo, hi = self._atom_bounds(term)
@@ -129,25 +137,24 @@ class Analyzer:
         interval = self.ranges[var]
         return interval.max if upper else interval.min
 
-    def _substitute_symbolic_ends(self, form: LinearForm, upper: bool) -> LinearForm:
-        """Replace Vars whose range ends are expressions by those ends, dependents first."""
-        for _ in range(4 * len(self.ranges) + 4):
-            pending: dict[int, tuple[Var, int, Expr]] = {}
-            for term, k in form.terms.values():
-                if isinstance(term, Var) and term in self.ranges:
-                    end = self._end(term, (k > 0) == upper)
-                    if end is not None and not isinstance(end, Const):
-                        pending[id(term)] = (term, k, end)
-            if not pending:
-                return form
-            # a var must be replaced before any var its own range mentions
-            mentioned = set().union(*(self._free_vars(end) for _, _, end in pending.values()))
-            ready = [p for key, p in pending.items() if key not in mentioned]
-            if not ready:
-                return form  # cyclic ranges: leave them to the term-wise bound
-            var, k, end = ready[0]
-            form = form.add(LinearForm.of_term(var), -k).add(self.form(end), k)
-        return form
+    def _substitute_symbolic_end(self, form: LinearForm, upper: bool) -> LinearForm | None:
+        """`form` with one Var whose range end is an expression replaced by that end (a var
+        before any var its own range mentions: `j - i` with j in [i, i + 3] gives `3`), or None
+        if there is none."""
+        pending: dict[int, tuple[Var, int, Expr]] = {}
+        for term, k in form.terms.values():
+            if isinstance(term, Var) and term in self.ranges:
+                end = self._end(term, (k > 0) == upper)
+                if end is not None and not isinstance(end, Const):
+                    pending[id(term)] = (term, k, end)
+        if not pending:
+            return None
+        mentioned = set().union(*(self._free_vars(end) for _, _, end in pending.values()))
+        ready = [p for key, p in pending.items() if key not in mentioned]
+        if not ready:
+            return None  # cyclic ranges: leave them to the term-wise bound
+        var, k, end = ready[0]
+        return form.add(LinearForm.of_term(var), -k).add(self.form(end), k)
 
     def _free_vars(self, e: Expr) -> frozenset[int]:
         hit = self._free.get(id(e))

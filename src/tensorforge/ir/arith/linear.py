@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tensorforge.te.expr import Add, Cast, Const, Expr, Mul, Sub, Var, structural_key
+from tensorforge.ir.arith.const_fold import wrap_int
+from tensorforge.te.expr import Add, BinaryOp, Cast, Const, Expr, Mul, Sub, Var, structural_key
 
 
 def is_index_dtype(dtype: str) -> bool:
@@ -121,10 +122,14 @@ def _name_key(term: Expr) -> str:
     return expr_to_str(term)
 
 
+def _const(value: int, dtype: str) -> Const:
+    return Const(wrap_int(value, dtype), dtype)  # int32 arithmetic wraps in the kernel too
+
+
 def _scaled_term(term: Expr, coeff: int, dtype: str) -> Expr:
     if term.dtype != dtype:
         term = Cast(dtype, term)
-    return term if coeff == 1 else Mul(term, Const(coeff, dtype))
+    return term if coeff == 1 else Mul(term, _const(coeff, dtype))
 
 
 def to_expr(form: LinearForm, dtype: str) -> Expr:
@@ -138,7 +143,7 @@ def to_expr(form: LinearForm, dtype: str) -> Expr:
         out = _scaled_term(*positive[0], dtype)
         rest = positive[1:]
     elif form.const > 0 or not negative:
-        out = Const(form.const, dtype)
+        out = _const(form.const, dtype)
         return _subtract_all(out, negative, dtype)
     else:  # only negative terms and no positive constant: -i - 1 -> i*-1 - 1
         first, coeff = negative.pop(0)
@@ -148,9 +153,9 @@ def to_expr(form: LinearForm, dtype: str) -> Expr:
         out = Add(out, _scaled_term(term, coeff, dtype))
     out = _subtract_all(out, negative, dtype)
     if form.const > 0:
-        out = Add(out, Const(form.const, dtype))
+        out = Add(out, _const(form.const, dtype))
     elif form.const < 0:
-        out = Sub(out, Const(-form.const, dtype))
+        out = Sub(out, _const(-form.const, dtype))
     return out
 
 
@@ -166,6 +171,8 @@ def same_expr(a: Any, b: Any) -> bool:
         return True
     if type(a) is not type(b):
         return False
+    if isinstance(a, BinaryOp):
+        return same_expr(a.a, b.a) and same_expr(a.b, b.b)
     if isinstance(a, Var):
         return False
     if isinstance(a, Const):

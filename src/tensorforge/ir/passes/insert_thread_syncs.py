@@ -17,7 +17,8 @@ uniform: inside THREAD_BINDING loops (which are not loops at run time), serial l
 do not depend on threadIdx, and `if`s whose condition does not. A divergent `if` (or loop) is one
 access as a whole: its syncs go before and after it, never inside.
 
-`Attr("double_buffer", ...)` is accepted and ignored: no double buffering yet, its body is
+Buffers inside `Attr("double_buffer_managed")` (see inject_double_buffer) are skipped: that pass
+placed their barriers. Other `Attr`s are walked through; their body is
 handled like any other.
 """
 
@@ -28,8 +29,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorforge.ir.expr import BufferLoad
-from tensorforge.ir.stmt import For, IfThenElse, LetStmt, LoopKind, Seq, Stmt, Sync, ThreadAllReduce, seq
-from tensorforge.ir.stmt import Allocate, Attr, BufferStore
+from tensorforge.ir.stmt import (
+    Allocate,
+    Attr,
+    BufferStore,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoopKind,
+    Seq,
+    Stmt,
+    Sync,
+    ThreadAllReduce,
+    seq,
+)
 from tensorforge.ir.visit import walk
 from tensorforge.te import expr as E
 
@@ -46,16 +59,18 @@ class _Pending:
     writes: frozenset[Access] = frozenset()
     reads: frozenset[Access] = frozenset()
 
-    def __or__(self, other: "_Pending") -> "_Pending":
+    def __or__(self, other: _Pending) -> _Pending:
         return _Pending(self.writes | other.writes, self.reads | other.reads)
 
-    def conflicts(self, access: "_Pending") -> bool:
+    def conflicts(self, access: _Pending) -> bool:
         return _overlap(access.reads, self.writes) or _overlap(access.writes, self.reads)
 
 
 def _overlap(a: frozenset[Access], b: frozenset[Access]) -> bool:
     return any(
-        name_a == name_b and (key_a is None or key_a != key_b) for name_a, key_a in a for name_b, key_b in b
+        name_a == name_b and (key_a is None or key_a != key_b)
+        for name_a, key_a in a
+        for name_b, key_b in b
     )
 
 
@@ -64,7 +79,9 @@ _EMPTY = _Pending()
 
 def insert_thread_syncs(stmt: Stmt) -> Stmt:
     """`stmt` with a Sync wherever threads would race on a "shared" buffer (see module doc)."""
-    if not any(isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == "shared" for n in walk(stmt)):
+    if not any(
+        isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == "shared" for n in walk(stmt)
+    ):
         return stmt  # NOTE: the common case without shared memory costs one walk
     new, _ = _Planner().visit(stmt, _EMPTY)
     return new
@@ -73,6 +90,7 @@ def insert_thread_syncs(stmt: Stmt) -> Stmt:
 class _Planner:
     def __init__(self) -> None:
         self.thread_vars: set[int] = set()  # ids of Vars that differ between threads of a block
+        self.managed: set[str] = set()  # buffers whose barriers inject_double_buffer placed
 
     def visit(self, s: Stmt, state: _Pending) -> tuple[Stmt, _Pending]:
         match s:
@@ -100,13 +118,19 @@ class _Planner:
                 if e is None:
                     return _replace(s, then_case=then_case), then_state | state
                 else_case, else_state = self.visit(e, state)
-                return _replace(s, then_case=then_case, else_case=else_case), then_state | else_state
+                return _replace(
+                    s, then_case=then_case, else_case=else_case
+                ), then_state | else_state
             case LetStmt(var=var, value=value, body=body):
                 prefix, state = self._access(self.accesses(value, reads_only=True), state)
                 if not self._uniform(value):
                     self.thread_vars.add(id(var))
                 body, state = self.visit(body, state)
                 return seq(prefix, _replace(s, body=body)), state
+            case Attr(key="double_buffer_managed", value=names):
+                self.managed.update(names)
+                body, state = self.visit(s.body, state)
+                return _replace(s, body=body), state
             case Allocate() | Attr():
                 body, state = self.visit(s.body, state)
                 return _replace(s, body=body), state
@@ -147,6 +171,8 @@ class _Planner:
         """The shared accesses of `node` (a statement or expression, everything under it)."""
         writes, reads = set(), set()
         for n in walk(node):
+            if getattr(n, "buffer", None) is not None and n.buffer.name in self.managed:
+                continue
             if isinstance(n, BufferStore) and n.buffer.scope == "shared" and not reads_only:
                 writes.add((n.buffer.name, self._index_key(n.indices)))
             elif isinstance(n, BufferLoad) and n.buffer.scope == "shared":

@@ -8,7 +8,7 @@ from typing import Any
 
 from tensorforge.ir.arith.interval import Interval
 from tensorforge.ir.arith.linear import is_index_dtype
-from tensorforge.ir.arith.simplify_expr import ExprSimplifier
+from tensorforge.ir.arith.simplifier import ExprSimplifier
 from tensorforge.ir.stmt import (
     Allocate,
     BufferStore,

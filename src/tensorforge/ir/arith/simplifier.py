@@ -47,6 +47,7 @@ from tensorforge.te.substitute import substitute
 from tensorforge.te.visit import map_children
 
 _NEGATED = {LT: GE, LE: GT, GT: LE, GE: LT, EQ: NE, NE: EQ}
+_SUM_NODES = (Add, Sub, Mul)
 
 
 def simplify_expr(e: Expr, ranges: Mapping[Var, Interval] | None = None) -> Expr:
@@ -74,15 +75,47 @@ class ExprSimplifier:
         hit = self._memo.get(id(e))
         if hit is not None:
             return hit[1]
-        node = map_children(e, self.visit)
-        for _ in range(8):  # a rule may open the way for another (not a < b -> a >= b -> True)
-            new = _simplify_node(node, self)
-            if new is None or new is node:
-                break
-            node = new
+        if type(e) in _SUM_NODES and is_index_dtype(e.dtype):
+            node = self._canonical_sum(e)
+        else:
+            node = map_children(e, self.visit)
+            for _ in range(8):  # a rule may open the way for another (not a < b -> a >= b -> True)
+                new = _simplify_node(node, self)
+                if new is None or new is node:
+                    break
+                node = new
         self._memo[id(e)] = (e, node)
         self._memo[id(node)] = (node, node)
         return node
+
+    def _canonical_sum(self, e: Expr) -> Expr:
+        """(i*4 + j) - i*4 -> j; (io*8 + ii)*4 -> io*32 + ii*4; (x//8)*8 + x%8 -> x.
+
+        A whole tree of Add/Sub/Mul-by-constant becomes one form, built once: only the terms
+        under it are visited on their own, so a sum of n terms costs O(n), not O(n^2).
+        """
+        form = _merge_div_mod(self._sum_form(e), self)
+        result = self.build(form, e.dtype)
+        if same_expr(result, e):
+            self.analyzer._forms[id(e)] = (e, form)
+            return e
+        return result
+
+    def _sum_form(self, e: Expr) -> LinearForm:
+        match e:
+            case Const(value=v) if not isinstance(v, bool):
+                return LinearForm(const=int(v))
+            case Add(a, b):
+                return self._sum_form(a).add(self._sum_form(b))
+            case Sub(a, b):
+                return self._sum_form(a).add(self._sum_form(b), -1)
+            case Mul(a, b):
+                fa, fb = self._sum_form(a), self._sum_form(b)
+                if fa.is_const or fb.is_const:
+                    return fb.scaled(fa.const) if fa.is_const else fa.scaled(fb.const)
+                a2, b2 = self.visit(a), self.visit(b)  # a product of two sums stays a term
+                return LinearForm.of_term(e if a2 is a and b2 is b else Mul(a2, b2))
+        return self.form(self.visit(e))  # a term: simplify it on its own (it may turn linear)
 
     def form(self, e: Expr) -> LinearForm:
         return self.analyzer.form(e)
@@ -133,7 +166,7 @@ def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
         case BufferLoad(predicate=Const(value=True)):
             return dataclasses.replace(node, predicate=None)  # A[i if True] -> A[i]
         case Add() | Sub() | Mul() if is_index_dtype(node.dtype):
-            return _canonical_sum(node, s)
+            return s._canonical_sum(node)  # a sum some other rule just built
         case FloorDiv(x, Const(value=c)) if is_index_dtype(node.dtype) and c > 0:
             return _rebuilt(node, _floordiv_form(s.form(x), c, node.dtype, s), s)
         case FloorMod(x, Const(value=c)) if is_index_dtype(node.dtype) and c > 0:
@@ -174,11 +207,6 @@ def _rebuilt(node: Expr, form: LinearForm, s: ExprSimplifier) -> Expr | None:
     """The canonical expression of `form`, or None if that is `node` itself."""
     result = s.build(form, node.dtype)
     return None if same_expr(result, node) else result
-
-
-def _canonical_sum(node: Expr, s: ExprSimplifier) -> Expr | None:
-    # (i*4 + j) - i*4 -> j; (io*8 + ii)*4 -> io*32 + ii*4; (x//8)*8 + x%8 -> x
-    return _rebuilt(node, _merge_div_mod(s.form(node), s), s)
 
 
 def _merge_div_mod(form: LinearForm, s: ExprSimplifier) -> LinearForm:
