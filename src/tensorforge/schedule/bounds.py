@@ -21,6 +21,12 @@ from tensorforge.te.tensor import ComputeOp, IterVar
 from tensorforge.te.visit import walk
 
 
+# NOTE: test-only fault injection. A positive value shrinks every inferred compute_at region by
+# that many elements per dimension, so tests can show the fuzzer and guard pages catch a broken
+# bound inference. Never set outside tests.
+_TEST_SHRINK_REGIONS = 0
+
+
 @dataclass
 class StageBounds:
     """What lowering needs to know about one computed stage."""
@@ -174,7 +180,7 @@ def _needed_region(
     for d, iv in enumerate(stage.op.axis):
         lo = _hull(lows[d], Min)
         hi = _hull(highs[d], Max)
-        extent = simplify_expr(hi - lo + 1)
+        extent = simplify_expr(hi - lo + 1 - _TEST_SHRINK_REGIONS)
         if not isinstance(extent, Const):
             # a moving, clamped window (e.g. min(...) - max(...)) still fits the full domain
             extent = simplify_expr(Min(extent, iv.dom.extent))
