@@ -35,14 +35,14 @@ def collect_info() -> dict:
         "cache_dir": os.environ.get("TENSORFORGE_CACHE_DIR", os.path.expanduser("~/.cache/tensorforge")),
     }
     try:
-        import pycuda.driver as driver
+        from tensorforge.runtime.cuda_driver import driver
 
-        driver.init()
-        dev = driver.Device(0)
+        cuda = driver()
+        dev = cuda.Device(0)
         major, minor = dev.compute_capability()
         info["cuda_device"] = f"{dev.name()} (sm_{major}{minor})"
-    except Exception as exc:  # no pycuda, no driver or no GPU
-        info["cuda_device"] = f"none ({type(exc).__name__})"
+    except Exception as exc:  # no pycuda, no driver or no GPU: DeviceError says which
+        info["cuda_device"] = f"none ({str(exc).split(':')[0] if str(exc) else type(exc).__name__})"
     return info
 
 

@@ -1,10 +1,10 @@
 """The CPU backend: a lowered PrimFunc -> LLVM IR text built with llvmlite.ir.
 
 The entry function takes one argument per PrimFunc param, in order: buffers as
-`ptr noalias align 64`, scalars by value. Statements are emitted here, expressions in
-llvm_expr.py, math helpers in llvm_math.py. A PARALLEL loop is outlined into an internal
-function run by libgomp's `GOMP_parallel`, with the thread count read from the module global
-`__tf_num_threads` (set by the runtime; 0 lets libgomp choose).
+`ptr noalias align <element size>` (more with PARAM_ALIGN_ATTR), scalars by value. Statements are
+emitted here, expressions in llvm_expr.py, math helpers in llvm_math.py. A PARALLEL loop is
+outlined into an internal function run by libgomp's `GOMP_parallel`, with the thread count read
+from the module global `__tf_num_threads` (set by the runtime; 0 lets libgomp choose).
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Const, Expr, Var
 
 NUM_THREADS_GLOBAL = "__tf_num_threads"
+# PrimFunc attr: the byte alignment every buffer param is guaranteed to have (default: its element
+# size). Set it to 64 only where the caller guarantees it (e.g. NDArray-only entry points).
+PARAM_ALIGN_ATTR = "llvm.param_align"
 _STACK_LIMIT = 64 * 1024  # "local" buffers up to this many bytes live on the stack
 _LOOP_HINTS = {
     LoopKind.UNROLLED: "llvm.loop.unroll.enable",
@@ -87,13 +90,14 @@ class LLVMCodegen:
         params = kernel_params(func)
         arg_types = [PTR if isinstance(p, Buffer) else value_type(p.dtype) for p in func.params]
         entry = ir.Function(module, ir.FunctionType(ir.VoidType(), arg_types), name=func.name)
-        state = _ModuleState(module, func.name)
+        state = _ModuleState(module, func.name, func.attr(PARAM_ALIGN_ATTR))
         emitter = _FunctionEmitter(state, entry, in_parallel=False)
         for param, arg in zip(func.params, entry.args):
             arg.name = param.name
             if isinstance(param, Buffer):
+                state.param_buffers.add(param)
                 arg.attributes.add("noalias")
-                arg.attributes.align = 64
+                arg.attributes.align = state.align_of(param)
                 emitter.buffers[param] = arg
             else:
                 emitter.vars[param] = arg
@@ -133,9 +137,23 @@ def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
 class _ModuleState:
     """What the functions of one module share: the module, the kernel's name, a counter."""
 
-    def __init__(self, module: ir.Module, func_name: str):
+    def __init__(self, module: ir.Module, func_name: str, param_align: int | None):
         self.module, self.func_name = module, func_name
         self.parallel_loops = 0
+        self.param_align = param_align
+        self.param_buffers: set[Buffer] = set()
+
+    def align_of(self, buffer: Buffer) -> int:
+        """The alignment a pointer to `buffer` is known to have.
+
+        Our own allocations are 64-byte aligned. Caller-owned buffers are only promised element
+        alignment (numpy arrays are used in place, API.md), unless the PrimFunc attr
+        PARAM_ALIGN_ATTR says more: claiming 64 for a less aligned array would let LLVM emit
+        aligned vector moves that fault.
+        """
+        if buffer not in self.param_buffers:
+            return 64
+        return self.param_align or element_bytes(buffer.dtype)
 
     def num_threads(self) -> ir.GlobalVariable:
         existing = self.module.globals.get(NUM_THREADS_GLOBAL)
@@ -373,7 +391,7 @@ class _FunctionEmitter(ExprEmitter):
             arg = body_fn.args[i]
             arg.name = buf.name
             arg.attributes.add("noalias")
-            arg.attributes.align = 64
+            arg.attributes.align = state.align_of(buf)
             inner.buffers[buf] = arg
         for arg, v in zip(body_fn.args[len(free_buffers) :], free_vars):
             arg.name = v.name

@@ -1,4 +1,4 @@
-"""Expressions of the lowered IR -> llvmlite values: arithmetic, casts, vectors, loads, math calls."""
+"""Lowered-IR expressions -> llvmlite values: arithmetic, casts, vectors, loads, math calls."""
 
 from __future__ import annotations
 
@@ -310,7 +310,8 @@ class ExprEmitter:
         return self.builder.zext(v, ty) if dt.is_unsigned(index.dtype) else self.builder.sext(v, ty)
 
     def access(self, buffer: Buffer, index: Expr) -> tuple[str, ir.Value, int]:
-        """Classify an access: ("scalar" | "contiguous", pointer, lanes) or ("gather", pointers, lanes)."""
+        """(kind, pointer, lanes) of an access: kind "scalar", "contiguous" or "gather" (the
+        pointer is then a vector of pointers)."""
         lanes = dt.lanes_of(index.dtype)
         if lanes == 1:
             return "scalar", self.element_ptr(buffer, self.index64(index)), 1

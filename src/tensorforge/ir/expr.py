@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Expr, Var
+from tensorforge.te.printer import expr_to_str
 
 node = dataclass(frozen=True, eq=False, repr=False)
 
@@ -44,6 +45,10 @@ class BufferLoad(Expr):
         lanes = max((dt.lanes_of(i.dtype) for i in self.indices), default=1)
         return dt.with_lanes(self.buffer.dtype, lanes)
 
+    def print_parts(self) -> str:
+        mask = "" if self.predicate is None else f" if {expr_to_str(self.predicate)}"
+        return f"{self.buffer.name}[{', '.join(expr_to_str(i) for i in self.indices)}{mask}]"
+
 
 @node
 class Ramp(Expr):
@@ -57,6 +62,9 @@ class Ramp(Expr):
     def dtype(self) -> str:  # type: ignore[override]
         return dt.with_lanes(self.base.dtype, self.lanes)
 
+    def print_parts(self) -> str:
+        return f"ramp({expr_to_str(self.base)}, {expr_to_str(self.stride)}, {self.lanes})"
+
 
 @node
 class Broadcast(Expr):
@@ -69,6 +77,9 @@ class Broadcast(Expr):
     def dtype(self) -> str:  # type: ignore[override]
         return dt.with_lanes(self.value.dtype, self.lanes)
 
+    def print_parts(self) -> str:
+        return f"broadcast({expr_to_str(self.value)}, {self.lanes})"
+
 
 @node
 class VectorReduce(Expr):
@@ -80,6 +91,9 @@ class VectorReduce(Expr):
     @property
     def dtype(self) -> str:  # type: ignore[override]
         return dt.element_of(self.value.dtype)
+
+    def print_parts(self) -> str:
+        return f"reduce_{self.op}({expr_to_str(self.value)})"
 
 
 __all__ = ["Buffer", "BufferLoad", "Ramp", "Broadcast", "VectorReduce", "Var"]

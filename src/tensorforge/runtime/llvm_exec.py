@@ -17,11 +17,10 @@ import llvmlite.binding as llvm
 
 from tensorforge.codegen.base import KernelSource
 from tensorforge.errors import BuildError
-from tensorforge.target import Target
+from tensorforge.target import Target, as_target
 
-NUM_THREADS_GLOBAL = (
-    "__tf_num_threads"  # the module global PARALLEL loops read their team size from
-)
+# the module global PARALLEL loops read their team size from (codegen/llvm.py defines it)
+NUM_THREADS_GLOBAL = "__tf_num_threads"
 _lock = threading.Lock()
 _CTYPES = {
     "bool": ctypes.c_bool,
@@ -102,9 +101,9 @@ class LLVMExecutable:
     raw_args are in `source.params` order: buffers as integer addresses, scalars as numbers.
     """
 
-    def __init__(self, source: KernelSource, target: Target):
+    def __init__(self, source: KernelSource, target: Target | str):
         self.source = source
-        self.target = target
+        self.target = target = as_target(target)
         argtypes = []
         for p in source.params:
             if p.kind == "buffer":
@@ -163,7 +162,7 @@ class LLVMExecutable:
         self._function(*raw_args)
 
     def get_source(self, fmt: str = "ll") -> str:
-        """ "ll": the optimized LLVM IR; "asm": the machine code as assembly."""
+        """The optimized LLVM IR ("ll") or the machine code as assembly ("asm")."""
         if fmt in ("ll", "llvm", ""):
             return self._optimized_ir
         if fmt in ("asm", "s"):
@@ -175,3 +174,19 @@ class LLVMExecutable:
         raise BuildError(
             f"get_source: unknown format {fmt!r} for an llvm kernel; use 'll' or 'asm'"
         )
+
+    def object_code(self) -> bytes:
+        """The optimized module as a relocatable, position-independent ELF object (for export).
+
+        It defines the entry symbol and, where there are PARALLEL loops, the int32 global
+        `__tf_num_threads` (0 lets libgomp choose) and needs libgomp (-lgomp) and libm.
+        """
+        machine = _initialize().create_target_machine(
+            cpu=self.target.mcpu,
+            features=self.target.features,
+            opt=3,
+            reloc="pic",
+            codemodel="default",
+        )
+        with _lock:
+            return machine.emit_object(llvm.parse_assembly(self._optimized_ir))

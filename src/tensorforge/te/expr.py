@@ -108,7 +108,7 @@ class Expr:
         return self if dtype == self.dtype else Cast(dtype, self)
 
     def __str__(self) -> str:
-        from tensorforge.ir.printer import expr_to_str
+        from tensorforge.te.printer import expr_to_str
 
         return expr_to_str(self)
 
