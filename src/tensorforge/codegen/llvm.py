@@ -50,7 +50,7 @@ NUM_THREADS_GLOBAL = "__tf_num_threads"
 # PrimFunc attr: the byte alignment every buffer param is guaranteed to have (default: its element
 # size). Set it to 64 only where the caller guarantees it (e.g. NDArray-only entry points).
 PARAM_ALIGN_ATTR = "llvm.param_align"
-_STACK_LIMIT = 64 * 1024  # "local" buffers up to this many bytes live on the stack
+_STACK_LIMIT = 64 * 1024  # constant-size buffers up to this many bytes live on the stack
 _LOOP_HINTS = {
     LoopKind.UNROLLED: "llvm.loop.unroll.enable",
     LoopKind.VECTORIZED: "llvm.loop.vectorize.enable",
@@ -274,11 +274,10 @@ class _FunctionEmitter(ExprEmitter):
         buffer, b = s.buffer, self.builder
         elem, nbytes = memory_type(buffer.dtype), element_bytes(buffer.dtype)
         extent = s.extent
-        if (
-            buffer.scope == "local"
-            and isinstance(extent, Const)
-            and int(extent.value) * nbytes <= _STACK_LIMIT
-        ):
+        # NOTE: on the CPU every scope is plain memory; what matters is size. Small constant-size
+        # buffers (register tiles, per-row partials computed at a loop) go on the stack where
+        # SROA / mem2reg can keep them in registers; large or symbolic ones on the heap.
+        if isinstance(extent, Const) and int(extent.value) * nbytes <= _STACK_LIMIT:
             ptr = self.alloca(ir.ArrayType(elem, max(1, int(extent.value))), name=buffer.name)
             with self.bound_buffer(buffer, ptr):
                 self.stmt(s.body)
