@@ -16,11 +16,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = next((p for p in (ROOT / "src" / "tensorforge", ROOT / "tensorforge") if p.is_dir()), None)
+PACKAGE = next(
+    (p for p in (ROOT / "src" / "tensorforge", ROOT / "tensorforge") if p.is_dir()), None
+)
 
 LEAVES = {"errors", "target", "te.dtype"}  # importable from anywhere; import only each other
 LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing"}
-TOP_LEVEL = {"build", "cli", "nd", "__main__"}
+COMMANDS = {"cli", "bench", "demo", "info", "__main__"}  # the command line: `tensorforge info`, ...
+TOP_LEVEL = {"build", "nd"} | COMMANDS
 EVERYTHING = LAYERS | TOP_LEVEL | {"package", "codegen.base"}
 
 # What each part of the package may import, besides itself and the leaves.
@@ -37,12 +40,20 @@ ALLOWED = {
     "build": {"te", "ir", "schedule", "codegen", "codegen.base", "runtime", "nd"},
     "nd": {"runtime"},
     "package": {"te", "ir", "schedule", "codegen", "codegen.base", "runtime", "build", "nd"},
-    "testing": {"te", "ir", "schedule", "codegen", "codegen.base", "runtime", "build", "nd",
-                "package"},
+    "testing": {
+        "te",
+        "ir",
+        "schedule",
+        "codegen",
+        "codegen.base",
+        "runtime",
+        "build",
+        "nd",
+        "package",
+    },
     "tune": EVERYTHING,
     "ops": EVERYTHING,
-    "cli": EVERYTHING,
-    "__main__": EVERYTHING,
+    **{command: EVERYTHING for command in COMMANDS},
 }
 # (file, imported part) -> why this one import inside a function is allowed.
 FUNCTION_LEVEL_EXCEPTIONS = {
@@ -58,7 +69,7 @@ def part_of_file(relative: str) -> str:
     head = relative.split("/")[0]
     if head == "__init__.py":
         return "package"
-    return head[:-3] if head.endswith(".py") else head
+    return head.removesuffix(".py")
 
 
 def part_of_module(module: str) -> str | None:
@@ -105,8 +116,8 @@ def check_source(relative: str, text: str) -> list[str]:
     """Every layering violation in the file at `relative` (to the package root) holding `text`."""
     part = part_of_file(relative)
     if part not in ALLOWED:
-        return [f"{relative}: belongs to no layer ({part!r}); add it to ALLOWED in "
-                f"{Path(__file__).name}"]
+        test_file = Path(__file__).name
+        return [f"{relative}: belongs to no layer ({part!r}); add it to ALLOWED in {test_file}"]
     # the package relative imports start from: runtime/module.py and runtime/__init__.py -> runtime
     package = ".".join(["tensorforge", *relative[:-3].split("/")[:-1]])
     allowed = ALLOWED[part] | LEAVES | {part}
@@ -118,20 +129,28 @@ def check_source(relative: str, text: str) -> list[str]:
             if is_cuda_module or (in_function and relative in PYCUDA_IN_FUNCTIONS):
                 continue
             place = "inside a function" if in_function else "at module level"
-            violations.append(f"{where}: imports pycuda ({place}); pycuda belongs in "
-                              f"runtime/cuda_* modules only")
+            violations.append(
+                f"{where}: imports pycuda ({place}); pycuda belongs in runtime/cuda_* modules only"
+            )
             continue
-        if module.startswith("tensorforge.runtime.cuda_") and not in_function and not is_cuda_module:
-            violations.append(f"{where}: imports {module} at module level; runtime/cuda_* modules "
-                              f"(pycuda) must be imported lazily, inside a function")
+        if (
+            module.startswith("tensorforge.runtime.cuda_")
+            and not in_function
+            and not is_cuda_module
+        ):
+            violations.append(
+                f"{where}: imports {module} at module level; runtime/cuda_* modules "
+                f"(pycuda) must be imported lazily, inside a function"
+            )
         target = part_of_module(module)
         if target is None or target in allowed:
             continue
         if in_function and (relative, target) in FUNCTION_LEVEL_EXCEPTIONS:
             continue
         permitted = ", ".join(sorted(allowed - {part})) or "nothing"
-        violations.append(f"{where}: {part} may not import {module} ({target}); {part} may import: "
-                          f"{permitted}")
+        violations.append(
+            f"{where}: {part} may not import {module} ({target}); {part} may import: {permitted}"
+        )
     return violations
 
 
@@ -199,9 +218,14 @@ def test_checker_flags_violations(relative, text, expected):
         ("runtime/cuda_exec.py", "import pycuda.driver as cuda"),
         ("runtime/device.py", "def f():\n    import pycuda.driver"),
         ("target.py", "def f():\n    import pycuda.driver\n    from tensorforge.te.dtype import b"),
-        ("te/__init__.py", "def create_schedule():\n    from tensorforge.schedule.schedule import c"),
-        ("codegen/base.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                            "    from tensorforge.ir.stmt import PrimFunc"),
+        (
+            "te/__init__.py",
+            "def create_schedule():\n    from tensorforge.schedule.schedule import c",
+        ),
+        (
+            "codegen/base.py",
+            "import typing\nif typing.TYPE_CHECKING:\n    from tensorforge.ir.stmt import PrimFunc",
+        ),
         ("runtime/module.py", "if TYPE_CHECKING:\n    from tensorforge.ir.stmt import PrimFunc"),
         ("cli.py", "from tensorforge import tune, ops"),
         ("tune/measure.py", "from tensorforge.ops import matmul\nimport tensorforge as tf"),

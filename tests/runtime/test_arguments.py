@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from runtime_fakes import buffer, scalar, vector_add, vector_add_params
 
-import tensorforge.nd as nd
+from tensorforge import nd
 from tensorforge.errors import ArgumentError, BuildError
+from tensorforge.runtime.cuda_ndarray import CUDANDArray
 from tensorforge.runtime.device import cuda
-from tensorforge.runtime.ndarray import NDArray
 
 
 class CPUDLPack:
@@ -81,8 +81,12 @@ def test_unaligned_numpy_array_is_used_in_place(make_module):
 
 
 def test_scalars_are_passed_as_numbers(make_module, rng):
-    params = [buffer("A", ["n"]), buffer("B", ["n"]), scalar("alpha", "float32"),
-              scalar("n", bound=True)]
+    params = [
+        buffer("A", ["n"]),
+        buffer("B", ["n"]),
+        scalar("alpha", "float32"),
+        scalar("n", bound=True),
+    ]
 
     def scale(a, b, alpha, n):
         b[:] = a * alpha
@@ -96,8 +100,12 @@ def test_scalars_are_passed_as_numbers(make_module, rng):
 
 
 def test_two_symbolic_sizes(make_module, rng):
-    params = [buffer("A", ["n", "m"]), buffer("B", ["m", "n"]),
-              scalar("n", bound=True), scalar("m", bound=True)]
+    params = [
+        buffer("A", ["n", "m"]),
+        buffer("B", ["m", "n"]),
+        scalar("n", bound=True),
+        scalar("m", bound=True),
+    ]
 
     def transpose(a, b, n, m):
         b[:] = a.T
@@ -112,7 +120,9 @@ def test_two_symbolic_sizes(make_module, rng):
 def test_user_passed_size_must_agree_with_shapes(make_module):
     mod, _ = make_module([buffer("A", ["n"]), scalar("n")])
     mod(np.zeros(4, np.float32), 4)
-    with pytest.raises(ArgumentError, match=r"argument 'n' is 5, but n is 4 from 'A' \(dimension 0\)"):
+    with pytest.raises(
+        ArgumentError, match=r"argument 'n' is 5, but n is 4 from 'A' \(dimension 0\)"
+    ):
         mod(np.zeros(4, np.float32), 5)
 
 
@@ -125,7 +135,8 @@ def test_zero_size_and_zero_dim_arrays(make_module):
 def test_cuda_array_interface_pointer_is_passed_through(make_module):
     mod, executable = make_module([buffer("A", ["n"]), scalar("n", bound=True)], target="cuda")
     mod(FakeCUDAArray((8,), pointer=0x1000, strides=(4,)))
-    assert executable.calls == [[0x1000, 8]]
+    mod(CUDANDArray((8,), "float32", cuda(0), pointer=0x2000))  # tensorforge's own GPU array
+    assert executable.calls == [[0x1000, 8], [0x2000, 8]]
 
 
 # -- wrong count --------------------------------------------------------------------------------
@@ -153,30 +164,42 @@ def test_wrong_byte_order(make_module):
 
 def test_wrong_ndim_shows_symbolic_shape(make_module):
     mod, _ = make_module([buffer("A", ["n", 16]), scalar("n", bound=True)])
-    with pytest.raises(ArgumentError, match=r"argument 'A' expects 2 dimension\(s\) \(n, 16\), "
-                                            r"got 1 with shape \(10,\)"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"argument 'A' expects 2 dimension\(s\) \(n, 16\), "
+        r"got 1 with shape \(10,\)",
+    ):
         mod(np.zeros(10, np.float32))
 
 
 def test_wrong_static_size(make_module):
     mod, _ = make_module([buffer("A", ["n", 16]), scalar("n", bound=True)])
-    with pytest.raises(ArgumentError, match=r"argument 'A' expects shape \(n, 16\), got \(10, 8\): "
-                                            r"dimension 1 is 8, expected 16"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"argument 'A' expects shape \(n, 16\), got \(10, 8\): "
+        r"dimension 1 is 8, expected 16",
+    ):
         mod(np.zeros((10, 8), np.float32))
 
 
 def test_symbolic_size_bound_inconsistently(make_module):
     mod, _ = make_module(vector_add_params())
     a, b = np.zeros(10, np.float32), np.zeros(12, np.float32)
-    with pytest.raises(ArgumentError, match=r"argument 'B' .*n is 10 from 'A' \(dimension 0\) "
-                                            r"and 12 from 'B' \(dimension 0\)"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"argument 'B' .*n is 10 from 'A' \(dimension 0\) "
+        r"and 12 from 'B' \(dimension 0\)",
+    ):
         mod(a, b, a)
 
 
 def test_symbolic_size_inconsistent_within_one_array(make_module):
     mod, _ = make_module([buffer("A", ["n", "n"]), scalar("n", bound=True)])
-    with pytest.raises(ArgumentError, match=r"argument 'A' .*n is 3 from 'A' \(dimension 0\) "
-                                            r"and 4 from 'A' \(dimension 1\)"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"argument 'A' .*n is 3 from 'A' \(dimension 0\) "
+        r"and 4 from 'A' \(dimension 1\)",
+    ):
         mod(np.zeros((3, 4), np.float32))
 
 
@@ -189,8 +212,11 @@ def test_size_too_large_for_its_dtype(make_module):
 # -- layout -------------------------------------------------------------------------------------
 def test_non_contiguous(make_module):
     mod, _ = make_module([buffer("A", [4, 4])])
-    with pytest.raises(ArgumentError, match=r"argument 'A' is not C-contiguous .*"
-                                            r"np\.ascontiguousarray\(A\)"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"argument 'A' is not C-contiguous .*"
+        r"np\.ascontiguousarray\(A\)",
+    ):
         mod(np.zeros((4, 4), np.float32).T)
 
 
@@ -212,7 +238,9 @@ def test_misaligned_elements(make_module):
 # -- devices ------------------------------------------------------------------------------------
 def test_cuda_array_to_cpu_kernel(make_module):
     mod, _ = make_module([buffer("A", [8])])
-    with pytest.raises(ArgumentError, match="argument 'A' is a CUDA array but 'main' runs on the CPU"):
+    with pytest.raises(
+        ArgumentError, match="argument 'A' is a CUDA array but 'main' runs on the CPU"
+    ):
         mod(FakeCUDAArray((8,)))
     with pytest.raises(ArgumentError, match="argument 'A' is a CUDA array"):
         mod(CUDADLPackOnly())
@@ -220,15 +248,18 @@ def test_cuda_array_to_cpu_kernel(make_module):
 
 def test_cuda_ndarray_to_cpu_kernel(make_module):
     mod, _ = make_module([buffer("A", [8])])
-    with pytest.raises(ArgumentError, match=r"argument 'A' is on cuda\(0\) but 'main' runs on the CPU"):
-        mod(NDArray(np.zeros(8, np.float32), cuda(0)))
+    with pytest.raises(
+        ArgumentError, match=r"argument 'A' is on cuda\(0\) but 'main' runs on the CPU"
+    ):
+        mod(CUDANDArray((8,), "float32", cuda(0), pointer=0x1000))  # no GPU memory is touched
 
 
 def test_host_array_to_cuda_kernel(make_module):
     mod, _ = make_module([buffer("A", [8])], target="cuda")
     for host in (np.zeros(8, np.float32), nd.empty((8,), "float32"), CPUDLPack(np.zeros(8))):
-        with pytest.raises(ArgumentError, match="argument 'A' is a host .CPU. array but 'main' runs "
-                                                "on a CUDA GPU"):
+        with pytest.raises(
+            ArgumentError, match="argument 'A' is a host .CPU. array but 'main' runs on a CUDA GPU"
+        ):
             mod(host)
 
 
@@ -250,16 +281,22 @@ def test_buffer_given_a_number_or_list(make_module):
     mod, _ = make_module([buffer("A", [3])])
     with pytest.raises(ArgumentError, match="argument 'A' expects an array .*got float"):
         mod(1.0)
-    with pytest.raises(ArgumentError, match=r"argument 'A' expects an array .*got list; "
-                                            r"convert it with np\.asarray"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"argument 'A' expects an array .*got list; "
+        r"convert it with np\.asarray",
+    ):
         mod([1.0, 2.0, 3.0])
 
 
 def test_scalar_given_an_array(make_module):
     mod, _ = make_module([buffer("A", [3]), scalar("alpha", "float32")])
     a = np.zeros(3, np.float32)
-    with pytest.raises(ArgumentError, match=r"argument 'alpha' is a float32 scalar and expects a "
-                                            r"number, got numpy.ndarray of shape \(3,\)"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"argument 'alpha' is a float32 scalar and expects a "
+        r"number, got numpy.ndarray of shape \(3,\)",
+    ):
         mod(a, a)
     with pytest.raises(ArgumentError, match=r"argument 'alpha' .*use \.item\(\)"):
         mod(a, np.array(2.0))
@@ -273,8 +310,9 @@ def test_scalar_given_a_non_number(make_module):
         mod("2", 1)
     with pytest.raises(ArgumentError, match="argument 'alpha' .*got complex"):
         mod(1j, 1)
-    with pytest.raises(ArgumentError, match="argument 'k' is a int32 scalar and expects an integer, "
-                                            "got float 2.5"):
+    with pytest.raises(
+        ArgumentError, match="argument 'k' is a int32 scalar and expects an integer, got float 2.5"
+    ):
         mod(1.0, 2.5)
     with pytest.raises(ArgumentError, match="argument 'k' = 4294967296 is out of range for int32"):
         mod(1.0, 2**32)

@@ -22,8 +22,10 @@ def test_other_text_or_target_misses():
     kernel = source([buffer("A", [2])], text="one")
     first = cache.get_or_compile(kernel, "llvm -mcpu=x", factory)
     assert cache.get_or_compile(kernel, "llvm -mcpu=y", factory) is not first
-    assert cache.get_or_compile(source([buffer("A", [2])], text="two"), "llvm -mcpu=x", factory) \
+    assert (
+        cache.get_or_compile(source([buffer("A", [2])], text="two"), "llvm -mcpu=x", factory)
         is not first
+    )
     assert cache_key(kernel, "t")[0] == cache_key(source([buffer("A", [2])], text="one"), "t")[0]
 
 

@@ -46,12 +46,13 @@ def test_cuda_exist_follows_device_count(monkeypatch):
 
 
 def test_importing_the_runtime_does_not_import_pycuda():
-    code = ("import sys, tensorforge.runtime, tensorforge.nd; "
-            "tensorforge.runtime.cpu(0).exist; assert 'pycuda' not in sys.modules")
+    code = (
+        "import sys, tensorforge.runtime, tensorforge.nd; "
+        "tensorforge.runtime.cpu(0).exist; assert 'pycuda' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.cuda
 def test_cuda_device_exists_on_a_gpu_machine():
     assert cuda(0).exist
-

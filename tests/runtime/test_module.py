@@ -1,6 +1,7 @@
 """Module: calling entries by name, sources, building from KernelSources, time_evaluator."""
 
 import importlib
+import shutil
 
 import numpy as np
 import pytest
@@ -38,8 +39,12 @@ class SyncingExecutable(PlainExecutable):
 def two_function_module():
     add = source(vector_add_params(), entry="add")
     fill = source([buffer("X", [3])], entry="fill")
-    return Module([(add, NumpyExecutable(add, fn=vector_add)),
-                   (fill, NumpyExecutable(fill, fn=lambda x: x.fill(7)))])
+    return Module(
+        [
+            (add, NumpyExecutable(add, fn=vector_add)),
+            (fill, NumpyExecutable(fill, fn=lambda x: x.fill(7))),
+        ]
+    )
 
 
 @pytest.fixture
@@ -101,8 +106,9 @@ def test_get_source_formats():
     mod = two_function_module()
     assert mod.get_source() == mod.get_source("ll") == "ll of add\nll of fill"
     assert mod.get_source("asm") == "asm of add\nasm of fill"
-    with pytest.raises(ArgumentError, match="unknown format 'ptx' for a llvm module; "
-                                            "valid formats: 'll', 'asm'"):
+    with pytest.raises(
+        ArgumentError, match="unknown format 'ptx' for a llvm module; valid formats: 'll', 'asm'"
+    ):
         mod.get_source("ptx")
 
 
@@ -143,17 +149,41 @@ def test_from_sources_rejects_a_source_for_another_target(fake_compiler):
         Module.from_sources([kernel], "llvm")
 
 
-def test_cuda_build_without_gpu_shows_source_and_refuses_to_run(monkeypatch):
+CUDA_KERNEL = 'extern "C" __global__ void fill(float* __restrict__ A) { A[threadIdx.x] = 1.0f; }'
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
     monkeypatch.setattr(device_module, "cuda_device_count", lambda: 0)
-    kernel = source([buffer("A", [2])], target="cuda", text="__global__ void main() {}")
+    EXECUTABLES.clear()
+    yield
+    EXECUTABLES.clear()
+
+
+def test_cuda_build_without_gpu_shows_source_and_refuses_to_run(no_gpu):
+    kernel = source([buffer("A", [2])], entry="fill", target="cuda", text=CUDA_KERNEL)
     mod = Module.from_sources([kernel], "cuda -arch=sm_90")
-    assert mod.get_source("cuda") == kernel.text
-    with pytest.raises(DeviceError, match="cannot run 'main': no CUDA device is available"):
+    assert mod.get_source("cuda") == CUDA_KERNEL
+    if shutil.which("nvcc"):  # PTX needs only nvcc, not a GPU
+        assert ".entry fill" in mod.get_source("ptx")
+    with pytest.raises(DeviceError, match="cannot run 'fill': no CUDA device is available"):
         mod(np.zeros(2, np.float32))
     with pytest.raises(DeviceError, match="no CUDA device"):
-        mod.get_source("ptx")
+        mod.time_evaluator("fill", cuda(0))(np.zeros(2, np.float32))
+
+
+def test_cuda_build_without_gpu_or_cuda_runtime(no_gpu, monkeypatch):
+    def missing(kind):
+        raise ImportError("No module named 'tensorforge.runtime.cuda_exec'")
+
+    monkeypatch.setattr(module_module, "executable_class", missing)
+    kernel = source([buffer("A", [2])], entry="fill", target="cuda", text=CUDA_KERNEL)
+    mod = Module.from_sources([kernel], "cuda -arch=sm_90")
+    assert mod.get_source() == CUDA_KERNEL
     with pytest.raises(DeviceError, match="no CUDA device"):
-        mod.time_evaluator("main", cuda(0))(np.zeros(2, np.float32))
+        mod.get_source("ptx")
+    with pytest.raises(DeviceError, match="cannot run 'fill'"):
+        mod(np.zeros(2, np.float32))
 
 
 # -- time_evaluator ------------------------------------------------------------------------------
@@ -182,8 +212,9 @@ def test_time_evaluator_synchronizes_a_gpu_executable():
     mod = Module([(kernel, executable)])
 
     class CUDAArray:  # a CUDA array without a GPU: the pointer is never dereferenced
-        __cuda_array_interface__ = {"shape": (2,), "typestr": "<f4", "data": (256, False),
-                                    "version": 3}
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": (2,), "typestr": "<f4", "data": (256, False), "version": 3}
 
     mod.time_evaluator("main", cuda(0), number=2, repeat=3)(CUDAArray())
     assert executable.calls == 1 + 2 * 3

@@ -5,7 +5,7 @@ import importlib
 import numpy as np
 import pytest
 
-import tensorforge.nd as nd
+from tensorforge import nd
 from tensorforge.errors import ArgumentError, DeviceError
 from tensorforge.runtime import cpu, cuda
 
@@ -66,8 +66,11 @@ def test_copyfrom_converts_dtype_and_checks_shape():
     np.testing.assert_array_equal(a.numpy(), [[0, 1], [2, 3]])
     a.copyfrom(nd.array(np.ones((2, 2), "int32")))
     assert (a.numpy() == 1).all()
-    with pytest.raises(ArgumentError, match=r"shape mismatch: this array has shape \(2, 2\), "
-                                            r"the source \(4,\)"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"shape mismatch: this array has shape \(2, 2\), "
+        r"the source \(4,\)",
+    ):
         a.copyfrom(np.zeros(4))
 
 

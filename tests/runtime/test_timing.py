@@ -47,7 +47,9 @@ def test_number_grows_at_least_by_the_golden_ratio():
 
 def test_zero_time_measurements_stop_after_the_limit():
     clock = FakeClock(call_ns=0)
-    result = measure(clock.run, number=1, min_repeat_ms=1, limit_zero_time_iterations=3, clock=clock)
+    result = measure(
+        clock.run, number=1, min_repeat_ms=1, limit_zero_time_iterations=3, clock=clock
+    )
     assert result.results == (0.0,)
     assert clock.calls == 1 + 1 + 1 + 1  # warm-up, then three zero-length measurements (x1 each)
 
@@ -66,8 +68,16 @@ def test_result_statistics_and_text():
     assert "mean (ms)" in str(result) and "3000.0000" in str(result)
 
 
-@pytest.mark.parametrize("option", [{"number": 0}, {"repeat": -1}, {"number": 1.5},
-                                    {"min_repeat_ms": -1}, {"repeats_to_cooldown": 0}])
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"number": 0},
+        {"repeat": -1},
+        {"number": 1.5},
+        {"min_repeat_ms": -1},
+        {"repeats_to_cooldown": 0},
+    ],
+)
 def test_bad_options(option):
     with pytest.raises(ArgumentError, match=next(iter(option))):
         measure(lambda: None, **option)

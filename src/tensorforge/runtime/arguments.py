@@ -12,7 +12,8 @@ not be 64-byte aligned: generated code assumes only element alignment for caller
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,11 +31,13 @@ Binding = tuple[int, str, "int | None"]
 class Signature:
     """Checks and converts the arguments of one compiled function (`function` names it)."""
 
-    def __init__(self, function: str, params: Sequence["Param"], device_kind: str):
+    def __init__(self, function: str, params: Sequence[Param], device_kind: str):
         self.function = function
         self.params = tuple(params)
         self.user_params = tuple(p for p in self.params if not p.bound_from_shape)
-        symbols = {d for p in self.params if p.kind == "buffer" for d in p.shape if isinstance(d, str)}
+        symbols = {
+            d for p in self.params if p.kind == "buffer" for d in p.shape if isinstance(d, str)
+        }
         buffer_slot = _CPUBuffer if device_kind == "cpu" else _CUDABuffer
         self.slots: list[_Slot] = []
         for param in self.user_params:
@@ -43,7 +46,9 @@ class Signature:
             elif param.kind == "scalar":
                 self.slots.append(_Scalar(function, param, in_shapes=param.name in symbols))
             else:
-                raise BuildError(f"{function}: parameter '{param.name}' has unknown kind {param.kind!r}")
+                raise BuildError(
+                    f"{function}: parameter '{param.name}' has unknown kind {param.kind!r}"
+                )
         # Raw argument order: an int picks a converted user argument, a _BoundSize reads a shape.
         self.layout: list[int | _BoundSize] = []
         user_index = 0
@@ -99,20 +104,28 @@ class _Slot:
 class _Buffer(_Slot):
     """The device-independent part of a buffer check: dtype, rank, sizes, symbolic bindings."""
 
-    __slots__ = ("dtype", "shape", "static_shape", "shape_text", "fixed_dims", "symbolic_dims")
+    __slots__ = ("dtype", "fixed_dims", "shape", "shape_text", "static_shape", "symbolic_dims")
 
-    def __init__(self, function: str, param: "Param"):
+    def __init__(self, function: str, param: Param):
         super().__init__(function, param.name)
         self.dtype = np.dtype(param.dtype)
         self.shape = tuple(param.shape)
         self.shape_text = _shape_text(self.shape)
-        self.fixed_dims = tuple((axis, d) for axis, d in enumerate(self.shape) if isinstance(d, int))
-        self.symbolic_dims = tuple((axis, d) for axis, d in enumerate(self.shape) if isinstance(d, str))
+        self.fixed_dims = tuple(
+            (axis, d) for axis, d in enumerate(self.shape) if isinstance(d, int)
+        )
+        self.symbolic_dims = tuple(
+            (axis, d) for axis, d in enumerate(self.shape) if isinstance(d, str)
+        )
         self.static_shape = self.shape if not self.symbolic_dims else None
 
-    def check_layout(self, dtype: np.dtype, shape: tuple[int, ...], env: dict[str, Binding]) -> None:
+    def check_layout(
+        self, dtype: np.dtype, shape: tuple[int, ...], env: dict[str, Binding]
+    ) -> None:
         if dtype is not self.dtype and dtype != self.dtype:
-            raise self.error(f"expects dtype {self.dtype.name}, got {_dtype_text(dtype, self.dtype)}")
+            raise self.error(
+                f"expects dtype {self.dtype.name}, got {_dtype_text(dtype, self.dtype)}"
+            )
         if shape == self.static_shape:
             return
         if len(shape) != len(self.shape):
@@ -145,12 +158,17 @@ class _CPUBuffer(_Buffer):
     __slots__ = ()
 
     def convert(self, arg: object, env: dict[str, Binding]) -> int:
-        if type(arg) is np.ndarray:
+        arg_type = type(arg)
+        if arg_type is NDArray:  # tensorforge's own CPU array (subclasses live elsewhere)
+            array, pointer = arg._array, arg._data_ptr
+        elif arg_type is np.ndarray:
             array, pointer = arg, None
         elif isinstance(arg, NDArray):
             if arg.device.kind != "cpu":
-                raise self.error(f"is on {arg.device} but '{self.function}' runs on the CPU; "
-                                 f"copy it to the host first (e.g. tf.nd.array(x.numpy()))")
+                raise self.error(
+                    f"is on {arg.device} but '{self.function}' runs on the CPU; "
+                    f"copy it to the host first (e.g. tf.nd.array(x.numpy()))"
+                )
             array, pointer = arg._array, arg._data_ptr
         elif isinstance(arg, np.ndarray):
             array, pointer = arg, None
@@ -191,12 +209,16 @@ class _CPUBuffer(_Buffer):
                     return np.from_dlpack(arg)
                 except (BufferError, TypeError, RuntimeError, ValueError) as error:
                     raise self.error(f"could not be read through DLPack: {error}") from None
-            where = "a CUDA array" if device_type == DLPACK_CUDA else f"on DLPack device {device_type}"
-            raise self.error(f"is {where} but '{self.function}' runs on the CPU; "
-                             f"copy it to the host first")
+            where = (
+                "a CUDA array" if device_type == DLPACK_CUDA else f"on DLPack device {device_type}"
+            )
+            raise self.error(
+                f"is {where} but '{self.function}' runs on the CPU; copy it to the host first"
+            )
         if getattr(arg, "__cuda_array_interface__", None) is not None:
-            raise self.error(f"is a CUDA array but '{self.function}' runs on the CPU; "
-                             f"copy it to the host first")
+            raise self.error(
+                f"is a CUDA array but '{self.function}' runs on the CPU; copy it to the host first"
+            )
         raise self.error(_not_an_array(arg))
 
 
@@ -232,16 +254,18 @@ class _CUDABuffer(_Buffer):
         return pointer
 
     def _host_error(self) -> ArgumentError:
-        return self.error(f"is a host (CPU) array but '{self.function}' runs on a CUDA GPU; "
-                          f"copy it there first with tf.nd.array(x, tf.cuda(0))")
+        return self.error(
+            f"is a host (CPU) array but '{self.function}' runs on a CUDA GPU; "
+            f"copy it there first with tf.nd.array(x, tf.cuda(0))"
+        )
 
 
 class _Scalar(_Slot):
     """A scalar parameter: a Python (or numpy) number of the right kind, range-checked."""
 
-    __slots__ = ("dtype", "category", "low", "high", "in_shapes")
+    __slots__ = ("category", "dtype", "high", "in_shapes", "low")
 
-    def __init__(self, function: str, param: "Param", in_shapes: bool):
+    def __init__(self, function: str, param: Param, in_shapes: bool):
         super().__init__(function, param.name)
         self.dtype = param.dtype
         kind = np.dtype(param.dtype).kind
@@ -292,9 +316,9 @@ class _Scalar(_Slot):
 class _BoundSize:
     """A symbolic size the user does not pass: its value comes from a buffer's shape."""
 
-    __slots__ = ("function", "name", "dtype", "high")
+    __slots__ = ("dtype", "function", "high", "name")
 
-    def __init__(self, function: str, param: "Param"):
+    def __init__(self, function: str, param: Param):
         self.function = function
         self.name = param.name
         self.dtype = param.dtype

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from tensorforge.codegen.base import KernelSource
@@ -14,12 +15,18 @@ if TYPE_CHECKING:
 Executable = TypeVar("Executable")
 
 
-def cache_key(source: "KernelSource", target: "Target | str") -> tuple[str, str]:
+def cache_key(source: KernelSource, target: Target | str) -> tuple[str, str]:
     """(sha256 of everything the executable is made from, full target string)."""
     digest = hashlib.sha256()
     # NOTE: the text is nearly everything; entry, params and launch geometry are what the
     # executable also reads, so equal keys always mean interchangeable executables.
-    for part in (source.text, source.target, source.entry, repr(source.params), repr(source.launch)):
+    for part in (
+        source.text,
+        source.target,
+        source.entry,
+        repr(source.params),
+        repr(source.launch),
+    ):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest(), str(target)
@@ -37,9 +44,9 @@ class ExecutableCache:
 
     def get_or_compile(
         self,
-        source: "KernelSource",
-        target: "Target | str",
-        factory: Callable[["KernelSource", "Target | str"], Executable],
+        source: KernelSource,
+        target: Target | str,
+        factory: Callable[[KernelSource, Target | str], Executable],
     ) -> Executable:
         """The cached executable for (source, target), or `factory(source, target)` stored."""
         key = cache_key(source, target)
@@ -71,9 +78,9 @@ EXECUTABLES = ExecutableCache(maxsize=256)  # the process-wide cache Module.from
 
 
 def get_or_compile(
-    source: "KernelSource",
-    target: "Target | str",
-    factory: Callable[["KernelSource", "Target | str"], Executable],
+    source: KernelSource,
+    target: Target | str,
+    factory: Callable[[KernelSource, Target | str], Executable],
 ) -> Executable:
     """`EXECUTABLES.get_or_compile(source, target, factory)`."""
     return EXECUTABLES.get_or_compile(source, target, factory)

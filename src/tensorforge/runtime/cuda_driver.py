@@ -36,7 +36,9 @@ def driver() -> ModuleType:
         cuda.init()
         count = cuda.Device.count()
     except Exception as error:
-        raise DeviceError(f"no CUDA device is available: the CUDA driver failed ({error})") from None
+        raise DeviceError(
+            f"no CUDA device is available: the CUDA driver failed ({error})"
+        ) from None
     if count == 0:
         raise DeviceError("no CUDA device is available: the CUDA driver finds no GPU")
     _driver = cuda
@@ -61,14 +63,18 @@ def activate(device_id: int = 0) -> object:
         if context is None:
             count = cuda.Device.count()
             if not 0 <= device_id < count:
-                raise DeviceError(f"cuda({device_id}) does not exist: this machine has {count} GPU(s)")
+                raise DeviceError(
+                    f"cuda({device_id}) does not exist: this machine has {count} GPU(s)"
+                )
             context = cuda.Device(device_id).retain_primary_context()
             _primary[device_id] = context
     if getattr(_local, "current", None) is not None:
         cuda.Context.pop()  # the context this thread pushed for another GPU
     context.push()
     _local.current = device_id
-    if threading.current_thread() is threading.main_thread() and not getattr(_local, "atexit", False):
+    if threading.current_thread() is threading.main_thread() and not getattr(
+        _local, "atexit", False
+    ):
         _local.atexit = True
         atexit.register(_pop_at_exit)
     return context

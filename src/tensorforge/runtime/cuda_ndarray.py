@@ -37,7 +37,7 @@ class CUDANDArray(NDArray):
     """A dense array in GPU memory. It owns its allocation, or shares another library's memory
     (then `owner` keeps that memory alive). `strides` (bytes) is None for C-contiguous."""
 
-    __slots__ = ("_shape", "_dtype", "_allocation", "_owner", "_strides", "__weakref__")
+    __slots__ = ("__weakref__", "_allocation", "_dtype", "_owner", "_shape", "_strides")
 
     def __init__(
         self,
@@ -100,13 +100,15 @@ class CUDANDArray(NDArray):
         out = np.empty(self._shape, dtype=self._dtype)
         if out.size:
             if not self.is_contiguous:
-                raise ArgumentError(f"numpy(): this array is a strided view (strides {self._strides})")
+                raise ArgumentError(
+                    f"numpy(): this array is a strided view (strides {self._strides})"
+                )
             cuda = cuda_driver.driver()
             cuda_driver.activate(self._device.index)
             cuda.memcpy_dtoh(out, self._data_ptr)
         return out
 
-    def copyfrom(self, source: Any) -> "CUDANDArray":
+    def copyfrom(self, source: Any) -> CUDANDArray:
         """Overwrite the contents from a host or device array of the same shape."""
         if not self.is_contiguous:
             raise ArgumentError("copyfrom: cannot copy into a strided view")
@@ -146,7 +148,9 @@ class CUDANDArray(NDArray):
         return host if dtype is None else host.astype(dtype, copy=False)
 
     # -- DLPack ---------------------------------------------------------------------------------
-    def __dlpack__(self, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None) -> Any:
+    def __dlpack__(
+        self, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
         if copy:
             raise BufferError("CUDANDArray.__dlpack__: copy=True is not supported")
         if stream not in (None, 1):  # the consumer works on another stream: finish ours first
@@ -157,7 +161,9 @@ class CUDANDArray(NDArray):
         return (DLPACK_CUDA, self._device.index)
 
     def __repr__(self) -> str:
-        return f"<tf.nd.NDArray shape={self._shape}, {self._dtype}, {self._device}>\n{self.numpy()!r}"
+        return (
+            f"<tf.nd.NDArray shape={self._shape}, {self._dtype}, {self._device}>\n{self.numpy()!r}"
+        )
 
 
 def _c_strides(shape: tuple[int, ...], dtype: str) -> tuple[int, ...]:
@@ -172,7 +178,9 @@ def _host_copy(source: Any) -> np.ndarray:
     """A numpy copy of a foreign device array, through a temporary CUDANDArray."""
     wrapped = from_dlpack(source)
     if not wrapped.is_contiguous:
-        raise ArgumentError("copyfrom: the source is a non-contiguous device array; make it contiguous")
+        raise ArgumentError(
+            "copyfrom: the source is a non-contiguous device array; make it contiguous"
+        )
     return wrapped.numpy()
 
 
@@ -275,9 +283,9 @@ _DL_KINDS = {0: "int", 1: "uint", 2: "float", 6: "bool"}
 _CAPSULE = b"dltensor"
 _USED_CAPSULE = b"used_dltensor"
 
-_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
-    ("PyCapsule_New", ctypes.pythonapi)
-)
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", ctypes.pythonapi))
 _capsule_is_valid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_IsValid", ctypes.pythonapi)
 )
@@ -322,7 +330,9 @@ def _export_dlpack(a: CUDANDArray) -> Any:
     tensor.ndim = ndim
     tensor.dtype = _DLDataType(_DL_CODES[dtype.kind], dtype.itemsize * 8, 1)
     tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-    tensor.strides = None if strides is None else ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    tensor.strides = (
+        None if strides is None else ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    )
     tensor.byte_offset = 0
     managed.manager_ctx = None
     managed.deleter = _delete_exported
@@ -354,7 +364,9 @@ def _import_dlpack(source: Any) -> CUDANDArray:
     address = _capsule_pointer(capsule, _CAPSULE)
     tensor = ctypes.cast(address, ctypes.POINTER(_DLManagedTensor)).contents.dl_tensor
     if tensor.device.device_type != DLPACK_CUDA:
-        raise ArgumentError(f"from_dlpack: DLPack device type {tensor.device.device_type} is not CUDA")
+        raise ArgumentError(
+            f"from_dlpack: DLPack device type {tensor.device.device_type} is not CUDA"
+        )
     kind = _DL_KINDS.get(tensor.dtype.code)
     if kind is None or tensor.dtype.lanes != 1:
         raise ArgumentError(f"from_dlpack: unsupported DLPack dtype code {tensor.dtype.code}")
@@ -369,4 +381,6 @@ def _import_dlpack(source: Any) -> CUDANDArray:
     _capsule_set_name(capsule, _USED_CAPSULE)  # ours now: its deleter runs when we are done
     owner = _DLPackOwner(address, source)
     pointer = (tensor.data or 0) + tensor.byte_offset
-    return CUDANDArray(shape, dtype, Device("cuda", tensor.device.device_id), pointer, owner, strides)
+    return CUDANDArray(
+        shape, dtype, Device("cuda", tensor.device.device_id), pointer, owner, strides
+    )

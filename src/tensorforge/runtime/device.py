@@ -29,7 +29,7 @@ class Device:
     is usable here; for CUDA that asks pycuda, imported only then (tensorforge imports without it).
     """
 
-    __slots__ = ("kind", "index")
+    __slots__ = ("index", "kind")
 
     def __init__(self, kind: str, index: int = 0):
         normalized = _KIND_ALIASES.get(kind.lower()) if isinstance(kind, str) else None
@@ -94,11 +94,11 @@ def device(kind: str, index: int = 0) -> Device:
 def cuda_device_count() -> int:
     """How many CUDA devices pycuda sees; 0 where pycuda or a GPU is missing. Asked once."""
     try:
-        import pycuda.driver as driver  # NOTE: lazy, so tensorforge imports without pycuda
+        from pycuda import driver  # NOTE: lazy, so tensorforge imports without pycuda
 
         driver.init()
         return driver.Device.count()
-    except Exception:  # ImportError, or pycuda's LogicError/RuntimeError without a driver
+    except Exception:  # noqa: BLE001 - ImportError, or pycuda's errors without a driver/GPU
         return 0
 
 

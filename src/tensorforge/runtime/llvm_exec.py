@@ -51,10 +51,18 @@ def _load_libgomp() -> None:
     name = ctypes.util.find_library("gomp") or "libgomp.so.1"
     try:
         llvm.load_library_permanently(name)
-    except RuntimeError as err:
+        gomp = ctypes.CDLL(name)
+    except (RuntimeError, OSError) as err:
         raise BuildError(
             f"PARALLEL loops need libgomp, which could not be loaded ({name}): {err}"
         ) from err
+    # NOTE: libgomp's thread pool does not survive fork(): a child that runs a parallel loop
+    # would wait forever for workers that exist only in the parent. Releasing the pool just
+    # before any fork lets both processes build a fresh one on their next parallel loop (tuner
+    # workers and the fuzzer fork after kernels have run).
+    pause = getattr(gomp, "omp_pause_resource_all", None)
+    if pause is not None:
+        os.register_at_fork(before=lambda: pause(1))  # 1 = omp_pause_soft
 
 
 def _target_machine(target: Target) -> llvm.TargetMachine:

@@ -9,7 +9,8 @@ on a GPU) and scalars as Python numbers, in `source.params` order. Executables m
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tensorforge.errors import ArgumentError, BuildError, DeviceError
 from tensorforge.runtime.arguments import Signature
@@ -28,7 +29,7 @@ SOURCE_FORMATS = {"llvm": ("ll", "asm"), "cuda": ("cuda", "ptx")}
 class Function:
     """One compiled entry point: `f(*args)` checks and converts the arguments, then runs it."""
 
-    def __init__(self, source: "KernelSource", executable: object):
+    def __init__(self, source: KernelSource, executable: object):
         self.name = source.entry
         self.source = source
         self.executable = executable
@@ -38,7 +39,7 @@ class Function:
         self._call = executable.call
 
     @property
-    def params(self) -> tuple["Param", ...]:
+    def params(self) -> tuple[Param, ...]:
         """All kernel parameters in calling order, `bound_from_shape` sizes included."""
         return self.source.params
 
@@ -65,8 +66,8 @@ class Module:
 
     def __init__(
         self,
-        kernels: Iterable[tuple["KernelSource", object]],
-        target: "Target | str | None" = None,
+        kernels: Iterable[tuple[KernelSource, object]],
+        target: Target | str | None = None,
         entry: str | None = None,
     ):
         self._functions: dict[str, Function] = {}
@@ -78,21 +79,25 @@ class Module:
             raise BuildError("Module: needs at least one compiled function")
         kinds = sorted({f.source.target for f in self._functions.values()})
         if len(kinds) != 1 or kinds[0] not in SOURCE_FORMATS:
-            raise BuildError(f"Module: functions must share one target kind of "
-                             f"{', '.join(SOURCE_FORMATS)}; got {', '.join(kinds)}")
+            raise BuildError(
+                f"Module: functions must share one target kind of "
+                f"{', '.join(SOURCE_FORMATS)}; got {', '.join(kinds)}"
+            )
         self.type_key: str = kinds[0]
         first = next(iter(self._functions.values()))
-        self.target = target if target is not None else (first.source.target_string or self.type_key)
+        self.target = (
+            target if target is not None else (first.source.target_string or self.type_key)
+        )
         self.entry_name = entry if entry is not None else first.name
         self._entry = self[self.entry_name]
 
     @classmethod
     def from_sources(
         cls,
-        sources: Iterable["KernelSource"],
-        target: "Target | str | None" = None,
+        sources: Iterable[KernelSource],
+        target: Target | str | None = None,
         entry: str | None = None,
-    ) -> "Module":
+    ) -> Module:
         """Compile (or fetch from the in-memory cache) each source for `target`: what build calls.
 
         A CUDA module made where no GPU is usable still builds; its source is readable and
@@ -102,8 +107,10 @@ class Module:
         kernels = []
         for source in sources:
             if source.target != target.kind:
-                raise BuildError(f"Module: '{source.entry}' was generated for {source.target}, "
-                                 f"not for the target {target}")
+                raise BuildError(
+                    f"Module: '{source.entry}' was generated for {source.target}, "
+                    f"not for the target {target}"
+                )
             kernels.append((source, load_executable(source, target)))
         return cls(kernels, target, entry)
 
@@ -130,12 +137,12 @@ class Module:
         return tuple(self._functions)
 
     @property
-    def params(self) -> tuple["Param", ...]:
+    def params(self) -> tuple[Param, ...]:
         """The entry's parameters in calling order (see `Function.params`)."""
         return self._entry.params
 
     @property
-    def sources(self) -> tuple["KernelSource", ...]:
+    def sources(self) -> tuple[KernelSource, ...]:
         return tuple(f.source for f in self._functions.values())
 
     @property
@@ -144,7 +151,7 @@ class Module:
         return self._entry.device
 
     @property
-    def imported_modules(self) -> list["Module"]:
+    def imported_modules(self) -> list[Module]:
         """TVM tutorials read CUDA C as `mod.imported_modules[0].get_source()`; that works here."""
         return [self] if self.type_key == "cuda" else []
 
@@ -155,8 +162,10 @@ class Module:
         fmt = fmt or formats[0]
         if fmt not in formats:
             valid = ", ".join(repr(f) for f in formats)
-            raise ArgumentError(f"get_source: unknown format {fmt!r} for a {self.type_key} module; "
-                                f"valid formats: {valid}")
+            raise ArgumentError(
+                f"get_source: unknown format {fmt!r} for a {self.type_key} module; "
+                f"valid formats: {valid}"
+            )
         return "\n".join(_source_text(f, fmt, formats[0]) for f in self._functions.values())
 
     def time_evaluator(
@@ -169,22 +178,25 @@ class Module:
         limit_zero_time_iterations: int = 100,
         cooldown_interval_ms: float = 0,
         repeats_to_cooldown: int = 1,
-    ) -> "TimeEvaluator":
+    ) -> TimeEvaluator:
         """A callable that times `func_name` on its arguments as TVM does (see timing.measure)."""
         function = self[func_name] if func_name else self._entry
         if not isinstance(dev, Device):
-            raise ArgumentError(f"time_evaluator: dev must be a Device such as tf.cpu(0), got {dev!r}")
+            raise ArgumentError(
+                f"time_evaluator: dev must be a Device such as tf.cpu(0), got {dev!r}"
+            )
         if dev.kind != function.device.kind:
-            raise ArgumentError(f"time_evaluator: '{function.name}' runs on {function.device}, "
-                                f"not on {dev}")
-        options = dict(
-            number=number,
-            repeat=repeat,
-            min_repeat_ms=min_repeat_ms,
-            limit_zero_time_iterations=limit_zero_time_iterations,
-            cooldown_interval_ms=cooldown_interval_ms,
-            repeats_to_cooldown=repeats_to_cooldown,
-        )
+            raise ArgumentError(
+                f"time_evaluator: '{function.name}' runs on {function.device}, not on {dev}"
+            )
+        options = {
+            "number": number,
+            "repeat": repeat,
+            "min_repeat_ms": min_repeat_ms,
+            "limit_zero_time_iterations": limit_zero_time_iterations,
+            "cooldown_interval_ms": cooldown_interval_ms,
+            "repeats_to_cooldown": repeats_to_cooldown,
+        }
         check_timing_options(**options)
         return TimeEvaluator(function, options)
 
@@ -209,29 +221,39 @@ class TimeEvaluator:
 
 
 class UnavailableExecutable:
-    """Stands in for a kernel that cannot run here (a CUDA build on a machine without a GPU)."""
+    """Stands in for a kernel that cannot run here (a CUDA build on a machine without a GPU).
 
-    def __init__(self, source: "KernelSource", reason: str):
+    `inner` is the backend's executable where it could be made anyway (it may still show PTX).
+    """
+
+    def __init__(self, source: KernelSource, reason: str, inner: object | None = None):
         self.source = source
         self.unavailable_reason = reason
+        self.inner = inner
 
     def call(self, raw_args: list) -> None:
         raise DeviceError(self.unavailable_reason)
 
     def get_source(self, fmt: str) -> str:
+        if hasattr(self.inner, "get_source"):
+            return self.inner.get_source(fmt)
         if fmt == SOURCE_FORMATS[self.source.target][0]:
             return self.source.text
         raise DeviceError(f"get_source({fmt!r}): {self.unavailable_reason}")
 
 
-def load_executable(source: "KernelSource", target: Target) -> object:
+def load_executable(source: KernelSource, target: Target) -> object:
     """The executable for `source`, from the in-memory cache or compiled now."""
     if source.target == "cuda" and not cuda(0).exist:
-        return UnavailableExecutable(
-            source,
+        reason = (
             f"cannot run '{source.entry}': no CUDA device is available here (pycuda is not "
-            f"installed or finds no GPU); mod.get_source('cuda') still shows the CUDA C",
+            f"installed or finds no GPU); mod.get_source('cuda') still shows the CUDA C"
         )
+        try:
+            inner = get_or_compile(source, target, executable_class(source.target))
+        except (ImportError, DeviceError):
+            inner = None
+        return UnavailableExecutable(source, reason, inner)
     return get_or_compile(source, target, executable_class(source.target))
 
 

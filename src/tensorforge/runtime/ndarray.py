@@ -15,8 +15,14 @@ from types import ModuleType
 import numpy as np
 
 from tensorforge.errors import ArgumentError, DeviceError
-from tensorforge.runtime.device import DLPACK_CPU, DLPACK_CUDA, DLPACK_CUDA_HOST, Device, cpu
-from tensorforge.runtime.device import require_cuda
+from tensorforge.runtime.device import (
+    DLPACK_CPU,
+    DLPACK_CUDA,
+    DLPACK_CUDA_HOST,
+    Device,
+    cpu,
+    require_cuda,
+)
 from tensorforge.te.dtype import SCALAR_DTYPES
 
 ALIGNMENT = 64  # bytes; the LLVM backend tells LLVM that buffers it allocates are this aligned
@@ -30,9 +36,13 @@ class NDArray:
     allocates start on a 64-byte boundary.
     """
 
-    __slots__ = ("_array", "_device", "_data_ptr")
+    __slots__ = ("_array", "_data_ptr", "_device")
 
     def __init__(self, array: np.ndarray, dev: Device | None = None):
+        # NOTE: this class is the CPU array; GPU arrays are subclasses (runtime/cuda_ndarray.py).
+        assert dev is None or dev.kind == "cpu", (
+            "NDArray holds host memory; use tf.nd.array(x, dev)"
+        )
         self._array = array
         self._device = dev if dev is not None else cpu(0)
         self._data_ptr = array.ctypes.data
@@ -77,7 +87,7 @@ class NDArray:
         """Old TVM spelling of `numpy()`."""
         return self.numpy()
 
-    def copyfrom(self, source: "NDArray | np.ndarray | object") -> "NDArray":
+    def copyfrom(self, source: NDArray | np.ndarray | object) -> NDArray:
         """Overwrite the contents from an array of the same shape (converting the dtype, as TVM)."""
         if isinstance(source, NDArray):
             source = source.numpy()
@@ -90,7 +100,7 @@ class NDArray:
         np.copyto(self._array, source, casting="unsafe")
         return self
 
-    def copyto(self, target: "NDArray | Device") -> "NDArray":
+    def copyto(self, target: NDArray | Device) -> NDArray:
         """Copy into another NDArray, or into a new array on the Device `target`."""
         if isinstance(target, Device):
             return array(self.numpy(), target)
@@ -169,7 +179,9 @@ def from_dlpack(source: object) -> NDArray:
     try:
         shared = np.from_dlpack(source)
     except (BufferError, TypeError, RuntimeError) as error:
-        raise ArgumentError(f"from_dlpack: cannot import {type(source).__name__}: {error}") from None
+        raise ArgumentError(
+            f"from_dlpack: cannot import {type(source).__name__}: {error}"
+        ) from None
     _check_dtype(shared.dtype, "from_dlpack")
     return NDArray(shared, cpu(0))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from tensorforge.errors import ArgumentError
 
@@ -64,7 +64,11 @@ def measure(
     measurement's timed span, after its last call, so queued device work is counted.
     """
     check_timing_options(
-        number, repeat, min_repeat_ms, limit_zero_time_iterations, cooldown_interval_ms,
+        number,
+        repeat,
+        min_repeat_ms,
+        limit_zero_time_iterations,
+        cooldown_interval_ms,
         repeats_to_cooldown,
     )
     sync = synchronize or (lambda: None)
@@ -106,7 +110,10 @@ def check_timing_options(
     _check_positive("repeat", repeat)
     _check_positive("limit_zero_time_iterations", limit_zero_time_iterations)
     _check_positive("repeats_to_cooldown", repeats_to_cooldown)
-    for name, value in (("min_repeat_ms", min_repeat_ms), ("cooldown_interval_ms", cooldown_interval_ms)):
+    for name, value in (
+        ("min_repeat_ms", min_repeat_ms),
+        ("cooldown_interval_ms", cooldown_interval_ms),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ArgumentError(f"time_evaluator: {name} must be a number >= 0, got {value!r}")
 
