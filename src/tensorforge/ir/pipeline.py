@@ -6,6 +6,7 @@ import dataclasses
 from typing import Callable
 
 from tensorforge.ir.passes.flatten_storage import flatten_storage
+from tensorforge.ir.passes.fold_lane_masks import fold_lane_masks
 from tensorforge.ir.passes.simplify import simplify
 from tensorforge.ir.passes.unroll_loops import unroll_loops
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
@@ -27,6 +28,7 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
         simplify,  # canonical indices, guards proven away, peeled tails folded
         vectorize_loops,  # vectorized loops -> Ramp / Broadcast vector code
         unroll_loops,  # unrolled loops -> copies of their body
+        fold_lane_masks,  # masks that unrolling made constant: dropped (or the store is)
         *gpu_only,
         simplify,
         verify,

@@ -8,7 +8,7 @@ relaxed stay symbolic. Affine expressions get exact bounds, anything else a cons
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from tensorforge.ir.arith.interval import Interval
 from tensorforge.ir.arith.linear import LinearForm, is_index_dtype
@@ -30,7 +30,7 @@ def symbolic_bounds(
 
     >>> io, ii = Var("io"), Var("ii")
     >>> symbolic_bounds(io * 32 + ii, {ii: Interval.from_range(0, 32)})
-    Interval(io*32, io*32 + 31)
+    Interval(io * 32, io * 32 + 31)
     """
     return _Relaxer(relax, ranges).interval(e)
 
@@ -77,7 +77,9 @@ class _Relaxer:
                         return None
                     form = form.without(key).add(self.analyzer.form(end), k)
             # then one relaxed var, those whose range mentions another relaxed var first
-            pending = {id(t): k for t, k in form.terms.values() if isinstance(t, Var) and t in self.relax}
+            pending = {
+                id(t): k for t, k in form.terms.values() if isinstance(t, Var) and t in self.relax
+            }
             if not pending:
                 return self.simplifier.visit(self.simplifier.build(form, dtype))
             var = next(v for v in self.order if id(v) in pending)
@@ -102,23 +104,37 @@ class _Relaxer:
             case FloorDiv(x, Const(value=c)) if c != 0:
                 iv = self.interval(x)
                 lo, hi = (iv.min, iv.max) if c > 0 else (iv.max, iv.min)
-                return Interval(_apply(FloorDiv, lo, term.b, simplify), _apply(FloorDiv, hi, term.b, simplify))
+                return Interval(
+                    _apply(FloorDiv, lo, term.b, simplify), _apply(FloorDiv, hi, term.b, simplify)
+                )
             case FloorMod(x, Const(value=c)) if c > 0:
                 iv = self.interval(x)
                 if iv.min is not None and iv.max is not None:
                     blocks = simplify(FloorDiv(iv.max, term.b) - FloorDiv(iv.min, term.b))
                     if isinstance(blocks, Const) and blocks.value == 0:  # no wrap-around
-                        return Interval(simplify(FloorMod(iv.min, term.b)), simplify(FloorMod(iv.max, term.b)))
+                        return Interval(
+                            simplify(FloorMod(iv.min, term.b)), simplify(FloorMod(iv.max, term.b))
+                        )
                 return Interval(Const(0, d), Const(c - 1, d))
             case Min(a, b) | Max(a, b):
                 op = type(term)
                 ia, ib = self.interval(a), self.interval(b)
-                lo, hi = _hull_end(op, ia.min, ib.min, op is Max), _hull_end(op, ia.max, ib.max, op is Min)
-                return Interval(None if lo is None else simplify(lo), None if hi is None else simplify(hi))
+                lo, hi = (
+                    _hull_end(op, ia.min, ib.min, op is Max),
+                    _hull_end(op, ia.max, ib.max, op is Min),
+                )
+                return Interval(
+                    None if lo is None else simplify(lo), None if hi is None else simplify(hi)
+                )
             case Select(true_value=a, false_value=b):
                 ia, ib = self.interval(a), self.interval(b)
-                lo, hi = _hull_end(Min, ia.min, ib.min, False), _hull_end(Max, ia.max, ib.max, False)
-                return Interval(None if lo is None else simplify(lo), None if hi is None else simplify(hi))
+                lo, hi = (
+                    _hull_end(Min, ia.min, ib.min, False),
+                    _hull_end(Max, ia.max, ib.max, False),
+                )
+                return Interval(
+                    None if lo is None else simplify(lo), None if hi is None else simplify(hi)
+                )
             case Mul(x, y):
                 for factor, other in ((x, y), (y, x)):  # one side free of relaxed vars, sign known
                     if not self.mentions_relaxed(other):
@@ -126,7 +142,9 @@ class _Relaxer:
                         iv = self.interval(factor)
                         if olo >= 0 or ohi <= 0:
                             lo, hi = (iv.min, iv.max) if olo >= 0 else (iv.max, iv.min)
-                            return Interval(_apply(Mul, lo, other, simplify), _apply(Mul, hi, other, simplify))
+                            return Interval(
+                                _apply(Mul, lo, other, simplify), _apply(Mul, hi, other, simplify)
+                            )
             case Cast(dtype=target, value=v) if is_index_dtype(target) and is_index_dtype(v.dtype):
                 if dt.bits_of(target) >= dt.bits_of(v.dtype):
                     iv = self.interval(v)
@@ -151,7 +169,13 @@ def _hull_end(op: type, a: Expr | None, b: Expr | None, either: bool) -> Expr | 
 def _dependents_first(relax: Mapping[Var, Interval]) -> list[Var]:
     """The relaxed vars ordered so a var comes before any var its own range mentions."""
     mentions = {
-        id(v): [n for end in (iv.min, iv.max) if end is not None for n in walk(end) if isinstance(n, Var) and n in relax]
+        id(v): [
+            n
+            for end in (iv.min, iv.max)
+            if end is not None
+            for n in walk(end)
+            if isinstance(n, Var) and n in relax
+        ]
         for v, iv in relax.items()
     }
     order: list[Var] = []

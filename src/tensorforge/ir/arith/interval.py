@@ -9,8 +9,9 @@ Bounds are exact for affine expressions over independent ranges and conservative
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from tensorforge.ir.arith.linear import LinearForm, is_index_dtype, linearize, to_expr
 from tensorforge.te import dtype as dt
@@ -59,7 +60,7 @@ class Interval:
                 object.__setattr__(self, name, Const(value, like))
 
     @staticmethod
-    def from_range(min: Expr | int, extent: Expr | int) -> "Interval":
+    def from_range(min: Expr | int, extent: Expr | int) -> Interval:
         """`[min, min + extent - 1]`: the values of `for v in range(min, min + extent)`."""
         lo = min if isinstance(min, Expr) else Const(min, "int32")
         size = extent if isinstance(extent, Expr) else Const(extent, lo.dtype)
@@ -67,7 +68,7 @@ class Interval:
         return Interval(lo, to_expr(high, lo.dtype))
 
     @staticmethod
-    def point(value: Expr | int) -> "Interval":
+    def point(value: Expr | int) -> Interval:
         return Interval(value, value)
 
     def __eq__(self, other: object) -> bool:
@@ -101,9 +102,11 @@ class Analyzer:
 
     def bounds(self, e: Expr) -> tuple[Bound, Bound]:
         """(lo, hi) of an integer expression; -inf / inf where unbounded."""
-        if not (is_index_dtype(e.dtype) or dt.is_int(e.dtype) or dt.is_bool(e.dtype)):
-            return -INF, INF
-        return self.form_bounds(self.form(e))
+        if is_index_dtype(e.dtype):
+            return self.form_bounds(self.form(e))
+        if dt.is_int(e.dtype) or dt.is_bool(e.dtype):
+            return self._atom_bounds(e)  # unsigned sums wrap: no linear forms for them
+        return -INF, INF
 
     def form_bounds(self, form: LinearForm) -> tuple[Bound, Bound]:
         return self._side(form, False, 2), self._side(form, True, 2)
@@ -321,7 +324,9 @@ def _finite(b: Bound) -> int | None:
     return None if math.isinf(b) else int(b)
 
 
-def const_bounds(e: Expr, ranges: Mapping[Var, Interval] | None = None) -> tuple[int | None, int | None]:
+def const_bounds(
+    e: Expr, ranges: Mapping[Var, Interval] | None = None
+) -> tuple[int | None, int | None]:
     """The integer interval (lo, hi) of `e`, both inclusive; None on a side where unbounded.
 
     >>> i = Var("i"); const_bounds(i * 4 + 3, {i: Interval.from_range(0, 8)})

@@ -27,14 +27,14 @@ def term_key(term: Expr) -> Any:
 class LinearForm:
     """`sum(coeff * term) + const` over exact integers. Treated as immutable once built."""
 
-    __slots__ = ("terms", "const")
+    __slots__ = ("const", "terms")
 
     def __init__(self, terms: dict[Any, tuple[Expr, int]] | None = None, const: int = 0):
         self.terms = terms if terms is not None else {}  # key -> (term, nonzero coeff)
         self.const = const
 
     @staticmethod
-    def of_term(term: Expr, coeff: int = 1) -> "LinearForm":
+    def of_term(term: Expr, coeff: int = 1) -> LinearForm:
         return LinearForm({term_key(term): (term, coeff)}) if coeff else LinearForm()
 
     @property
@@ -49,7 +49,7 @@ class LinearForm:
                 return term
         return None
 
-    def add(self, other: "LinearForm", scale: int = 1) -> "LinearForm":
+    def add(self, other: LinearForm, scale: int = 1) -> LinearForm:
         """`self + scale * other`."""
         if scale == 0 or (other.is_const and other.const == 0):
             return self
@@ -63,17 +63,17 @@ class LinearForm:
                 del terms[key]
         return LinearForm(terms, self.const + scale * other.const)
 
-    def scaled(self, k: int) -> "LinearForm":
+    def scaled(self, k: int) -> LinearForm:
         if k == 1:
             return self
         if k == 0:
             return LinearForm()
         return LinearForm({key: (t, c * k) for key, (t, c) in self.terms.items()}, self.const * k)
 
-    def plus_const(self, c: int) -> "LinearForm":
+    def plus_const(self, c: int) -> LinearForm:
         return self if c == 0 else LinearForm(self.terms, self.const + c)
 
-    def without(self, key: Any) -> "LinearForm":
+    def without(self, key: Any) -> LinearForm:
         terms = dict(self.terms)
         del terms[key]
         return LinearForm(terms, self.const)
@@ -181,9 +181,7 @@ def same_expr(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(same_expr(x, y) for x, y in zip(a, b))
     if not isinstance(a, Expr):
         return a == b if not dataclasses.is_dataclass(a) else False
-    return all(
-        same_expr(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
-    )
+    return all(same_expr(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
 
 
-__all__ = ["LinearForm", "linearize", "to_expr", "same_expr", "is_index_dtype", "term_key"]
+__all__ = ["LinearForm", "is_index_dtype", "linearize", "same_expr", "term_key", "to_expr"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
 from tensorforge.ir.arith.interval import Analyzer, Interval, _decide_compare

@@ -22,7 +22,7 @@ from tensorforge.ir.stmt import (
 )
 from tensorforge.ir.visit import map_children, substitute
 from tensorforge.te import dtype as dt
-from tensorforge.te.expr import Const, Expr, Var
+from tensorforge.te.expr import Const, Expr, Not, Var
 
 _EMPTY = Seq(())
 _KEEP_SINGLE_ITERATION = (LoopKind.PARALLEL, LoopKind.THREAD_BINDING)
@@ -54,7 +54,7 @@ class _Scope:
     def expr(self, e: Expr) -> Expr:
         return self.simplifier.visit(e)
 
-    def within(self, var: Var, interval: Interval) -> "_Scope":
+    def within(self, var: Var, interval: Interval) -> _Scope:
         return _Scope({**self.ranges, var: interval})
 
     def visit(self, node: Any) -> Any:
@@ -79,8 +79,9 @@ def _simplify_stmt(s: Stmt, scope: _Scope) -> Stmt:
             low, extent = scope.expr(low), scope.expr(extent)
             if scope.simplifier.analyzer.bounds(extent)[1] <= 0:
                 return _EMPTY  # for i in range(0): ... -> nothing
-            if isinstance(extent, Const) and extent.value == 1 and kind not in _KEEP_SINGLE_ITERATION:
-                return _simplify_stmt(substitute(body, {var: low}), scope)  # one iteration: i := min
+            once = isinstance(extent, Const) and extent.value == 1
+            if once and kind not in _KEEP_SINGLE_ITERATION:  # one iteration: body[i := min]
+                return _simplify_stmt(substitute(body, {var: low}), scope)
             body = _simplify_stmt(body, scope.within(var, Interval.from_range(low, extent)))
             if _is_empty(body) and kind is not LoopKind.THREAD_BINDING:
                 return _EMPTY  # for i in range(n): pass -> nothing
@@ -102,8 +103,10 @@ def _simplify_stmt(s: Stmt, scope: _Scope) -> Stmt:
                 else_case = _simplify_stmt(else_case, scope)
                 if _is_empty(else_case):
                     else_case = None
-            if _is_empty(then_case) and else_case is None:
-                return _EMPTY
+            if _is_empty(then_case):  # if c: pass else: b -> if not c: b
+                if else_case is None:
+                    return _EMPTY
+                return IfThenElse(scope.expr(Not(cond)), else_case)
             return _replace(s, condition=cond, then_case=then_case, else_case=else_case)
         case Seq(stmts=stmts):
             return _flatten(s, [_simplify_stmt(x, scope) for x in stmts])

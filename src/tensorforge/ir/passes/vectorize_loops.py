@@ -55,6 +55,35 @@ def _ramp_divmod(cls: type, a: Expr, b: Expr) -> Expr | None:
     return Ramp(E.FloorMod(a.base, c), a.stride, a.lanes)
 
 
+def _lane_values(e: Expr) -> list | None:
+    """The per-lane values of a vector of constants (Ramp / Broadcast of Consts), else None."""
+    if isinstance(e, Broadcast) and isinstance(e.value, Const):
+        return [e.value.value] * e.lanes
+    if isinstance(e, Ramp) and isinstance(e.base, Const) and isinstance(e.stride, Const):
+        return [e.base.value + k * e.stride.value for k in range(e.lanes)]
+    return None
+
+
+_COMPARE = {E.LT: lambda a, b: a < b, E.LE: lambda a, b: a <= b, E.GT: lambda a, b: a > b,
+            E.GE: lambda a, b: a >= b, E.EQ: lambda a, b: a == b, E.NE: lambda a, b: a != b}
+
+
+def _constant_lanes(cond: Expr) -> list[bool] | None:
+    """Each lane's truth for a lane-constant condition (`ramp(48, 1, 8) < broadcast(56, 8)`)."""
+    if type(cond) in _COMPARE:
+        a, b = _lane_values(cond.a), _lane_values(cond.b)
+        if a is None or b is None:
+            return None
+        return [_COMPARE[type(cond)](x, y) for x, y in zip(a, b)]
+    if isinstance(cond, E.And):
+        a, b = _constant_lanes(cond.a), _constant_lanes(cond.b)
+        if a is not None and b is not None:
+            return [x and y for x, y in zip(a, b)]
+        if a is not None and not any(a) or b is not None and not any(b):
+            return [False] * dt.lanes_of(cond.dtype)
+    return None
+
+
 class Unvectorizable(Exception):
     """The loop body has something the vectorizer cannot express."""
 
@@ -192,6 +221,11 @@ class _Vectorizer:
                 vc = self.expr(c, pred)
                 if not self.is_vec(vc):
                     return IfThenElse(vc, self.stmt(t, pred), None if f is None else self.stmt(f, pred))
+                lanes = _constant_lanes(vc)
+                if lanes is not None and all(lanes):  # every lane takes the branch: no mask
+                    return self.stmt(t, pred)
+                if lanes is not None and not any(lanes):  # no lane does
+                    return Seq(()) if f is None else self.stmt(f, pred)
                 if f is not None:
                     raise Unvectorizable("lane-dependent if/else")
                 return self.stmt(t, vc if pred is None else E.And(pred, vc))
