@@ -336,7 +336,9 @@ def int_exprs(draw, depth=4):
             return draw(st.sampled_from(V))
         return const(draw(SMALL))
     sub = int_exprs(depth - 1)
-    kind = draw(st.sampled_from(["add", "sub", "mulc", "mul", "div", "mod", "min", "max", "select"]))
+    kind = draw(
+        st.sampled_from(["add", "sub", "mulc", "mul", "div", "mod", "min", "max", "select"])
+    )
     a = draw(sub)
     match kind:
         case "add":

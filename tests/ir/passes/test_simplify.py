@@ -1,0 +1,189 @@
+"""The simplify pass: expressions under loop ranges, dead loops and branches, flat sequences."""
+
+from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp
+from tensorforge.ir.passes.simplify import simplify
+from tensorforge.ir.stmt import (
+    Allocate,
+    Attr,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoopKind,
+    Realize,
+    Seq,
+    Sync,
+)
+from tensorforge.te.expr import GE, GT, LT, Add, Const, FloorDiv, FloorMod, Var, const
+
+A = Buffer("A", (const(1024),), "float32")
+B = Buffer("B", (const(1024),), "float32")
+EMPTY = Seq(())
+
+
+def store(index, value=None, predicate=None):
+    return BufferStore(A, (index,), const(1.0) if value is None else value, predicate)
+
+
+def test_simplify_drops_add_zero():
+    i = Var("i")
+    assert simplify(store(Add(i, const(0)))) == store(i)
+
+
+def test_loop_of_extent_zero_disappears():
+    i = Var("i")
+    assert simplify(For(i, const(0), const(0), store(i))) == EMPTY
+    n = Var("n")
+    assert simplify(For(i, const(0), n - n, store(i))) == EMPTY
+
+
+def test_loop_of_extent_one_becomes_its_body():
+    i, j = Var("i"), Var("j")
+    loop = For(i, const(3), const(1), store(i * 4 + j))
+    assert simplify(loop) == store(j + 12)
+
+
+def test_parallel_and_thread_loops_of_extent_one_stay():
+    i = Var("i")
+    parallel = For(i, const(0), const(1), store(i), LoopKind.PARALLEL)
+    assert simplify(parallel) is parallel
+    bound = For(i, const(0), const(1), store(i), LoopKind.THREAD_BINDING, "threadIdx.x")
+    assert simplify(bound) is bound
+
+
+def test_guard_proven_by_loop_ranges_is_removed():
+    io, ii = Var("io"), Var("ii")
+    guarded = IfThenElse(LT(io * 32 + ii, const(1000)), store(io * 32 + ii))
+    nest = For(io, const(0), const(31), For(ii, const(0), const(32), guarded))
+    expected = For(io, const(0), const(31), For(ii, const(0), const(32), store(io * 32 + ii)))
+    assert simplify(nest) == expected
+
+
+def test_guard_that_may_fail_stays():
+    io, ii = Var("io"), Var("ii")
+    guarded = IfThenElse(LT(io * 32 + ii, const(1000)), store(io * 32 + ii))
+    nest = For(io, const(0), const(32), For(ii, const(0), const(32), guarded))
+    assert simplify(nest) is nest
+
+
+def test_index_simplified_with_ranges():
+    i, j = Var("i"), Var("j")
+    loop = For(j, const(0), const(4), store(FloorDiv(i * 4 + j, const(4)) + FloorMod(j, const(4))))
+    assert simplify(loop) == For(j, const(0), const(4), store(i + j))
+
+
+def test_loop_min_is_part_of_the_range():
+    i = Var("i")
+    loop = For(i, const(4), const(4), IfThenElse(GE(i, const(4)), store(i)))
+    assert simplify(loop) == For(i, const(4), const(4), store(i))
+
+
+def test_constant_conditions_pick_a_branch():
+    i = Var("i")
+    assert simplify(IfThenElse(const(True), store(i), store(i + 1))) == store(i)
+    assert simplify(IfThenElse(const(False), store(i), store(i + 1))) == store(i + 1)
+    assert simplify(IfThenElse(LT(const(2), const(1)), store(i))) == EMPTY
+
+
+def test_empty_branches_and_bodies_go():
+    i, n = Var("i"), Var("n")
+    cond = LT(i, n)
+    assert simplify(IfThenElse(cond, store(i), EMPTY)) == IfThenElse(cond, store(i))
+    assert simplify(IfThenElse(cond, EMPTY)) == EMPTY
+    assert simplify(IfThenElse(cond, EMPTY, store(i))) == IfThenElse(GE(i, n), store(i))
+    assert simplify(For(i, const(0), n, Seq((EMPTY, Seq(()))))) == EMPTY
+    bound = For(i, const(0), const(32), EMPTY, LoopKind.THREAD_BINDING, "threadIdx.x")
+    assert simplify(bound) is bound  # the launch shape comes from thread loops: keep it
+
+
+def test_nested_seqs_flatten():
+    i = Var("i")
+    a, b, c = store(i), store(i + 1), store(i + 2)
+    assert simplify(Seq((a, Seq((b, EMPTY)), Seq((Seq((c,)),))))) == Seq((a, b, c))
+    assert simplify(Seq((EMPTY, a))) == a
+
+
+def test_let_of_const_or_var_is_substituted():
+    i, x = Var("i"), Var("x")
+    assert simplify(LetStmt(x, const(3), store(i + x))) == store(i + 3)
+    assert simplify(LetStmt(x, i, store(x * 2))) == store(i * 2)
+
+
+def test_let_value_bounds_its_var():
+    i, x = Var("i"), Var("x")
+    body = IfThenElse(GT(x, const(0)), store(x))
+    loop = For(i, const(0), const(10), LetStmt(x, i * 2 + 1, body))
+    assert simplify(loop) == For(i, const(0), const(10), LetStmt(x, i * 2 + 1, store(x)))
+
+
+def test_ranges_pass_through_allocate_attr_realize():
+    i = Var("i")
+    index = FloorDiv(i, const(8))
+    for wrap in (
+        lambda s: Allocate(B, const(8), s),
+        lambda s: Attr("pragma_unroll", 1, s),
+        lambda s: Realize(B, (const(0),), (const(8),), s),
+    ):
+        loop = For(i, const(0), const(8), wrap(store(index)))
+        assert simplify(loop) == For(i, const(0), const(8), wrap(store(const(0))))
+
+
+def test_allocate_with_nothing_inside_goes():
+    assert simplify(Allocate(B, const(8), EMPTY)) == EMPTY
+
+
+def test_scalar_predicates():
+    i = Var("i")
+    assert simplify(store(i, predicate=LT(const(0), const(1)))) == store(i)
+    assert simplify(store(i, predicate=LT(const(1), const(0)))) == EMPTY
+    loop = For(i, const(0), const(8), store(i, predicate=LT(i, const(8))))
+    assert simplify(loop) == For(i, const(0), const(8), store(i))
+    guarded_load = BufferLoad(B, (i,), LT(i, const(8)))
+    loop = For(i, const(0), const(8), store(i, guarded_load))
+    assert simplify(loop) == For(i, const(0), const(8), store(i, BufferLoad(B, (i,))))
+
+
+def test_vector_stores_keep_their_predicates():
+    i = Var("i")
+    mask = Broadcast(const(True), 8)
+    vector = BufferStore(A, (Ramp(i * 8, const(1), 8),), Broadcast(const(1.0), 8), mask)
+    assert simplify(vector) is vector
+    messy = BufferStore(A, (Ramp(i * 8 + 0, const(1), 8),), Broadcast(const(1.0), 8))
+    assert simplify(messy) == BufferStore(A, (Ramp(i * 8, const(1), 8),), Broadcast(const(1.0), 8))
+
+
+def test_evaluate_of_a_constant_goes():
+    assert simplify(Evaluate(const(0))) == EMPTY
+
+
+def test_unchanged_tree_is_returned_as_is():
+    i, j = Var("i"), Var("j")
+    body = Seq((store(i * 32 + j), Sync(), IfThenElse(LT(j, Var("n")), store(j))))
+    nest = For(i, const(0), const(4), For(j, const(0), const(32), body))
+    assert simplify(nest) is nest
+
+
+def test_only_the_changed_path_is_rebuilt():
+    i, j = Var("i"), Var("j")
+    kept = For(j, const(0), const(8), store(j))
+    nest = For(i, const(0), const(4), Seq((kept, store(i + 0))))
+    out = simplify(nest)
+    assert out.body.stmts[0] is kept
+    assert out.body.stmts[1] == store(i)
+
+
+def test_symbolic_extent_guard():
+    """A tail loop `for ii in range(min(32, n - io*32))` proves its own guard `io*32 + ii < n`."""
+    io, ii, n = Var("io"), Var("ii"), Var("n")
+    from tensorforge.te.expr import Min
+
+    extent = Min(const(32), n - io * 32)
+    guarded = IfThenElse(LT(io * 32 + ii, n), store(io * 32 + ii))
+    nest = For(io, const(0), (n + 31) // 32, For(ii, const(0), extent, guarded))
+    out = simplify(nest)
+    assert out.body.body == store(io * 32 + ii)
+    assert isinstance(out.body.extent, type(Min(n, const(32))))
+    assert out.body.extent == Min(n - io * 32, const(32))
+    assert out.extent == FloorDiv(n + 31, const(32))
+    assert isinstance(out.extent.b, Const)
