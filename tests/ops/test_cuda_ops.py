@@ -15,7 +15,7 @@ TARGET = "cuda -arch=sm_90"
 EXPECT = {  # what each schedule asked for, as it must appear in the source
     "elementwise_bind": ["blockIdx.x", "threadIdx.x", "float4", "__launch_bounds__(256)"],
     "non_divisible_bind": ["blockIdx.x", "threadIdx.x", "< 1000"],
-    "tiled_matmul": ["__shared__", "__syncthreads()", "threadIdx.y", "blockIdx.y", "float C_local[16]"],
+    "tiled_matmul": ["__shared__", "__syncthreads()", "threadIdx.y", "blockIdx.y", "float Cp[16]"],
     "row_sum_cross_thread": ["__shfl_down_sync", "blockIdx.x"],
     "rfactor_row_max": ["__shfl_down_sync", "fmaxf"],
     "softmax": ["__shared__", "__syncthreads()", "__shfl_down_sync", "float4"],

@@ -39,54 +39,84 @@ def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: 
     of A and B staged in shared memory; A is stored transposed there (`At[k, i]`, rows padded
     against bank conflicts) so that each thread reads its column sliver of A and row sliver of B
     with `vector`-wide (float4) shared loads into registers before the outer-product update.
+
+    When the block divides the matrix, a thread's columns are two `vector`-wide strips half a
+    block apart (`tx*4` and `64 + tx*4`), not 8 adjacent columns: then the float4 shared loads of
+    a quarter warp cover 128 contiguous bytes and never collide in a bank. The accumulator is
+    declared in that thread-major column order (`Cp`) and the output stage un-permutes it.
     """
     A = te.placeholder((n, k), dtype=dtype, name="A")
     B = te.placeholder((k, m), dtype=dtype, name="B")
     At = te.compute((k, n), lambda kk, i: A[i, kk], name="At")  # staged transposed
+    Bs = te.compute((k, m), lambda kk, j: B[kk, j], name="Bs")
+    strips = m % block == 0 and thread_tile % (2 * vector) == 0
+    threads = block // thread_tile
+    half = block // 2
+
+    def perm(jp):  # column of a thread-major index: thread t's r-th column
+        t, r = jp % block // thread_tile, jp % thread_tile
+        return jp // block * block + r // vector * half + t * vector + r % vector
+
+    def unperm(j):  # the thread-major index of column j
+        h, rest = j % block // half, j % half
+        return j // block * block + rest // vector * thread_tile + h * vector + rest % vector
+
+    Bp = te.compute((k, m), lambda kk, jp: Bs[kk, perm(jp)] if strips else Bs[kk, jp], name="Bp")
     r = te.reduce_axis((0, k), name="k")
-    C = te.compute((n, m), lambda i, j: te.sum(At[r, i] * B[r, j], axis=r), name="C")
+    Cp = te.compute((n, m), lambda i, jp: te.sum(At[r, i] * Bp[r, jp], axis=r), name="Cp")
+    C = te.compute((n, m), lambda i, j: Cp[i, unperm(j)] if strips else Cp[i, j], name="C")
     s = te.create_schedule(C.op)
     s[At].set_scope("shared")
-    BB = s.cache_read(B, "shared", [C])
-    AL = s.cache_read(At, "local", [C])
-    BL = s.cache_read(BB, "local", [C])
-    CL = s.cache_write(C, "local")
-    threads = block // thread_tile
+    s[Bs].set_scope("shared")
+    s[Bp].set_scope("local")
+    s[Cp].set_scope("local")
+    AL = s.cache_read(At, "local", [Cp])
     i, j = s[C].op.axis
     io, jo, ii, ji = s[C].tile(i, j, block, block)
     tyo, tyi = s[C].split(ii, factor=thread_tile)
-    txo, txi = s[C].split(ji, factor=thread_tile)
-    s[C].reorder(io, jo, tyo, txo, tyi, txi)
+    if strips:
+        h, j_half = s[C].split(ji, factor=half)
+        txo, txi = s[C].split(j_half, factor=vector)
+        s[C].reorder(io, jo, tyo, txo, tyi, h, txi)
+        s[C].unroll(h)
+    else:
+        txo, txi = s[C].split(ji, factor=thread_tile)
+        s[C].reorder(io, jo, tyo, txo, tyi, txi)
     s[C].bind(io, te.thread_axis("blockIdx.y"))
     s[C].bind(jo, te.thread_axis("blockIdx.x"))
     s[C].bind(tyo, te.thread_axis("threadIdx.y"))
     s[C].bind(txo, te.thread_axis("threadIdx.x"))
+    s[C].unroll(tyi)
     s[C].vectorize(txi)
-    s[CL].compute_at(s[C], txo)
-    ci, cj = s[CL].op.axis
-    (ck,) = s[CL].op.reduce_axis
-    ko, ki = s[CL].split(ck, factor=k_tile)
-    s[CL].reorder(ko, ki, ci, cj)
+    s[Cp].compute_at(s[C], txo)
+    ci, cj = s[Cp].op.axis
+    (ck,) = s[Cp].op.reduce_axis
+    ko, ki = s[Cp].split(ck, factor=k_tile)
+    s[Cp].reorder(ko, ki, ci, cj)
     if unroll:
-        s[CL].unroll(ki)
-    s[CL].unroll(ci)
-    s[CL].unroll(cj)
-    s[AL].compute_at(s[CL], ki)
-    s[BL].compute_at(s[CL], ki)
-    for cache in (AL, BL):  # register slivers, read from shared memory as float4
-        s[cache].unroll(s[cache].op.axis[0])
-        s[cache].vectorize(s[cache].op.axis[1])
-    s[At].compute_at(s[CL], ko)
-    s[BB].compute_at(s[CL], ko)
+        s[Cp].unroll(ki)
+    s[Cp].unroll(ci)
+    s[Cp].unroll(cj)
+    s[AL].compute_at(s[Cp], ki)
+    s[Bp].compute_at(s[Cp], ki)
+    s[AL].unroll(s[AL].op.axis[0])
+    s[AL].vectorize(s[AL].op.axis[1])
+    bk, bj = s[Bp].op.axis
+    bjo, bji = s[Bp].split(bj, factor=vector)  # float4 strips of B from shared memory
+    s[Bp].unroll(bk)
+    s[Bp].unroll(bjo)
+    s[Bp].vectorize(bji)
+    s[At].compute_at(s[Cp], ko)
+    s[Bs].compute_at(s[Cp], ko)
     if double_buffer:  # fill the next k slice while computing on this one
         s[At].double_buffer()
-        s[BB].double_buffer()
+        s[Bs].double_buffer()
     s[At].storage_align(s[At].op.axis[0], 32, vector)  # pad rows: transposed stores spread over banks
     # cooperative fetch: each thread loads `vector` consecutive elements of a row of A or B
     kk, ii = s[At].op.axis
     s[At].reorder(ii, kk)
     fused = s[At].fuse(ii, kk)
-    for stage, fused in ((s[At], fused), (s[BB], s[BB].fuse(*s[BB].op.axis))):
+    for stage, fused in ((s[At], fused), (s[Bs], s[Bs].fuse(*s[Bs].op.axis))):
         rest, vec = stage.split(fused, factor=vector)
         rest, tx_part = stage.split(rest, factor=threads)
         rest, ty_part = stage.split(rest, factor=threads)

@@ -162,13 +162,15 @@ def _needed_region(
         for read in _reads_of(bodies[id(consumer.op)], stage):
             indices = [substitute(i, to_leaves) for i in read.indices]
             relax: dict[Var, Interval] = {}
+            known: dict[Var, Interval] = {}  # ranges of the fixed loops: they fold % and //
             for index in indices:
                 for n in walk(index):
-                    if isinstance(n, Var) and id(n) not in fixed and id(n) in loop_extent:
+                    if isinstance(n, Var) and id(n) in loop_extent:
                         var, extent = loop_extent[id(n)]
-                        relax[var] = Interval(const(0, var.dtype), simplify_expr(extent - 1))
+                        target = known if id(n) in fixed else relax
+                        target[var] = Interval(const(0, var.dtype), simplify_expr(extent - 1))
             for d, index in enumerate(indices):
-                bound = symbolic_bounds(index, relax)
+                bound = symbolic_bounds(simplify_expr(index, {**known, **relax}), relax, known)
                 if bound.min is None or bound.max is None:
                     raise ScheduleError(
                         f"compute_at: cannot bound the region of '{stage.name}' that "
