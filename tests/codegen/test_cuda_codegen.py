@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -133,7 +133,13 @@ def vector_add(n=1024, block=128) -> Kernel:
         lambda rng: {"A": _rand(n, rng), "B": _rand(n, rng)},
         lambda x: {"C": x["A"] + x["B"]},
         {"C": ((n,), "float32")},
-        expect=("blockIdx.x", "threadIdx.x", "__launch_bounds__(128)", "__restrict__", 'extern "C" __global__'),
+        expect=(
+            "blockIdx.x",
+            "threadIdx.x",
+            "__launch_bounds__(128)",
+            "__restrict__",
+            'extern "C" __global__',
+        ),
     )
 
 
@@ -144,7 +150,9 @@ def vector_add_dynamic(block=128) -> Kernel:
     bx, tx = Var("bx"), Var("tx")
     i = bx * block + tx
     body = IfThenElse(i < n, store(C, i, load(A, i) * f32(2.0) + load(B, i)))
-    body = bind(bx, FloorDiv(n + (block - 1), c(block)), "blockIdx.x", bind(tx, block, "threadIdx.x", body))
+    body = bind(
+        bx, FloorDiv(n + (block - 1), c(block)), "blockIdx.x", bind(tx, block, "threadIdx.x", body)
+    )
     size = 1000
     return Kernel(
         PrimFunc("vector_add_dynamic", (A, B, C, n), body),
@@ -188,8 +196,13 @@ def math_kernel(n=777, block=256) -> Kernel:
         from math import erf
 
         b = (
-            np.exp(a * 0.5) + 1 / (1 + np.exp(-a)) + np.tanh(a) + np.vectorize(erf)(a)
-            + np.log(np.abs(a) + 1) + np.sqrt(np.abs(a)) + np.maximum(a, 0)
+            np.exp(a * 0.5)
+            + 1 / (1 + np.exp(-a))
+            + np.tanh(a)
+            + np.vectorize(erf)(a)
+            + np.log(np.abs(a) + 1)
+            + np.sqrt(np.abs(a))
+            + np.maximum(a, 0)
         )
         return {"B": b.astype(np.float32), "J": v // 7, "K": v % -5 + v % 7}
 
@@ -206,7 +219,10 @@ def math_kernel(n=777, block=256) -> Kernel:
 def matmul_shared(n=256, tile=16) -> Kernel:
     """C = A @ B with 16x16 tiles of A and B staged in shared memory (syncs from the pass)."""
     A, B, C = buf("A", n * n), buf("B", n * n), buf("C", n * n)
-    As, Bs = buf("A_shared", tile * tile, scope="shared"), buf("B_shared", tile * tile, scope="shared")
+    As, Bs = (
+        buf("A_shared", tile * tile, scope="shared"),
+        buf("B_shared", tile * tile, scope="shared"),
+    )
     acc = buf("acc", 1, scope="local")
     bx, by, tx, ty, ko, ki = (Var(x) for x in ("bx", "by", "tx", "ty", "ko", "ki"))
     row, col = by * tile + ty, bx * tile + tx
@@ -217,7 +233,9 @@ def matmul_shared(n=256, tile=16) -> Kernel:
             loop(
                 ki,
                 tile,
-                store(acc, c(0), load(acc, c(0)) + load(As, ty * tile + ki) * load(Bs, ki * tile + tx)),
+                store(
+                    acc, c(0), load(acc, c(0)) + load(As, ty * tile + ki) * load(Bs, ki * tile + tx)
+                ),
                 LoopKind.UNROLLED,
             ),
         )
@@ -278,7 +296,12 @@ def two_stages(n=128 * 40) -> Kernel:
             Seq(
                 (
                     bind(t1, 128, "threadIdx.x", store(S, t1, load(A, bx * 128 + t1))),
-                    bind(t2, 64, "threadIdx.x", store(B, bx * 64 + t2, load(S, t2 * 2) + load(S, t2 * 2 + 1))),
+                    bind(
+                        t2,
+                        64,
+                        "threadIdx.x",
+                        store(B, bx * 64 + t2, load(S, t2 * 2) + load(S, t2 * 2 + 1)),
+                    ),
                 )
             ),
         ),
@@ -359,14 +382,16 @@ def row_reduce(rows=64, extent=128, reducer="sum") -> Kernel:
         B = buf("B", rows)
         inner = Seq(
             (
-                ThreadAllReduce(sum_reducer(), (load(A, i * extent + k),), (red,), "threadIdx.x", extent),
+                ThreadAllReduce(
+                    sum_reducer(), (load(A, i * extent + k),), (red,), "threadIdx.x", extent
+                ),
                 IfThenElse(k.__eq__(c(0)), store(B, i, load(red, c(0)))),
             )
         )
         body = Allocate(red, c(1), bind(k, extent, "threadIdx.x", inner))
         outputs = {"B": ((rows,), "float32")}
         params = (A, B)
-        reference = lambda x: {"B": x["A"].reshape(rows, extent).sum(axis=1)}  # noqa: E731
+        reference = lambda x: {"B": x["A"].reshape(rows, extent).sum(axis=1)}
     else:
         red_i, red_v = buf("red_i", 1, "int32", "local"), buf("red_v", 1, scope="local")
         B_i, B_v = buf("B_i", rows, "int32"), buf("B_v", rows)
@@ -395,7 +420,7 @@ def row_reduce(rows=64, extent=128, reducer="sum") -> Kernel:
         reference,
         outputs,
         rtol=1e-5,
-        expect=("__shfl_down_sync", "__launch_bounds__(%d)" % extent),
+        expect=("__shfl_down_sync", f"__launch_bounds__({extent})"),
     )
 
 
@@ -409,11 +434,15 @@ def block_reduce(rows_per_block=4, extent=100, axis="x", blocks=8) -> Kernel:
     row = b * rows_per_block + r
     inner = Seq(
         (
-            ThreadAllReduce(sum_reducer(), (load(A, row * extent + k),), (red,), f"threadIdx.{axis}", extent),
+            ThreadAllReduce(
+                sum_reducer(), (load(A, row * extent + k),), (red,), f"threadIdx.{axis}", extent
+            ),
             IfThenElse(k.__eq__(c(0)), store(B, row, load(red, c(0)))),
         )
     )
-    loops = bind(r, rows_per_block, f"threadIdx.{other}", bind(k, extent, f"threadIdx.{axis}", inner))
+    loops = bind(
+        r, rows_per_block, f"threadIdx.{other}", bind(k, extent, f"threadIdx.{axis}", inner)
+    )
     body = bind(b, blocks, "blockIdx.x", Allocate(red, c(1), loops))
     return Kernel(
         PrimFunc(f"block_reduce_{axis}_{rows_per_block}x{extent}", (A, B), body),
@@ -431,7 +460,9 @@ def guarded_reduce(rows=16, extent=100) -> Kernel:
     i, t, k = Var("i"), Var("t"), Var("k")
     reduce_stage = Seq(
         (
-            ThreadAllReduce(sum_reducer(), (load(S, k) * load(S, k),), (red,), "threadIdx.x", extent),
+            ThreadAllReduce(
+                sum_reducer(), (load(S, k) * load(S, k),), (red,), "threadIdx.x", extent
+            ),
             IfThenElse(k.__eq__(c(0)), store(B, i, load(red, c(0)))),
         )
     )
@@ -500,8 +531,22 @@ def big_shared(n=64 * 1024) -> Kernel:
             c(16384),
             Seq(
                 (
-                    bind(tx, 256, "threadIdx.x", loop(j, 64, store(S, j * 256 + tx, load(A, bx * 16384 + j * 256 + tx)))),
-                    bind(tx, 256, "threadIdx.x", loop(j, 64, store(B, bx * 16384 + j * 256 + tx, load(S, 16383 - (j * 256 + tx))))),
+                    bind(
+                        tx,
+                        256,
+                        "threadIdx.x",
+                        loop(j, 64, store(S, j * 256 + tx, load(A, bx * 16384 + j * 256 + tx))),
+                    ),
+                    bind(
+                        tx,
+                        256,
+                        "threadIdx.x",
+                        loop(
+                            j,
+                            64,
+                            store(B, bx * 16384 + j * 256 + tx, load(S, 16383 - (j * 256 + tx))),
+                        ),
+                    ),
                 )
             ),
         ),
@@ -513,6 +558,82 @@ def big_shared(n=64 * 1024) -> Kernel:
         lambda x: {"B": x["A"].reshape(-1, 16384)[:, ::-1].ravel()},
         {"B": ((n,), "float32")},
         expect=("extern __shared__",),
+    )
+
+
+def vector_misc(n=1000, block=64) -> Kernel:
+    """Per-lane vector code: a predicated store, a strided gather, a vector let, VectorReduce."""
+    from tensorforge.ir.expr import VectorReduce
+    from tensorforge.te import expr as TE
+
+    groups = -(-n // 4)
+    threads = -(-groups // block) * block
+    A, B, C = buf("A", 8 * threads), buf("B", n), buf("C", n // 4)  # every thread gathers
+    bx, tx, v = Var("bx"), Var("tx"), Var("v", "float32x4")
+    i = bx * block + tx  # one group of 4 outputs per thread
+    lanes = Ramp(i * 4, c(1), 4)
+    in_range = TE.LT(lanes, Broadcast(c(n), 4))
+    gather = load(A, Ramp(i * 8, c(2), 4))  # A[8i], A[8i+2], ...
+    body = Seq(
+        (
+            LetStmt(v, gather, store(B, lanes, v * v + Broadcast(f32(1.0), 4), in_range)),
+            IfThenElse(i < n // 4, store(C, i, VectorReduce("add", load(A, Ramp(i * 4, c(1), 4))))),
+        )
+    )
+    body = bind(bx, threads // block, "blockIdx.x", bind(tx, block, "threadIdx.x", body))
+
+    def reference(x):
+        a = x["A"]
+        return {"B": a[0 : 2 * n : 2] ** 2 + 1, "C": a[:n].reshape(-1, 4).sum(axis=1)}
+
+    return Kernel(
+        PrimFunc("vector_misc", (A, B, C), body),
+        lambda rng: {"A": _rand(8 * threads, rng)},
+        reference,
+        {"B": ((n,), "float32"), "C": ((n // 4,), "float32")},
+        expect=("const float4 A_v",),
+    )
+
+
+def half_kernel(n=512, block=128) -> Kernel:
+    """float16 arithmetic and an intrinsic (computed through float)."""
+    A, B = buf("A", n, "float16"), buf("B", n, "float16")
+    bx, tx = Var("bx"), Var("tx")
+    i = bx * block + tx
+    a = load(A, i)
+    value = a * a + Call("float16", "exp", (a,)) + Const(1.0, "float16")
+    body = bind(bx, n // block, "blockIdx.x", bind(tx, block, "threadIdx.x", store(B, i, value)))
+
+    def reference(x):
+        a = x["A"].astype(np.float32)
+        return {"B": (a * a + np.exp(a) + 1).astype(np.float16)}
+
+    return Kernel(
+        PrimFunc("half_kernel", (A, B), body),
+        lambda rng: {"A": (rng.standard_normal(n) * 0.5).astype(np.float16)},
+        reference,
+        {"B": ((n,), "float16")},
+        rtol=1e-2,
+        expect=("#include <cuda_fp16.h>",),
+    )
+
+
+def int64_kernel(n=300, block=128) -> Kernel:
+    """int64 loop variables and buffers: literals carry LL, floor division works on them."""
+    A, B = buf("A", n, "int64"), buf("B", n, "int64")
+    bx, tx = Var("bx", "int64"), Var("tx", "int64")
+    i = bx * Const(block, "int64") + tx
+    body = IfThenElse(
+        i < Const(n, "int64"),
+        store(B, i, FloorDiv(load(A, i), Const(3, "int64")) + Max(load(A, i), Const(0, "int64"))),
+    )
+    body = bind(bx, -(-n // block), "blockIdx.x", bind(tx, block, "threadIdx.x", body))
+    return Kernel(
+        PrimFunc("int64_kernel", (A, B), body),
+        lambda rng: {"A": rng.integers(-(2**40), 2**40, n)},
+        lambda x: {"B": x["A"] // 3 + np.maximum(x["A"], 0)},
+        {"B": ((n,), "int64")},
+        expect=("tf_floordiv<long long>", "3LL"),
     )
 
 
@@ -542,6 +663,9 @@ def all_kernels() -> dict[str, Callable[[], Kernel]]:
         "guarded_reduce": guarded_reduce,
         "let_and_select": let_and_select,
         "big_shared": big_shared,
+        "vector_misc": vector_misc,
+        "half": half_kernel,
+        "int64": int64_kernel,
     }
 
 
@@ -555,7 +679,10 @@ def nvcc_ptx(text: str, tmp_path) -> str:
     source.write_text(text)
     out = tmp_path / "kernel.ptx"
     result = subprocess.run(
-        [NVCC, "-arch=sm_90", "--ptx", "-o", str(out), str(source)], capture_output=True, text=True
+        [NVCC, "-arch=sm_90", "--ptx", "-o", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, f"nvcc failed:\n{result.stderr}\n--- source ---\n{text}"
     return out.read_text()
@@ -594,7 +721,9 @@ def test_elementwise_launch_and_params():
         ("C", "buffer", "float32", (1000,)),
     ]
     assert "const float* __restrict__ A" in source.text  # read-only inputs
-    assert "float* __restrict__ C" in source.text and "const float* __restrict__ C" not in source.text
+    assert (
+        "float* __restrict__ C" in source.text and "const float* __restrict__ C" not in source.text
+    )
     assert "const int bx = (int)blockIdx.x;" in source.text
     assert "if (((bx * 128) + tx) < 1000)" in source.text
 
@@ -602,7 +731,7 @@ def test_elementwise_launch_and_params():
 def test_symbolic_grid_is_a_host_expression():
     source = generate(vector_add_dynamic().func)
     assert source.launch.grid == ("((n + 127) // 128)", 1, 1)
-    n_param = [p for p in source.params if p.name == "n"][0]
+    n_param = next(p for p in source.params if p.name == "n")
     assert n_param.kind == "scalar" and n_param.bound_from_shape
     assert [p.shape for p in source.params if p.kind == "buffer"] == [("n",)] * 3
 
@@ -638,8 +767,8 @@ def test_shared_matmul_syncs_and_shared_arrays():
 
 def test_sibling_stage_guard_keeps_the_barrier_outside():
     text = generate(two_stages().func).text
-    sync_line = [line for line in text.splitlines() if "__syncthreads" in line][0]
-    guard_line = [line for line in text.splitlines() if "if (t2 < 64)" in line][0]
+    sync_line = next(line for line in text.splitlines() if "__syncthreads" in line)
+    guard_line = next(line for line in text.splitlines() if "if (t2 < 64)" in line)
     assert text.index(sync_line) < text.index(guard_line)
     assert len(sync_line) - len(sync_line.lstrip()) <= len(guard_line) - len(guard_line.lstrip())
 
@@ -698,7 +827,12 @@ def _threads(extent_x, extent_y=1, extent_z=1):
     A = buf("A", 1)
     tx, ty, tz = Var("tx"), Var("ty"), Var("tz")
     body = store(A, c(0), f32(1.0))
-    body = bind(tz, extent_z, "threadIdx.z", bind(ty, extent_y, "threadIdx.y", bind(tx, extent_x, "threadIdx.x", body)))
+    body = bind(
+        tz,
+        extent_z,
+        "threadIdx.z",
+        bind(ty, extent_y, "threadIdx.y", bind(tx, extent_x, "threadIdx.x", body)),
+    )
     return PrimFunc("f", (A,), body)
 
 
@@ -762,7 +896,12 @@ def test_shared_allocate_needs_constant_extent():
 def test_sibling_symbolic_extents_must_agree():
     n, m, A = Var("n"), Var("m"), buf("A", 4)
     a, b = Var("a"), Var("b")
-    body = Seq((bind(a, n, "blockIdx.x", store(A, a, f32(1.0))), bind(b, m, "blockIdx.x", store(A, b, f32(2.0)))))
+    body = Seq(
+        (
+            bind(a, n, "blockIdx.x", store(A, a, f32(1.0))),
+            bind(b, m, "blockIdx.x", store(A, b, f32(2.0))),
+        )
+    )
     with pytest.raises(BuildError, match="blockIdx.x is bound by loops of different extents"):
         generate(PrimFunc("f", (A, n, m), body))
 
@@ -797,7 +936,7 @@ def test_sync_after_divergent_if_not_inside():
     S, A, B = buf("S", 64, scope="shared"), buf("A", 64), buf("B", 64)
     t = Var("t")
     cond_write = IfThenElse(t < 32, Seq((store(S, t, load(A, t)), store(B, t, load(S, t + 1)))))
-    read = store(B, t + 32, load(S, t))
+    read = store(B, t + 32, load(S, 63 - t))
     before = bind(t, 64, "threadIdx.x", Seq((cond_write, read)))
     expected = bind(t, 64, "threadIdx.x", Seq((cond_write, Seq((Sync(), read)))))
     assert insert_thread_syncs(before) == expected
@@ -807,8 +946,15 @@ def test_sync_inside_uniform_if():
     S, A, B = buf("S", 64, scope="shared"), buf("A", 64), buf("B", 64)
     bx, t = Var("bx"), Var("t")
     write, read = store(S, t, load(A, t)), store(B, t, load(S, 63 - t))
-    before = bind(bx, 2, "blockIdx.x", bind(t, 64, "threadIdx.x", IfThenElse(bx < 1, Seq((write, read)))))
-    expected = bind(bx, 2, "blockIdx.x", bind(t, 64, "threadIdx.x", IfThenElse(bx < 1, Seq((write, Seq((Sync(), read)))))))
+    before = bind(
+        bx, 2, "blockIdx.x", bind(t, 64, "threadIdx.x", IfThenElse(bx < 1, Seq((write, read))))
+    )
+    expected = bind(
+        bx,
+        2,
+        "blockIdx.x",
+        bind(t, 64, "threadIdx.x", IfThenElse(bx < 1, Seq((write, Seq((Sync(), read)))))),
+    )
     assert insert_thread_syncs(before) == expected
 
 
@@ -819,14 +965,38 @@ def test_loop_carried_sync_at_top_of_body():
     write = store(S, t, load(A, k * 64 + t))
     read = store(B, t, load(B, t) + load(S, 63 - t))
     before = bind(t, 64, "threadIdx.x", loop(k, 8, Seq((write, read))))
-    expected = bind(t, 64, "threadIdx.x", loop(k, 8, Seq((Seq((Sync(), write)), Seq((Sync(), read))))))
+    expected = bind(
+        t, 64, "threadIdx.x", loop(k, 8, Seq((Seq((Sync(), write)), Seq((Sync(), read)))))
+    )
     assert insert_thread_syncs(before) == expected
+
+
+def test_own_element_needs_no_sync():
+    """Each thread reads back the element it wrote itself (same thread-dependent index)."""
+    S, A, B = buf("S", 64, scope="shared"), buf("A", 64), buf("B", 64)
+    t = Var("t")
+    before = bind(
+        t, 64, "threadIdx.x", Seq((store(S, t, load(A, t)), store(B, t, load(S, t) * f32(2.0))))
+    )
+    assert insert_thread_syncs(before) == before
+
+
+def test_same_index_in_every_thread_still_syncs():
+    S, A, B = buf("S", 64, scope="shared"), buf("A", 64), buf("B", 64)
+    t = Var("t")
+    write, read = store(S, c(0), load(A, t)), store(B, t, load(S, c(0)))
+    before = bind(t, 64, "threadIdx.x", Seq((write, read)))
+    assert insert_thread_syncs(before) == bind(
+        t, 64, "threadIdx.x", Seq((write, Seq((Sync(), read))))
+    )
 
 
 def test_existing_sync_is_respected():
     S, A, B = buf("S", 64, scope="shared"), buf("A", 64), buf("B", 64)
     t = Var("t")
-    before = bind(t, 64, "threadIdx.x", Seq((store(S, t, load(A, t)), Sync(), store(B, t, load(S, 63 - t)))))
+    before = bind(
+        t, 64, "threadIdx.x", Seq((store(S, t, load(A, t)), Sync(), store(B, t, load(S, 63 - t))))
+    )
     assert insert_thread_syncs(before) == before
 
 
@@ -847,7 +1017,9 @@ def test_double_buffer_attr_is_passed_through():
     t = Var("t")
     write, read = store(S, t, load(A, t)), store(B, t, load(S, 63 - t))
     before = bind(t, 64, "threadIdx.x", Attr("double_buffer", S, Seq((write, read))))
-    expected = bind(t, 64, "threadIdx.x", Attr("double_buffer", S, Seq((write, Seq((Sync(), read))))))
+    expected = bind(
+        t, 64, "threadIdx.x", Attr("double_buffer", S, Seq((write, Seq((Sync(), read)))))
+    )
     assert insert_thread_syncs(before) == expected
 
 
@@ -856,3 +1028,13 @@ def test_source_without_gpu_or_pycuda():
 
     source = generate(vector_add().func)
     assert CUDAExecutable(source, TARGET).get_source("cuda") == source.text
+
+
+def test_grid_expression_is_evaluated_from_scalar_args():
+    from tensorforge.runtime.cuda_exec import CUDAExecutable
+
+    source = generate(vector_add_dynamic().func)
+    executable = CUDAExecutable(source, TARGET)
+    assert [entry([0, 0, 0, 1000]) for entry in executable._grid] == [8, 1, 1]
+    assert [entry([0, 0, 0, 1024]) for entry in executable._grid] == [8, 1, 1]
+    assert [entry([0, 0, 0, 1025]) for entry in executable._grid] == [9, 1, 1]

@@ -10,8 +10,9 @@ ThreadAllReduce by cuda_allreduce.py. Shared memory is static (`__shared__ T nam
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
 from tensorforge.codegen.cuda_allreduce import emit_allreduce, plan_allreduce, scratch_bytes
@@ -64,7 +65,11 @@ class CUDACodegen:
 
 def max_shared_bytes(arch: str) -> int:
     match = re.match(r"sm_(\d+)", arch or "")
-    return _SHARED_OPTIN.get(int(match.group(1)), STATIC_SHARED_LIMIT) if match else STATIC_SHARED_LIMIT
+    return (
+        _SHARED_OPTIN.get(int(match.group(1)), STATIC_SHARED_LIMIT)
+        if match
+        else STATIC_SHARED_LIMIT
+    )
 
 
 class _KernelWriter:
@@ -141,7 +146,11 @@ class _KernelWriter:
             + [
                 "",
                 f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(\n    {params_text}) {{',
-                *(["  extern __shared__ __align__(16) unsigned char tf_smem[];"] if self.dynamic_shared else []),
+                *(
+                    ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
+                    if self.dynamic_shared
+                    else []
+                ),
                 *self.body_lines,
                 "}",
                 "",
@@ -172,7 +181,11 @@ class _KernelWriter:
         stored = {id(n.buffer) for n in walk(body) if isinstance(n, BufferStore)}
         stored_names = {n.buffer.name for n in walk(body) if isinstance(n, BufferStore)}
         shape_vars = {
-            id(s) for p in self.func.params if isinstance(p, Buffer) for s in p.shape if isinstance(s, E.Var)
+            id(s)
+            for p in self.func.params
+            if isinstance(p, Buffer)
+            for s in p.shape
+            if isinstance(s, E.Var)
         }
         decls, params, c_to_param = [], [], {}
         for p in self.func.params:
@@ -186,9 +199,13 @@ class _KernelWriter:
                 name = self.names.bind(p)
                 assert isinstance(name, str)
                 decls.append(f"{ctype(p.dtype)} {name}")
-                params.append(Param(p.name, "scalar", p.dtype, (), bound_from_shape=id(p) in shape_vars))
+                params.append(
+                    Param(p.name, "scalar", p.dtype, (), bound_from_shape=id(p) in shape_vars)
+                )
             else:
-                raise BuildError(f"CUDA codegen: parameter {p!r} of '{self.func.name}' is neither a Buffer nor a Var")
+                raise BuildError(
+                    f"CUDA codegen: parameter {p!r} of '{self.func.name}' is neither a Buffer nor a Var"
+                )
             c_to_param[name] = p.name
         return decls, tuple(params), c_to_param
 
@@ -257,9 +274,13 @@ class _KernelWriter:
             case ThreadAllReduce():
                 emit_allreduce(self, s, None)
             case Realize():
-                raise BuildError("CUDA codegen: Realize reached codegen; run storage flattening first")
+                raise BuildError(
+                    "CUDA codegen: Realize reached codegen; run storage flattening first"
+                )
             case _:
-                raise BuildError(f"CUDA codegen: cannot generate code for statement {type(s).__name__}")
+                raise BuildError(
+                    f"CUDA codegen: cannot generate code for statement {type(s).__name__}"
+                )
 
     def _for(self, s: For) -> None:
         p = self.printer
@@ -337,7 +358,9 @@ class _KernelWriter:
             p.hoisted.clear()
             return
         values = [p(s.value, i) for i in range(lanes)]
-        access = p.vector_access(s.buffer, index, s.predicate) if dt.lanes_of(index.dtype) > 1 else None
+        access = (
+            p.vector_access(s.buffer, index, s.predicate) if dt.lanes_of(index.dtype) > 1 else None
+        )
         if access is not None:
             width = "float4" if access.chunk == 4 else "float2"
             self.line(
@@ -367,7 +390,9 @@ class _KernelWriter:
                 f"allocate global memory; use scope 'local' (registers) or 'shared' (s[T].set_scope)"
             )
         if b.scope not in ("shared", "local"):
-            raise BuildError(f"Allocate of '{b.name}': unknown scope {b.scope!r} for CUDA (use 'local' or 'shared')")
+            raise BuildError(
+                f"Allocate of '{b.name}': unknown scope {b.scope!r} for CUDA (use 'local' or 'shared')"
+            )
         count = _constant_extent(s)
         name = self.names.bind_buffer(b)
         t = ctype(b.dtype)

@@ -48,7 +48,9 @@ def _is_pow2(n: int) -> bool:
 
 def plan_allreduce(s: ThreadAllReduce, block: tuple[int, int, int]) -> AllReducePlan:
     if not s.thread_tag.startswith("threadIdx."):
-        raise BuildError(f"ThreadAllReduce over {s.thread_tag}: only threadIdx.x/y/z can be reduced")
+        raise BuildError(
+            f"ThreadAllReduce over {s.thread_tag}: only threadIdx.x/y/z can be reduced"
+        )
     axis = "xyz".index(s.thread_tag[-1])
     width = block[axis]
     if s.extent > width:
@@ -67,7 +69,7 @@ def plan_allreduce(s: ThreadAllReduce, block: tuple[int, int, int]) -> AllReduce
     return AllReducePlan("shared-tree", total)
 
 
-def emit_allreduce(w: "_KernelWriter", s: ThreadAllReduce, active: E.Expr | None) -> None:
+def emit_allreduce(w: _KernelWriter, s: ThreadAllReduce, active: E.Expr | None) -> None:
     plan = w.allreduce_plans[id(s)]
     block = w.threads.launch.block
     axis = s.thread_tag[-1]
@@ -81,7 +83,9 @@ def emit_allreduce(w: "_KernelWriter", s: ThreadAllReduce, active: E.Expr | None
     p = w.printer
     fresh = w.names.fresh
 
-    w.line(f"// ThreadAllReduce({c.name}) over {s.thread_tag}: {s.extent} of {width} threads, {plan.strategy}")
+    w.line(
+        f"// ThreadAllReduce({c.name}) over {s.thread_tag}: {s.extent} of {width} threads, {plan.strategy}"
+    )
     w.open("{")
     tid = _linear_tid(block)
     r = f"(int)threadIdx.{axis}"
@@ -181,7 +185,9 @@ def emit_allreduce(w: "_KernelWriter", s: ThreadAllReduce, active: E.Expr | None
             w.lines_([f"const {t} {o} = {b}[{k}];" for t, o, b in zip(types, others, scratch)])
             w.lines_(combine(vs, others))
             w.close("}")
-        w.line("__syncthreads();  // the partials are read before any later reduction rewrites them")
+        w.line(
+            "__syncthreads();  // the partials are read before any later reduction rewrites them"
+        )
     elif plan.strategy == "shared-tree":
         stride = {"x": 1, "y": block[0], "z": block[0] * block[1]}[axis]
         scratch = [fresh(f"red_buf{i}") for i in range(n)]
@@ -195,7 +201,12 @@ def emit_allreduce(w: "_KernelWriter", s: ThreadAllReduce, active: E.Expr | None
         w.open(f"for (int {step} = {_next_pow2(width) // 2}; {step} > 0; {step} >>= 1) {{")
         w.open(f"if ({r} < {step} && {r} + {step} < {width}) {{")
         others = [fresh("red_other") for _ in range(n)]
-        w.lines_([f"const {t} {o} = {b}[{me} + {step} * {stride}];" for t, o, b in zip(types, others, scratch)])
+        w.lines_(
+            [
+                f"const {t} {o} = {b}[{me} + {step} * {stride}];"
+                for t, o, b in zip(types, others, scratch)
+            ]
+        )
         w.lines_(combine(vs, others))
         w.lines_([f"{b}[{me}] = {v};" for b, v in zip(scratch, vs)])
         w.close("}")

@@ -39,12 +39,7 @@ LANE_FIELDS = "xyzw"
 
 _RESERVED = {
     # C++ keywords and CUDA built-ins a buffer or variable name could collide with
-    *"auto bool break case char const continue default do double else enum extern float for goto "
-    "if inline int long register restrict return short signed sizeof static struct switch typedef "
-    "union unsigned void volatile while class delete new operator private protected public this "
-    "template typename virtual namespace using true false half nullptr asm friend mutable "
-    "threadIdx blockIdx blockDim gridDim warpSize main min max abs exp log sqrt floor ceil "
-    "round pow tanh erf".split()
+    *["auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "class", "delete", "new", "operator", "private", "protected", "public", "this", "template", "typename", "virtual", "namespace", "using", "true", "false", "half", "nullptr", "asm", "friend", "mutable", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "main", "min", "max", "abs", "exp", "log", "sqrt", "floor", "ceil", "round", "pow", "tanh", "erf"]
 }
 
 _BINARY = {
@@ -247,7 +242,9 @@ class ExprPrinter:
                 return self.divisor(v)
         return 1
 
-    def vector_access(self, buffer: Buffer, index: E.Expr, predicate: E.Expr | None) -> VectorAccess | None:
+    def vector_access(
+        self, buffer: Buffer, index: E.Expr, predicate: E.Expr | None
+    ) -> VectorAccess | None:
         """How a vector load/store of `buffer[index]` is done with wide accesses, or None (per lane).
 
         NOTE: alignment is proved, not assumed: the Ramp base must be a provable multiple of the
@@ -272,7 +269,9 @@ class ExprPrinter:
 
         def visit(x: E.Expr) -> None:
             match x:
-                case BufferLoad(buffer=b, indices=(index,), predicate=p) if dt.lanes_of(x.dtype) > 1:
+                case BufferLoad(buffer=b, indices=(index,), predicate=p) if (
+                    dt.lanes_of(x.dtype) > 1
+                ):
                     access = self.vector_access(b, index, p)
                     if access is not None:
                         found.setdefault(E.structural_key(x), access)
@@ -314,9 +313,7 @@ class ExprPrinter:
         for k in range(access.lanes // access.chunk):
             offset = self._offset(access.base, k * access.chunk)
             parts = ", ".join(lanes[k * access.chunk : (k + 1) * access.chunk])
-            lines.append(
-                f"*reinterpret_cast<{vtype}*>(&{buf}[{offset}]) = make_{vtype}({parts});"
-            )
+            lines.append(f"*reinterpret_cast<{vtype}*>(&{buf}[{offset}]) = make_{vtype}({parts});")
         return lines
 
     # -- printing ------------------------------------------------------------------------------
@@ -346,6 +343,8 @@ class ExprPrinter:
                 assert lane is not None
                 if lane == 0:
                     return p(base, None)
+                if isinstance(stride, E.Const):  # ramp(b, 2, 4) lane 3 -> b + 6
+                    return f"({p(base, None)} + {literal(lane * int(stride.value), base.dtype)})"
                 return f"({p(base, None)} + {literal(lane, base.dtype)} * {p(stride, None)})"
             case Broadcast(value=v):
                 return p(v, None)
@@ -356,7 +355,9 @@ class ExprPrinter:
                 return self._fold(op, lanes, e.dtype)
             case E.Div(a=a, b=b):
                 if not dt.is_float(e.dtype):
-                    raise BuildError(f"CUDA codegen: Div on {e.dtype} ({e}); use FloorDiv for integers")
+                    raise BuildError(
+                        f"CUDA codegen: Div on {e.dtype} ({e}); use FloorDiv for integers"
+                    )
                 return f"({p(a, lane)} / {p(b, lane)})"
             case E.FloorDiv(a=a, b=b) | E.FloorMod(a=a, b=b):
                 return self._floor_op(isinstance(e, E.FloorDiv), p(a, lane), p(b, lane), e.dtype)
@@ -384,9 +385,13 @@ class ExprPrinter:
                     self.names.unbind(var)
                 t = ctype(body.dtype)
                 return f"([&]() -> {t} {{ const {ctype(value.dtype)} {name} = {text_value}; return {text_body}; }}())"
-        raise BuildError(f"CUDA codegen: cannot generate code for expression {e!r} ({type(e).__name__})")
+        raise BuildError(
+            f"CUDA codegen: cannot generate code for expression {e!r} ({type(e).__name__})"
+        )
 
-    def _load(self, e: BufferLoad, buffer: Buffer, index: E.Expr, pred: E.Expr | None, lane: int | None) -> str:
+    def _load(
+        self, e: BufferLoad, buffer: Buffer, index: E.Expr, pred: E.Expr | None, lane: int | None
+    ) -> str:
         name = self.names.buffer(buffer)
         if lane is not None:
             temps = self.hoisted.get(E.structural_key(e))

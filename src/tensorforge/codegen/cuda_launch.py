@@ -142,7 +142,11 @@ def _tag_extent(tag: str, group: list[For], scalar_params: dict[int, E.Var]) -> 
         bad = [v for v in walk(loop.extent) if isinstance(v, E.Var) and id(v) not in scalar_params]
         loads = [x for x in walk(loop.extent) if isinstance(x, BufferLoad)]
         if bad or loads:
-            what = f"'{bad[0].name}', which is not a scalar kernel parameter" if bad else "a memory load"
+            what = (
+                f"'{bad[0].name}', which is not a scalar kernel parameter"
+                if bad
+                else "a memory load"
+            )
             raise BuildError(
                 f"thread axis '{loop.var.name}' bound to {tag} has extent {loop.extent}, which "
                 f"depends on {what}: the launch size must be computable before the kernel runs"
@@ -210,9 +214,9 @@ def guard_thread_loops(body: Stmt, extents: dict[str, int | E.Expr]) -> Stmt:
 
     def visit(s: Stmt) -> Stmt:
         match s:
-            case For(kind=LoopKind.THREAD_BINDING, extent=E.Const(value=v)) if isinstance(
-                extents.get(s.thread_tag), int
-            ) and int(v) < extents[s.thread_tag]:
+            case For(kind=LoopKind.THREAD_BINDING, extent=E.Const(value=v)) if (
+                isinstance(extents.get(s.thread_tag), int) and int(v) < extents[s.thread_tag]
+            ):
                 condition = E.LT(s.var, E.Add(s.min, E.Const(int(v), s.var.dtype)))
                 if isinstance(s.min, E.Const) and int(s.min.value) == 0:
                     condition = E.LT(s.var, E.Const(int(v), s.var.dtype))
@@ -247,7 +251,9 @@ def push_guard(s: Stmt, condition: E.Expr) -> Stmt:
                     value = E.Select(condition, value, zero)
             return LetStmt(var, value, push_guard(body, condition))
         case IfThenElse(condition=c, then_case=t, else_case=e):
-            return IfThenElse(c, push_guard(t, condition), None if e is None else push_guard(e, condition))
+            return IfThenElse(
+                c, push_guard(t, condition), None if e is None else push_guard(e, condition)
+            )
     return _map_stmt(s, lambda child: push_guard(child, condition))
 
 
