@@ -29,7 +29,7 @@ def matmul_cuda(n: int, m: int, k: int, dtype: str = "float32"):
     return A, B, C
 
 
-def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: int = 128,
+def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: int | None = None,
                          thread_tile: int = 8, k_tile: int = 16, vector: int = 4, unroll: bool = True,
                          double_buffer: bool = False):
     """The classic shared-memory GEMM.
@@ -45,6 +45,8 @@ def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: 
     a quarter warp cover 128 contiguous bytes and never collide in a bank. The accumulator is
     declared in that thread-major column order (`Cp`) and the output stage un-permutes it.
     """
+    if block is None:  # 128-wide tiles only where there are enough of them to fill an H100's SMs
+        block = 128 if (n // 128) * (m // 128) >= 132 else 64
     A = te.placeholder((n, k), dtype=dtype, name="A")
     B = te.placeholder((k, m), dtype=dtype, name="B")
     At = te.compute((k, n), lambda kk, i: A[i, kk], name="At")  # staged transposed
