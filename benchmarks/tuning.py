@@ -22,13 +22,24 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 
 from tensorforge import tune
 
 
-def run_one(kind: str, seed: int, task, trials: int, option, log_dir: str, fresh: bool, quiet: bool) -> dict:
+def run_one(
+    kind: str,
+    seed: int,
+    task,
+    trials: int,
+    option,
+    log_dir: str,
+    fresh: bool,
+    quiet: bool,
+    report_only: bool = False,
+) -> dict:
     """Tune (or resume) one run; returns its trial-by-trial costs and timings."""
     log = os.path.join(log_dir, f"{kind}_seed{seed}.jsonl")
     meta_path = log + ".time.json"
@@ -41,8 +52,10 @@ def run_one(kind: str, seed: int, task, trials: int, option, log_dir: str, fresh
         with open(meta_path) as f:
             meta = json.load(f)
     tuner = tune.XGBTuner(task, seed=seed) if kind == "xgb" else tune.RandomTuner(task, seed=seed)
-    done = tuner.load_history(log) if os.path.exists(log) else 0
-    if done < trials:
+    done = 0
+    if os.path.exists(log):
+        done = len(tune.load_records(log)) if report_only else tuner.load_history(log)
+    if done < trials and not report_only:
         callbacks = [tune.log_to_file(log)]
         if not quiet:
             callbacks.append(tune.progress_bar(prefix=f"{kind} seed {seed} "))
@@ -88,7 +101,9 @@ def run_cuda(options) -> int:
 
     n = options.size
     task = tune.create_task("builtin/matmul_cuda", [n, n, n, "float32"], "cuda")
-    print(f"float32 matmul {n}³ on {task.target}: {len(task.config_space)} configs", file=sys.stderr)
+    print(
+        f"float32 matmul {n}³ on {task.target}: {len(task.config_space)} configs", file=sys.stderr
+    )
     print(task.config_space, file=sys.stderr)
     os.makedirs(options.log_dir, exist_ok=True)
     log = os.path.join(options.log_dir, f"cuda_xgb_seed{options.seeds[0]}.jsonl")
@@ -99,7 +114,10 @@ def run_cuda(options) -> int:
     except tune.TuneError:
         tuner = tune.RandomTuner(task, seed=options.seeds[0])
     option = tune.measure_option(
-        number=options.number, repeat=options.repeat, timeout=options.timeout, check_correctness=True
+        number=options.number,
+        repeat=options.repeat,
+        timeout=options.timeout,
+        check_correctness=True,
     )
     callbacks = [tune.log_to_file(log)] + ([] if options.quiet else [tune.progress_bar()])
     tuner.tune(options.xgb_trials, option, callbacks=callbacks)
@@ -127,8 +145,14 @@ def run_cuda(options) -> int:
         c = tf.nd.empty((n, n), "float32", dev)
         mod(a_dev, b_dev, c)
         err = float(np.abs(c.numpy() - a @ b).max())
-        seconds = mod.time_evaluator(mod.entry_name, dev, number=20, repeat=5).median
-        results[name] = {"ms": seconds * 1e3, "gflops": task.flop / seconds / 1e9, "max_abs_err": err}
+        seconds = mod.time_evaluator(mod.entry_name, dev, number=20, repeat=5)(
+            a_dev, b_dev, c
+        ).median
+        results[name] = {
+            "ms": seconds * 1e3,
+            "gflops": task.flop / seconds / 1e9,
+            "max_abs_err": err,
+        }
     line = {
         "benchmark": "tuning_cuda",
         "size": n,
@@ -151,38 +175,76 @@ def run_cuda(options) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", type=int, default=512, help="matmul N = L = M (default 512)")
     parser.add_argument("--random-trials", type=int, default=1000)
     parser.add_argument("--xgb-trials", type=int, default=200)
-    parser.add_argument("--at", type=int, default=200, help="report the best after this many trials")
+    parser.add_argument(
+        "--at", type=int, default=200, help="report the best after this many trials"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tuners", nargs="+", default=["random", "xgb"], choices=["random", "xgb"])
     parser.add_argument("--number", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=10)
-    parser.add_argument("--parallel", action="store_true", help="parallel outer loop (default: one thread)")
+    parser.add_argument(
+        "--parallel", action="store_true", help="parallel outer loop (default: one thread)"
+    )
     parser.add_argument("--log-dir", default="tuning_bench_logs")
     parser.add_argument("--fresh", action="store_true", help="ignore existing logs")
     parser.add_argument("--json", action="store_true", help="one JSON line per run")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--cuda", action="store_true", help="tune builtin/matmul_cuda on the GPU instead")
+    parser.add_argument("--report-only", action="store_true", help="only report what the logs hold")
+    parser.add_argument(
+        "--n-parallel", type=int, default=None, help="parallel builds (default: cores)"
+    )
+    parser.add_argument(
+        "--cuda", action="store_true", help="tune builtin/matmul_cuda on the GPU instead"
+    )
     options = parser.parse_args(argv)
+    # `timeout` stops a run with SIGTERM: exit through the finally blocks that save its timings
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if options.cuda:
         return run_cuda(options)
 
     n = options.size
     os.makedirs(options.log_dir, exist_ok=True)
     task = tune.create_task("builtin/matmul", [n, n, n, "float32", options.parallel], "llvm")
-    option = tune.measure_option(number=options.number, repeat=options.repeat, timeout=options.timeout)
-    print(f"float32 matmul {n}³ on {task.target.split(' -mattr=')[0]}: {len(task.config_space)} configs", file=sys.stderr)
+    option = tune.measure_option(
+        number=options.number,
+        repeat=options.repeat,
+        timeout=options.timeout,
+        n_parallel=options.n_parallel,
+    )
+    print(
+        f"float32 matmul {n}³ on {task.target.split(' -mattr=')[0]}: {len(task.config_space)} configs",
+        file=sys.stderr,
+    )
 
     runs = []
     for kind in options.tuners:
         trials = options.random_trials if kind == "random" else options.xgb_trials
         for seed in options.seeds:
             start = time.perf_counter()
-            runs.append(run_one(kind, seed, task, trials, option, options.log_dir, options.fresh, options.quiet))
+            if options.report_only and not os.path.exists(
+                os.path.join(options.log_dir, f"{kind}_seed{seed}.jsonl")
+            ):
+                continue
+            runs.append(
+                run_one(
+                    kind,
+                    seed,
+                    task,
+                    trials,
+                    option,
+                    options.log_dir,
+                    options.fresh,
+                    options.quiet,
+                    options.report_only,
+                )
+            )
             print(f"{kind} seed {seed}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
     random_runs = [r for r in runs if r["tuner"] == "random"]
@@ -190,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     reference = min(min(r["costs"], default=math.inf) for r in reference_runs)
     flop = task.flop
     ref_gflops = flop / reference / 1e9 if math.isfinite(reference) else 0.0
-    source = f"best of {options.random_trials} random trials over seeds {options.seeds}" if random_runs else "best of all runs"
+    source = (
+        f"best of {options.random_trials} random trials over seeds {options.seeds}"
+        if random_runs
+        else "best of all runs"
+    )
 
     rows = []
     for r in runs:
@@ -212,13 +278,17 @@ def main(argv: list[str] | None = None) -> int:
         }
         rows.append(row)
         if options.json:
-            print(json.dumps({"benchmark": "tuning", "size": n, "reference_gflops": ref_gflops, **row}))
+            print(
+                json.dumps(
+                    {"benchmark": "tuning", "size": n, "reference_gflops": ref_gflops, **row}
+                )
+            )
 
     print(f"\nreference: {ref_gflops:.2f} GFLOP/s ({source})")
     header = f"{'tuner':7s} {'seed':>4s} {'trials':>6s} {'errors':>6s} {'to 90%':>7s} {'to 95%':>7s} {'best@' + str(options.at):>10s} {'of ref':>7s} {'best':>8s} {'measure':>8s} {'wall s':>7s}"
     print(header)
     print("-" * len(header))
-    fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
+    fmt = lambda v: "-" if v is None else str(v)
     for row in rows:
         frac = row["measure_fraction"]
         print(
@@ -232,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         reach = [r["trials_to_90"] for r in mine]
         reached = [x for x in reach if x is not None]
         mean = sum(reached) / len(reached) if reached else None
-        print(f"{kind}: trials-to-90% {reach} (mean of those reaching it: {fmt(None if mean is None else round(mean, 1))})")
+        print(
+            f"{kind}: trials-to-90% {reach} (mean of those reaching it: {fmt(None if mean is None else round(mean, 1))})"
+        )
     return 0
 
 

@@ -4,11 +4,10 @@ import signal
 import time
 
 import pytest
+from tune_fakes import fake_option, fake_reference
 
 from tensorforge import tune
 from tensorforge.tune.measure import MeasureErrorNo, Measurer
-
-from tests.tune.fakes import fake_option, fake_reference
 
 
 def _config(task, mode):
@@ -32,7 +31,7 @@ MODES = {
 
 def test_each_failure_is_recorded_and_the_batch_completes():
     task = tune.create_task("test/fake_copy", (16, True))
-    measurer = Measurer(task, fake_option(timeout=1.0, n_parallel=2))
+    measurer = Measurer(task, fake_option(timeout=2.0, n_parallel=2))
     measurer._reference = fake_reference(task)  # check_correctness without a compiler
     configs = [_config(task, mode) for mode in MODES]
     reported = []
@@ -50,22 +49,19 @@ def test_each_failure_is_recorded_and_the_batch_completes():
     assert "kernel launch failed" in by_mode["run_raise"].error_msg
     assert "differs from the default" in by_mode["wrong"].error_msg
     assert by_mode["ok"].costs and by_mode["ok"].cost > 0
-    assert elapsed < 8  # two timeouts of 1 s, the rest quick
+    assert elapsed < 20  # two timeouts of 2 s, the rest quick
 
 
 def test_tuning_goes_on_past_failures(tmp_path):
-    task = tune.create_task("test/fake_copy", (16, True))
+    task = tune.create_task("test/fake_copy", (2, True))  # 2 * 3 tilings * 8 modes
     log = tmp_path / "faults.jsonl"
-    tuner = tune.GridSearchTuner(task)
-    # grid order: all tilings with mode "ok" come first, so start from the faulty ones
-    space = task.config_space
-    per_mode = len(space) // len(space.space_map["mode"])
-    tuner.counter = per_mode  # mode "raise" onwards
-    tuner.visited.update(range(per_mode + 6, per_mode * 8))  # a few of each would be slow: keep 6
-    tuner.tune(6, fake_option(timeout=1.0), callbacks=[tune.log_to_file(log)])
+    tuner = tune.RandomTuner(task, seed=4)
+    tuner.tune(16, fake_option(timeout=1.5), callbacks=[tune.log_to_file(log)])
     records = tune.load_records(log)
-    assert len(records) == 6
-    assert all(r.result.error_no == MeasureErrorNo.INSTANTIATION_ERROR for r in records)
+    assert len(records) == 16  # every trial logged, failures included
+    kinds = {r.result.error_no for r in records}
+    assert MeasureErrorNo.NO_ERROR in kinds and len(kinds) >= 4, kinds
+    assert tuner.best_config is not None and tuner.best_result.ok
 
 
 def test_measure_option_validates():
@@ -91,9 +87,24 @@ def test_workers_report_signals():
             raise KeyError("five")
         return x * x
 
-    out = fork_map(work, range(8), n_workers=2, timeout=1.0)
+    out = fork_map(work, range(8), n_workers=2, timeout=2.0)
     assert [o for o in out if not isinstance(o, Failure)] == [0, 1, 9, 36, 49]
     assert out[2].kind == "crash" and signal.Signals.SIGSEGV.name in out[2].message
     assert out[4].kind == "timeout"
     assert out[5].kind == "error" and "five" in out[5].message
     assert call_in_child(lambda: 42, timeout=10) == 42
+
+
+def test_forkserver_children_find_the_template():
+    """CUDA candidates start from a clean server process (this one may have initialized CUDA);
+    the template travels by name and is found there."""
+    task = tune.create_task("test/fake_copy", (16, True))
+    measurer = Measurer(task, fake_option(timeout=5.0), method="forkserver")
+    results = measurer.measure(
+        [_config(task, "ok"), _config(task, "raise"), _config(task, "run_segv")]
+    )
+    assert [r.error_no for r in results] == [
+        MeasureErrorNo.NO_ERROR,
+        MeasureErrorNo.INSTANTIATION_ERROR,
+        MeasureErrorNo.CRASH,
+    ], [r.error_msg for r in results]

@@ -1,6 +1,5 @@
 """Tuning logs: schema, durability, and apply_history_best's matching rules."""
 
-import dataclasses
 import json
 import logging
 import warnings
@@ -33,7 +32,9 @@ def _result(cost, error_no=0):
 def _write_log(path, task, entries):
     handle = records.open_log(path)
     for index, cost, error_no in entries:
-        records.append_line(handle, records.encode(MeasureInput(task, task.config(index)), _result(cost, error_no)))
+        records.append_line(
+            handle, records.encode(MeasureInput(task, task.config(index)), _result(cost, error_no))
+        )
     handle.close()
 
 
@@ -43,13 +44,25 @@ def test_record_roundtrip_and_schema(tmp_path):
     _write_log(log, task, [(2, 1e-3, 0), (3, 0.0, MeasureErrorNo.RUNTIME_ERROR)])
     lines = log.read_text().splitlines()
     data = json.loads(lines[0])
-    assert set(data) == {"v", "template", "args", "workload_hash", "target", "flop", "config", "result"}
+    assert set(data) == {
+        "v",
+        "template",
+        "args",
+        "workload_hash",
+        "target",
+        "flop",
+        "config",
+        "result",
+    }
     assert data["v"] == 1 and data["template"] == "test/records_tmpl" and data["args"] == [16]
     assert data["target"] == str(tf.Target("llvm")) and "-mcpu=" in data["target"]
     assert data["config"] == {"index": 2, "knobs": {"k": 4}}
     loaded = tune.load_records(log)
     assert [r.config["index"] for r in loaded] == [2, 3]
-    assert loaded[0].result.costs == (1e-3,) and loaded[1].result.error_no == MeasureErrorNo.RUNTIME_ERROR
+    assert (
+        loaded[0].result.costs == (1e-3,)
+        and loaded[1].result.error_no == MeasureErrorNo.RUNTIME_ERROR
+    )
     assert loaded[0].key == task.key
 
 
@@ -76,7 +89,11 @@ def test_truncated_last_line_is_skipped_and_appending_continues(tmp_path):
 def test_apply_history_best_picks_the_fastest(tmp_path):
     task = tune.create_task("test/records_tmpl", (16,))
     log = tmp_path / "log.jsonl"
-    _write_log(log, task, [(0, 4e-3, 0), (3, 1e-3, 0), (2, 0.5e-3, MeasureErrorNo.WRONG_ANSWER), (1, 2e-3, 0)])
+    _write_log(
+        log,
+        task,
+        [(0, 4e-3, 0), (3, 1e-3, 0), (2, 0.5e-3, MeasureErrorNo.WRONG_ANSWER), (1, 2e-3, 0)],
+    )
     chosen.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -26,7 +26,9 @@ def fake_copy(n: int, faults: bool = False):
     cfg.define_split("tile_i", B.op.axis[0], num_outputs=2)
     cfg.define_split("tile_j", B.op.axis[1], num_outputs=3, policy="power2")
     if faults:
-        cfg.define_knob("mode", ["ok", "raise", "segv", "hang", "run_segv", "run_hang", "run_raise", "wrong"])
+        cfg.define_knob(
+            "mode", ["ok", "raise", "segv", "hang", "run_segv", "run_hang", "run_raise", "wrong"]
+        )
         mode = cfg["mode"].val
         if mode == "raise":
             raise RuntimeError("this config cannot be scheduled")

@@ -77,7 +77,8 @@ def conv2d(
     out = te.compute(
         (N, F, OH, OW),
         lambda n, f, y, x: te.sum(
-            padded[n, rc, y * stride + ry, x * stride + rx] * kernel[f, rc, ry, rx], axis=[rc, ry, rx]
+            padded[n, rc, y * stride + ry, x * stride + rx] * kernel[f, rc, ry, rx],
+            axis=[rc, ry, rx],
         ),
         name="conv",
     )
@@ -112,3 +113,41 @@ DEFAULT_ARGS = {
     "matmul": [512, 512, 512, "float32"],
     "conv2d": [1, 64, 56, 56, 64, 3, 3, 1, 1, "float32"],
 }
+
+
+@template("builtin/matmul_cuda")
+def matmul_cuda(N: int, L: int, M: int, dtype: str = "float32"):
+    """C = A @ B on a GPU: blocks of threads, each thread accumulating a yi x xi tile in registers.
+
+    C's rows split into (blockIdx.y, threadIdx.y, yi), columns into (blockIdx.x, threadIdx.x,
+    xi); a local (register) copy of C accumulates over k split into (ko, ki). Configs whose blocks
+    exceed the GPU's thread limit fail to run and are recorded as such.
+    """
+    A = te.placeholder((N, L), name="A", dtype=dtype)
+    B = te.placeholder((L, M), name="B", dtype=dtype)
+    k = te.reduce_axis((0, L), name="k")
+    C = te.compute((N, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    y, x = s[C].op.axis
+
+    cfg = get_config()
+    cfg.define_split("tile_y", y, num_outputs=3, max_factor=32)
+    cfg.define_split("tile_x", x, num_outputs=3, max_factor=32)
+    cfg.define_split("tile_k", k, num_outputs=2, max_factor=32)
+    cfg.define_knob("unroll_k", [0, 1])
+
+    by, ty, yi = cfg["tile_y"].apply(s, C, y)
+    bx, tx, xi = cfg["tile_x"].apply(s, C, x)
+    s[C].reorder(by, bx, ty, tx, yi, xi)
+    s[C].bind(by, te.thread_axis("blockIdx.y"))
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(ty, te.thread_axis("threadIdx.y"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tx)
+    yl, xl = s[CL].op.axis
+    ko, ki = cfg["tile_k"].apply(s, CL, s[CL].op.reduce_axis[0])
+    s[CL].reorder(ko, ki, yl, xl)
+    if cfg["unroll_k"].val and cfg["tile_k"].size[-1] > 1:
+        s[CL].unroll(ki)
+    return s, [A, B, C]

@@ -11,7 +11,8 @@ import math
 import os
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tensorforge.tune.measure import MeasureInput, MeasureResult
 from tensorforge.tune.records import append_line, encode, open_log
@@ -20,11 +21,13 @@ from tensorforge.tune.records import append_line, encode, open_log
 class LogToFile:
     """Append one record per trial to a JSON-lines log, flushed and fsync'ed as it is measured."""
 
-    def __init__(self, path: "str | os.PathLike"):
+    def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         self._handle: Any = None
 
-    def __call__(self, tuner: Any, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+    def __call__(
+        self, tuner: Any, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]
+    ) -> None:
         if self._handle is None:
             self._handle = open_log(self.path)
         for inp, res in zip(inputs, results):
@@ -36,7 +39,7 @@ class LogToFile:
             self._handle = None
 
 
-def log_to_file(path: "str | os.PathLike") -> LogToFile:
+def log_to_file(path: str | os.PathLike) -> LogToFile:
     """A callback that appends every measured trial to the log at `path` (API.md §4)."""
     return LogToFile(path)
 
@@ -44,7 +47,13 @@ def log_to_file(path: "str | os.PathLike") -> LogToFile:
 class ProgressBar:
     """A live line: trials done of the total, best GFLOP/s (or best time) so far, errors."""
 
-    def __init__(self, total: int | None = None, prefix: str = "", stream: Any = None, use_tqdm: bool | None = None):
+    def __init__(
+        self,
+        total: int | None = None,
+        prefix: str = "",
+        stream: Any = None,
+        use_tqdm: bool | None = None,
+    ):
         self.total = total
         self.prefix = prefix
         self.stream = stream or sys.stderr
@@ -56,7 +65,9 @@ class ProgressBar:
         self.best_cost = math.inf
         self.start = time.perf_counter()
 
-    def __call__(self, tuner: Any, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+    def __call__(
+        self, tuner: Any, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]
+    ) -> None:
         total = self.total or getattr(tuner, "n_trial", None)
         flop = inputs[0].task.flop if inputs else 0.0
         for res in results:
@@ -94,7 +105,9 @@ class ProgressBar:
         except ImportError:
             self.use_tqdm = False
             return None
-        self._bar = tqdm(total=total, desc=self.prefix.strip() or "tuning", unit="trial", file=self.stream)
+        self._bar = tqdm(
+            total=total, desc=self.prefix.strip() or "tuning", unit="trial", file=self.stream
+        )
         return self._bar
 
     def close(self) -> None:

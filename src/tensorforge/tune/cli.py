@@ -7,7 +7,8 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tensorforge.tune.template import TuneError, get_template
 
@@ -32,7 +33,9 @@ def _load_template_file(spec: str) -> Any:
     if name in _TEMPLATES:
         return _TEMPLATES[name]
     defined = [k for k, v in vars(module).items() if isinstance(v, Template)]
-    raise TuneError(f"{path} has no template {name!r} (templates there: {', '.join(defined) or 'none'})")
+    raise TuneError(
+        f"{path} has no template {name!r} (templates there: {', '.join(defined) or 'none'})"
+    )
 
 
 def _make_tuner(kind: str, task: Any, seed: int | None) -> Any:
@@ -65,19 +68,35 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("op", nargs="?", choices=sorted(DEFAULT_ARGS), help="a built-in template")
     parser.add_argument("--template", help="a template in a file: FILE.py:NAME")
-    parser.add_argument("--args", help="the template's arguments as a JSON list, e.g. '[512, 512, 512, \"float32\"]'")
-    parser.add_argument("--shape", type=int, nargs="+", help="the leading integer arguments of a built-in (e.g. 256 256 256)")
+    parser.add_argument(
+        "--args",
+        help="the template's arguments as a JSON list, e.g. '[512, 512, 512, \"float32\"]'",
+    )
+    parser.add_argument(
+        "--shape",
+        type=int,
+        nargs="+",
+        help="the leading integer arguments of a built-in (e.g. 256 256 256)",
+    )
     parser.add_argument("--target", default="llvm", help="target string (default: llvm, this CPU)")
     parser.add_argument("--trials", type=int, default=200, help="configs to measure (default: 200)")
-    parser.add_argument("--log", help="log file (default: <template>.jsonl); an existing log is resumed")
+    parser.add_argument(
+        "--log", help="log file (default: <template>.jsonl); an existing log is resumed"
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed for a repeatable search")
     parser.add_argument("--tuner", default="auto", choices=["auto", "xgb", "random", "grid"])
     parser.add_argument("--number", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--min-repeat-ms", type=float, default=0)
-    parser.add_argument("--timeout", type=float, default=10, help="seconds allowed for a build, and for a run")
-    parser.add_argument("--n-parallel", type=int, default=None, help="parallel builds (default: cores)")
-    parser.add_argument("--check-correctness", action="store_true", help="compare outputs with the default config")
+    parser.add_argument(
+        "--timeout", type=float, default=10, help="seconds allowed for a build, and for a run"
+    )
+    parser.add_argument(
+        "--n-parallel", type=int, default=None, help="parallel builds (default: cores)"
+    )
+    parser.add_argument(
+        "--check-correctness", action="store_true", help="compare outputs with the default config"
+    )
     parser.add_argument("--early-stopping", type=int, default=None)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     options = parser.parse_args(argv)
@@ -92,7 +111,9 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
             if options.shape:
                 args[: len(options.shape)] = options.shape
         else:
-            parser.error("name a built-in template (matmul, conv2d) or give --template FILE.py:NAME")
+            parser.error(
+                "name a built-in template (matmul, conv2d) or give --template FILE.py:NAME"
+            )
             return 2
         task = tune.create_task(tmpl, args, options.target)
         tuner = _make_tuner(options.tuner, task, options.seed)
@@ -137,7 +158,7 @@ def _short_target(target: str) -> str:
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -145,10 +166,16 @@ def log_show_main(argv: Sequence[str] | None = None) -> int:
     """`tensorforge log show FILE [--top N] [--plot curve.png]`"""
     from tensorforge.tune.records import load_records
 
-    parser = argparse.ArgumentParser(prog="tensorforge log show", description="Best records of a tuning log.")
+    parser = argparse.ArgumentParser(
+        prog="tensorforge log show", description="Best records of a tuning log."
+    )
     parser.add_argument("file", help="a JSON-lines tuning log")
-    parser.add_argument("--top", type=int, default=5, help="records to list per workload (default: 5)")
-    parser.add_argument("--plot", help="save the best-so-far curve to this image (needs matplotlib)")
+    parser.add_argument(
+        "--top", type=int, default=5, help="records to list per workload (default: 5)"
+    )
+    parser.add_argument(
+        "--plot", help="save the best-so-far curve to this image (needs matplotlib)"
+    )
     options = parser.parse_args(argv)
     if not os.path.exists(options.file):
         print(f"tensorforge log show: no such file {options.file!r}", file=sys.stderr)
@@ -165,21 +192,29 @@ def log_show_main(argv: Sequence[str] | None = None) -> int:
     for key, recs in workloads.items():
         ok = [r for r in recs if r.result.ok]
         best = min(ok, key=lambda r: r.cost) if ok else None
-        summary.append([
-            key.template,
-            key.args,
-            _short_target(key.target),
-            str(len(recs)),
-            str(len(recs) - len(ok)),
-            f"{best.cost * 1e3:.4f}" if best else "-",
-            f"{best.gflops:.2f}" if best else "-",
-        ])
+        summary.append(
+            [
+                key.template,
+                key.args,
+                _short_target(key.target),
+                str(len(recs)),
+                str(len(recs) - len(ok)),
+                f"{best.cost * 1e3:.4f}" if best else "-",
+                f"{best.gflops:.2f}" if best else "-",
+            ]
+        )
     print(_table(summary, ["template", "args", "target", "trials", "errors", "best ms", "GFLOP/s"]))
     for key, recs in workloads.items():
         ok = sorted((r for r in recs if r.result.ok), key=lambda r: r.cost)
         print(f"\n{key.template} {key.args}: best {min(options.top, len(ok))} of {len(recs)}")
         rows = [
-            [str(rank + 1), f"{r.cost * 1e3:.4f}", f"{r.gflops:.2f}", str(r.config.get("index")), json.dumps(r.config.get("knobs"))]
+            [
+                str(rank + 1),
+                f"{r.cost * 1e3:.4f}",
+                f"{r.gflops:.2f}",
+                str(r.config.get("index")),
+                json.dumps(r.config.get("knobs")),
+            ]
             for rank, r in enumerate(ok[: options.top])
         ]
         if rows:
@@ -191,13 +226,18 @@ def log_show_main(argv: Sequence[str] | None = None) -> int:
         if errors:
             from tensorforge.tune.measure import MeasureErrorNo
 
-            text = ", ".join(f"{MeasureErrorNo(no).name.lower()} {n}" for no, n in sorted(errors.items()))
+            text = ", ".join(
+                f"{MeasureErrorNo(no).name.lower()} {n}" for no, n in sorted(errors.items())
+            )
             print(f"errors: {text}")
     if options.plot:
         try:
             _plot(workloads, options.plot)
         except ImportError:
-            print("tensorforge log show: --plot needs matplotlib (pip install 'tensorforge[tune]')", file=sys.stderr)
+            print(
+                "tensorforge log show: --plot needs matplotlib (pip install 'tensorforge[tune]')",
+                file=sys.stderr,
+            )
             return 2
         print(f"\nplot: {options.plot}")
     return 0

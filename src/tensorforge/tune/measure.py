@@ -14,19 +14,22 @@ import enum
 import math
 import multiprocessing.connection
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from functools import partial
+from typing import Any
 
 import numpy as np
 
-from tensorforge.tune.template import ArgSpec, Task
+from tensorforge.tune.template import ArgSpec, Task, TuneError
 from tensorforge.tune.workers import (
     call_in_child,
+    close_parent,
     cpu_count,
     death_message,
     format_exception,
     kill,
-    mp_context,
+    pipe,
     start_process,
 )
 
@@ -82,7 +85,7 @@ class MeasureResult:
         }
 
     @staticmethod
-    def from_json(data: dict) -> "MeasureResult":
+    def from_json(data: dict) -> MeasureResult:
         return MeasureResult(
             costs=tuple(float(c) for c in data.get("costs", ())),
             error_no=int(data.get("error_no", 0)),
@@ -137,7 +140,14 @@ def measure_option(
     if n_parallel < 1:
         raise ValueError(f"measure_option: n_parallel must be >= 1, got {n_parallel}")
     return MeasureOption(
-        number, repeat, min_repeat_ms, float(timeout), n_parallel, check_correctness, builder, runner
+        number,
+        repeat,
+        min_repeat_ms,
+        float(timeout),
+        n_parallel,
+        check_correctness,
+        builder,
+        runner,
     )
 
 
@@ -156,7 +166,7 @@ def instantiate(task: Task, config: Any) -> tuple[Any, list[Any]]:
     """task.instantiate, with the template's own errors marked as InstantiationError."""
     try:
         return task.instantiate(config)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise InstantiationError(format_exception(e)) from e
 
 
@@ -213,12 +223,10 @@ def make_host_arrays(specs: Sequence[ArgSpec], seed: int = 0) -> list[np.ndarray
 
 
 def device_arrays(task: Task, host: Sequence[np.ndarray]) -> tuple[Any, list[Any]]:
-    """(device, arrays on it): numpy arrays as they are on the CPU, tf.nd arrays on a GPU."""
+    """(device, the arrays copied to it as tf.nd arrays)."""
     import tensorforge as tf
 
-    if task.target_kind == "llvm":
-        return tf.cpu(0), list(host)
-    dev = tf.cuda(0)
+    dev = tf.cpu(0) if task.target_kind == "llvm" else tf.cuda(0)
     return dev, [tf.nd.array(a, dev) for a in host]
 
 
@@ -230,7 +238,9 @@ def _entry(mod: Any) -> str:
     return getattr(mod, "entry_name", None) or "main"
 
 
-def check_outputs(specs: Sequence[ArgSpec], got: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> None:
+def check_outputs(
+    specs: Sequence[ArgSpec], got: Sequence[np.ndarray], reference: Sequence[np.ndarray]
+) -> None:
     """Raise WrongAnswer unless each output matches the reference within its dtype's tolerance."""
     outputs = [(spec, g) for spec, g in zip(specs, got) if spec.is_output]
     for (spec, value), ref in zip(outputs, reference):
@@ -256,28 +266,42 @@ def default_runner(task: Task, mod: Any, option: MeasureOption, reference: Any) 
         mod(*arrays)
         check_outputs(task.arg_specs, [to_numpy(a) for a in arrays], reference)
     timer = mod.time_evaluator(
-        _entry(mod), dev, number=option.number, repeat=option.repeat, min_repeat_ms=option.min_repeat_ms
+        _entry(mod),
+        dev,
+        number=option.number,
+        repeat=option.repeat,
+        min_repeat_ms=option.min_repeat_ms,
     )
     return [float(c) for c in timer(*arrays).results]
 
 
-def compute_reference(task: Task, option: MeasureOption) -> list[np.ndarray]:
+def _reference_outputs(task: Task, option: MeasureOption) -> list[np.ndarray]:
+    builder = option.builder or default_builder
+    mod, _ = builder(task, task.config_space.default(), None)
+    _, arrays = device_arrays(task, make_host_arrays(task.arg_specs))
+    mod(*arrays)
+    return [np.array(to_numpy(a)) for spec, a in zip(task.arg_specs, arrays) if spec.is_output]
+
+
+def compute_reference(task: Task, option: MeasureOption, method: str = "fork") -> list[np.ndarray]:
     """The default config's outputs on the standard inputs, computed in a child process."""
+    return call_in_child(
+        partial(_reference_outputs, task, option), timeout=10 * option.timeout + 60, method=method
+    )
 
-    def run_default() -> list[np.ndarray]:
-        builder = option.builder or default_builder
-        mod, _ = builder(task, task.config_space.default(), None)
-        _, arrays = device_arrays(task, make_host_arrays(task.arg_specs))
-        mod(*arrays)
-        return [np.array(to_numpy(a)) for spec, a in zip(task.arg_specs, arrays) if spec.is_output]
 
-    return call_in_child(run_default, timeout=10 * option.timeout + 60)
+def start_method(task: Task) -> str:
+    """How candidate processes start: forked from this process, or (CUDA) from a clean server,
+    since this process may have initialized CUDA and a forked child could not use it then."""
+    return "forkserver" if task.target_kind == "cuda" else "fork"
 
 
 # -- the candidate process -----------------------------------------------------------------------
 
 
-def _candidate_main(conn: Any, task: Task, config: Any, option: MeasureOption, feature_fn: Any, reference: Any) -> None:
+def _candidate_main(
+    conn: Any, task: Task, config: Any, option: MeasureOption, feature_fn: Any, reference: Any
+) -> None:
     """Build, report, wait for the go-ahead, run, report. Runs in the forked child."""
     builder = option.builder or default_builder
     runner = option.runner or default_runner
@@ -325,14 +349,27 @@ class _Candidate:
 class Measurer:
     """Measures batches of configs of one task; see the module docstring."""
 
-    def __init__(self, task: Task, option: MeasureOption, feature_fn: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        task: Task,
+        option: MeasureOption,
+        feature_fn: Callable[[Any], Any] | None = None,
+        method: str | None = None,
+    ):
         self.task = task
         self.option = option
         self.feature_fn = feature_fn
+        self.method = method or start_method(task)
         self.chunk_size = max(8, 4 * option.n_parallel)
         self._reference: Any = None
         if option.check_correctness:
-            self._reference = compute_reference(task, option)
+            try:
+                self._reference = compute_reference(task, option, self.method)
+            except (RuntimeError, TimeoutError) as e:
+                raise TuneError(
+                    f"check_correctness: the default config of {task.name!r} could not be built "
+                    f"and run to give the reference output: {e}"
+                ) from None
         self.features: dict[int, Any] = {}  # config index -> features reported by its build
 
     def measure(
@@ -350,7 +387,10 @@ class Measurer:
                 on_result(cand.position, result)
 
         for start in range(0, len(configs), self.chunk_size):
-            chunk = [_Candidate(start + k, c) for k, c in enumerate(configs[start : start + self.chunk_size])]
+            chunk = [
+                _Candidate(start + k, c)
+                for k, c in enumerate(configs[start : start + self.chunk_size])
+            ]
             try:
                 built = self._build(chunk, done)
                 for cand in built:
@@ -359,25 +399,29 @@ class Measurer:
                 for cand in chunk:
                     if cand.proc is not None:
                         kill(cand.proc)
-                        cand.conn.close()
+                        close_parent(cand.conn)
                         cand.proc = None
         return results  # type: ignore[return-value]
 
     # -- phases -------------------------------------------------------------------------------------
     def _start(self, cand: _Candidate) -> None:
-        parent, child = mp_context().Pipe(duplex=True)
+        parent, child = pipe(duplex=True)
         cand.start = time.perf_counter()
         cand.deadline = time.monotonic() + self.option.timeout
         cand.proc = start_process(
-            _candidate_main, (child, self.task, cand.config, self.option, self.feature_fn, self._reference)
+            _candidate_main,
+            (child, self.task, cand.config, self.option, self.feature_fn, self._reference),
+            self.method,
         )
         child.close()
         cand.conn = parent
 
-    def _finish(self, cand: _Candidate, error_no: int, message: str, costs: Sequence[float] = ()) -> MeasureResult:
+    def _finish(
+        self, cand: _Candidate, error_no: int, message: str, costs: Sequence[float] = ()
+    ) -> MeasureResult:
         if cand.proc is not None:
             kill(cand.proc)
-            cand.conn.close()
+            close_parent(cand.conn)
             cand.proc = None
         return MeasureResult(
             costs=tuple(costs),
@@ -388,7 +432,9 @@ class Measurer:
             build_cost=cand.build_cost,
         )
 
-    def _build(self, chunk: list[_Candidate], done: Callable[[_Candidate, MeasureResult], None]) -> list[_Candidate]:
+    def _build(
+        self, chunk: list[_Candidate], done: Callable[[_Candidate, MeasureResult], None]
+    ) -> list[_Candidate]:
         """Build the chunk, n_parallel at a time; returns the candidates that built, in order."""
         queue = list(chunk)
         active: list[_Candidate] = []
@@ -420,7 +466,12 @@ class Measurer:
                 except (EOFError, OSError):
                     active.remove(cand)
                     cand.build_cost = time.perf_counter() - cand.start
-                    done(cand, self._finish(cand, MeasureErrorNo.CRASH, death_message(cand.proc, "building")))
+                    done(
+                        cand,
+                        self._finish(
+                            cand, MeasureErrorNo.CRASH, death_message(cand.proc, "building")
+                        ),
+                    )
         built.sort(key=lambda c: c.position)
         return built
 
@@ -434,7 +485,9 @@ class Measurer:
                 return
             message = cand.conn.recv()
         except (EOFError, OSError):
-            done(cand, self._finish(cand, MeasureErrorNo.CRASH, death_message(cand.proc, "running")))
+            done(
+                cand, self._finish(cand, MeasureErrorNo.CRASH, death_message(cand.proc, "running"))
+            )
             return
         if message[0] == "ran":
             done(cand, self._finish(cand, MeasureErrorNo.NO_ERROR, "", message[1]))

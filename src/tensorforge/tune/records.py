@@ -18,8 +18,9 @@ import logging
 import math
 import os
 import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from tensorforge.tune.measure import MeasureInput, MeasureResult
 from tensorforge.tune.space import ConfigEntity, ConfigSpace
@@ -104,7 +105,7 @@ def decode(line: str) -> Record:
         raise ValueError(f"malformed tuning record: {e}") from None
 
 
-def load_records(path: "str | os.PathLike") -> list[Record]:
+def load_records(path: str | os.PathLike) -> list[Record]:
     """Every record in a log. A truncated last line (a killed run) is skipped silently; any other
     unreadable line is skipped with a warning."""
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -120,7 +121,9 @@ def load_records(path: "str | os.PathLike") -> list[Record]:
             if number == last:
                 logger.info("%s: skipping a truncated last line", path)
             else:
-                warnings.warn(f"{path}:{number + 1}: skipping an unreadable line ({e})", stacklevel=2)
+                warnings.warn(
+                    f"{path}:{number + 1}: skipping an unreadable line ({e})", stacklevel=2
+                )
     return records
 
 
@@ -131,7 +134,7 @@ def append_line(handle: Any, line: str) -> None:
     os.fsync(handle.fileno())
 
 
-def open_log(path: "str | os.PathLike") -> Any:
+def open_log(path: str | os.PathLike) -> Any:
     """Open a log for appending. A killed run may have left half a record as the last line:
     it cannot be read back, so it is cut off and the next record starts on its own line."""
     with open(path, "a+b") as handle:
@@ -144,7 +147,9 @@ def open_log(path: "str | os.PathLike") -> Any:
                 cut = tail.rfind(b"\n")
                 if cut >= 0 or size == len(tail):
                     keep = size - len(tail) + cut + 1  # just after the last newline (or 0)
-                    logger.info("%s: removing a truncated last record (%d bytes)", path, size - keep)
+                    logger.info(
+                        "%s: removing a truncated last record (%d bytes)", path, size - keep
+                    )
                     handle.truncate(keep)
                 else:  # a last line longer than we look back: end it rather than cut it
                     handle.write(b"\n")
@@ -208,7 +213,9 @@ class ApplyHistoryBest(DispatchContext):
             return f"apply_history_best: the best logged config of {what} no longer fits its space; using the default config"
         same = [k for k in self.best if k.template == key.template and k.args == key.args]
         if any(k.workload_hash == key.workload_hash and k.target != key.target for k in same):
-            others = sorted({_short_target(k.target, key.target) for k in same if k.target != key.target})
+            others = sorted(
+                {_short_target(k.target, key.target) for k in same if k.target != key.target}
+            )
             reason = (
                 f"the log was tuned for another target ({'; '.join(others)}), "
                 f"not for this one ({_short_target(key.target, '')})"

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 # -- helpers ------------------------------------------------------------------------------------
 
@@ -119,10 +120,17 @@ class SplitSpace(KnobSpace):
         elif policy == "verbose":
             candidates, no_tail = sorted(set(get_factors(extent)) | set(get_pow2s(extent))), False
         else:
-            raise ValueError(f"define_split: policy must be 'factors', 'power2' or 'verbose', got {policy!r}")
+            raise ValueError(
+                f"define_split: policy must be 'factors', 'power2' or 'verbose', got {policy!r}"
+            )
         if max_factor is not None:
             candidates = [f for f in candidates if f <= max_factor]
-        self.extent, self.num_outputs, self.policy, self.max_factor = extent, num_outputs, policy, max_factor
+        self.extent, self.num_outputs, self.policy, self.max_factor = (
+            extent,
+            num_outputs,
+            policy,
+            max_factor,
+        )
         self.entities = []
         self._generate(candidates, [], no_tail)
 
@@ -366,11 +374,13 @@ class ConfigSpace(_ConfigBase):
     def knob_names(self) -> list[str]:
         return list(self.space_map)
 
-    def get(self, index: int) -> "ConfigEntity":
+    def get(self, index: int) -> ConfigEntity:
         """The config numbered `index` (0 <= index < len(self))."""
         index = int(index)
         if not 0 <= index < len(self):
-            raise IndexError(f"config index {index} out of range for a space of {len(self)} configs")
+            raise IndexError(
+                f"config index {index} out of range for a space of {len(self)} configs"
+            )
         rest, entities = index, {}
         for name, space in self.space_map.items():
             rest, choice = divmod(rest, len(space))
@@ -393,11 +403,11 @@ class ConfigSpace(_ConfigBase):
             out.append(choice)
         return out
 
-    def default(self) -> "ConfigEntity":
+    def default(self) -> ConfigEntity:
         """The default config: every knob at its first choice (what a template gets untuned)."""
         return self.get(0)
 
-    def from_json(self, data: dict) -> "ConfigEntity | None":
+    def from_json(self, data: dict) -> ConfigEntity | None:
         """Rebuild a config from its JSON form; None if it does not fit this space."""
         knobs = data.get("knobs")
         index = data.get("index")
@@ -415,7 +425,7 @@ class ConfigSpace(_ConfigBase):
             choices.append(choice)
         return self.get(self.index_of(choices))
 
-    def __iter__(self) -> Iterator["ConfigEntity"]:
+    def __iter__(self) -> Iterator[ConfigEntity]:
         return (self.get(i) for i in range(len(self)))
 
     def __str__(self) -> str:

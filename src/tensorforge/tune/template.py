@@ -18,8 +18,9 @@ import hashlib
 import json
 import math
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from tensorforge.errors import TensorForgeError
 from tensorforge.tune.space import ConfigEntity, ConfigSpace
@@ -29,9 +30,9 @@ class TuneError(TensorForgeError):
     """Tuning was set up wrongly (unknown template, bad arguments, missing dependency...)."""
 
 
-_TEMPLATES: dict[str, "Template"] = {}
+_TEMPLATES: dict[str, Template] = {}
 _local = threading.local()
-_dispatch_stack: list["DispatchContext"] = []
+_dispatch_stack: list[DispatchContext] = []
 
 
 def _config_stack() -> list[Any]:
@@ -66,14 +67,14 @@ def get_config() -> ConfigSpace | ConfigEntity:
 class DispatchContext:
     """Chooses configs for templates called directly (outside a tuner). Subclassed by records."""
 
-    def query(self, key: "WorkloadKey", space: ConfigSpace) -> ConfigEntity | None:
+    def query(self, key: WorkloadKey, space: ConfigSpace) -> ConfigEntity | None:
         raise NotImplementedError
 
-    def __enter__(self) -> "DispatchContext":
+    def __enter__(self) -> DispatchContext:
         _dispatch_stack.append(self)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _dispatch_stack.remove(self)
 
 
@@ -118,7 +119,12 @@ class Template:
 
         target = Target.current() or Target("llvm")
         space, result = self.define(args)
-        key = WorkloadKey(self.name, canonical_args(args), workload_hash(_tensors_of(result, self.name)), str(target))
+        key = WorkloadKey(
+            self.name,
+            canonical_args(args),
+            workload_hash(_tensors_of(result, self.name)),
+            str(target),
+        )
         config = context.query(key, space)
         if config is None:
             return result  # the default config's schedule (the context has warned)
@@ -127,6 +133,26 @@ class Template:
 
     def __repr__(self) -> str:
         return f"Template({self.name!r})"
+
+    def __reduce__(self) -> Any:
+        # Pickled by name: the receiving process finds it in its registry (importing the
+        # defining module if it has not yet).
+        return (_template_by_name, (self.name, getattr(self.func, "__module__", None)))
+
+
+def _template_by_name(name: str, module: str | None) -> Template:
+    if name not in _TEMPLATES and module:
+        import importlib
+        import sys
+
+        if module == "__main__" and "__mp_main__" in sys.modules:
+            pass  # the main script, already run under multiprocessing's name
+        else:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass
+    return get_template(name)
 
 
 def template(name: str) -> Callable[[Callable[..., Any]], Template]:
@@ -145,7 +171,7 @@ def template(name: str) -> Callable[[Callable[..., Any]], Template]:
     return register
 
 
-def get_template(name: "str | Template") -> Template:
+def get_template(name: str | Template) -> Template:
     if isinstance(name, Template):
         return name
     if name not in _TEMPLATES:
@@ -178,7 +204,9 @@ def _tensors_of(result: Any, name: str) -> list[Any]:
     from tensorforge.te.tensor import Tensor
 
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
-        raise TuneError(f"template {name!r} must return (schedule, [tensors]), got {type(result).__name__}")
+        raise TuneError(
+            f"template {name!r} must return (schedule, [tensors]), got {type(result).__name__}"
+        )
     tensors = list(result[1])
     for t in tensors:
         if not isinstance(t, Tensor):
@@ -277,7 +305,9 @@ def _arg_specs(tensors: Sequence[Any]) -> tuple[ArgSpec, ...]:
 def _const_or_raise(extent: Any, name: str) -> int:
     value = getattr(extent, "value", None)
     if not isinstance(value, int):
-        raise TuneError(f"tensor '{name}' has a symbolic extent {extent}; tuning needs constant shapes")
+        raise TuneError(
+            f"tensor '{name}' has a symbolic extent {extent}; tuning needs constant shapes"
+        )
     return value
 
 
@@ -311,7 +341,7 @@ class Task:
     def key(self) -> WorkloadKey:
         return WorkloadKey(self.name, self.args_json, self.workload_hash, self.target)
 
-    def config(self, config: "ConfigEntity | int | dict") -> ConfigEntity:
+    def config(self, config: ConfigEntity | int | dict) -> ConfigEntity:
         """A ConfigEntity of this task's space from an entity, an index or its JSON form."""
         if isinstance(config, ConfigEntity):
             return config
@@ -324,7 +354,7 @@ class Task:
             return entity
         raise TypeError(f"expected a ConfigEntity, an index or a config dict, got {config!r}")
 
-    def instantiate(self, config: "ConfigEntity | int | dict") -> tuple[Any, list[Any]]:
+    def instantiate(self, config: ConfigEntity | int | dict) -> tuple[Any, list[Any]]:
         """Run the template with `config`: returns (schedule, tensors) ready for tf.build."""
         from tensorforge.target import Target
 
@@ -337,7 +367,7 @@ class Task:
         return f"Task({self.name!r}, args={self.args_json}, target={self.target_kind!r}, configs={len(self.config_space)})"
 
 
-def create_task(template: "str | Template", args: Sequence[Any] = (), target: Any = "llvm") -> Task:
+def create_task(template: str | Template, args: Sequence[Any] = (), target: Any = "llvm") -> Task:
     """A Task for a registered template, its arguments and a target (e.g. "llvm", "cuda")."""
     return Task(get_template(template), tuple(args), resolve_target(target))
 

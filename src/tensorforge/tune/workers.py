@@ -7,33 +7,87 @@ hangs costs only the item it was working on.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 
-def mp_context() -> Any:
-    """The multiprocessing context: "fork" where the platform has it."""
+def mp_context(method: str = "fork") -> Any:
+    """A multiprocessing context: "fork" (the default) or "forkserver" where the platform has it.
+
+    "forkserver" forks children from a clean server process instead of from this one: needed
+    where this process may have initialized CUDA, which a forked child could not use. Its
+    children get their arguments pickled; templates travel by name (see Template.__reduce__),
+    and the server imports the main script first, so templates defined there exist in it too.
+    """
     methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    if method not in methods:
+        method = "fork" if "fork" in methods else "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["__main__", "tensorforge.tune"])
+    return ctx
+
+
+# Parent ends of the pipes to live children. A forked child closes its copies of them: a child
+# holding a sibling's parent end would keep that sibling from ever seeing EOF.
+_parent_ends: dict[int, Any] = {}
+
+
+def pipe(duplex: bool = False) -> tuple[Any, Any]:
+    """(parent end, child end) of a new pipe; close the parent end with `close_parent`.
+
+    Without `duplex`, the parent end receives and the child end sends.
+    """
+    parent, child = mp_context().Pipe(duplex=duplex)
+    _parent_ends[id(parent)] = parent
+    return parent, child
+
+
+def close_parent(conn: Any) -> None:
+    _parent_ends.pop(id(conn), None)
+    conn.close()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (a killed tuner leaves no orphans)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _child_entry(target: Callable[..., Any], *args: Any) -> None:
+    _die_with_parent()
+    for conn in list(_parent_ends.values()):
+        try:
+            conn.close()
+        except OSError:
+            pass
+    _parent_ends.clear()
     # A crash is reported by the parent; no faulthandler dump from the child (pytest enables it).
     faulthandler.disable()
     target(*args)
 
 
-def start_process(target: Callable[..., Any], args: tuple) -> Any:
-    """Start `target(*args)` in a forked child; returns the Process."""
-    proc = mp_context().Process(target=_child_entry, args=(target, *args), daemon=True)
+def start_process(target: Callable[..., Any], args: tuple, method: str = "fork") -> Any:
+    """Start `target(*args)` in a child process (see mp_context); returns the Process."""
+    proc = mp_context(method).Process(target=_child_entry, args=(target, *args), daemon=True)
     with warnings.catch_warnings():  # Python 3.12 warns about forking a threaded process
         warnings.simplefilter("ignore", DeprecationWarning)
         proc.start()
@@ -84,10 +138,13 @@ def _call_child(conn: Any, fn: Callable[[], Any]) -> None:
         conn.close()
 
 
-def call_in_child(fn: Callable[[], Any], timeout: float) -> Any:
-    """Run `fn()` in a forked child and return its (picklable) result; raise on failure."""
-    parent, child = mp_context().Pipe(duplex=False)
-    proc = start_process(_call_child, (child, fn))
+def call_in_child(fn: Callable[[], Any], timeout: float, method: str = "fork") -> Any:
+    """Run `fn()` in a child process and return its (picklable) result; raise on failure.
+
+    With method "forkserver", `fn` must be picklable (e.g. a functools.partial of a module-level
+    function)."""
+    parent, child = pipe()
+    proc = start_process(_call_child, (child, fn), method)
     child.close()
     try:
         if not parent.poll(timeout):
@@ -97,7 +154,7 @@ def call_in_child(fn: Callable[[], Any], timeout: float) -> Any:
         raise RuntimeError(death_message(proc, "running")) from None
     finally:
         kill(proc)
-        parent.close()
+        close_parent(parent)
     if status != "ok":
         raise RuntimeError(value)
     return value
@@ -133,7 +190,7 @@ def fork_map(
     def launch(chunk: list[int], position: int) -> None:
         if position >= len(chunk):
             return
-        parent, child = mp_context().Pipe(duplex=False)
+        parent, child = pipe()
         sub = [items[k] for k in chunk]
         proc = start_process(_map_child, (child, fn, sub, position))
         child.close()
@@ -157,12 +214,14 @@ def fork_map(
                         deadline = time.monotonic() + timeout
                     if position >= len(chunk):
                         del workers[conn]
-                        conn.close()
+                        close_parent(conn)
                         proc.join(timeout=5)
                         continue
                     if time.monotonic() > deadline:
                         kill(proc)
-                        results[chunk[position]] = Failure("timeout", f"took longer than {timeout} s")
+                        results[chunk[position]] = Failure(
+                            "timeout", f"took longer than {timeout} s"
+                        )
                         restart = position + 1
                     workers[conn][2:] = [position, deadline]
                 except EOFError:
@@ -170,13 +229,13 @@ def fork_map(
                     restart = position + 1
                 if restart is not None:
                     del workers[conn]
-                    conn.close()
+                    close_parent(conn)
                     kill(proc)
                     launch(chunk, restart)
     finally:
         for conn, (proc, *_rest) in workers.items():
             kill(proc)
-            conn.close()
+            close_parent(conn)
     return results
 
 

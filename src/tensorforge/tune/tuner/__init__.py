@@ -5,4 +5,4 @@ from tensorforge.tune.tuner.grid_tuner import GridSearchTuner
 from tensorforge.tune.tuner.random_tuner import RandomTuner
 from tensorforge.tune.tuner.xgb_tuner import XGBTuner
 
-__all__ = ["Tuner", "RandomTuner", "GridSearchTuner", "XGBTuner"]
+__all__ = ["GridSearchTuner", "RandomTuner", "Tuner", "XGBTuner"]

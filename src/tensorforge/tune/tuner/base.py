@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from tensorforge.tune.measure import MeasureInput, MeasureOption, MeasureResult, Measurer
+from tensorforge.tune.measure import MeasureInput, MeasureOption, Measurer, MeasureResult
 from tensorforge.tune.records import Record, load_records
 from tensorforge.tune.space import ConfigEntity
 from tensorforge.tune.template import Task
@@ -40,6 +41,7 @@ class Tuner:
         self.trial_count = 0  # trials measured by this tuner's tune() calls
         self.time_total = 0.0  # wall seconds inside tune()
         self.time_measure = 0.0  # of which building and measuring
+        self._measurer: Measurer | None = None  # while tune() runs
 
     # -- what subclasses provide -----------------------------------------------------------------
     def next_batch(self, batch_size: int) -> list[ConfigEntity]:
@@ -65,9 +67,15 @@ class Tuner:
     @property
     def best_flops(self) -> float:
         """Best throughput so far in FLOP/s (0 before any success)."""
-        return self.task.flop / self.best_cost if self.best_result is not None and self.task.flop else 0.0
+        return (
+            self.task.flop / self.best_cost
+            if self.best_result is not None and self.task.flop
+            else 0.0
+        )
 
-    def random_unvisited(self, n: int, exclude: set[int] | frozenset = frozenset()) -> list[ConfigEntity]:
+    def random_unvisited(
+        self, n: int, exclude: set[int] | frozenset = frozenset()
+    ) -> list[ConfigEntity]:
         """Up to `n` distinct configs drawn uniformly from those not visited (nor in `exclude`)."""
         taken = self.visited | set(exclude)
         total = len(self.space)
@@ -134,7 +142,7 @@ class Tuner:
                 self.visited.update(c.index for c in configs)
                 inputs = [MeasureInput(self.task, c) for c in configs]
 
-                def report(position: int, result: MeasureResult) -> None:
+                def report(position: int, result: MeasureResult, inputs=inputs) -> None:
                     for callback in callbacks:
                         callback(self, [inputs[position]], [result])
 
@@ -144,7 +152,10 @@ class Tuner:
                 self.update(inputs, results)
                 done += len(results)
                 self.trial_count += len(results)
-                if early_stopping is not None and len(self.history) - self.best_iter >= early_stopping:
+                if (
+                    early_stopping is not None
+                    and len(self.history) - self.best_iter >= early_stopping
+                ):
                     logger.info("tune: no improvement in %d trials; stopping early", early_stopping)
                     break
         finally:

@@ -31,7 +31,9 @@ class XGBCostModel:
     search needs. One thread and a fixed seed: the same data gives the same model.
     """
 
-    def __init__(self, seed: int | None = None, num_boost_round: int = 60, objective: str = "rank:pairwise"):
+    def __init__(
+        self, seed: int | None = None, num_boost_round: int = 60, objective: str = "rank:pairwise"
+    ):
         self.xgb = require_xgboost()
         self.num_boost_round = num_boost_round
         self.params = {
@@ -50,7 +52,9 @@ class XGBCostModel:
         self.booster: Any = None
 
     def fit(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        dtrain = self.xgb.DMatrix(np.asarray(xs, dtype=np.float32), label=np.asarray(ys, dtype=np.float32), missing=np.nan)
+        dtrain = self.xgb.DMatrix(
+            np.asarray(xs, dtype=np.float32), label=np.asarray(ys, dtype=np.float32), missing=np.nan
+        )
         if self.params["objective"].startswith("rank:"):
             dtrain.set_group([len(ys)])
         self.booster = self.xgb.train(self.params, dtrain, num_boost_round=self.num_boost_round)

@@ -28,7 +28,9 @@ N_LOOPS = 6  # innermost loops of the main statement described
 N_ACCESSES = 4  # buffers of the main statement described
 _KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 _LOOP_FEATURES = 2 + len(_KINDS) + 1  # extent, trip-inward, kinds, reduction
-_ACCESS_FEATURES = 5 + 3 * N_LOOPS  # present, store, bytes, lanes, contiguous; strides, bytes, reuse
+_ACCESS_FEATURES = (
+    5 + 3 * N_LOOPS
+)  # present, store, bytes, lanes, contiguous; strides, bytes, reuse
 _GLOBAL_FEATURES = 13 + N_LOOPS
 N_IR_FEATURES = N_LOOPS * _LOOP_FEATURES + N_ACCESSES * _ACCESS_FEATURES + _GLOBAL_FEATURES
 
@@ -81,7 +83,7 @@ def _evaluate(expr: Any, env: dict, lets: dict, depth: int = 0) -> float:
         if expr in lets:
             return _evaluate(lets[expr], env, lets, depth + 1)
         return 0
-    ev = lambda e: _evaluate(e, env, lets, depth + 1)  # noqa: E731
+    ev = lambda e: _evaluate(e, env, lets, depth + 1)
     if isinstance(expr, te.BinaryOp):
         a, b = ev(expr.a), ev(expr.b)
         if t is te.Add:
@@ -213,7 +215,9 @@ def _collect(stmt: Any, loops: tuple, lets: dict, env: dict, stats: _Stats) -> N
         lanes = max([_lanes(i.dtype) for i in stmt.indices] + [_lanes(stmt.value.dtype)])
         stats.stores.append(_Store(stmt, loops, lets, trip, lanes))
         for node in walk(stmt.value):
-            if isinstance(node, Select) or (isinstance(node, BufferLoad) and node.predicate is not None):
+            if isinstance(node, Select) or (
+                isinstance(node, BufferLoad) and node.predicate is not None
+            ):
                 stats.guards += 1
         if stmt.predicate is not None:
             stats.guards += 1
@@ -234,7 +238,9 @@ def _flat_index(access: Any, env: dict, lets: dict) -> float:
     return flat
 
 
-def _access_features(access: Any, is_store: bool, loops: list, env: dict, lets: dict) -> list[float]:
+def _access_features(
+    access: Any, is_store: bool, loops: list, env: dict, lets: dict
+) -> list[float]:
     """Features of one buffer access against the innermost loops (innermost first)."""
     from tensorforge.ir.expr import Ramp
 
@@ -262,7 +268,12 @@ def _access_features(access: Any, is_store: bool, loops: list, env: dict, lets: 
     strides_f = [_log(s) for s in strides] + [0.0] * pad
     footprints += [footprints[-1] if footprints else _log(lanes * elem)] * pad
     reuses += [reuses[-1] if reuses else 0.0] * pad
-    return [1.0, float(is_store), float(elem), math.log2(lanes), contiguous] + strides_f + footprints + reuses
+    return (
+        [1.0, float(is_store), float(elem), math.log2(lanes), contiguous]
+        + strides_f
+        + footprints
+        + reuses
+    )
 
 
 def ir_features(func: Any) -> np.ndarray:

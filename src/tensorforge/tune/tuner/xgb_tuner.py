@@ -1,20 +1,23 @@
-"""XGBTuner: candidates ranked by an xgboost model of the lowered IR, plus some pure exploration.
+"""XGBTuner: candidates ranked by xgboost models of the lowered IR, plus some pure exploration.
 
 Each batch (`plan_size` configs, like TVM's plan):
-1. refit the model on every measured config (features -> throughput relative to the best);
-2. keep a pool of `pool_size` unmeasured candidates: those left from earlier batches, minus the
-   worst-scored `plan_size`, topped up with mutations of the best measured configs (one or two
-   knobs changed) and uniform random configs; only new candidates need features, which worker
-   processes extract (instantiate, lower, walk the IR) and the tuner caches by config index;
-3. measure the pool's top scores, plus `epsilon` of the batch drawn uniformly at random.
-The first batch, before anything is measured, is uniform random.
+1. refit two models on every measured config (features -> throughput relative to the best):
+   one on knob values only (cheap to compute for any config), one on knob values plus features
+   of the lowered loop IR;
+2. draw `n_candidates` unmeasured candidates: uniform random configs, every one-knob
+   neighbour of the best measured configs, and random two-knob mutations of them;
+3. the knob model shortlists `shortlist` x plan_size of them; worker processes lower those
+   (instantiate, lower, walk the IR; cached by config index) and the IR model ranks the list;
+4. measure the top of that ranking, plus `epsilon` of the batch drawn uniformly at random.
+The first batch, before anything is measured, is uniform random. Only the shortlist is lowered,
+so the tuner's own time stays small next to building and measuring.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +26,12 @@ from tensorforge.tune.space import ConfigEntity
 from tensorforge.tune.template import Task
 from tensorforge.tune.tuner.base import Tuner
 from tensorforge.tune.tuner.cost_model import XGBCostModel, require_xgboost
-from tensorforge.tune.tuner.features import N_IR_FEATURES, candidate_ir_features, ir_features, knob_features
+from tensorforge.tune.tuner.features import (
+    N_IR_FEATURES,
+    candidate_ir_features,
+    ir_features,
+    knob_features,
+)
 from tensorforge.tune.workers import Failure, cpu_count, fork_map
 
 
@@ -38,10 +46,11 @@ class XGBTuner(Tuner):
     def __init__(
         self,
         task: Task,
-        plan_size: int = 64,
+        plan_size: int = 32,
         feature_type: str = "ir",
         epsilon: float = 0.05,
-        pool_size: int = 512,
+        n_candidates: int = 2048,
+        shortlist: int = 3,
         num_boost_round: int = 60,
         n_feature_workers: int | None = None,
         feature_timeout: float = 10.0,
@@ -54,14 +63,18 @@ class XGBTuner(Tuner):
         self.batch_size = self.plan_size = int(plan_size)
         self.feature_type = feature_type
         self.epsilon = float(epsilon)
-        self.pool_size = int(pool_size)
+        self.n_candidates = int(n_candidates)
+        self.shortlist = int(shortlist)
         self.n_feature_workers = n_feature_workers or cpu_count()
         self.feature_timeout = feature_timeout
-        self.model = XGBCostModel(seed=seed, num_boost_round=num_boost_round)
-        self._features: dict[int, np.ndarray] = {}  # config index -> feature vector
+        self.knob_model = XGBCostModel(seed=seed, num_boost_round=num_boost_round)
+        self.model = (
+            XGBCostModel(seed=seed, num_boost_round=num_boost_round)
+            if feature_type == "ir"
+            else self.knob_model
+        )
+        self._features: dict[int, np.ndarray] = {}  # config index -> knob + IR feature vector
         self._broken: set[int] = set()  # candidates whose template or lowering failed
-        self._pool: list[int] = []
-        self._pool_scores: dict[int, float] = {}
         self._fitted_on = 0
 
     def feature_fn(self) -> Callable[[Any], Any] | None:
@@ -87,7 +100,10 @@ class XGBTuner(Tuner):
                 self._features[config.index] = self._vector(config, None)
             return
         results = fork_map(
-            partial(candidate_ir_features, self.task), configs, self.n_feature_workers, self.feature_timeout
+            partial(candidate_ir_features, self.task),
+            configs,
+            self.n_feature_workers,
+            self.feature_timeout,
         )
         for config, result in zip(configs, results):
             if isinstance(result, Failure):
@@ -97,30 +113,33 @@ class XGBTuner(Tuner):
     # -- learning ---------------------------------------------------------------------------------------
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         super().update(inputs, results)
-        measured = getattr(self, "_measurer", None)
-        reported = measured.features if measured is not None else {}
-        for inp in inputs:
+        measurer = self._measurer
+        reported = measurer.features if measurer is not None else {}
+        for inp, res in zip(inputs, results):
             index = inp.config.index
-            if index not in self._features and index in reported:
+            if index in self._features:
+                continue
+            if index in reported:  # lowered by its build process
                 self._features[index] = self._vector(inp.config, reported.pop(index))
-
-    def _training_set(self) -> tuple[np.ndarray, np.ndarray]:
-        self._ensure_features([c.index for c, _ in self.history])
-        xs = np.stack([self._features[c.index] for c, _ in self.history])
-        best = self.best_cost
-        ys = np.array([best / r.cost if r.ok else 0.0 for _, r in self.history])
-        return xs, ys
+            elif measurer is not None or not res.ok:
+                # its build never got as far as lowering (or failed): lowering it again here
+                # would only fail (or hang) again; the model sees its knobs alone
+                self._features[index] = self._vector(inp.config, None)
 
     def _fit(self) -> bool:
-        """Refit the model if there are new measurements; False while it cannot learn anything."""
+        """Refit the models if there are new measurements; False while they cannot learn anything."""
         if len(self.history) == self._fitted_on:
-            return self.model.trained
+            return self.knob_model.trained
         if self.best_result is None:
             return False
-        xs, ys = self._training_set()
+        ys = np.array([self.best_cost / r.cost if r.ok else 0.0 for _, r in self.history])
         if len(np.unique(ys)) < 2:
-            return self.model.trained
-        self.model.fit(xs, ys)
+            return self.knob_model.trained
+        knobs = np.stack([knob_features(c) for c, _ in self.history])
+        self.knob_model.fit(knobs, ys)
+        if self.feature_type == "ir":
+            self._ensure_features([c.index for c, _ in self.history])
+            self.model.fit(np.stack([self._features[c.index] for c, _ in self.history]), ys)
         self._fitted_on = len(self.history)
         return True
 
@@ -128,59 +147,54 @@ class XGBTuner(Tuner):
     def next_batch(self, batch_size: int) -> list[ConfigEntity]:
         if not self._fit():
             return self.random_unvisited(batch_size)
-        self._refill_pool()
-        candidates = [i for i in self._pool if i not in self.visited]
-        if candidates:
-            scores = self.model.predict(np.stack([self._features[i] for i in candidates]))
-            self._pool_scores = dict(zip(candidates, (float(s) for s in scores)))
-            order = np.argsort(-scores, kind="stable")
-        else:
-            order = np.array([], dtype=int)
         n_explore = int(round(self.epsilon * batch_size))
         if self.epsilon > 0 and batch_size >= 4:
             n_explore = max(1, n_explore)
-        picks = [candidates[k] for k in order[: max(0, batch_size - n_explore)]]
-        chosen = set(picks)
-        explore = self.random_unvisited(batch_size - len(picks), exclude=chosen)
+        n_model = max(0, batch_size - n_explore)
+        candidates = self._candidates()
+        picks: list[int] = []
+        if candidates and n_model:
+            knob_scores = self.knob_model.predict(
+                np.stack([knob_features(self.space.get(i)) for i in candidates])
+            )
+            ranked = [candidates[k] for k in np.argsort(-knob_scores, kind="stable")]
+            if self.feature_type == "ir":
+                short = ranked[: self.shortlist * n_model]
+                self._ensure_features(short)
+                short = [i for i in short if i not in self._broken]
+                if short:
+                    scores = self.model.predict(np.stack([self._features[i] for i in short]))
+                    ranked = [short[k] for k in np.argsort(-scores, kind="stable")]
+                else:
+                    ranked = []
+            picks = ranked[:n_model]
+        explore = self.random_unvisited(batch_size - len(picks), exclude=set(picks) | self._broken)
         return [self.space.get(i) for i in picks] + explore
 
-    def _refill_pool(self) -> None:
-        pool = [i for i in self._pool if i not in self.visited and i not in self._broken]
-        if len(pool) >= self.pool_size - self.plan_size and self._pool_scores:
-            # make room: drop the worst-scored candidates of the last round
-            pool.sort(key=lambda i: self._pool_scores.get(i, -math.inf), reverse=True)
-            pool = pool[: max(0, self.pool_size - self.plan_size)]
-            pool.sort()  # deterministic order, independent of the scores' ties
-        in_pool = set(pool)
-        need = self.pool_size - len(pool)
-        new = self._mutations(need // 2, in_pool)
-        in_pool.update(new)
-        new += [c.index for c in self.random_unvisited(need - len(new), exclude=in_pool)]
-        self._ensure_features(new)
-        self._pool = pool + [i for i in new if i not in self._broken]
-
-    def _mutations(self, n: int, exclude: set[int]) -> list[int]:
-        """Up to `n` unvisited neighbours (one or two knobs changed) of the best measured configs."""
+    def _candidates(self) -> list[int]:
+        """Unmeasured configs to score: neighbours of the best measured ones, and random ones."""
         ranked = sorted((r.cost, c.index) for c, r in self.history if r.ok)
         parents = [index for _, index in ranked[:8]]
-        if not parents or n <= 0:
-            return []
         dims = self.space.dims
-        mutable = [k for k, d in enumerate(dims) if d > 1]
-        if not mutable:
-            return []
-        out: list[int] = []
-        taken = self.visited | exclude
-        for _ in range(20 * n):
-            if len(out) >= n:
-                break
-            parent = parents[int(self.rng.integers(len(parents)))]
+        out: dict[int, None] = {}
+        taken = self.visited | self._broken
+        for parent in parents:  # every one-knob neighbour
             choices = self.space.choices_of(parent)
-            for _ in range(1 + int(self.rng.integers(2))):
+            for knob, size in enumerate(dims):
+                for value in range(size):
+                    if value != choices[knob]:
+                        neighbour = choices.copy()
+                        neighbour[knob] = value
+                        out[self.space.index_of(neighbour)] = None
+        mutable = [k for k, d in enumerate(dims) if d > 1]
+        for _ in range(len(parents) * 64 if mutable else 0):  # two-knob mutations
+            choices = self.space.choices_of(parents[int(self.rng.integers(len(parents)))])
+            for _ in range(2):
                 knob = mutable[int(self.rng.integers(len(mutable)))]
                 choices[knob] = int(self.rng.integers(dims[knob]))
-            index = self.space.index_of(choices)
-            if index not in taken:
-                taken.add(index)
-                out.append(index)
-        return out
+            out[self.space.index_of(choices)] = None
+        candidates = [i for i in out if i not in taken]
+        randoms = self.random_unvisited(
+            max(0, self.n_candidates - len(candidates)), exclude=set(out) | self._broken
+        )
+        return candidates + [c.index for c in randoms]
