@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tensorforge.errors import ScheduleError
-from tensorforge.ir.arith import Interval, simplify_expr, symbolic_bounds
+from tensorforge.ir.arith import Interval, prove, simplify_expr, symbolic_bounds
 from tensorforge.schedule.iter_math import iter_extents, iter_values
 from tensorforge.schedule.schedule import Schedule
 from tensorforge.schedule.stage import Stage
-from tensorforge.te.expr import Const, Expr, Max, Min, TensorRead, Var, const
+from tensorforge.te.expr import GE, LT, Const, Expr, Max, Min, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
 from tensorforge.te.tensor import ComputeOp, IterVar
 from tensorforge.te.visit import walk
@@ -35,7 +35,7 @@ class StageBounds:
     body: tuple[Expr, ...]  # the op's expressions with inlined stages substituted
     mins: dict[IterVar, Expr] = field(default_factory=dict)  # root axis -> region min
     extents: dict[IterVar, Expr] = field(default_factory=dict)  # every iter var -> extent
-    needs_domain_guard: bool = False  # region may stick out of the op's domain
+    guard_axes: set = field(default_factory=set)  # data axes whose region may leave the domain
 
     @property
     def root_extents(self) -> dict[IterVar, Expr]:
@@ -122,7 +122,8 @@ def infer_bounds(sch: Schedule, bodies: dict[int, tuple[Expr, ...]]) -> dict[int
             info.mins[iv] = iv.dom.min
             info.extents[iv] = iv.dom.extent
         info.extents = iter_extents(stage, info.root_extents)
-        info.needs_domain_guard = stage.attach_type == "scope"
+        if stage.attach_type == "scope":
+            info.guard_axes = _axes_needing_guard(info, loop_extent)
         for iv in stage.leaf_iter_vars:
             loop_extent[id(iv.var)] = (iv.var, info.extents[iv])
         result[id(stage)] = info
@@ -188,6 +189,42 @@ def _needed_region(
             extent = simplify_expr(Min(extent, iv.dom.extent))
         region.append((simplify_expr(lo), extent))
     return region
+
+
+def _axes_needing_guard(info: StageBounds, loop_extent: dict[int, tuple[Var, Expr]]) -> set[int]:
+    """Data axes along which the stage must skip points outside its op's domain.
+
+    A region inferred from a tile can stick out of the domain (the last tile of a non-divisible
+    split). Computing those extra points is harmless when nothing they read leaves its tensor
+    (e.g. reads of a zero-padded packed buffer): the results land in the stage's own buffer and
+    no consumer reads them. A guard is kept only for axes where a read might go out of bounds,
+    so the hot loop of a padded tile stays unmasked.
+    """
+    op = info.stage.op
+    known = {var: Interval(const(0, var.dtype), simplify_expr(ext - 1)) for var, ext in loop_extent.values()}
+    region = {
+        iv.var: Interval(info.mins[iv], simplify_expr(info.mins[iv] + info.extents[iv] - 1))
+        for iv in list(op.axis) + list(op.reduce_axis)
+    }
+    reads = [n for e in info.body for n in walk(e) if isinstance(n, TensorRead)]
+    needed: set[int] = set()
+    for d, iv in enumerate(op.axis):
+        lo, hi = region[iv.var].min, region[iv.var].max
+        if prove(GE(lo, const(0, lo.dtype)), known) and prove(LT(hi, iv.dom.extent), known):
+            continue  # the region stays inside the domain along this axis
+        for read in reads:
+            if not any(n is iv.var for index in read.indices for n in walk(index)):
+                continue
+            for index, extent in zip(read.indices, read.tensor.shape):
+                bound = symbolic_bounds(index, region, known)
+                inside = (
+                    bound.min is not None and bound.max is not None
+                    and prove(GE(bound.min, const(0, bound.min.dtype)), known)
+                    and prove(LT(bound.max, extent), known)
+                )
+                if not inside:
+                    needed.add(d)
+    return needed
 
 
 def _hull(bounds: list[Expr], combine: type) -> Expr:

@@ -240,8 +240,8 @@ class _StageNest:
             if spatial_only and rel.parent.kind is IterKind.REDUCE:
                 continue
             preds.append(LT(values[rel.parent], extents[rel.parent]))
-        if self.info.needs_domain_guard:
-            for iv in self.stage.op.axis:
+        for d, iv in enumerate(self.stage.op.axis):
+            if d in self.info.guard_axes:
                 index = self.info.mins[iv] + values[iv]
                 preds.append(GE(index, const(0, index.dtype)))
                 preds.append(LT(index, iv.dom.extent))
