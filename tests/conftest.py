@@ -1,6 +1,9 @@
 """Shared test setup: the `cuda` marker (skipped without a usable GPU) and a seeded `rng`."""
 
 import functools
+import os
+import shutil
+import tempfile
 import zlib
 
 import numpy as np
@@ -11,6 +14,14 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "cuda: needs an NVIDIA GPU and pycuda (skipped where there is none)"
     )
+    # The on-disk kernel cache (runtime/disk_cache.py) never touches ~/.cache from the suite:
+    # each session (each xdist worker) gets an empty folder, and the cache is off unless a test
+    # turns it on (tests/runtime/test_disk_cache.py does) or TENSORFORGE_CACHE=1 asks for it.
+    # NOTE: set here, before collection, so subprocesses the tests start inherit it too.
+    folder = tempfile.mkdtemp(prefix="tensorforge-test-cache-")
+    os.environ["TENSORFORGE_CACHE_DIR"] = folder
+    os.environ.setdefault("TENSORFORGE_CACHE", "0")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,8 +1,19 @@
 """tensorforge.runtime: run compiled kernels: Device, NDArray, Module (API.md §3)."""
 
 from tensorforge.runtime.device import Device, cpu, cuda, device
+from tensorforge.runtime.export import load_module
 from tensorforge.runtime.module import Function, Module
 from tensorforge.runtime.ndarray import NDArray
 from tensorforge.runtime.timing import BenchmarkResult
 
-__all__ = ["BenchmarkResult", "Device", "Function", "Module", "NDArray", "cpu", "cuda", "device"]
+__all__ = [
+    "BenchmarkResult",
+    "Device",
+    "Function",
+    "Module",
+    "NDArray",
+    "cpu",
+    "cuda",
+    "device",
+    "load_module",
+]

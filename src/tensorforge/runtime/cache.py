@@ -1,12 +1,16 @@
-"""An in-memory LRU cache of compiled executables, keyed by a hash of the source and the target."""
+"""An in-memory LRU cache of compiled executables, keyed by a hash of the source and the target;
+llvm kernels it misses go on to the on-disk cache (disk_cache.py) before being compiled."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
+
+from tensorforge.runtime import disk_cache
 
 if TYPE_CHECKING:
     from tensorforge.codegen.base import KernelSource
@@ -82,5 +86,9 @@ def get_or_compile(
     target: Target | str,
     factory: Callable[[KernelSource, Target | str], Executable],
 ) -> Executable:
-    """`EXECUTABLES.get_or_compile(source, target, factory)`."""
+    """`EXECUTABLES.get_or_compile(source, target, factory)`; for llvm, the disk is asked first."""
+    if source.target == "llvm":
+        factory = functools.partial(
+            disk_cache.load_or_compile, factory=factory, memory_key=cache_key(source, target)
+        )
     return EXECUTABLES.get_or_compile(source, target, factory)

@@ -9,10 +9,12 @@ on a GPU) and scalars as Python numbers, in `source.params` order. Executables m
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tensorforge.errors import ArgumentError, BuildError, DeviceError
+from tensorforge.runtime import disk_cache
 from tensorforge.runtime.arguments import Signature
 from tensorforge.runtime.cache import get_or_compile
 from tensorforge.runtime.device import Device, cpu, cuda
@@ -200,6 +202,13 @@ class Module:
         check_timing_options(**options)
         return TimeEvaluator(function, options)
 
+    def export_library(self, file_name: str | os.PathLike) -> None:
+        """Save every function to the one file `file_name`; `tf.runtime.load_module` reads it
+        back in another process without compiling (see runtime/export.py)."""
+        from tensorforge.runtime.export import export_library  # NOTE: export imports this module
+
+        export_library(self, file_name)
+
     def __repr__(self) -> str:
         return f"Module({self.type_key}: {', '.join(self._functions)})"
 
@@ -217,7 +226,8 @@ class TimeEvaluator:
             raise DeviceError(function.unavailable_reason)
         call = functools.partial(function.executable.call, function.signature.convert(args))
         synchronize = getattr(function.executable, "synchronize", None)
-        return measure(call, synchronize, **self.options)
+        with disk_cache.suspended():  # NOTE: a disk-cache entry being written shares the CPUs
+            return measure(call, synchronize, **self.options)
 
 
 class UnavailableExecutable:
@@ -245,16 +255,20 @@ class UnavailableExecutable:
 def load_executable(source: KernelSource, target: Target) -> object:
     """The executable for `source`, from the in-memory cache or compiled now."""
     if source.target == "cuda" and not cuda(0).exist:
-        reason = (
-            f"cannot run '{source.entry}': no CUDA device is available here (pycuda is not "
-            f"installed or finds no GPU); mod.get_source('cuda') still shows the CUDA C"
-        )
         try:
             inner = get_or_compile(source, target, executable_class(source.target))
         except (ImportError, DeviceError):
             inner = None
-        return UnavailableExecutable(source, reason, inner)
+        return UnavailableExecutable(source, no_cuda_device_reason(source.entry), inner)
     return get_or_compile(source, target, executable_class(source.target))
+
+
+def no_cuda_device_reason(entry: str) -> str:
+    """What calling CUDA kernel `entry` says where no GPU is usable."""
+    return (
+        f"cannot run '{entry}': no CUDA device is available here (pycuda is not "
+        f"installed or finds no GPU); mod.get_source('cuda') still shows the CUDA C"
+    )
 
 
 def executable_class(kind: str) -> type:

@@ -80,7 +80,7 @@ def split_args(args: Sequence[Any]) -> tuple[list[Tensor], list[Var]]:
 
 
 def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
-    tensors, scalars = split_args(args)
+    tensors, _scalars = split_args(args)
     tensors = [resolve(sch, t) for t in tensors]  # cache_write/rfactor replace ops
     _check_attachments(sch)
     arg_ops = {id(t.op) for t in tensors}
@@ -145,10 +145,17 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
         body = realize_of(stage, body)
 
     shape_vars = _shape_vars(tensors)
-    scalar_params = [v for v in scalars if all(v is not s for s in shape_vars)]
-    params: tuple = tuple(buffers[t] for t in tensors) + tuple(scalar_params) + tuple(shape_vars)
-    _check_free_vars(body, params, name)
-    return PrimFunc(name, params, body)
+    # parameters keep the order of `args` (as in TVM); symbolic sizes, bound from the arrays'
+    # shapes at call time, come last
+    params: list = []
+    for a in args:
+        if isinstance(a, Tensor):
+            params.append(buffers[resolve(sch, a)])
+        elif all(a is not v for v in shape_vars):
+            params.append(a)
+    params += shape_vars
+    _check_free_vars(body, tuple(params), name)
+    return PrimFunc(name, tuple(params), body)
 
 
 def _aligned_strides(stage: Stage, extents: tuple[Expr, ...]) -> tuple[Expr, ...] | None:

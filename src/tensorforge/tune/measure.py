@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import math
 import multiprocessing.connection
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -303,6 +304,9 @@ def _candidate_main(
     conn: Any, task: Task, config: Any, option: MeasureOption, feature_fn: Any, reference: Any
 ) -> None:
     """Build, report, wait for the go-ahead, run, report. Runs in the forked child."""
+    # NOTE: candidates write no disk-cache entries: the write would share the machine with
+    # other candidates' timed runs, and the child may be killed in the middle of it.
+    os.environ["TENSORFORGE_CACHE"] = "0"
     builder = option.builder or default_builder
     runner = option.runner or default_runner
     start = time.perf_counter()

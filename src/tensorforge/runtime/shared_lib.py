@@ -1,0 +1,310 @@
+"""Native shared libraries of llvm kernels: link object code with the system C compiler, load and
+call one with ctypes.
+
+Making a library needs llvmlite (object_code.py, imported on use) and a C compiler; loading one
+needs neither: the dynamic loader maps it and ctypes calls its symbols. A library is stored in
+the container of library_file.py: the shared object first (the file stays loadable as it is),
+then the calling metadata of each function (params, symbol, thread-count global, optimized IR).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import secrets
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+
+from tensorforge.codegen.base import KernelSource
+from tensorforge.errors import ArgumentError, BuildError
+from tensorforge.runtime.library_file import LibraryFile, pack, source_from_json, source_to_json
+
+# NOTE: the names llvm_exec.py uses too; kept here so loading a library never imports llvmlite.
+DEFAULT_THREADS_GLOBAL = "__tf_num_threads"
+_CTYPES = {
+    "bool": ctypes.c_bool,
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+}
+LINK_TIMEOUT_S = 120
+
+
+# -- making a library -----------------------------------------------------------------------------
+def c_compiler() -> list[str] | None:
+    """The system C compiler's command line: $CC, else cc, gcc or clang on PATH; None if none."""
+    configured = shlex.split(os.environ.get("CC", ""))
+    if configured and shutil.which(configured[0]):
+        return configured
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    return None
+
+
+def uses_gomp(ir_text: str) -> bool:
+    """Whether the kernel calls libgomp (PARALLEL loops), as llvm_exec.py decides it."""
+    return "GOMP_parallel" in ir_text or "omp_get_" in ir_text
+
+
+def link(objects: Sequence[bytes], needs_gomp: bool, background: bool = False) -> bytes:
+    """One shared library made of relocatable `objects`, linked by the system C compiler
+    (at the lowest CPU priority if `background`)."""
+    compiler = c_compiler()
+    if compiler is None:
+        raise BuildError(
+            "export_library: linking a shared library needs a C compiler, and none was found "
+            "(set $CC, or put cc, gcc or clang on PATH)"
+        )
+    with tempfile.TemporaryDirectory(prefix="tensorforge-link-") as folder:
+        inputs = []
+        for i, code in enumerate(objects):
+            inputs.append(os.path.join(folder, f"kernel{i}.o"))
+            with open(inputs[-1], "wb") as f:
+                f.write(code)
+        output = os.path.join(folder, "library.so")
+        # -Bsymbolic: the kernels' references to their own globals (the thread count) bind
+        # inside the library, whatever else the process has loaded.
+        command = [*compiler, "-shared", "-o", output, *inputs, "-Wl,-Bsymbolic"]
+        command += ["-lgomp", "-lm"] if needs_gomp else ["-lm"]
+        nice = shutil.which("nice") if background else None
+        if nice:
+            command = [nice, "-n", "19", *command]
+        try:
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=LINK_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise BuildError(f"export_library: running the C compiler failed: {err}") from None
+        if result.returncode != 0:
+            raise BuildError(
+                f"export_library: linking the shared library failed:\n  {shlex.join(command)}\n"
+                f"{result.stderr.strip()}"
+            )
+        with open(output, "rb") as f:
+            return f.read()
+
+
+def build_llvm_library(
+    functions: Sequence[tuple[KernelSource, str]],
+    target: object,
+    metadata: dict,
+    objects: Sequence[bytes] | None = None,
+    background: bool = False,
+) -> bytes:
+    """The file bytes of a library of `functions` ((source, optimized LLVM IR) pairs).
+
+    `target` (a Target or its string) is the CPU the IR was optimized for; `metadata` adds
+    top-level fields (entry, target string, cache key...). `objects`, the functions' object
+    code where it is at hand already (one function's, whose symbols keep their names), spares
+    making it again from the IR.
+    """
+    several = len(functions) > 1
+    assert objects is None or (len(objects) == 1 and not several)
+    entries = []
+    for i, (source, ir_text) in enumerate(functions):
+        threads_global = source.extra.get("num_threads_global", DEFAULT_THREADS_GLOBAL)
+        if objects is None:
+            from tensorforge.runtime import object_code  # llvmlite: only where a library is made
+
+            code, symbols = object_code.emit_object(
+                ir_text, target, source.entry, suffix=source.entry if several else None
+            )
+            threads_symbol = symbols.get(threads_global)
+        else:
+            code, threads_symbol = objects[i], threads_global  # looked up at load, if there
+        entries.append(
+            {
+                **source_to_json(source),
+                "symbol": source.entry,
+                "threads_symbol": threads_symbol,
+                "ll": ir_text,
+                "object": code,
+            }
+        )
+    needs_gomp = any(uses_gomp(ir_text) for _, ir_text in functions)
+    library = link([entry.pop("object") for entry in entries], needs_gomp, background)
+    for entry in entries:
+        entry["blob"] = [0, len(library)]
+    return pack(
+        library, {"kind": "llvm", **metadata, "needs_gomp": needs_gomp, "functions": entries}
+    )
+
+
+# -- loading one ----------------------------------------------------------------------------------
+def open_llvm_library(
+    file: LibraryFile, sources: dict[str, KernelSource] | None = None
+) -> list[tuple[KernelSource, LibraryExecutable]]:
+    """(source, executable) for each function of the checked llvm library `file`.
+
+    `sources` (entry -> KernelSource) replaces the sources rebuilt from the metadata, whose
+    text is the optimized IR (the disk cache passes the source it was asked for).
+    """
+    metadata = file.metadata
+    library = _dlopen(file.payload, file.path)
+    if metadata.get("needs_gomp"):
+        _make_gomp_fork_safe()
+    kernels = []
+    for function in metadata["functions"]:
+        ir_text = function.get("ll", "")
+        source = (sources or {}).get(function["entry"]) or source_from_json(function, ir_text)
+        executable = LibraryExecutable(
+            library,
+            source,
+            function["symbol"],
+            function.get("threads_symbol"),
+            ir_text,
+            metadata.get("target") or source.target_string,
+        )
+        kernels.append((source, executable))
+    return kernels
+
+
+def _dlopen(image: bytes, path: str) -> ctypes.CDLL:
+    """Load the shared object `image` (the checked bytes of the file at `path`).
+
+    NOTE: dlopen hands back an object already loaded under the same name or from the same
+    inode, so a path overwritten with another library (or a reused /proc/self/fd/N) would give
+    the old code. Each load therefore gets a private in-memory file (a fresh inode, and never
+    on a noexec /tmp) reached through a link whose random name is used once.
+    """
+    name = f"tensorforge-{secrets.token_hex(16)}"
+    link = os.path.join(tempfile.gettempdir(), f"{name}.so")
+    fd = None
+    try:
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create(name, os.MFD_CLOEXEC)
+            rest = memoryview(image)
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+            os.symlink(f"/proc/self/fd/{fd}", link)
+        else:
+            with open(link, "xb") as f:
+                f.write(image)
+        return ctypes.CDLL(link)
+    except OSError as err:
+        raise BuildError(f"load_module: the dynamic loader refused {path}: {err}") from None
+    finally:
+        try:
+            os.unlink(link)  # the loaded object stays mapped
+        except OSError:
+            pass
+        if fd is not None:
+            os.close(fd)
+
+
+class LibraryExecutable:
+    """One function of a loaded shared library: `call(raw_args)`, as LLVMExecutable's.
+
+    raw_args are in `source.params` order: buffers as integer addresses, scalars as numbers.
+    """
+
+    def __init__(
+        self,
+        library: ctypes.CDLL,
+        source: KernelSource,
+        symbol: str,
+        threads_symbol: str | None,
+        ir_text: str,
+        target: str,
+    ):
+        self.source = source
+        self.target = target
+        self.ir_text = ir_text
+        self._asm: str | None = None
+        try:
+            function = library[symbol]
+        except AttributeError as err:
+            raise BuildError(
+                f"load_module: the library has no function '{symbol}': {err}"
+            ) from None
+        self._threads = None  # no PARALLEL loop: no thread-count global
+        if threads_symbol:
+            try:
+                self._threads = ctypes.c_int32.in_dll(library, threads_symbol)
+            except ValueError:
+                pass
+        function.argtypes = _argtypes(source)
+        function.restype = None
+        self._function = function
+
+    def call(self, raw_args: list) -> None:
+        """Run the kernel; PARALLEL loops use TF_NUM_THREADS (read now) or all CPUs."""
+        if self._threads is not None:
+            self._threads.value = num_threads()
+        self._function(*raw_args)
+
+    def get_source(self, fmt: str = "ll") -> str:
+        """The optimized LLVM IR ("ll"); "asm" is made from it again, where llvmlite is here."""
+        if fmt in ("ll", "llvm", ""):
+            return self.ir_text
+        if fmt in ("asm", "s"):
+            if self._asm is None:
+                try:
+                    from tensorforge.runtime.object_code import emit_assembly
+                except ImportError:
+                    raise ArgumentError(
+                        f"get_source('asm'): '{self.source.entry}' was loaded from a shared "
+                        f"library, which holds no assembly, and llvmlite (which could make it "
+                        f"from the IR) is not installed; get_source('ll') shows the IR"
+                    ) from None
+                self._asm = emit_assembly(self.ir_text, self.target, self.source.entry)
+            return self._asm
+        raise ArgumentError(
+            f"get_source: unknown format {fmt!r} for an llvm kernel; use 'll' or 'asm'"
+        )
+
+
+def _argtypes(source: KernelSource) -> list:
+    argtypes = []
+    for p in source.params:
+        if p.kind == "buffer":
+            argtypes.append(ctypes.c_void_p)
+        elif p.dtype in _CTYPES:
+            argtypes.append(_CTYPES[p.dtype])
+        else:
+            raise BuildError(
+                f"'{source.entry}': scalar parameter '{p.name}' of dtype {p.dtype} "
+                f"cannot be passed from Python"
+            )
+    return argtypes
+
+
+def num_threads() -> int:
+    """Threads a PARALLEL loop runs on: TF_NUM_THREADS, else the number of CPUs."""
+    value = os.environ.get("TF_NUM_THREADS", "")
+    if value.strip():
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise BuildError(f"TF_NUM_THREADS={value!r} is not a whole number") from None
+    return os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=1)
+def _make_gomp_fork_safe() -> None:
+    """Release libgomp's thread pool before any fork, as llvm_exec._load_libgomp does.
+
+    NOTE: a forked child that runs a parallel loop would otherwise wait forever for workers
+    that exist only in the parent (tuner workers and the fuzzer fork after kernels ran).
+    """
+    try:
+        gomp = ctypes.CDLL("libgomp.so.1")  # already mapped: the library needs it
+    except OSError:
+        return
+    pause = getattr(gomp, "omp_pause_resource_all", None)
+    if pause is not None:
+        pause.argtypes = [ctypes.c_int]
+        os.register_at_fork(before=lambda: pause(1))  # 1 = omp_pause_soft
