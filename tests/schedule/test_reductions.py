@@ -95,3 +95,18 @@ def test_scalar_argument():
     B = te.compute((30,), lambda i: A[i] * alpha, name="B")
     s = te.create_schedule(B.op)
     check_against_numpy(s, [A], [B], lambda a, x: a * x, scalars=[alpha], scalar_values=[2.5])
+
+
+def test_parameters_keep_the_order_of_args():
+    import tensorforge as tf
+
+    alpha = te.var("alpha", dtype="float32")
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] * alpha, name="C")
+    s = te.create_schedule(C.op)
+    mod = tf.build(s, [A, alpha, C])  # the scalar sits between the buffers, as listed
+    a = np.arange(5, dtype="float32")
+    c = np.full(5, np.nan, dtype="float32")
+    mod(a, 2.0, c)
+    np.testing.assert_array_equal(c, a * 2)
