@@ -81,3 +81,11 @@ KERNELS = {
     "softmax": softmax,
     "dynamic_shape": dynamic_shape,
 }
+
+
+def tiled_matmul_scalar_loads(n=128):
+    s, args = schedule_matmul_cuda(n, n, n, block=64, thread_tile=4, k_tile=8, vector=1)
+    return s, args, lambda a, b: a @ b
+
+
+KERNELS["tiled_matmul_scalar_loads"] = tiled_matmul_scalar_loads

@@ -20,6 +20,7 @@ EXPECT = {  # what each schedule asked for, as it must appear in the source
     "rfactor_row_max": ["__shfl_down_sync", "fmaxf"],
     "softmax": ["__shared__", "__syncthreads()", "__shfl_down_sync", "float4"],
     "dynamic_shape": ["int n", "blockIdx.x"],
+    "tiled_matmul_scalar_loads": ["__shared__", "__syncthreads()"],
 }
 
 

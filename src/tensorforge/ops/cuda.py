@@ -51,7 +51,7 @@ def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: 
     B = te.placeholder((k, m), dtype=dtype, name="B")
     At = te.compute((k, n), lambda kk, i: A[i, kk], name="At")  # staged transposed
     Bs = te.compute((k, m), lambda kk, j: B[kk, j], name="Bs")
-    strips = m % block == 0 and thread_tile % (2 * vector) == 0
+    strips = m % block == 0 and thread_tile == 2 * vector  # two strips of `vector` columns
     threads = block // thread_tile
     half = block // 2
 
