@@ -48,10 +48,10 @@ def matmul(n: int, m: int, k: int, dtype: str = "float32", nr: int | None = None
 
 
 def schedule_matmul(n: int, m: int, k: int, dtype: str = "float32", target: Target | None = None,
-                    parallel: bool = True):
+                    parallel: bool = True, tiles: MatmulTiles | None = None):
     """The project's best CPU GEMM schedule. Returns (schedule, [A, B, C])."""
     target = target or Target("llvm")
-    tiles = MatmulTiles.for_target(target, dtype)
+    tiles = tiles or MatmulTiles.for_target(target, dtype)
     A, B, packedB, C = matmul(n, m, k, dtype, nr=tiles.nr)
     s = te.create_schedule(C.op)
     # pack B panel by panel, vectorized along the panel width

@@ -15,7 +15,8 @@ def softmax(n: int, m: int, dtype: str = "float32"):
     e = te.compute((n, m), lambda i, j: te.exp(x[i, j] - row_max[i]), name="exp")
     k2 = te.reduce_axis((0, m), name="k2")
     row_sum = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
-    y = te.compute((n, m), lambda i, j: e[i, j] / row_sum[i], name="y")
+    # one reciprocal per row, then a multiply per element (a vector divide is several times slower)
+    y = te.compute((n, m), lambda i, j: e[i, j] * (1.0 / row_sum[i]), name="y")
     return x, y
 
 
