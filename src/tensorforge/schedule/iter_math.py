@@ -42,22 +42,29 @@ def iter_extents(
     return extents
 
 
-def split_factor(rel: Split, base_extents: Mapping[IterVar, Expr]) -> Expr:
-    """The stride of `outer` in `parent` (the nominal inner extent, ignoring any tail override)."""
-    return base_extents[rel.inner]
+def split_factor(rel: Split, extents: Mapping[IterVar, Expr]) -> Expr:
+    """The stride of `outer` in `parent`.
+
+    A factor split's stride is its factor, even in a peeled tail whose inner loop runs over the
+    remainder only; an nparts split's stride is ceil(parent / nparts) of the parent's extent
+    *here* (a tail's parent is shorter than the main loop's).
+    """
+    return rel.factor if rel.factor is not None else extents[rel.inner]
 
 
 def iter_values(
-    stage: Stage, base_extents: Mapping[IterVar, Expr], leaf_values: Mapping[IterVar, Expr]
+    stage: Stage, extents: Mapping[IterVar, Expr], leaf_values: Mapping[IterVar, Expr]
 ) -> dict[IterVar, Expr]:
-    """Value of every iter var (root axes included, relative to their region's min) given the leaves'."""
+    """Value of every iter var (root axes included, relative to their region's min) given the
+    leaves', where `extents` are the extents in effect at this point of the nest (iter_extents
+    with the peeled tail's overrides, if any)."""
     values: dict[IterVar, Expr] = dict(leaf_values)
     for rel in reversed(stage.relations):
         if isinstance(rel, Split):
-            factor = split_factor(rel, base_extents)
+            factor = split_factor(rel, extents)
             values[rel.parent] = values[rel.outer] * factor + values[rel.inner]
         elif isinstance(rel, Fuse):
-            inner_extent = base_extents[rel.inner]
+            inner_extent = extents[rel.inner]
             values[rel.outer] = values[rel.fused] // inner_extent
             values[rel.inner] = values[rel.fused] % inner_extent
     return values

@@ -224,11 +224,13 @@ class _StageNest:
         return any(self.kind_of(iv) is LoopKind.THREAD_BINDING for iv in self.leaves)
 
     # -- the innermost statements --------------------------------------------------------------
-    def root_values(self) -> tuple[dict[IterVar, Expr], dict[IterVar, Expr]]:
+    def root_values(self, env: Env) -> tuple[dict[IterVar, Expr], dict[IterVar, Expr]]:
         """(absolute index of each root axis, value of every iter var), from the leaf loop vars."""
-        values = iter_values(self.stage, self.info.extents, {iv: iv.var for iv in self.leaves})
+        extents = iter_extents(self.stage, self.info.root_extents, env.overrides)
+        values = iter_values(self.stage, extents, {iv: iv.var for iv in self.leaves})
         op = self.stage.op
-        return {iv: simplify_expr(self.info.mins[iv] + values[iv]) for iv in list(op.axis) + list(op.reduce_axis)}, values
+        roots = {iv: simplify_expr(self.info.mins[iv] + values[iv]) for iv in list(op.axis) + list(op.reduce_axis)}
+        return roots, values
 
     def predicates(self, env: Env, values: dict, spatial_only: bool) -> list[Expr]:
         """Conditions that keep non-divisible splits and clamped regions inside their domains."""
@@ -267,7 +269,7 @@ class _StageNest:
         return [self.b.buffer_of(op.output(i)) for i in range(op.num_outputs)]
 
     def update(self, env: Env) -> Stmt:
-        roots, values = self.root_values()
+        roots, values = self.root_values(env)
         to_abs = {iv.var: e for iv, e in roots.items()}
         index = tuple(roots[iv] for iv in self.stage.op.axis)
         preds = self.predicates(env, values, spatial_only=False)
@@ -301,7 +303,7 @@ class _StageNest:
         ThreadAllReduce(acc) -> red; the first thread stores red into the output.
         """
         red = self.reduce_body
-        roots, values = self.root_values()
+        roots, values = self.root_values(env)
         to_abs = {iv.var: e for iv, e in roots.items()}
         index = tuple(roots[iv] for iv in self.stage.op.axis)
         buffers = self.output_buffers()
@@ -356,7 +358,7 @@ class _StageNest:
 
         def nest(k: int) -> Stmt:
             if k == len(spatial):
-                roots, values = self.root_values()
+                roots, values = self.root_values(env)
                 index = tuple(roots[iv] for iv in self.stage.op.axis)
                 preds = self.predicates(env, values, spatial_only=True)
                 stores = [

@@ -49,11 +49,12 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     new_reduce = {v: IterVar(Var(v.name), Range(const(0), extents[v]), IterKind.REDUCE)
                   for v in leaves if v is not axis}
     leaf_values = {axis: new_data.var, **{v: r.var for v, r in new_reduce.items()}}
-    leaf_values.update({iv: iv.var for iv in op.axis})
+    # spatial leaves (the data axes, possibly split already) keep their own variables
+    leaf_values.update({iv: iv.var for iv in stage.leaf_iter_vars if iv.kind is not IterKind.REDUCE})
     values = iter_values(stage, extents, leaf_values)
     to_new = {iv.var: simplify_expr(iv.dom.min + values[iv]) for iv in op.reduce_axis}
     data_axis = tuple(IterVar(Var(iv.name), iv.dom) for iv in op.axis)
-    to_new.update({iv.var: d.var for iv, d in zip(op.axis, data_axis)})
+    to_new.update({iv.var: d.var for iv, d in zip(op.axis, data_axis)})  # fresh spatial axes
     cond = substitute(red.condition, to_new)
     for rel in stage.relations:  # non-divisible splits of reduction axes: keep the tail out
         if isinstance(rel, Split) and rel.parent.kind is IterKind.REDUCE:

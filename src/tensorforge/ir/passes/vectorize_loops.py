@@ -128,12 +128,20 @@ class _Vectorizer:
                 return e
             case BufferLoad(buffer=buf, indices=(index,), predicate=p):
                 new_index = self.expr(index, pred)
-                if not self.is_vec(new_index):
+                own = None if p is None else self.expr(p, pred)  # the load's own guard (a select arm)
+                if not self.is_vec(new_index) and (own is None or not self.is_vec(own)):
                     if pred is None:
-                        return e if new_index is index else BufferLoad(buf, (new_index,), p)
+                        changed = new_index is not index or own is not p
+                        return BufferLoad(buf, (new_index,), own) if changed else e
                     # a lane-invariant load under a lane mask: load it only where a lane is live
                     new_index = Broadcast(new_index, self.lanes)
-                return BufferLoad(buf, (new_index,), pred)
+                elif not self.is_vec(new_index):
+                    new_index = Broadcast(new_index, self.lanes)
+                mask = pred
+                if own is not None:
+                    own = self.bcast(own)
+                    mask = own if mask is None else E.And(mask, own)
+                return BufferLoad(buf, (new_index,), mask)
             case E.Add(a=a, b=b) | E.Sub(a=a, b=b) | E.Mul(a=a, b=b):
                 return self.arith(type(e), self.expr(a, pred), self.expr(b, pred))
             case E.FloorDiv(a=a, b=b) | E.FloorMod(a=a, b=b):
