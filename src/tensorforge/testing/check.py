@@ -21,7 +21,9 @@ def random_array(shape: Sequence[int], dtype: str, rng: np.random.Generator) -> 
     return rng.integers(-50, 50, size=shape).astype(dtype)
 
 
-def random_inputs(tensors: Sequence[Tensor], rng: np.random.Generator, sizes: dict | None = None) -> list[np.ndarray]:
+def random_inputs(
+    tensors: Sequence[Tensor], rng: np.random.Generator, sizes: dict | None = None
+) -> list[np.ndarray]:
     """Random arrays for `tensors` (symbolic sizes taken from `sizes`: {var_name: int})."""
     out = []
     for t in tensors:
@@ -90,6 +92,11 @@ def check_against_numpy(
     if not isinstance(expected, (tuple, list)):
         expected = (expected,)
     for t, got, want in zip(outputs, out_arrays, expected):
-        np.testing.assert_allclose(got, np.asarray(want).astype(got.dtype), rtol=rtol, atol=atol,
-                                   err_msg=f"output '{t.name}' differs from numpy")
+        np.testing.assert_allclose(
+            got,
+            np.asarray(want).astype(got.dtype),
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"output '{t.name}' differs from numpy",
+        )
     return out_arrays

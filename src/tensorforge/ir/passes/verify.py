@@ -256,8 +256,8 @@ class _Verifier:
                 lanes = {dt.lanes_of(a.dtype), dt.lanes_of(b.dtype)}
                 if len(lanes) > 1 or dt.lanes_of(cond.dtype) not in (1, *lanes):
                     raise self.fail(f"select with lanes {cond.dtype} ? {a.dtype} : {b.dtype}: {e}")
-                # NOTE: the condition guards the loads of each branch, as te.if_then_else promises
-                # (TVM's padding idiom); the LLVM backend must therefore not load both sides.
+                # NOTE: the condition guards the loads of each arm, as te.if_then_else promises
+                # (TVM's padding idiom); guard_select_loads turns it into their predicates.
                 with self.with_facts(_facts(cond)):
                     self.expr(a)
                 with self.with_facts(_facts(_negate(cond))):
