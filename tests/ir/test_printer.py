@@ -70,6 +70,16 @@ def test_trace_prints_ir_after_each_pass():
     with contextlib.redirect_stdout(out):
         tf.lower(s, [A, B], trace=True)
     text = out.getvalue()
-    for name in ("flatten_storage", "simplify", "vectorize_loops", "unroll_loops", "verify"):
+    for name in ("flatten_storage", "simplify", "vectorize_loops", "unroll_loops", "fold_lane_masks"):
         assert f"# after {name}" in text
     assert "ramp(0, 1, 8)" in text
+
+
+def test_debug_mode_verifies_after_every_pass(monkeypatch):
+    monkeypatch.setenv("TF_DEBUG_PASSES", "1")
+    A = te.placeholder((10,), name="A")
+    B = te.compute((10,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    o, i = s[B].split(B.op.axis[0], factor=4)
+    s[B].vectorize(i)
+    assert "ramp" in str(tf.lower(s, [A, B]))  # every intermediate IR passes the verifier

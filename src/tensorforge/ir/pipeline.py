@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable
 
 from tensorforge.ir.passes.flatten_storage import flatten_storage
@@ -11,7 +12,7 @@ from tensorforge.ir.passes.guard_select_loads import guard_select_loads
 from tensorforge.ir.passes.simplify import simplify
 from tensorforge.ir.passes.unroll_loops import unroll_loops
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
-from tensorforge.ir.passes.verify import verify
+from tensorforge.ir.passes.verify import verify_func
 from tensorforge.ir.stmt import PrimFunc, Stmt
 from tensorforge.target import Target
 
@@ -33,12 +34,17 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
         fold_lane_masks,  # masks that unrolling made constant: dropped (or the store is)
         *gpu_only,
         simplify,
-        verify,
     ]
 
 
-def run_pipeline(func: PrimFunc, target: Target, trace: bool = False) -> PrimFunc:
-    """Lower `func` through every pass; with `trace`, print the IR after each one."""
+def run_pipeline(func: PrimFunc, target: Target, trace: bool = False, debug: bool | None = None) -> PrimFunc:
+    """Lower `func` through every pass, then verify the result (LoweringError if it is invalid).
+
+    With `trace`, print the IR after each pass. With `debug` (or env TF_DEBUG_PASSES=1), verify
+    after every pass, so an error names the pass that broke the IR.
+    """
+    if debug is None:
+        debug = os.environ.get("TF_DEBUG_PASSES", "") not in ("", "0")
     if trace:
         print(f"# schedule -> loop IR\n{func}")
     for run in passes_for(target):
@@ -48,4 +54,6 @@ def run_pipeline(func: PrimFunc, target: Target, trace: bool = False) -> PrimFun
             if body is not func.body:
                 print(dataclasses.replace(func, body=body))
         func = dataclasses.replace(func, body=body)
-    return func
+        if debug:
+            verify_func(func, after=run.__name__, final=False)
+    return verify_func(func, after="the pass pipeline")
