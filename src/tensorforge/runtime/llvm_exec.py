@@ -10,31 +10,18 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import os
 import threading
 
 import llvmlite.binding as llvm
 
 from tensorforge.codegen.base import KernelSource
+from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 from tensorforge.errors import BuildError
 from tensorforge.target import Target, as_target
 
 # the module global PARALLEL loops read their team size from (codegen/llvm.py defines it)
 NUM_THREADS_GLOBAL = "__tf_num_threads"
 _lock = threading.Lock()
-_CTYPES = {
-    "bool": ctypes.c_bool,
-    "int8": ctypes.c_int8,
-    "int16": ctypes.c_int16,
-    "int32": ctypes.c_int32,
-    "int64": ctypes.c_int64,
-    "uint8": ctypes.c_uint8,
-    "uint16": ctypes.c_uint16,
-    "uint32": ctypes.c_uint32,
-    "uint64": ctypes.c_uint64,
-    "float32": ctypes.c_float,
-    "float64": ctypes.c_double,
-}
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,18 +38,11 @@ def _load_libgomp() -> None:
     name = ctypes.util.find_library("gomp") or "libgomp.so.1"
     try:
         llvm.load_library_permanently(name)
-        gomp = ctypes.CDLL(name)
-    except (RuntimeError, OSError) as err:
+    except RuntimeError as err:
         raise BuildError(
             f"PARALLEL loops need libgomp, which could not be loaded ({name}): {err}"
         ) from err
-    # NOTE: libgomp's thread pool does not survive fork(): a child that runs a parallel loop
-    # would wait forever for workers that exist only in the parent. Releasing the pool just
-    # before any fork lets both processes build a fresh one on their next parallel loop (tuner
-    # workers and the fuzzer fork after kernels have run).
-    pause = getattr(gomp, "omp_pause_resource_all", None)
-    if pause is not None:
-        os.register_at_fork(before=lambda: pause(1))  # 1 = omp_pause_soft
+    make_gomp_fork_safe(name)
 
 
 def _target_machine(target: Target) -> llvm.TargetMachine:
@@ -92,17 +72,6 @@ def _optimize(module: llvm.ModuleRef, target: Target) -> None:
     passes.getModulePassManager().run(module, passes)
 
 
-def num_threads() -> int:
-    """Threads a PARALLEL loop runs on: TF_NUM_THREADS, else the number of CPUs."""
-    value = os.environ.get("TF_NUM_THREADS", "")
-    if value.strip():
-        try:
-            return max(1, int(value))
-        except ValueError:
-            raise BuildError(f"TF_NUM_THREADS={value!r} is not a whole number") from None
-    return os.cpu_count() or 1
-
-
 class LLVMExecutable:
     """The compiled entry of an llvm KernelSource: `call(raw_args)` runs it.
 
@@ -112,24 +81,14 @@ class LLVMExecutable:
     def __init__(self, source: KernelSource, target: Target | str):
         self.source = source
         self.target = target = as_target(target)
-        argtypes = []
-        for p in source.params:
-            if p.kind == "buffer":
-                argtypes.append(ctypes.c_void_p)
-            elif p.dtype in _CTYPES:
-                argtypes.append(_CTYPES[p.dtype])
-            else:
-                raise BuildError(
-                    f"'{source.entry}': scalar parameter '{p.name}' of dtype {p.dtype} "
-                    f"cannot be passed from Python"
-                )
+        types = argtypes(source)
         self._asm: str | None = None
         self._threads: ctypes.c_int32 | None = None
         # NOTE: llvmlite parses into LLVM's global context, which is not thread-safe, and ctypes
         # releases the GIL inside LLVM: one compile at a time per process.
         with _lock:
             address = self._compile(source, target)
-        self._function = ctypes.CFUNCTYPE(None, *argtypes)(address)
+        self._function = ctypes.CFUNCTYPE(None, *types)(address)
 
     def _compile(self, source: KernelSource, target: Target) -> int:
         _initialize()

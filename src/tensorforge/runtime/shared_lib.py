@@ -10,7 +10,6 @@ then the calling metadata of each function (params, symbol, thread-count global,
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 import secrets
 import shlex
@@ -20,24 +19,12 @@ import tempfile
 from collections.abc import Sequence
 
 from tensorforge.codegen.base import KernelSource
+from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 from tensorforge.errors import ArgumentError, BuildError
 from tensorforge.runtime.library_file import LibraryFile, pack, source_from_json, source_to_json
 
 # NOTE: the names llvm_exec.py uses too; kept here so loading a library never imports llvmlite.
 DEFAULT_THREADS_GLOBAL = "__tf_num_threads"
-_CTYPES = {
-    "bool": ctypes.c_bool,
-    "int8": ctypes.c_int8,
-    "int16": ctypes.c_int16,
-    "int32": ctypes.c_int32,
-    "int64": ctypes.c_int64,
-    "uint8": ctypes.c_uint8,
-    "uint16": ctypes.c_uint16,
-    "uint32": ctypes.c_uint32,
-    "uint64": ctypes.c_uint64,
-    "float32": ctypes.c_float,
-    "float64": ctypes.c_double,
-}
 LINK_TIMEOUT_S = 120
 
 
@@ -155,7 +142,7 @@ def open_llvm_library(
     metadata = file.metadata
     library = _dlopen(file.payload, file.path)
     if metadata.get("needs_gomp"):
-        _make_gomp_fork_safe()
+        make_gomp_fork_safe()
     kernels = []
     for function in metadata["functions"]:
         ir_text = function.get("ll", "")
@@ -236,7 +223,7 @@ class LibraryExecutable:
                 self._threads = ctypes.c_int32.in_dll(library, threads_symbol)
             except ValueError:
                 pass
-        function.argtypes = _argtypes(source)
+        function.argtypes = argtypes(source)
         function.restype = None
         self._function = function
 
@@ -267,44 +254,3 @@ class LibraryExecutable:
         )
 
 
-def _argtypes(source: KernelSource) -> list:
-    argtypes = []
-    for p in source.params:
-        if p.kind == "buffer":
-            argtypes.append(ctypes.c_void_p)
-        elif p.dtype in _CTYPES:
-            argtypes.append(_CTYPES[p.dtype])
-        else:
-            raise BuildError(
-                f"'{source.entry}': scalar parameter '{p.name}' of dtype {p.dtype} "
-                f"cannot be passed from Python"
-            )
-    return argtypes
-
-
-def num_threads() -> int:
-    """Threads a PARALLEL loop runs on: TF_NUM_THREADS, else the number of CPUs."""
-    value = os.environ.get("TF_NUM_THREADS", "")
-    if value.strip():
-        try:
-            return max(1, int(value))
-        except ValueError:
-            raise BuildError(f"TF_NUM_THREADS={value!r} is not a whole number") from None
-    return os.cpu_count() or 1
-
-
-@functools.lru_cache(maxsize=1)
-def _make_gomp_fork_safe() -> None:
-    """Release libgomp's thread pool before any fork, as llvm_exec._load_libgomp does.
-
-    NOTE: a forked child that runs a parallel loop would otherwise wait forever for workers
-    that exist only in the parent (tuner workers and the fuzzer fork after kernels ran).
-    """
-    try:
-        gomp = ctypes.CDLL("libgomp.so.1")  # already mapped: the library needs it
-    except OSError:
-        return
-    pause = getattr(gomp, "omp_pause_resource_all", None)
-    if pause is not None:
-        pause.argtypes = [ctypes.c_int]
-        os.register_at_fork(before=lambda: pause(1))  # 1 = omp_pause_soft

@@ -1,0 +1,72 @@
+"""Calling native kernels from Python: ctypes argument types, the thread count, libgomp and fork.
+
+Shared by JIT-compiled kernels (llvm_exec.py) and loaded shared libraries (shared_lib.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+from tensorforge.codegen.base import KernelSource
+from tensorforge.errors import BuildError
+
+CTYPES = {
+    "bool": ctypes.c_bool,
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+}
+
+
+def argtypes(source: KernelSource) -> list:
+    """ctypes argument types of the entry: buffers as addresses, scalars by value."""
+    types = []
+    for p in source.params:
+        if p.kind == "buffer":
+            types.append(ctypes.c_void_p)
+        elif p.dtype in CTYPES:
+            types.append(CTYPES[p.dtype])
+        else:
+            raise BuildError(
+                f"'{source.entry}': scalar parameter '{p.name}' of dtype {p.dtype} "
+                f"cannot be passed from Python"
+            )
+    return types
+
+
+def num_threads() -> int:
+    """Threads a PARALLEL loop runs on: TF_NUM_THREADS, else the number of CPUs."""
+    value = os.environ.get("TF_NUM_THREADS", "")
+    if value.strip():
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise BuildError(f"TF_NUM_THREADS={value!r} is not a whole number") from None
+    return os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=1)
+def make_gomp_fork_safe(library: str = "libgomp.so.1") -> None:
+    """Release libgomp's thread pool just before any fork().
+
+    NOTE: libgomp's pool does not survive fork(): a child that runs a parallel loop would wait
+    forever for workers that exist only in the parent (tuner workers and the fuzzer fork after
+    kernels ran). Released, both processes build a fresh pool on their next parallel loop.
+    """
+    try:
+        gomp = ctypes.CDLL(library)
+    except OSError:
+        return
+    pause = getattr(gomp, "omp_pause_resource_all", None)
+    if pause is not None:
+        pause.argtypes = [ctypes.c_int]
+        os.register_at_fork(before=lambda: pause(1))  # 1 = omp_pause_soft
