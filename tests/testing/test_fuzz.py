@@ -357,11 +357,6 @@ def test_regression_nparts_of_symbolic_extent_then_compute_at():
     np.testing.assert_allclose(c, 2 * a.sum(axis=1), rtol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LLVM's x86 code for a 32-lane llvm.masked.load whose mask is constant-false for whole "
-    "8-lane chunks loads those chunks unmasked: SIGSEGV against the guard page",
-)
 def test_regression_wide_masked_vector_load_reads_past_its_mask():
     from tensorforge.ir.expr import Broadcast, Ramp
     from tensorforge.te.expr import LT, And

@@ -22,6 +22,7 @@ from tensorforge.codegen.llvm_expr import (
     PTR,
     ExprEmitter,
     element_bytes,
+    masked_chunks,
     memory_type,
     value_type,
 )
@@ -261,10 +262,21 @@ class _FunctionEmitter(ExprEmitter):
             for lane in range(lanes):
                 i = ir.Constant(I32, lane)
                 b.store(b.extract_element(value, i), b.extract_element(ptr, i), align=align)
+        elif kind == "contiguous":  # register-sized pieces: see llvm_expr.masked_chunks
+            elem = value.type.element
+            for start, count in masked_chunks(lanes, align):
+                part = self.lanes_of(value, start, count)
+                part_mask = self.lanes_of(mask, start, count)
+                part_ptr = b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr
+                fn = self.state.function(
+                    f"llvm.masked.store.{mangle(part.type)}.{mangle(ptr.type)}",
+                    ir.VoidType(),
+                    [part.type, ptr.type, I32, part_mask.type],
+                )
+                b.call(fn, [part, part_ptr, ir.Constant(I32, align), part_mask])
         else:
-            name = "llvm.masked.store" if kind == "contiguous" else "llvm.masked.scatter"
             fn = self.state.function(
-                f"{name}.{mangle(value.type)}.{mangle(ptr.type)}",
+                f"llvm.masked.scatter.{mangle(value.type)}.{mangle(ptr.type)}",
                 ir.VoidType(),
                 [value.type, ptr.type, I32, mask.type],
             )

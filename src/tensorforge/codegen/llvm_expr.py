@@ -79,6 +79,17 @@ def splat_constant(ty: ir.Type, value) -> ir.Constant:
     return ir.Constant(ty, value)
 
 
+def masked_chunks(lanes: int, element_bytes: int) -> list[tuple[int, int]]:
+    """(first lane, lane count) pieces of at most 32 bytes for a masked access.
+
+    NOTE: LLVM's x86 lowering of a masked load wider than a register whose mask is all-false
+    for a whole register-sized piece loads that piece unmasked (seen with 32 float lanes on
+    AVX2: a read past the end of the array). Register-sized masked accesses are lowered right.
+    """
+    per_chunk = max(1, 32 // element_bytes)
+    return [(start, min(per_chunk, lanes - start)) for start in range(0, lanes, per_chunk)]
+
+
 class ExprEmitter:
     """Emits expressions at the builder's position. Subclasses add statements.
 
@@ -319,6 +330,32 @@ class ExprEmitter:
             return "contiguous", self.element_ptr(buffer, self.index64(index.base)), lanes
         return "gather", self.element_ptr(buffer, self.index64(index)), lanes
 
+    def lanes_of(self, vector: ir.Value, start: int, count: int) -> ir.Value:
+        """Lanes [start, start + count) of `vector` (the vector itself when that is all of it)."""
+        if start == 0 and count == vector.type.count:
+            return vector
+        mask = ir.Constant(ir.VectorType(I32, count), [ir.Constant(I32, start + k) for k in range(count)])
+        return self.builder.shuffle_vector(vector, ir.Constant(vector.type, None), mask)
+
+    def concat(self, parts: list[ir.Value]) -> ir.Value:
+        """One vector of all lanes of `parts`, in order."""
+        value = parts[0]
+        for part in parts[1:]:
+            total = value.type.count + part.type.count
+            width = max(value.type.count, part.type.count)
+            a, c = self.widen(value, width), self.widen(part, width)
+            lanes = list(range(value.type.count)) + [width + k for k in range(part.type.count)]
+            value = self.builder.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, total), [ir.Constant(I32, k) for k in lanes]))
+        return value
+
+    def widen(self, vector: ir.Value, width: int) -> ir.Value:
+        if vector.type.count == width:
+            return vector
+        lanes = list(range(vector.type.count)) + [vector.type.count] * (width - vector.type.count)
+        return self.builder.shuffle_vector(
+            vector, ir.Constant(vector.type, None), ir.Constant(ir.VectorType(I32, width), [ir.Constant(I32, k) for k in lanes])
+        )
+
     def _load(self, e: BufferLoad) -> ir.Value:
         if len(e.indices) != 1:
             raise self.fail(
@@ -341,13 +378,19 @@ class ExprEmitter:
         elif kind == "contiguous" and mask is None:
             value = b.load(ptr, typ=vty, align=align)
         elif kind == "contiguous":
-            fn = intrinsic(
-                self.module,
-                f"llvm.masked.load.{llvm_math.mangle(vty)}.p0",
-                vty,
-                [PTR, I32, mask.type, vty],
-            )
-            value = b.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vty, None)])
+            parts = []
+            for start, count in masked_chunks(lanes, align):
+                part_ty = ir.VectorType(elem, count)
+                fn = intrinsic(
+                    self.module,
+                    f"llvm.masked.load.{llvm_math.mangle(part_ty)}.p0",
+                    part_ty,
+                    [PTR, I32, ir.VectorType(ir.IntType(1), count), part_ty],
+                )
+                part_ptr = b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr
+                part_mask = self.lanes_of(mask, start, count)
+                parts.append(b.call(fn, [part_ptr, ir.Constant(I32, align), part_mask, ir.Constant(part_ty, None)]))
+            value = self.concat(parts)
         elif mask is None:  # gather as scalar loads: cheaper than vgather on most x86 cores
             value = ir.Constant(vty, ir.Undefined)
             for lane in range(lanes):

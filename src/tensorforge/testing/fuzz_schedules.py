@@ -30,9 +30,6 @@ from tensorforge.testing.fuzz_choice import Chooser
 # cases that would hit them are not drawn unless asked for (`known_bugs=True`, `--known-bugs`),
 # so a run keeps looking for new ones.
 KNOWN_BUGS = {
-    "wide-masked-vector-loads": "a masked load of 32 or more lanes whose mask is constant-false "
-    "for whole native vectors becomes a plain load of those lanes in LLVM's x86 code: reads past "
-    "the buffer (SIGSEGV); vectorize is drawn for at most 16 lanes",
     "llvm-vectorizer-assert-triangular-max": "te.max / te.min over a whole matrix with where=r <= c "
     "(e.g. 2 x 29) aborts the process: LLVM's loop vectorizer assertion 'VPlan cost model and "
     "legacy cost model disagreed' (LoopVectorize.cpp:7264)",
@@ -47,13 +44,14 @@ KNOWN_BUGS = {
 # Found and fixed since (regression tests in tests/testing/test_fuzz.py): te.if_then_else loading
 # both arms (conv2d padding read out of bounds), rfactor after a spatial split (KeyError), peeled
 # tails of nparts-split or fused inner axes (elements left unwritten), wide masked loads whose
-# mask was not folded (SIGSEGV).
+# mask was not folded (SIGSEGV), masked loads/stores wider than a register (LLVM's x86 lowering
+# read whole false pieces: now split into register-sized pieces in codegen).
 
 FACTORS = (2, 4, 3, 8, 1, 5, 7, 16, 32, 6, 64)
 TAILS = ("auto", "guard", "peel")
 STRUCTURE = ("split", "tile", "fuse", "reorder", "cache_read", "cache_write", "rfactor")
 MAX_VECTOR_LANES = 64
-SAFE_VECTOR_LANES = 16  # KNOWN_BUGS["wide-masked-vector-loads"]
+SAFE_VECTOR_LANES = MAX_VECTOR_LANES
 
 
 class PrimitiveCrashed(Exception):
