@@ -204,7 +204,7 @@ def test_broken_bound_inference_is_caught(monkeypatch):
     assert caught.status == "lowering" and "load from 'B' is out of bounds" in caught.message
     # without the verifier, the NaN / sentinel-filled guarded arrays and NumPy still catch it
     unverified = run_isolated(
-        STENCIL, patches=(("tensorforge.ir.pipeline", "verify", skip_verify),)
+        STENCIL, patches=(("tensorforge.ir.pipeline", "verify_func", skip_verify),)
     )
     assert unverified.failed and unverified.status in ("mismatch", "guard", "crash"), unverified
 

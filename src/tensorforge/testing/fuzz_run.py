@@ -200,9 +200,10 @@ def current_hooks() -> tuple[Patch, ...]:
     return tuple(out)
 
 
-def skip_verify(stmt):
-    """A stand-in for the IR verifier (patch it into ir.pipeline to see what gets past it)."""
-    return stmt
+def skip_verify(ir, *args, **kwargs):
+    """A stand-in for the IR verifier (patch it over ir.pipeline.verify_func to see what gets
+    past it): returns the IR (a PrimFunc or statement) unchecked."""
+    return ir
 
 
 _context = None

@@ -10,7 +10,7 @@ step leaves the others meaningful. Three phases, as a user writes a schedule:
    compute_at a leaf of any stage that (directly, or through stages computed inside it)
    contains every consumer;
 3. annotations: unroll, parallel (spatial leaves), vectorize (spatial leaves whose extent,
-   from bound inference, is a constant of at most 64 -- 16 while KNOWN_BUGS has wide masks).
+   from bound inference, is a constant of at most 64).
 
 A primitive that raises ScheduleError at the call is a documented misuse: that step is dropped.
 """
@@ -51,7 +51,6 @@ FACTORS = (2, 4, 3, 8, 1, 5, 7, 16, 32, 6, 64)
 TAILS = ("auto", "guard", "peel")
 STRUCTURE = ("split", "tile", "fuse", "reorder", "cache_read", "cache_write", "rfactor")
 MAX_VECTOR_LANES = 64
-SAFE_VECTOR_LANES = MAX_VECTOR_LANES
 
 
 class PrimitiveCrashed(Exception):
@@ -302,8 +301,7 @@ class ScheduleDrawer:
                 options = ["unroll"]
                 if iv.kind is not IterKind.REDUCE:
                     options.append("parallel")
-                    lanes = MAX_VECTOR_LANES if self.known_bugs else SAFE_VECTOR_LANES
-                    if isinstance(extent, Const) and 1 <= extent.value <= lanes:
+                    if isinstance(extent, Const) and 1 <= extent.value <= MAX_VECTOR_LANES:
                         options += ["vectorize", "vectorize"]
                 kind = self.ch.choice(options)
                 self.apply(
