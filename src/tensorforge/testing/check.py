@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tensorforge.runtime.ndarray import aligned_empty
 from tensorforge.te.tensor import Tensor
 
 
@@ -30,15 +31,6 @@ def random_inputs(
         shape = [_concrete(e, sizes or {}) for e in t.shape]
         out.append(random_array(shape, t.dtype, rng))
     return out
-
-
-def aligned_empty(shape: tuple, dtype: str) -> np.ndarray:
-    """An uninitialized numpy array whose data starts on a 64-byte boundary."""
-    dtype = np.dtype(dtype)
-    nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-    raw = np.empty(nbytes + 64, dtype=np.uint8)
-    start = (-raw.ctypes.data) % 64
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def _aligned_copy(a: np.ndarray) -> np.ndarray:
