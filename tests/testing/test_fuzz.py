@@ -337,11 +337,6 @@ def test_regression_rfactor_after_spatial_split():
     np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="split(nparts=) of a symbolic extent: compute_at cannot bound the "
-    "region (k.outer * ((m + 2) // 3) is not known to be monotone: sizes are not known >= 0)",
-)
 def test_regression_nparts_of_symbolic_extent_then_compute_at():
     m = te.var("m")
     A = te.placeholder((4, m), name="A")
@@ -387,11 +382,6 @@ def test_regression_wide_masked_vector_load_reads_past_its_mask():
     assert in_child(call) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fusing symbolic-extent axes, then compute_at in the fused loop: 'cannot bound the region' "
-    "(the index divides by m); TVM falls back to the whole extent",
-)
 def test_regression_fuse_symbolic_axes_then_compute_at():
     n, m = te.var("n"), te.var("m")
     A = te.placeholder((n, m), name="A")
@@ -407,11 +397,6 @@ def test_regression_fuse_symbolic_axes_then_compute_at():
     np.testing.assert_array_equal(d, a * 2 + 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="building a triangular max over a 2 x 29 matrix aborts the process (SIGABRT): LLVM's loop "
-    "vectorizer asserts 'VPlan cost model and legacy cost model disagreed'",
-)
 def test_regression_triangular_max_reduction_builds():
     A = te.placeholder((2, 29), name="A")
     r = te.reduce_axis((0, 2), name="r")
@@ -429,11 +414,6 @@ def test_regression_triangular_max_reduction_builds():
     assert in_child(build_and_run) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wrong max: LLVM -O3 vectorizes the llvm.maxnum chain of this loop nest over 8 of its "
-    "10 k iterations (fcmp + select instead of maxnum gives the right answer)",
-)
 def test_regression_max_through_rfactor_with_the_reduction_loop_outside():
     A = te.placeholder((3, 10), name="A")
     k = te.reduce_axis((0, 10), name="k")

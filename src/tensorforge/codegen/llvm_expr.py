@@ -130,10 +130,14 @@ class ExprEmitter:
             case Min(a, x) | Max(a, x):
                 lhs, rhs = self.expr(a), self.expr(x)
                 if dt.is_float(e.dtype):
-                    # NOTE: maxnum (the non-NaN operand wins) rather than a compare+select: one
-                    # vmaxps plus a NaN fixup, and LLVM vectorizes scalar max/min reductions of it
-                    name = "llvm.minnum" if isinstance(e, Min) else "llvm.maxnum"
-                    return self.call_overloaded(name, lhs, rhs)
+                    # NOTE: compare + select, not llvm.maxnum: LLVM 15's -O3 miscompiled a maxnum
+                    # reduction (iterations dropped), and numpy propagates a NaN where maxnum drops
+                    # it. `a` wins when it is NaN; a NaN `b` wins through the failed compare.
+                    op = "<" if isinstance(e, Min) else ">"
+                    wins = b.or_(
+                        self._compare(op, a.dtype, lhs, rhs), b.fcmp_unordered("uno", lhs, lhs)
+                    )
+                    return b.select(wins, lhs, rhs)
                 op = "<" if isinstance(e, Min) else ">"
                 return b.select(self._compare(op, a.dtype, lhs, rhs), lhs, rhs)
             case LT(a, x) | LE(a, x) | GT(a, x) | GE(a, x) | EQ(a, x) | NE(a, x):

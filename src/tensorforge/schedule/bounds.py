@@ -173,10 +173,10 @@ def _needed_region(
             for d, index in enumerate(indices):
                 bound = symbolic_bounds(simplify_expr(index, {**known, **relax}), relax, known)
                 if bound.min is None or bound.max is None:
-                    raise ScheduleError(
-                        f"compute_at: cannot bound the region of '{stage.name}' that "
-                        f"'{consumer.name}' reads (index {index} in dimension {d})"
-                    )
+                    # e.g. an index that divides by a symbolic extent (fused or nparts-split
+                    # loops): as TVM does, fall back to the whole dimension, which is always right
+                    dom = stage.op.axis[d].dom
+                    bound = Interval(dom.min, simplify_expr(dom.min + dom.extent - 1))
                 lows[d].append(bound.min)
                 highs[d].append(bound.max)
     region = []

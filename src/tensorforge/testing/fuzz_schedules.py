@@ -29,23 +29,15 @@ from tensorforge.testing.fuzz_choice import Chooser
 # Compiler bugs the fuzzer found that are not fixed yet (each has an xfail regression test):
 # cases that would hit them are not drawn unless asked for (`known_bugs=True`, `--known-bugs`),
 # so a run keeps looking for new ones.
-KNOWN_BUGS = {
-    "llvm-vectorizer-assert-triangular-max": "te.max / te.min over a whole matrix with where=r <= c "
-    "(e.g. 2 x 29) aborts the process: LLVM's loop vectorizer assertion 'VPlan cost model and "
-    "legacy cost model disagreed' (LoopVectorize.cpp:7264)",
-    "llvm-maxnum-reduction-drops-iterations": "a max reduction through a one-element rfactor "
-    "buffer, its loop outside the spatial loop: LLVM -O3 (loop vectorizer) keeps 8 of 10 k "
-    "iterations of llvm.maxnum; wrong results (rare in draws, so not avoided)",
-    "fuse-symbolic-compute-at": "fuse of symbolic-extent axes, then compute_at inside the fused "
-    "loop: lower raises 'cannot bound the region' (the index divides by a symbolic extent)",
-    "nparts-symbolic-compute-at": "split(nparts=) of a symbolic extent, then compute_at inside it: "
-    "lower raises 'cannot bound the region' (bound inference does not know sizes are >= 0)",
-}
+KNOWN_BUGS: dict[str, str] = {}
 # Found and fixed since (regression tests in tests/testing/test_fuzz.py): te.if_then_else loading
 # both arms (conv2d padding read out of bounds), rfactor after a spatial split (KeyError), peeled
 # tails of nparts-split or fused inner axes (elements left unwritten), wide masked loads whose
 # mask was not folded (SIGSEGV), masked loads/stores wider than a register (LLVM's x86 lowering
-# read whole false pieces: now split into register-sized pieces in codegen).
+# read whole false pieces: now split into register-sized pieces in codegen), llvm.maxnum
+# reductions (an -O3 miscompile and a loop-vectorizer assertion: float max/min are now
+# compare + select), compute_at under a fuse or nparts split of a symbolic extent (the region
+# now falls back to the whole dimension).
 
 FACTORS = (2, 4, 3, 8, 1, 5, 7, 16, 32, 6, 64)
 TAILS = ("auto", "guard", "peel")
@@ -125,10 +117,7 @@ class ScheduleDrawer:
         return self.ch.choice(options) if options else None
 
     def _amount(self) -> str:
-        symbolic = "te.var(" in self.setup  # KNOWN_BUGS["nparts-symbolic-compute-at"]
-        which = (
-            "factor" if symbolic and not self.known_bugs else self.ch.choice(("factor", "nparts"))
-        )
+        which = self.ch.choice(("factor", "nparts"))
         value = self.ch.choice(FACTORS) if self.ch.chance(0.7) else self.ch.integer(1, 45)
         return f"{which}={value}"
 
@@ -162,8 +151,6 @@ class ScheduleDrawer:
             leaves = st.leaf_iter_vars
             return [p for p in range(len(leaves) - 1) if _same_kind(leaves[p], leaves[p + 1])]
 
-        if "te.var(" in self.setup and not self.known_bugs:
-            return  # KNOWN_BUGS["fuse-symbolic-compute-at"]
         stage = self._pick_stage(lambda st: bool(pairs(st)))
         if stage is None:
             return
