@@ -21,6 +21,34 @@ def host_cpu() -> tuple[str, str]:
     return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
+@functools.lru_cache(maxsize=None)
+def _llvm_rejects(cpu: str, features: str) -> str:
+    """LLVM's complaints about a CPU name or feature string ('' when it knows them).
+
+    NOTE: LLVM only prints "not a recognized processor" and goes on with a generic CPU, which
+    later aborts the process in codegen; the warning is caught from fd 2 here instead.
+    """
+    import os
+    import sys
+    import tempfile
+
+    import llvmlite.binding as llvm
+
+    host_cpu()  # initializes LLVM's native target
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        lines = captured.read().decode(errors="replace").splitlines()
+    return "; ".join(dict.fromkeys(line for line in lines if "not a recognized" in line))
+
+
 class Target:
     """A compilation target: `Target("llvm")`, `Target("llvm -mcpu=znver3")`, `Target("cuda -arch=sm_90")`.
 
@@ -49,6 +77,10 @@ class Target:
             self.mcpu = self.options.get("mcpu", name)
             self.features = self.options.get("mattr", features if self.mcpu == name else "")
             self.arch = ""
+            if "mcpu" in self.options or "mattr" in self.options:
+                complaint = _llvm_rejects(self.mcpu, self.features)
+                if complaint:
+                    raise TargetError(f"Target {spec!r}: LLVM says {complaint}")
         else:
             self.mcpu, self.features = "", ""
             self.arch = self.options.get("arch") or _detect_cuda_arch()

@@ -429,3 +429,26 @@ def test_regression_max_through_rfactor_with_the_reduction_loop_outside():
     c = np.full(3, np.nan, "float32")
     mod(a, c)
     np.testing.assert_array_equal(c, [1.0, 1.0, 1.0])
+
+
+def test_regression_stage_attached_under_a_fused_axis_of_a_peeled_split():
+    # l (extent 1) split by 32 with a peeled tail, its inner fused with j.outer: the tail divides
+    # the fused loop by 1, the main loop by 32; T2's region inside it was inferred for the latter
+    # and so computed nothing for the second j tile (wrong T3[5]). Such a split is now guarded.
+    A = te.placeholder((1, 6, 1), name="A")
+    B = te.placeholder((1,), name="B")
+    T1 = te.compute((1, 6, 1), lambda i, j, l: A[i, j, l] + B[l], name="T1")
+    T2 = te.compute((1, 6, 1), lambda i, j, l: T1[i, j, l] + B[l], name="T2")
+    T3 = te.compute((1, 6, 1), lambda i, j, l: T2[i, j, l] + B[l], name="T3")
+    s = te.create_schedule(T3.op)
+    _, j, l = T3.op.axis
+    l_outer, j_outer, l_inner, j_inner = s[T3].tile(l, j, 32, 5, tail="auto")
+    fused = s[T3].fuse(j_outer, l_inner)
+    fo, fi = s[T3].split(fused, factor=64, tail="guard")
+    s[T2].compute_at(s[T3], fi)
+    mod = tf.build(s, [A, B, T3])
+    rng = np.random.default_rng(3)
+    a, b = rng.random((1, 6, 1), dtype="float32"), rng.random(1, dtype="float32")
+    out = np.full((1, 6, 1), np.nan, "float32")
+    mod(a, b, out)
+    np.testing.assert_allclose(out, a + 3 * b, rtol=1e-6)

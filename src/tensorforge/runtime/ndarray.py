@@ -151,7 +151,10 @@ def array(source: object, dev: Device | None = None) -> NDArray:
     dev = _check_device(dev, "array")
     if isinstance(source, NDArray):
         source = source.numpy()
-    source = np.asarray(source)
+    try:
+        source = np.asarray(source)
+    except ValueError as err:  # e.g. a ragged nested list
+        raise ArgumentError(f"tf.nd.array: cannot make an array of {source!r}: {err}") from None
     dtype = _check_dtype(source.dtype, "array")
     if dev.kind == "cuda":
         return cuda_backend(dev, "tf.nd.array").array(np.ascontiguousarray(source, dtype), dev)

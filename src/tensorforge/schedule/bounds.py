@@ -158,6 +158,7 @@ def _needed_region(
                 f"computed there; compute '{consumer.name}' inside '{parent.name}' too, or keep "
                 f"'{stage.name}' at root"
             )
+        _check_consumer_is_inside_the_attach_loop(stage, consumer)
         cinfo = done[id(consumer)]
         to_leaves = {iv.var: e for iv, e in root_values_in_leaves(cinfo).items()}
         for read in _reads_of(bodies[id(consumer.op)], stage):
@@ -189,6 +190,25 @@ def _needed_region(
             extent = simplify_expr(Min(extent, iv.dom.extent))
         region.append((simplify_expr(lo), extent))
     return region
+
+
+def _check_consumer_is_inside_the_attach_loop(stage: Stage, consumer: Stage) -> None:
+    """A consumer computed in the same parent must run inside the loop `stage` is attached at."""
+    parent, outer = stage.attach_stage, consumer
+    while outer is not parent and outer.attach_stage is not parent:
+        outer = outer.attach_stage
+    if outer is parent:
+        return
+    leaves = parent.leaf_iter_vars
+    if stage.attach_ivar not in leaves or outer.attach_ivar not in leaves:
+        return
+    if leaves.index(outer.attach_ivar) < leaves.index(stage.attach_ivar):
+        raise ScheduleError(
+            f"compute_at: '{stage.name}' is computed at '{stage.attach_ivar.name}' of "
+            f"'{parent.name}', but '{consumer.name}' reads it from the outer loop "
+            f"'{outer.attach_ivar.name}'; attach '{stage.name}' at "
+            f"'{outer.attach_ivar.name}' or outside it"
+        )
 
 
 def _axes_needing_guard(info: StageBounds, loop_extent: dict[int, tuple[Var, Expr]]) -> set[int]:

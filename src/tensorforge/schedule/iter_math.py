@@ -83,5 +83,24 @@ def leaf_descendants(stage: Stage, iv: IterVar) -> list[IterVar]:
     return out
 
 
+def splits_depend_on_extent_of(stage: Stage, iv: IterVar) -> bool:
+    """Does the way leaf values combine (iter_values) change with the extent of `iv`?
+
+    A fuse divides by its inner extent and an nparts split strides by ceil(parent / nparts):
+    either one below `iv` does.
+    """
+    derived = {iv}
+    for rel in stage.relations:  # in order: parents come before their children
+        if isinstance(rel, Split) and rel.parent in derived:
+            if rel.nparts is not None:
+                return True
+            derived |= {rel.outer, rel.inner}
+        elif isinstance(rel, Fuse) and (rel.outer in derived or rel.inner in derived):
+            if rel.inner in derived:
+                return True
+            derived.add(rel.fused)
+    return False
+
+
 def zero() -> Expr:
     return const(0)

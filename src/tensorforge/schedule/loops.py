@@ -27,7 +27,12 @@ from tensorforge.ir.stmt import (
     seq,
 )
 from tensorforge.schedule.bounds import StageBounds
-from tensorforge.schedule.iter_math import iter_extents, iter_values, leaf_descendants
+from tensorforge.schedule.iter_math import (
+    iter_extents,
+    iter_values,
+    leaf_descendants,
+    splits_depend_on_extent_of,
+)
 from tensorforge.schedule.relations import Split
 from tensorforge.schedule.stage import Stage
 from tensorforge.te.expr import EQ, GE, LT, And, Const, Expr, Reduce, TensorRead, Var, const
@@ -216,6 +221,12 @@ class _StageNest:
             deeper = self.leaves[level + 1 :]
             if not all(d in deeper for d in leaf_descendants(self.stage, rel.inner)):
                 return None  # the inner loop does not sit inside the outer one: guard
+            if any(self.b.attached.get(id(d)) for d in self.leaves[level:]) and (
+                splits_depend_on_extent_of(self.stage, rel.inner)
+            ):
+                # the tail would decompose a fused (or nparts-split) loop differently from the
+                # main loop, while the regions of the stages attached inside are inferred once
+                return None
             full = simplify_expr(parent_extent // rel.factor)
             return rel, full, rem
         return None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING, Any
 
 from tensorforge.errors import ScheduleError
+from tensorforge.te import dtype as dt
 from tensorforge.ir.stmt import LoopKind
 from tensorforge.schedule.relations import TAIL_MODES, Fuse, IterAttr, Relation, Split
 from tensorforge.te.expr import Const, Expr, Var, as_expr
@@ -91,9 +93,15 @@ class Stage:
                 f"split of '{axis.name}' in stage '{self.name}': tail={tail!r}; "
                 f"expected one of {', '.join(TAIL_MODES)}"
             )
-        amount = as_expr(factor if factor is not None else nparts)
+        which = "factor" if factor is not None else "nparts"
+        value = factor if factor is not None else nparts
+        amount = as_expr(value) if isinstance(value, (numbers.Integral, Expr)) else None
+        if amount is None or not dt.is_int(amount.dtype) or isinstance(value, bool):
+            raise ScheduleError(
+                f"split of '{axis.name}' in stage '{self.name}': {which} must be an integer or an "
+                f"integer expression, got {value!r}"
+            )
         if isinstance(amount, Const) and amount.value < 1:
-            which = "factor" if factor is not None else "nparts"
             raise ScheduleError(
                 f"split of '{axis.name}' in stage '{self.name}': {which} must be >= 1, got {amount.value}"
             )

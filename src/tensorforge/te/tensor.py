@@ -197,7 +197,7 @@ class Tensor:
             )
         exprs = []
         for position, index in enumerate(indices):
-            e = as_expr(index)
+            e = _as_expr_in(index, f"index {position} of tensor '{self.name}'")
             if not dt.is_int(e.dtype):
                 raise ExprError(
                     f"index {position} of tensor '{self.name}' is {e} of dtype {e.dtype}; "
@@ -223,14 +223,24 @@ def _shape(shape: Any, what: str) -> tuple[Expr, ...]:
     if isinstance(shape, (int, Expr)):
         shape = (shape,)
     out = []
+    if isinstance(shape, str) or not hasattr(shape, "__iter__"):
+        raise ExprError(f"{what}: the shape must be a tuple of extents, got {shape!r}")
     for extent in shape:
-        e = as_expr(extent)
+        e = _as_expr_in(extent, f"{what}: shape entry")
         if not dt.is_int(e.dtype):
             raise ExprError(f"{what}: shape entries must be integers, got {extent!r}")
         if isinstance(e, Const) and e.value < 0:
             raise ExprError(f"{what}: shape entries must be non-negative, got {extent!r}")
         out.append(e)
     return tuple(out)
+
+
+def _as_expr_in(value: Any, what: str) -> Expr:
+    """as_expr, with an error that says where the bad value came from."""
+    try:
+        return as_expr(value)
+    except ExprError as err:
+        raise ExprError(f"{what}: {err}") from None
 
 
 def var(name: str = "v", dtype: str = "int32") -> Var:
@@ -286,7 +296,7 @@ def compute(
     axis = tuple(IterVar(Var(n), Range(const(0), e)) for n, e in zip(names, extents))
     result = fcompute(*[iv.var for iv in axis])
     bodies = tuple(result) if isinstance(result, (tuple, list)) else (result,)
-    bodies = tuple(as_expr(b) for b in bodies)
+    bodies = tuple(_as_expr_in(b, f"compute '{name}': the value of fcompute") for b in bodies)
     reductions = [b for b in bodies if isinstance(b, Reduce)]
     if reductions and len(reductions) != len(bodies):
         raise ExprError(f"compute '{name}': cannot mix reduction and non-reduction outputs")
