@@ -39,6 +39,7 @@ from tensorforge.ir.stmt import (
     Realize,
     Seq,
     Stmt,
+    Prefetch,
     Sync,
     ThreadAllReduce,
 )
@@ -265,6 +266,8 @@ class _KernelWriter:
                     self.line(f"(void)({p(v)});")
             case Sync():
                 self.line("__syncthreads();")
+            case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
+                pass
             case Attr(key=key, value=value, body=ThreadAllReduce() as reduce) if key == ACTIVE_ATTR:
                 emit_allreduce(self, reduce, value)
             case Attr(key=key, value=value, body=body):

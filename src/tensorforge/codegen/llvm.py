@@ -41,6 +41,7 @@ from tensorforge.ir.stmt import (
     PrimFunc,
     Seq,
     Stmt,
+    Prefetch,
     Sync,
 )
 from tensorforge.ir.visit import walk
@@ -231,8 +232,20 @@ class _FunctionEmitter(ExprEmitter):
                     self.expr(value)
             case Sync():
                 raise self.fail("Sync (a GPU barrier) is not valid on a CPU target")
+            case Prefetch():
+                self._prefetch(s)
             case _:
                 raise self.fail(f"cannot generate code for {type(s).__name__}; is the IR lowered?")
+
+    def _prefetch(self, s: Prefetch) -> None:
+        (index,) = s.indices
+        # not `inbounds`: the address may lie past the buffer, which a prefetch allows
+        ptr = self.builder.gep(
+            self.buffer_ptr(s.buffer), [self.index64(index)], source_etype=memory_type(s.buffer.dtype)
+        )
+        fn = self.state.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        # read, keep in all cache levels (prefetcht0), data cache
+        self.builder.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
     def _store(self, s: BufferStore) -> None:
         if len(s.indices) != 1:

@@ -103,6 +103,18 @@ class Evaluate(Stmt):
 
 
 @stmt
+class Prefetch(Stmt):
+    """Ask the CPU to bring the cache line holding `buffer[indices]` closer (a hint).
+
+    A prefetch never faults, so the index may lie outside the buffer (the next row of a
+    matrix, past its end): the verifier checks its variables, not its bounds.
+    """
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+
+
+@stmt
 class Sync(Stmt):
     """A barrier among the threads of a GPU block (`__syncthreads()`)."""
 

@@ -37,6 +37,7 @@ def schedule_layer_norm(n: int, m: int, dtype: str = "float32", target: Target |
     i, j = s[y].op.axis
     jo, ji = s[y].split(j, factor=lanes)
     s[y].vectorize(ji)
+    s[y].prefetch(x, jo, 2 * ((m + lanes - 1) // lanes))  # the row after next (see softmax)
     if parallel:
         s[y].parallel(i)
     vectorized_row_reduction(s, total, s[y], i, lanes)

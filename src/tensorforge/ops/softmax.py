@@ -40,5 +40,8 @@ def schedule_softmax(n: int, m: int, dtype: str = "float32", target: Target | No
     _, ej = s[e].op.axis
     ejo, eji = s[e].split(ej, factor=lanes)
     s[e].vectorize(eji)
+    # while a row's exps are computed, fetch the row after next: the max pass then finds it in
+    # cache, and the memory traffic overlaps the arithmetic
+    s[e].prefetch(x, ejo, 2 * ((m + lanes - 1) // lanes))
     vectorized_row_reduction(s, row_max, s[y], i, lanes)
     return s, [x, y]

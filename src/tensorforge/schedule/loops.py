@@ -33,6 +33,7 @@ from tensorforge.schedule.iter_math import (
     leaf_descendants,
     splits_depend_on_extent_of,
 )
+from tensorforge.schedule.prefetch import prefetch_nest
 from tensorforge.schedule.relations import Split
 from tensorforge.schedule.stage import Stage
 from tensorforge.te.expr import EQ, GE, LT, And, Const, Expr, Reduce, TensorRead, Var, const
@@ -155,13 +156,39 @@ class _StageNest:
         iv = self.leaves[level]
         inner = self.build(level + 1, env)
         children = self.b.attached.get(id(iv), [])
+        prefetches = self.prefetches_at(level, env)
         if not children:
-            return inner
+            return seq(*prefetches, inner)
         nests = [self.b.stage_nest(child) for child in children]
-        body = seq(*nests, inner)
+        body = seq(*prefetches, *nests, inner)
         for child in reversed(children):
             body = self.b.realize_of(child, body)
         return body
+
+    def prefetches_at(self, level: int, env: Env) -> list[Stmt]:
+        """The stage's `prefetch`es at loop `level`: what iteration (var + offset) will read."""
+        iv = self.leaves[level]
+        wanted = [(t, off) for t, axis, off in self.stage.prefetches if axis is iv]
+        if not wanted:
+            return []
+        roots, _ = self.root_values(env)
+        extents = iter_extents(self.stage, self.info.root_extents, env.overrides)
+        relax = {
+            leaf.var: Interval(const(0, leaf.var.dtype), simplify_expr(extents[leaf] - 1))
+            for leaf in self.leaves[level + 1 :]
+        }
+        out: list[Stmt] = []
+        for tensor, offset in wanted:
+            out += prefetch_nest(
+                self.b.buffer_of(tensor),
+                tensor,
+                self.info.body,
+                {axis.var: value for axis, value in roots.items()},
+                {iv.var: iv.var + offset},
+                relax,
+                dict(self.b.ranges),
+            )
+        return out
 
     def make_for(self, iv: IterVar, lo: Expr, extent: Expr, body: Callable[[], Stmt], tail=False) -> Stmt:
         extent = simplify_expr(extent)

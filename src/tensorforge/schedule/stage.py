@@ -37,6 +37,7 @@ class Stage:
         self.scope_explicit = False  # else inferred from the GPU loops around the attach point
         self.storage_align_: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
         self.double_buffered = False
+        self.prefetches: list[tuple[Tensor, IterVar, int]] = []  # (tensor, loop, iterations ahead)
 
     # -- inspection -----------------------------------------------------------------------------
     @property
@@ -300,6 +301,25 @@ class Stage:
     def double_buffer(self) -> None:
         self._check_compute("double_buffer")
         self.double_buffered = True
+
+    def prefetch(self, tensor: Tensor, axis: IterVar, offset: Any) -> None:
+        """At the top of each iteration of loop `axis`, prefetch the part of `tensor` that this
+        stage reads `offset` iterations later (a CPU cache hint: it overlaps memory traffic with
+        computation; it never faults, and GPU code ignores it)."""
+        self._check_compute("prefetch")
+        self._check_leaf("prefetch", axis)
+        if not isinstance(tensor, Tensor) or tensor.op not in [t.op for t in self.op.input_tensors]:
+            raise ScheduleError(
+                f"prefetch in stage '{self.name}': {getattr(tensor, 'name', tensor)!r} is not a tensor "
+                f"this stage reads; it reads: "
+                f"{', '.join(t.name for t in self.op.input_tensors) or 'nothing'}"
+            )
+        if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 1:
+            raise ScheduleError(
+                f"prefetch of '{tensor.name}' at '{axis.name}' in stage '{self.name}': offset must "
+                f"be a positive number of iterations, got {offset!r}"
+            )
+        self.prefetches.append((tensor, axis, int(offset)))
 
 
 def as_stage_key(x: Any) -> Operation:

@@ -6,7 +6,7 @@ from typing import Any
 
 from tensorforge.ir.arith import simplify_expr
 from tensorforge.ir.expr import Buffer, BufferLoad
-from tensorforge.ir.stmt import Allocate, BufferStore, Realize, Stmt
+from tensorforge.ir.stmt import Allocate, BufferStore, Prefetch, Realize, Stmt
 from tensorforge.ir.visit import map_children
 from tensorforge.te.expr import Expr, const
 
@@ -48,4 +48,7 @@ def _flatten(node: Any, regions: dict[int, tuple[Expr, ...]]) -> Any:
             idx = tuple(_flatten(i, regions) for i in idx)
             value = _flatten(value, regions)
             return BufferStore(buf, (flat_index(buf, idx, regions.get(id(buf))),), value, pred)
+        case Prefetch(buffer=buf, indices=idx):
+            idx = tuple(_flatten(i, regions) for i in idx)
+            return Prefetch(buf, (flat_index(buf, idx, regions.get(id(buf))),))
     return map_children(node, lambda child: _flatten(child, regions))

@@ -19,6 +19,7 @@ from tensorforge.ir.stmt import (
     IfThenElse,
     LetStmt,
     LoopKind,
+    Prefetch,
     Seq,
     Stmt,
 )
@@ -252,4 +253,9 @@ class _Vectorizer:
                 return For(v, vlo, vext, self.stmt(body, pred), kind, s.thread_tag, s.pragmas)
             case Attr(key=k, value=value, body=body):
                 return Attr(k, value, self.stmt(body, pred))
+            case Prefetch(buffer=buf, indices=(index,)):
+                vi = self.expr(index, pred)
+                if isinstance(vi, Ramp):  # a contiguous run: its first line (a hint, not a copy)
+                    return Prefetch(buf, (vi.base,))
+                return s if not self.is_vec(vi) else Seq(())
         raise Unvectorizable(f"cannot vectorize {type(s).__name__}")

@@ -1,0 +1,64 @@
+"""Prefetch statements for `Stage.prefetch`: the region a later loop iteration reads, by lines."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from tensorforge.ir.arith import Interval, simplify_expr, symbolic_bounds
+from tensorforge.ir.expr import Buffer
+from tensorforge.ir.stmt import For, Prefetch, Stmt
+from tensorforge.te import dtype as dt
+from tensorforge.te.expr import Expr, TensorRead, Var, const
+from tensorforge.te.substitute import substitute
+from tensorforge.te.tensor import Tensor
+from tensorforge.te.visit import walk
+
+CACHE_LINE_BYTES = 64
+
+
+def prefetch_nest(
+    buffer: Buffer,
+    tensor: Tensor,
+    body: tuple[Expr, ...],
+    roots: Mapping[Var, Expr],
+    shift: Mapping[Var, Expr],
+    relax: Mapping[Var, Interval],
+    known: Mapping[Var, Interval],
+) -> list[Stmt]:
+    """Prefetches of every line of `tensor` that `body` reads once the loop var is shifted.
+
+    `roots` gives each root axis var as an expression of the leaf loop vars, `shift` moves the
+    prefetching loop ahead, and `relax` ranges the loops inside it (those the region spans).
+    A read that cannot be bounded gets no prefetch: it is only a hint.
+    """
+    out: list[Stmt] = []
+    seen: set[str] = set()
+    for read in (n for e in body for n in walk(e) if isinstance(n, TensorRead) and n.tensor == tensor):
+        region = []
+        for index in read.indices:
+            ahead = simplify_expr(substitute(substitute(index, roots), shift), {**known, **relax})
+            bound = symbolic_bounds(ahead, relax, known)
+            if bound.min is None or bound.max is None:
+                break
+            region.append((simplify_expr(bound.min), simplify_expr(bound.max - bound.min + 1)))
+        else:
+            stmt = _lines(buffer, region)
+            if str(stmt) not in seen:  # several reads of one region: prefetch it once
+                seen.add(str(stmt))
+                out.append(stmt)
+    return out
+
+
+def _lines(buffer: Buffer, region: list[tuple[Expr, Expr]]) -> Stmt:
+    """Loops over the region's outer dimensions, and over its innermost one line at a time."""
+    step = max(1, CACHE_LINE_BYTES // (dt.bits_of(buffer.dtype) // 8))
+    *outer, (last_min, last_extent) = region
+    line = Var(f"{buffer.name}.line")
+    loop_vars = [Var(f"{buffer.name}.pf{d}") for d in range(len(outer))]
+    indices = [lo + v for (lo, _), v in zip(outer, loop_vars)]
+    lines = simplify_expr((last_extent + step - 1) // step)
+    stmt: Stmt = Prefetch(buffer, (*indices, simplify_expr(last_min + line * step)))
+    stmt = For(line, const(0), lines, stmt)
+    for d in reversed(range(len(outer))):
+        stmt = For(loop_vars[d], const(0), outer[d][1], stmt)
+    return stmt

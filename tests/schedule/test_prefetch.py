@@ -1,0 +1,87 @@
+"""Stage.prefetch: cache hints for the region a later iteration reads."""
+
+import numpy as np
+import pytest
+
+import tensorforge as tf
+from tensorforge import te
+from tensorforge.ir.stmt import Prefetch
+from tensorforge.ir.visit import walk
+from tensorforge.testing import check_against_numpy
+
+
+def scaled(n, m):
+    A = te.placeholder((n, m), name="A")
+    B = te.compute((n, m), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    return A, B
+
+
+def prefetches(s, args):
+    return [n for n in walk(tf.lower(s, args).body) if isinstance(n, Prefetch)]
+
+
+def test_prefetch_inside_a_vectorized_row_is_correct_and_lowers_to_prefetch_instructions():
+    A, B = scaled(7, 101)  # odd sizes: a peeled tail of j, the last rows prefetch past the end
+    s = te.create_schedule(B.op)
+    i, j = B.op.axis
+    jo, ji = s[B].split(j, factor=8)
+    s[B].vectorize(ji)
+    s[B].prefetch(A, jo, 32)
+    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+    found = prefetches(s, [A, B])
+    assert found and all(p.buffer.name == "A" for p in found)
+    mod = tf.build(s, [A, B])
+    assert "llvm.prefetch" in mod.get_source("ll")
+    assert "prefetch" in mod.get_source("asm")
+
+
+def test_prefetch_of_the_next_row_covers_the_row_line_by_line():
+    A, B = scaled(4, 100)
+    s = te.create_schedule(B.op)
+    i, _ = B.op.axis
+    s[B].prefetch(A, i, 1)
+    text = str(tf.lower(s, [A, B]))
+    assert "prefetch(A[i * 100 + A.line * 16 + 100])" in text  # row i + 1, one 64-byte line each
+    assert "for A.line in range(7)" in text  # ceil(100 floats / 16 per line)
+    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+
+
+def test_prefetch_in_a_reduction_and_on_a_symbolic_shape():
+    n = te.var("n")
+    A = te.placeholder((n, 64), name="A")
+    k = te.reduce_axis((0, 64), name="k")
+    S = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    s = te.create_schedule(S.op)
+    (i,) = S.op.axis
+    s[S].prefetch(A, i, 2)
+    mod = tf.build(s, [A, S])
+    for rows in (1, 5):
+        a = np.random.default_rng(rows).random((rows, 64), dtype="float32")
+        out = np.full(rows, np.nan, "float32")
+        mod(a, out)
+        np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-5)
+
+
+def test_prefetch_of_a_tensor_the_stage_does_not_read():
+    A, B = scaled(4, 8)
+    C = te.compute((4, 8), lambda i, j: B[i, j] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    with pytest.raises(tf.ScheduleError, match=r"prefetch in stage 'C': 'A' is not a tensor this stage reads; it reads: B"):
+        s[C].prefetch(A, C.op.axis[0], 1)
+
+
+@pytest.mark.parametrize("offset", [0, -1, 1.5, "2"])
+def test_prefetch_offset_must_be_a_positive_count(offset):
+    A, B = scaled(4, 8)
+    s = te.create_schedule(B.op)
+    with pytest.raises(tf.ScheduleError, match=r"prefetch of 'A' at 'i' in stage 'B': offset must be a positive"):
+        s[B].prefetch(A, B.op.axis[0], offset)
+
+
+def test_prefetch_at_an_axis_that_is_not_a_leaf():
+    A, B = scaled(4, 8)
+    s = te.create_schedule(B.op)
+    i, j = B.op.axis
+    s[B].split(j, factor=4)
+    with pytest.raises(tf.ScheduleError, match=r"'j'.*stage 'B'"):
+        s[B].prefetch(A, j, 1)
