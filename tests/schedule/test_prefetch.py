@@ -85,3 +85,15 @@ def test_prefetch_at_an_axis_that_is_not_a_leaf():
     s[B].split(j, factor=4)
     with pytest.raises(tf.ScheduleError, match=r"'j'.*stage 'B'"):
         s[B].prefetch(A, j, 1)
+
+
+def test_prefetch_of_a_producer_computed_inside_the_loop_nest_is_left_out():
+    A, B = scaled(6, 16)
+    C = te.compute((6, 16), lambda i, j: B[i, j] - 1.0, name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    s[B].compute_at(s[C], j)  # B has no home of its own: a prefetch of it fetches nothing
+    s[C].prefetch(B, i, 1)
+    s[C].prefetch(B, j, 2)
+    assert prefetches(s, [A, C]) == []
+    check_against_numpy(s, [A], [C], lambda a: a * 2)

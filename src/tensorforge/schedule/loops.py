@@ -168,7 +168,11 @@ class _StageNest:
     def prefetches_at(self, level: int, env: Env) -> list[Stmt]:
         """The stage's `prefetch`es at loop `level`: what iteration (var + offset) will read."""
         iv = self.leaves[level]
-        wanted = [(t, off) for t, axis, off in self.stage.prefetches if axis is iv]
+        sch = self.stage.schedule
+        wanted = [  # a tensor computed inside some loop nest has no fixed home to fetch from
+            (t, off) for t, axis, off in self.stage.prefetches
+            if axis is iv and (t.op not in sch or sch[t.op].attach_type == "root")
+        ]
         if not wanted:
             return []
         roots, _ = self.root_values(env)
@@ -180,7 +184,7 @@ class _StageNest:
         out: list[Stmt] = []
         for tensor, offset in wanted:
             out += prefetch_nest(
-                self.b.buffer_of(tensor),
+                self.b.buffer_of,
                 tensor,
                 self.info.body,
                 {axis.var: value for axis, value in roots.items()},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from tensorforge.ir.arith import Interval, simplify_expr, symbolic_bounds
 from tensorforge.ir.expr import Buffer
@@ -17,7 +17,7 @@ CACHE_LINE_BYTES = 64
 
 
 def prefetch_nest(
-    buffer: Buffer,
+    buffer_of: Callable[[Tensor], Buffer],
     tensor: Tensor,
     body: tuple[Expr, ...],
     roots: Mapping[Var, Expr],
@@ -29,11 +29,13 @@ def prefetch_nest(
 
     `roots` gives each root axis var as an expression of the leaf loop vars, `shift` moves the
     prefetching loop ahead, and `relax` ranges the loops inside it (those the region spans).
-    A read that cannot be bounded gets no prefetch: it is only a hint.
+    A read that cannot be bounded gets no prefetch, nor does a tensor that was inlined (nothing
+    reads it any more): it is only a hint.
     """
     out: list[Stmt] = []
     seen: set[str] = set()
-    for read in (n for e in body for n in walk(e) if isinstance(n, TensorRead) and n.tensor == tensor):
+    reads = [n for e in body for n in walk(e) if isinstance(n, TensorRead) and n.tensor == tensor]
+    for read in reads:
         region = []
         for index in read.indices:
             ahead = simplify_expr(substitute(substitute(index, roots), shift), {**known, **relax})
@@ -42,7 +44,7 @@ def prefetch_nest(
                 break
             region.append((simplify_expr(bound.min), simplify_expr(bound.max - bound.min + 1)))
         else:
-            stmt = _lines(buffer, region)
+            stmt = _lines(buffer_of(tensor), region)
             if str(stmt) not in seen:  # several reads of one region: prefetch it once
                 seen.add(str(stmt))
                 out.append(stmt)

@@ -305,7 +305,9 @@ class Stage:
     def prefetch(self, tensor: Tensor, axis: IterVar, offset: Any) -> None:
         """At the top of each iteration of loop `axis`, prefetch the part of `tensor` that this
         stage reads `offset` iterations later (a CPU cache hint: it overlaps memory traffic with
-        computation; it never faults, and GPU code ignores it)."""
+        computation; it never faults, and GPU code ignores it). Only tensors with a home of their
+        own are fetched: inputs and stages computed at root, not those computed inside another
+        stage's loops or inlined."""
         self._check_compute("prefetch")
         self._check_leaf("prefetch", axis)
         if not isinstance(tensor, Tensor) or tensor.op not in [t.op for t in self.op.input_tensors]:

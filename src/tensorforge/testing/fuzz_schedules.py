@@ -294,6 +294,21 @@ class ScheduleDrawer:
                 self.apply(
                     f"{self.stage_ref(stage)}.{kind}({self.axis_ref(stage, iv)})", undo=False
                 )
+            self._prefetch(stage, p)
+
+    def _prefetch(self, stage: Stage, p: float) -> None:
+        """Now and then a prefetch of one of the stage's inputs, some iterations ahead."""
+        names = {t: name for name, t in self.tensors().items()}
+        inputs = [t for t in stage.op.input_tensors if t in names]
+        if not inputs or not self.ch.chance(p / 2):
+            return
+        tensor = self.ch.choice(inputs)
+        iv = self.ch.choice(list(stage.leaf_iter_vars))
+        offset = self.ch.choice((1, 2, 3, 16, 64))
+        self.apply(
+            f"{self.stage_ref(stage)}.prefetch({names[tensor]}, {self.axis_ref(stage, iv)}, {offset})",
+            undo=False,
+        )
 
 
 def _same_kind(a: IterVar, b: IterVar) -> bool:
