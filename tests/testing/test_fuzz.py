@@ -8,6 +8,7 @@ runs are `python -m tensorforge.testing.fuzz --examples N`.
 import faulthandler
 import os
 import random
+import signal
 import subprocess
 import sys
 import traceback
@@ -452,3 +453,45 @@ def test_regression_stage_attached_under_a_fused_axis_of_a_peeled_split():
     out = np.full((1, 6, 1), np.nan, "float32")
     mod(a, b, out)
     np.testing.assert_allclose(out, a + 3 * b, rtol=1e-6)
+
+
+def test_regression_clamped_region_starting_before_the_domain():
+    # T2 reads T1[0 - i]; relaxed over the fused loop's guarded-off iterations, T1's region at
+    # the second tile was [-1, 0], then clamped to one element starting at -1: T1 was never
+    # computed there and T2 read garbage (1e34). The clamped window now starts in the domain.
+    A = te.placeholder((1, 39, 1), name="A")
+    T1 = te.compute((1, 39, 1), lambda i, j, l: te.max(A[i, j, l], 0.0), name="T1")
+    T2 = te.compute((1, 39, 1), lambda i, j, l: T1[0 - i, j, l], name="T2")
+    T3 = te.compute((1, 39, 1), lambda i, j, l: T2[i, j, l] * 2.0 - A[i, j, l], name="T3")
+    s = te.create_schedule(T3.op)
+    fused = s[T2].fuse(*s[T2].op.axis)
+    outer, _ = s[T2].split(fused, factor=32, tail="guard")
+    s[T1].compute_at(s[T2], outer)
+    mod = tf.build(s, [A, T3])
+    a = np.random.default_rng(5).standard_normal((1, 39, 1)).astype("float32")
+    out = np.full((1, 39, 1), np.nan, "float32")
+    mod(a, out)
+    np.testing.assert_allclose(out, np.maximum(a, 0) * 2 - a, rtol=1e-6)
+
+
+def test_regression_float_max_chain_builds_quickly():
+    # a scalar max reduction computed per element of a fused loop: with max/min written as
+    # compare + select, LLVM's -O3 never finished on this module (llvm.maximum now)
+    A = te.placeholder((8, 32), name="A")
+    k1 = te.reduce_axis((0, 32), name="k1")
+    M = te.compute((8,), lambda i: te.max(A[i, k1], axis=k1), name="M")
+    E = te.compute((8, 32), lambda i, j: te.exp(A[i, j] - M[i]), name="E")
+    s = te.create_schedule(E.op)
+    fused = s[E].fuse(*E.op.axis)
+    ko, ki = s[M].split(M.op.reduce_axis[0], factor=5)
+    s[M].compute_at(s[E], fused)
+
+    def build_and_run():
+        signal.alarm(60)  # a hang fails the child, not the test session
+        mod = tf.build(s, [A, E])
+        a = np.random.default_rng(6).standard_normal((8, 32)).astype("float32")
+        out = np.full((8, 32), np.nan, "float32")
+        mod(a, out)
+        np.testing.assert_allclose(out, np.exp(a - a.max(axis=1, keepdims=True)), rtol=1e-5)
+
+    assert in_child(build_and_run) == 0

@@ -130,14 +130,11 @@ class ExprEmitter:
             case Min(a, x) | Max(a, x):
                 lhs, rhs = self.expr(a), self.expr(x)
                 if dt.is_float(e.dtype):
-                    # NOTE: compare + select, not llvm.maxnum: LLVM 15's -O3 miscompiled a maxnum
-                    # reduction (iterations dropped), and numpy propagates a NaN where maxnum drops
-                    # it. `a` wins when it is NaN; a NaN `b` wins through the failed compare.
-                    op = "<" if isinstance(e, Min) else ">"
-                    wins = b.or_(
-                        self._compare(op, a.dtype, lhs, rhs), b.fcmp_unordered("uno", lhs, lhs)
-                    )
-                    return b.select(wins, lhs, rhs)
+                    # NOTE: llvm.maximum/minimum (a NaN operand gives NaN, as in numpy), not
+                    # maxnum, which drops NaN and whose reductions LLVM's -O3 miscompiled; nor a
+                    # compare + select written out, on which -O3 could loop forever
+                    name = "llvm.minimum" if isinstance(e, Min) else "llvm.maximum"
+                    return self.call_overloaded(name, lhs, rhs)
                 op = "<" if isinstance(e, Min) else ">"
                 return b.select(self._compare(op, a.dtype, lhs, rhs), lhs, rhs)
             case LT(a, x) | LE(a, x) | GT(a, x) | GE(a, x) | EQ(a, x) | NE(a, x):
@@ -283,7 +280,7 @@ class ExprEmitter:
                 return self.builder.call(
                     fn, [ir.Constant(elem, -0.0), v], fastmath=("reassoc", "contract")
                 )
-            name = {"max": "fmax", "min": "fmin"}.get(op)
+            name = {"max": "fmaximum", "min": "fminimum"}.get(op)  # NaN-propagating, like Max
         elif op == "add":
             name = "add"
         else:

@@ -186,8 +186,11 @@ def _needed_region(
         hi = _hull(highs[d], Max)
         extent = simplify_expr(hi - lo + 1 - _TEST_SHRINK_REGIONS)
         if not isinstance(extent, Const):
-            # a moving, clamped window (e.g. min(...) - max(...)) still fits the full domain
+            # a moving, clamped window (e.g. min(...) - max(...)) still fits the full domain;
+            # the window then starts inside the domain, or it could miss points the consumer
+            # reads (a region relaxed over guarded-off iterations can start before the domain)
             extent = simplify_expr(Min(extent, iv.dom.extent))
+            lo = Max(lo, iv.dom.min)
         region.append((simplify_expr(lo), extent))
     return region
 

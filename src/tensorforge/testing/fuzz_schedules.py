@@ -35,9 +35,11 @@ KNOWN_BUGS: dict[str, str] = {}
 # tails of nparts-split or fused inner axes (elements left unwritten), wide masked loads whose
 # mask was not folded (SIGSEGV), masked loads/stores wider than a register (LLVM's x86 lowering
 # read whole false pieces: now split into register-sized pieces in codegen), llvm.maxnum
-# reductions (an -O3 miscompile and a loop-vectorizer assertion: float max/min are now
-# compare + select), compute_at under a fuse or nparts split of a symbolic extent (the region
-# now falls back to the whole dimension).
+# reductions (an -O3 miscompile and a loop-vectorizer assertion; float max/min are now
+# llvm.maximum/minimum, since a written-out compare + select made -O3 loop forever), compute_at
+# under a fuse or nparts split of a symbolic extent (the region now falls back to the whole
+# dimension), a stage attached under a fused axis of a peeled split (now guarded), a clamped
+# region that started before the domain (it now starts inside).
 
 FACTORS = (2, 4, 3, 8, 1, 5, 7, 16, 32, 6, 64)
 TAILS = ("auto", "guard", "peel")
