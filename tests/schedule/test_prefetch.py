@@ -97,3 +97,13 @@ def test_prefetch_of_a_producer_computed_inside_the_loop_nest_is_left_out():
     s[C].prefetch(B, j, 2)
     assert prefetches(s, [A, C]) == []
     check_against_numpy(s, [A], [C], lambda a: a * 2)
+
+
+def test_prefetch_inside_a_parallel_loop():
+    # the parallel body is outlined into its own function: the prefetched buffer goes with it
+    A, B = scaled(9, 40)
+    s = te.create_schedule(B.op)
+    i, j = B.op.axis
+    s[B].parallel(i)
+    s[B].prefetch(A, j, 16)
+    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)

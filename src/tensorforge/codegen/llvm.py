@@ -386,7 +386,7 @@ class _FunctionEmitter(ExprEmitter):
         free_buffers = [
             buf
             for buf in dict.fromkeys(
-                n.buffer for n in used if isinstance(n, (BufferLoad, BufferStore))
+                n.buffer for n in used if isinstance(n, (BufferLoad, BufferStore, Prefetch))
             )
             if buf in self.buffers
         ]

@@ -221,6 +221,9 @@ PRELOAD = [
 def _mp_context():
     global _context
     if _context is None:
+        # the server (started now, with this environment) preloads numpy: one BLAS thread each,
+        # or many cases at once oversubscribe the machine with spinning threads
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD)
     return _context
@@ -228,6 +231,7 @@ def _mp_context():
 
 def _child(case: Case, patches: tuple[Patch, ...], conn) -> None:
     os.environ.setdefault("TENSORFORGE_CACHE", "0")
+    os.environ.setdefault("TF_NUM_THREADS", "2")  # parallel loops really run in parallel, cheaply
     quiet = os.open(os.devnull, os.O_WRONLY)  # LLVM's optimization remarks; results go through conn
     os.dup2(quiet, 1)
     os.dup2(quiet, 2)
