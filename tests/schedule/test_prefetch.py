@@ -101,9 +101,30 @@ def test_prefetch_of_a_producer_computed_inside_the_loop_nest_is_left_out():
 
 def test_prefetch_inside_a_parallel_loop():
     # the parallel body is outlined into its own function: the prefetched buffer goes with it
-    A, B = scaled(9, 40)
-    s = te.create_schedule(B.op)
-    i, j = B.op.axis
-    s[B].parallel(i)
-    s[B].prefetch(A, j, 16)
-    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+    # (the fuzzer's case, where the outlined body reads A only through the prefetch)
+    A = te.placeholder((11, 7, 5), name="A")
+    B = te.compute((11, 7, 5), lambda i, j, l: A[i, j, l] * 2.0 + 1.0, name="B")
+    r, c = te.reduce_axis((0, 7), name="r"), te.reduce_axis((0, 5), name="c")
+    C = te.compute((11,), lambda i: te.sum(B[i, r, c], axis=[r, c]), name="C")
+    s = te.create_schedule(C.op)
+
+    def axis(stage, name):
+        return next(v for v in stage.leaf_iter_vars if v.name == name)
+
+    s[C].reorder(c, r)
+    ro, _ = s[C].split(r, factor=15, tail="guard")
+    C_rf = s.rfactor(C, ro, factor_axis=1)
+    i, j, _ = B.op.axis
+    s[B].tile(i, j, 3, 2, tail="guard")
+    s[B].reorder(axis(s[B], "j.outer"), axis(s[B], "i.outer"), axis(s[B], "l"))
+    s[B].compute_at(s[C_rf], axis(s[C_rf], "r.inner"))
+    s[B].vectorize(axis(s[B], "j.outer"))
+    s[B].parallel(axis(s[B], "i.inner"))
+    s[B].unroll(axis(s[B], "j.inner"))
+    s[B].vectorize(axis(s[B], "l"))
+    s[B].prefetch(A, axis(s[B], "i.inner"), 16)
+    s[C_rf].vectorize(axis(s[C_rf], "r.outer"))
+    s[C_rf].unroll(axis(s[C_rf], "c"))
+    s[C_rf].unroll(axis(s[C_rf], "r.inner"))
+    s[C].unroll(axis(s[C], "i"))
+    check_against_numpy(s, [A], [C], lambda a: (a * 2 + 1).sum(axis=(1, 2)), rtol=1e-4, atol=1e-3)
