@@ -17,7 +17,7 @@ def run(mod, *arrays):
     return arrays
 
 
-@pytest.mark.parametrize("n,m,k", [(64, 64, 64), (37, 45, 19), (100, 33, 70), (1, 7, 3)])
+@pytest.mark.parametrize("n,m,k", [(64, 64, 64), (37, 45, 19), (100, 33, 70), (1, 7, 3), (200, 150, 600), (53, 300, 1100)])
 @pytest.mark.parametrize("parallel", [True, False])
 def test_matmul(n, m, k, parallel, rng):
     s, args = ops.schedule_matmul(n, m, k, parallel=parallel)
@@ -73,3 +73,14 @@ def test_fused_elementwise(rng):
     xa = rng.standard_normal((33, 70)).astype("float32") * 5
     _, ya = run(mod, xa, np.full((33, 70), np.nan, "float32"))
     np.testing.assert_allclose(ya, 1 / (1 + np.exp(-(np.maximum(xa, 0) * 2 + 1))), rtol=1e-6, atol=1e-7)
+
+
+def test_matmul_blocks_k_only_when_a_sliver_of_a_overflows_l1():
+    from tensorforge.ops.matmul import MatmulTiles
+
+    tiles = MatmulTiles(mr=6, nr=16)
+    assert not tiles.needs_k_blocks(1024, 4)  # 24 KB of A per micro-tile: streamed from its rows
+    assert tiles.needs_k_blocks(2048, 4)
+    text = str(tf.lower(*ops.schedule_matmul(64, 64, 2048, parallel=False)))
+    assert "packedA" in text and "k.c.outer" in text
+    assert "packedA" not in str(tf.lower(*ops.schedule_matmul(64, 64, 1024, parallel=False)))

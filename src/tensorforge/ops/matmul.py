@@ -1,66 +1,121 @@
-"""Matrix multiply: the computation and a register-tiled, B-packed CPU schedule."""
+"""Matrix multiply: the computation and a packed, cache-blocked, register-tiled CPU schedule."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorforge import te
 from tensorforge.target import Target
 
 
+def _round_up(x: int, to: int) -> int:
+    return (x + to - 1) // to * to
+
+
 @dataclass(frozen=True)
 class MatmulTiles:
-    """A micro-kernel of `mr` x `nr` accumulators kept in vector registers."""
+    """Blocking of C = A @ B in the manner of GotoBLAS.
+
+    The micro-kernel keeps an `mr` x `nr` tile of C in vector registers over `kc` steps of k,
+    reading `mr` packed values of A (broadcast) and `nr` packed values of B per step. Around it,
+    an `mb` x `nb` block of C accumulates in a local buffer (L2) over k blocks of `kc`, so the
+    A block (mb x kc) stays in L2 and each B micro-panel (kc x nr) in L1 while it is reused.
+    """
 
     mr: int
     nr: int
     k_unroll: int = 4
+    mb: int = 48
+    nb: int = 256
+    kc: int = 256
+
+    L1_BYTES = 32 * 1024
 
     @staticmethod
     def for_target(target: Target, dtype: str = "float32") -> "MatmulTiles":
         lanes = target.vector_lanes(dtype)
         if target.vector_bits >= 512:  # 32 zmm registers: 6 rows x 3 vectors of accumulators
-            return MatmulTiles(mr=6, nr=3 * lanes)
-        return MatmulTiles(mr=6, nr=2 * lanes)  # 16 ymm registers: 6 x 2 accumulators
+            return MatmulTiles(mr=6, nr=3 * lanes, nb=4 * 3 * lanes)
+        return MatmulTiles(mr=6, nr=2 * lanes)  # 16 ymm registers: 6 x 2
+
+    def needs_k_blocks(self, k: int, itemsize: int) -> bool:
+        """Does an `mr` x k sliver of A overflow L1 (with room left for the B stream)?
+
+        Up to there the simpler schedule streams A straight from its rows and is as fast;
+        beyond it, A is packed and k is blocked by `kc` (measured: 2048³ 0.88x -> 0.99x numpy).
+        """
+        return self.mr * k * itemsize > self.L1_BYTES * 3 // 4
+
+    def fitted(self, n: int, m: int, k: int) -> "MatmulTiles":
+        """The same tiles with blocks no larger than the (padded) problem."""
+        return replace(
+            self,
+            mb=min(self.mb, _round_up(n, self.mr)),
+            nb=min(self.nb, _round_up(m, self.nr)),
+            kc=min(self.kc, k),
+        )
 
 
-def matmul(n: int, m: int, k: int, dtype: str = "float32", nr: int | None = None):
-    """C = A @ B with B re-laid out into zero-padded `[ceil(m/nr), k, nr]` panels.
+def matmul(n: int, m: int, k: int, dtype: str = "float32", tiles: MatmulTiles | None = None,
+           pack_a: bool = False):
+    """C = A @ B. With `tiles`, B is first re-laid out into zero-padded column panels
+    `packedB[panel][k][nr]` (and with `pack_a`, A into row panels `packedA[panel][k][mr]`),
+    padded to whole blocks.
 
-    Returns (A, B, packedB, C); without `nr` there is no packing stage (packedB is None).
+    Returns (A, B, packedA, packedB, C); the packed stages not made are None.
     """
     A = te.placeholder((n, k), dtype=dtype, name="A")
     B = te.placeholder((k, m), dtype=dtype, name="B")
     r = te.reduce_axis((0, k), name="k")
-    if nr is None:
+    if tiles is None:
         C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-        return A, B, None, C
-    panels = (m + nr - 1) // nr
+        return A, B, None, None, C
+    mr, nr, zero = tiles.mr, tiles.nr, te.const(0, dtype)
     packedB = te.compute(
-        (panels, k, nr),
-        lambda p, kk, x: te.if_then_else(p * nr + x < m, B[kk, te.min(p * nr + x, m - 1)], te.const(0, dtype)),
+        (_round_up(m, tiles.nb) // nr, k, nr),  # whole blocks: the block loops need no guards
+        lambda p, kk, x: te.if_then_else(p * nr + x < m, B[kk, te.min(p * nr + x, m - 1)], zero),
         name="packedB",
     )
-    C = te.compute(
-        (n, m), lambda i, j: te.sum(A[i, r] * packedB[j // nr, r, j % nr], axis=r), name="C"
+    b_at = lambda j, kk: packedB[j // nr, kk, j % nr]  # noqa: E731
+    if not pack_a:
+        C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * b_at(j, r), axis=r), name="C")
+        return A, B, None, packedB, C
+    packedA = te.compute(
+        (_round_up(n, tiles.mb) // mr, k, mr),
+        lambda p, kk, x: te.if_then_else(p * mr + x < n, A[te.min(p * mr + x, n - 1), kk], zero),
+        name="packedA",
     )
-    return A, B, packedB, C
+    C = te.compute(
+        (n, m), lambda i, j: te.sum(packedA[i // mr, r, i % mr] * b_at(j, r), axis=r), name="C"
+    )
+    return A, B, packedA, packedB, C
 
 
 def schedule_matmul(n: int, m: int, k: int, dtype: str = "float32", target: Target | None = None,
                     parallel: bool = True, tiles: MatmulTiles | None = None):
     """The project's best CPU GEMM schedule. Returns (schedule, [A, B, C])."""
     target = target or Target("llvm")
-    tiles = tiles or MatmulTiles.for_target(target, dtype)
-    A, B, packedB, C = matmul(n, m, k, dtype, nr=tiles.nr)
+    tiles = (tiles or MatmulTiles.for_target(target, dtype)).fitted(n, m, k)
+    blocked = tiles.needs_k_blocks(k, _itemsize(dtype))
+    A, B, packedA, packedB, C = matmul(n, m, k, dtype, tiles, pack_a=blocked)
     s = te.create_schedule(C.op)
-    # pack B panel by panel, vectorized along the panel width
-    p, kk, x = s[packedB].op.axis
-    s[packedB].vectorize(x)
-    if parallel:
-        s[packedB].parallel(p)
-    # the output: panels of nr columns, mr-row tiles inside, accumulated in registers
+    for packed in (packedA, packedB):  # panel by panel, the panel width innermost
+        if packed is None:
+            continue
+        p, _, x = s[packed].op.axis
+        s[packed].vectorize(x)
+        if parallel:
+            s[packed].parallel(p)
     CC = s.cache_write(C, "local")
+    if blocked:
+        _schedule_blocks(s, C, CC, tiles, parallel)
+    else:
+        _schedule_panels(s, C, CC, tiles, parallel)
+    return s, [A, B, C]
+
+
+def _schedule_panels(s, C, CC, tiles: MatmulTiles, parallel: bool) -> None:
+    """Panels of nr columns, mr-row tiles inside, each accumulated in registers over all of k."""
     i, j = s[C].op.axis
     jo, ji = s[C].split(j, factor=tiles.nr)
     io, ii = s[C].split(i, factor=tiles.mr)
@@ -73,7 +128,40 @@ def schedule_matmul(n: int, m: int, k: int, dtype: str = "float32", target: Targ
     (ck,) = s[CC].op.reduce_axis
     ko, ki = s[CC].split(ck, factor=tiles.k_unroll)
     s[CC].reorder(ko, ki, ci, cj)
-    s[CC].unroll(ki)
-    s[CC].unroll(ci)
-    s[CC].vectorize(cj)
-    return s, [A, B, C]
+    _micro_kernel(s, CC, ki, ci, cj)
+
+
+def _schedule_blocks(s, C, CC, tiles: MatmulTiles, parallel: bool) -> None:
+    """mb x nb blocks of C, each accumulated in a local buffer over k blocks of kc, then copied
+    out (guarded); inside a k block, B micro-panels, then A micro-tiles: the micro-kernel."""
+    i, j = s[C].op.axis
+    jo, ji = s[C].split(j, factor=tiles.nb, tail="guard")
+    io, ii = s[C].split(i, factor=tiles.mb, tail="guard")
+    s[C].reorder(jo, io, ii, ji)
+    _, jv = s[C].split(ji, factor=tiles.nr)
+    s[C].vectorize(jv)
+    block = s[C].fuse(jo, io)
+    if parallel:
+        s[C].parallel(block)
+    s[CC].compute_at(s[C], block)
+    ci, cj = s[CC].op.axis
+    (ck,) = s[CC].op.reduce_axis
+    cio, cii = s[CC].split(ci, factor=tiles.mr)
+    cjo, cji = s[CC].split(cj, factor=tiles.nr)
+    ko, ki = s[CC].split(ck, factor=tiles.kc)
+    kio, kii = s[CC].split(ki, factor=tiles.k_unroll)
+    s[CC].reorder(ko, cjo, cio, kio, kii, cii, cji)
+    _micro_kernel(s, CC, kii, cii, cji)
+
+
+def _micro_kernel(s, CC, k_step, rows, cols) -> None:
+    """k unrolled by k_unroll, mr rows unrolled, nr columns as vectors: an FMA chain."""
+    s[CC].unroll(k_step)
+    s[CC].unroll(rows)
+    s[CC].vectorize(cols)
+
+
+def _itemsize(dtype: str) -> int:
+    from tensorforge.te.dtype import bits_of
+
+    return bits_of(dtype) // 8
