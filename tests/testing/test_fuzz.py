@@ -495,3 +495,48 @@ def test_regression_float_max_chain_builds_quickly():
         np.testing.assert_allclose(out, np.exp(a - a.max(axis=1, keepdims=True)), rtol=1e-5)
 
     assert in_child(build_and_run) == 0
+
+
+def test_regression_unrolled_fused_matmul_without_llvm_loop_vectorizer():
+    # LLVM 22's loop vectorizer miscompiled this scalar nest (every other row of C wrong); it is
+    # off now: loops are vectorized by the schedule
+    A, B = te.placeholder((26, 23), name="A"), te.placeholder((23, 16), name="B")
+    k = te.reduce_axis((0, 23), name="k")
+    C = te.compute((26, 16), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    fused = s[C].fuse(*C.op.axis)
+    ko, fo, ki, fi = s[C].tile(k, fused, 4, 64, tail="auto")
+    s[C].unroll(fo)
+    s[C].unroll(ki)
+    mod = tf.build(s, [A, B, C])
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((26, 23), dtype="float32"), rng.standard_normal((23, 16), dtype="float32")
+    out = np.full((26, 16), np.nan, "float32")
+    mod(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_regression_min_max_chain_does_not_abort_llvm():
+    # LLVM's loop + SLP vectorizers together produced invalid IR here and aborted the process
+    A, B, C = (te.placeholder(shape, name=n) for shape, n in (((8, 9), "A"), ((9,), "B"), ((8,), "C")))
+    T1 = te.compute((8, 9), lambda i, j: te.min(A[i, j], C[i]) * B[j], name="T1")
+    T2 = te.compute((8, 9), lambda i, j: te.max(T1[i, j], 0.0), name="T2")
+    T4 = te.compute((8, 9), lambda i, j: T2[i, j] * C[i] * C[i], name="T4")
+    s = te.create_schedule(T4.op)
+    T1_global = s.cache_write(T1, "global")
+    T2_global = s.cache_write(T2, "global")
+    s[T2].compute_inline()
+    s[T1].compute_inline()
+    s[T1_global].compute_at(s[T2_global], s[T2_global].op.axis[0])
+
+    def build_and_run():
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # LLVM's message
+        mod = tf.build(s, [A, B, C, T4])
+        rng = np.random.default_rng(9)
+        a, b, c = (rng.standard_normal(sh).astype("float32") for sh in ((8, 9), (9,), (8,)))
+        out = np.full((8, 9), np.nan, "float32")
+        mod(a, b, c, out)
+        ref = np.maximum(np.minimum(a, c[:, None]) * b, 0) * c[:, None] * c[:, None]
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+    assert in_child(build_and_run) == 0
