@@ -720,7 +720,7 @@ def test_unrolled_and_vectorized_loop_kinds_run_serially_with_hints():
         ),
     )
     source = LLVMCodegen().generate(func, TARGET)
-    assert "llvm.loop.vectorize.enable" in source.text and "llvm.loop.unroll.enable" in source.text
+    assert "llvm.loop.vectorize.enable" in source.text and "llvm.loop.unroll.count" in source.text
     b = aligned(np.zeros(33, np.int32))
     run(func, b, 33)
     np.testing.assert_array_equal(b, np.arange(33) + 1)

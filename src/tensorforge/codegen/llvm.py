@@ -53,9 +53,13 @@ NUM_THREADS_GLOBAL = "__tf_num_threads"
 # size). Set it to 64 only where the caller guarantees it (e.g. NDArray-only entry points).
 PARAM_ALIGN_ATTR = "llvm.param_align"
 _STACK_LIMIT = 64 * 1024  # constant-size buffers up to this many bytes live on the stack
+# NOTE: an `unroll` loop that reaches codegen is one unroll_loops left alone (a symbolic extent,
+# or too many statements): it gets a bounded unroll count, not "unroll.enable", under which
+# LLVM fully unrolled nests of such loops for minutes (a fuzz case never finished building)
+_UNROLL_COUNT = 4
 _LOOP_HINTS = {
-    LoopKind.UNROLLED: "llvm.loop.unroll.enable",
-    LoopKind.VECTORIZED: "llvm.loop.vectorize.enable",
+    LoopKind.UNROLLED: ("llvm.loop.unroll.count", ir.Constant(I32, _UNROLL_COUNT)),
+    LoopKind.VECTORIZED: ("llvm.loop.vectorize.enable", ir.Constant(I1, 1)),
 }
 
 
@@ -339,7 +343,7 @@ class _FunctionEmitter(ExprEmitter):
         return self.cast(self.expr(e), e.dtype, var.dtype)
 
     def serial_loop(
-        self, var: Var, begin: ir.Value, end: ir.Value, body: Stmt, hint: str | None
+        self, var: Var, begin: ir.Value, end: ir.Value, body: Stmt, hint: tuple[str, ir.Constant] | None
     ) -> None:
         """for var in [begin, end): body, as a guarded do-while loop (the shape LLVM rotates to)."""
         b = self.builder
@@ -359,11 +363,10 @@ class _FunctionEmitter(ExprEmitter):
             latch.set_metadata("llvm.loop", self._loop_id(hint))
         b.position_at_end(exit_block)
 
-    def _loop_id(self, hint: str) -> ir.MDValue:
-        """`!N = distinct !{!N, !{!"<hint>", i1 true}}` (llvm.loop ids refer to themselves)."""
-        option = self.module.add_metadata(
-            [ir.MetaDataString(self.module, hint), ir.Constant(I1, 1)]
-        )
+    def _loop_id(self, hint: tuple[str, ir.Constant]) -> ir.MDValue:
+        """`!N = distinct !{!N, !{!"<hint>", <value>}}` (llvm.loop ids refer to themselves)."""
+        name, value = hint
+        option = self.module.add_metadata([ir.MetaDataString(self.module, name), value])
         loop_id = ir.MDValue(self.module, [option], name=str(len(self.module.metadata)))
         loop_id.operands = (loop_id, option)
         return loop_id
