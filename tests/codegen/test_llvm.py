@@ -974,3 +974,25 @@ def test_object_code_links_into_a_shared_library(tmp_path, rng):
     a, b = aligned(rng.standard_normal(100).astype(np.float32)), aligned(np.zeros(100, np.float32))
     kernel(ctypes.c_void_p(a.ctypes.data), ctypes.c_void_p(b.ctypes.data), ctypes.c_int32(100))
     np.testing.assert_allclose(b, np.tanh(a), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["exp", "sigmoid", "tanh"])
+def test_math_vector_mixes_fast_and_edge_lanes(name):
+    # exp takes a fast path when all lanes of a vector are in range and an exact one otherwise:
+    # one special lane (NaN, inf, an underflow to a denormal) must not spoil its neighbours
+    reference = MATH[name][0]
+    x = np.array(
+        [0.5, np.nan, -1.0, 2.0, 3.0, -0.25, 1.5, 0.1]  # NaN among ordinary lanes
+        + [0.5, -90.0, -1.0, 2.0, 3.0, -0.25, 1.5, 0.1]  # a denormal result
+        + [0.5, 89.0, -1.0, 2.0, np.inf, -0.25, -np.inf, 0.1]  # overflow and infinities
+        + [0.5, -86.0, 87.5, 2.0, 3.0, -0.25, 1.5, 0.1],  # the fast path's own edges
+        np.float32,
+    )
+    a, b = aligned(x), aligned(np.zeros(x.size, np.float32))
+    run(unary_kernel(f"m_{name}", lambda v: Call("float32x8", name, (v,)), 8), a, b, x.size)
+    with np.errstate(all="ignore"):
+        want = reference(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(b), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(b[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    np.testing.assert_allclose(b[finite], want[finite], rtol=3e-7, atol=1e-45)

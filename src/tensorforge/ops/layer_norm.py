@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tensorforge import te
-from tensorforge.ops.reduction_helpers import vectorized_row_reduction
+from tensorforge.ops.reduction_helpers import line_step, vectorized_row_reduction
+from tensorforge.te.dtype import bits_of
 from tensorforge.target import Target
 
 
@@ -35,9 +36,8 @@ def schedule_layer_norm(n: int, m: int, dtype: str = "float32", target: Target |
     total, squares = [t for t in y.op.input_tensors if t.op.name in ("total", "squares")]
     s = te.create_schedule(y.op)
     i, j = s[y].op.axis
-    jo, ji = s[y].split(j, factor=lanes)
-    s[y].vectorize(ji)
-    s[y].prefetch(x, jo, 2 * ((m + lanes - 1) // lanes))  # the row after next (see softmax)
+    line, step = line_step(s, s[y], j, lanes, bits_of(dtype) // 8)
+    s[y].prefetch(x, line, -(-m // step))  # the next row, once per cache line (see softmax)
     if parallel:
         s[y].parallel(i)
     vectorized_row_reduction(s, total, s[y], i, lanes)

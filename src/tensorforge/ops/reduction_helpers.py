@@ -1,4 +1,4 @@
-"""Shared scheduling idiom: a row reduction vectorized across `lanes` partial results."""
+"""Shared scheduling idioms for row-wise operators: vectorized row reductions, line-sized steps."""
 
 from __future__ import annotations
 
@@ -6,19 +6,43 @@ from tensorforge.schedule.schedule import Schedule
 from tensorforge.te.tensor import IterVar, Tensor
 
 
-def vectorized_row_reduction(s: Schedule, out: Tensor, parent, row: IterVar, lanes: int) -> Tensor:
-    """Reduce each row of `out` in `lanes` vector partials (rfactor), computed at `parent`'s `row`.
+def vectorized_row_reduction(
+    s: Schedule, out: Tensor, parent, row: IterVar, lanes: int, accumulators: int = 4
+) -> Tensor:
+    """Reduce each row of `out` in `accumulators x lanes` partial results (rfactor), computed at
+    `parent`'s `row`.
 
-    The partial stage keeps `lanes` accumulators in one vector register; the final stage combines
-    the lanes. Both are computed inside `parent`'s row loop so a row stays in cache.
+    The partial stage keeps `accumulators` independent vector registers of `lanes` partials: one
+    accumulator would wait a whole add (or compare) latency per vector, several keep the vector
+    units busy. The final stage combines the partials. Both are computed inside `parent`'s row
+    loop so a row stays in cache.
     """
     (k,) = s[out].op.reduce_axis
-    ko, ki = s[out].split(k, factor=lanes)
+    ko, ki = s[out].split(k, factor=lanes * accumulators)
     partial = s.rfactor(out, ki, factor_axis=len(s[out].op.axis))
     *data, lane = s[partial].op.axis
     (ro,) = s[partial].op.reduce_axis
-    s[partial].reorder(*data, ro, lane)
-    s[partial].vectorize(lane)
+    acc, vec = s[partial].split(lane, factor=lanes)
+    s[partial].reorder(*data, ro, acc, vec)
+    s[partial].unroll(acc)
+    s[partial].vectorize(vec)
     s[out].compute_at(parent, row)
     s[partial].compute_at(parent, row)
     return partial
+
+
+CACHE_LINE_BYTES = 64
+
+
+def line_step(
+    s: Schedule, stage, axis: IterVar, lanes: int, dtype_bytes: int
+) -> tuple[IterVar, int]:
+    """Walk `axis` a cache line (or a vector, if wider) per iteration: the line's vectors are
+    unrolled inside, so a prefetch placed at the returned loop is issued once per line.
+    Returns that loop and how many elements it steps."""
+    step = max(lanes, CACHE_LINE_BYTES // dtype_bytes)
+    outer, inner = stage.split(axis, factor=step)
+    unrolled, vector = stage.split(inner, factor=lanes)
+    stage.unroll(unrolled)
+    stage.vectorize(vector)
+    return outer, step

