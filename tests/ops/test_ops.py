@@ -28,7 +28,7 @@ def test_matmul(n, m, k, parallel, rng):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("n,m", [(8, 64), (5, 37), (3, 1)])
+@pytest.mark.parametrize("n,m", [(8, 64), (5, 37), (3, 1), (2, 1000), (3, 4097)])
 def test_softmax(n, m, rng):
     s, args = schedule_softmax(n, m)
     mod = tf.build(s, args)
@@ -38,7 +38,7 @@ def test_softmax(n, m, rng):
     np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("n,m", [(8, 64), (5, 37)])
+@pytest.mark.parametrize("n,m", [(8, 64), (5, 37), (3, 1), (2, 1000), (3, 4097)])
 def test_layer_norm(n, m, rng):
     s, args = schedule_layer_norm(n, m)
     mod = tf.build(s, args)

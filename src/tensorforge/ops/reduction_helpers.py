@@ -35,14 +35,17 @@ CACHE_LINE_BYTES = 64
 
 
 def line_step(
-    s: Schedule, stage, axis: IterVar, lanes: int, dtype_bytes: int
+    s: Schedule, stage, axis: IterVar, lanes: int, dtype_bytes: int, lines: int = 1
 ) -> tuple[IterVar, int]:
-    """Walk `axis` a cache line (or a vector, if wider) per iteration: the line's vectors are
-    unrolled inside, so a prefetch placed at the returned loop is issued once per line.
-    Returns that loop and how many elements it steps."""
-    step = max(lanes, CACHE_LINE_BYTES // dtype_bytes)
+    """Walk `axis` `lines` cache lines (at least a vector) per iteration, as one wide vector, so
+    a prefetch placed at the returned loop is issued once per line. Returns that loop and how
+    many elements it steps.
+
+    NOTE: one wide vector rather than native vectors unrolled: LLVM splits it into native
+    registers with the pieces' instructions interleaved, while unrolled copies of a loop body
+    holding exp's range branch stay one after another (the sigmoid chain ran 2x slower so).
+    """
+    step = max(lanes, lines * CACHE_LINE_BYTES // dtype_bytes)
     outer, inner = stage.split(axis, factor=step)
-    unrolled, vector = stage.split(inner, factor=lanes)
-    stage.unroll(unrolled)
-    stage.vectorize(vector)
+    stage.vectorize(inner)
     return outer, step

@@ -39,8 +39,9 @@ def schedule_softmax(n: int, m: int, dtype: str = "float32", target: Target | No
     vectorized_row_reduction(s, row_sum, s[y], i, lanes)
     s[e].compute_at(s[y], i)  # one row of exp values, read by the sum and the scale
     _, ej = s[e].op.axis
-    line, step = line_step(s, s[e], ej, lanes, bits_of(dtype) // 8)
-    # while a row's exps are computed, fetch the next row a line at a time: the max pass then
+    # two lines per step: the exps of two lines' vectors interleave (a long dependency chain each)
+    line, step = line_step(s, s[e], ej, lanes, bits_of(dtype) // 8, lines=2)
+    # while a row's exps are computed, fetch the next row line by line: the max pass then
     # finds it in cache, and the memory traffic overlaps the arithmetic (measured on 4096 x 4096:
     # 1.4x faster than no prefetch; two rows ahead is no faster and needs more cache)
     s[e].prefetch(x, line, -(-m // step))

@@ -1,0 +1,27 @@
+"""`tensorforge bench` runs its cases in a child per thread count and writes JSON rows."""
+
+import json
+
+import pytest
+
+from tensorforge.bench import bench_main
+
+
+def test_bench_writes_a_row_per_case_and_thread_count(tmp_path, capsys):
+    out = tmp_path / "rows.jsonl"
+    assert bench_main(["--cases", "copy", "--threads", "1", "--json", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["case"], r["threads"]) for r in rows] == [("copy", 1)]
+    (row,) = rows
+    assert row["unit"] == "GB/s" and row["rate"] > 0 and row["numpy_seconds"] > 0
+    # the copy's limit is the faster of its own and numpy's copy, so its fraction is at most 1
+    assert 0 < row["limit_fraction"] <= 1.0
+    assert row["ratio_vs_numpy"] == row["numpy_seconds"] / row["seconds"]
+    assert "copy" in capsys.readouterr().out
+
+
+def test_bench_rejects_an_unknown_case(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_main(["--cases", "gemm7"])
+    assert exit_info.value.code == 2
+    assert "unknown case(s) gemm7" in capsys.readouterr().err
