@@ -540,3 +540,29 @@ def test_regression_min_max_chain_does_not_abort_llvm():
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
     assert in_child(build_and_run) == 0
+
+
+def test_regression_region_through_a_consumer_loop_whose_extent_names_a_deeper_loop():
+    # fuzz seed 8080 #5601: B is computed at C's rfactor axis, its row region clamped by an
+    # extent naming that axis; A.global, computed further out at C's i, relaxed B's loops but
+    # not the axis inside B's extent, and its allocation named a loop it is not inside
+    # (LoweringError from the verifier). Loops that enter through an extent are relaxed now.
+    A = te.placeholder((1, 7), name="A")
+    B = te.compute((1, 7), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    r = te.reduce_axis((0, 1), name="r")
+    c = te.reduce_axis((0, 7), name="c")
+    C = te.compute((1,), lambda i: te.sum(B[r, c], axis=[r, c]), name="C")
+    s = te.create_schedule(C.op)
+    fused = s[C].fuse(*s[C].op.reduce_axis)
+    A_global = s.cache_read(A, "global", [B])
+    _, inner = s[C].split(fused, factor=3, tail="guard")
+    C_rf = s.rfactor(C, inner, factor_axis=1)
+    (lane,) = [v for v in s[C].leaf_iter_vars if v.name == "r.c.fused.inner.v"]
+    s[C_rf].compute_at(s[C], lane)
+    s[B].compute_at(s[C], lane)
+    s[A_global].compute_at(s[C], s[C].op.axis[0])
+    mod = tf.build(s, [A, C])
+    a = np.random.default_rng(8080).standard_normal((1, 7)).astype("float32")
+    out = np.full((1,), np.nan, "float32")
+    mod(a, out)
+    np.testing.assert_allclose(out, [(a * 2 + 1).sum()], rtol=1e-5)

@@ -173,6 +173,7 @@ def _needed_region(
                         target[var] = Interval(const(0, var.dtype), simplify_expr(extent - 1))
             for d, index in enumerate(indices):
                 bound = symbolic_bounds(simplify_expr(index, {**known, **relax}), relax, known)
+                bound = _relax_leftover_loops(bound, loop_extent, fixed, known)
                 if bound.min is None or bound.max is None:
                     # e.g. an index that divides by a symbolic extent (fused or nparts-split
                     # loops): as TVM does, fall back to the whole dimension, which is always right
@@ -193,6 +194,37 @@ def _needed_region(
             lo = Max(lo, iv.dom.min)
         region.append((simplify_expr(lo), extent))
     return region
+
+
+def _relax_leftover_loops(
+    bound: Interval, loop_extent: dict[int, tuple[Var, Expr]], fixed: set[int], known: dict
+) -> Interval:
+    """Relax loops that entered `bound` through another loop's extent.
+
+    A consumer's loop can have an extent that depends on a loop it is nested in (a region
+    computed at a deeper loop, clamped to its domain). Relaxing the consumer's loop then brings
+    in that outer loop, which must be relaxed too unless it encloses the stage itself; left in
+    place, the region would name a loop the stage is not inside (a fuzzer find).
+    """
+    for _ in range(8):  # each round removes one level of nesting
+        if bound.min is None or bound.max is None:
+            return bound
+        leftover = {
+            id(n): n
+            for e in (bound.min, bound.max)
+            for n in walk(e)
+            if isinstance(n, Var) and id(n) in loop_extent and id(n) not in fixed
+        }
+        if not leftover:
+            return bound
+        relax = {
+            var: Interval(const(0, var.dtype), simplify_expr(loop_extent[key][1] - 1))
+            for key, var in leftover.items()
+        }
+        low = symbolic_bounds(simplify_expr(bound.min, {**known, **relax}), relax, known).min
+        high = symbolic_bounds(simplify_expr(bound.max, {**known, **relax}), relax, known).max
+        bound = Interval(low, high)
+    return Interval(None, None)
 
 
 def _check_consumer_is_inside_the_attach_loop(stage: Stage, consumer: Stage) -> None:
