@@ -566,3 +566,21 @@ def test_regression_region_through_a_consumer_loop_whose_extent_names_a_deeper_l
     out = np.full((1,), np.nan, "float32")
     mod(a, out)
     np.testing.assert_allclose(out, [(a * 2 + 1).sum()], rtol=1e-5)
+
+
+def test_regression_all_false_masked_piece_is_not_loaded():
+    # fuzz seed 8080 #7622: a 16-lane masked load of A in two register-sized pieces, the second
+    # with a mask the backend found all-false: it came out as a plain load past the end of A
+    # (SIGSEGV against the guard page). Such pieces are now skipped by a branch on their mask.
+    steps = (
+        's[D].split(axis(s[D], "j"), nparts=5, tail="peel")',
+        's[S].tile(axis(s[S], "k2"), axis(s[S], "i"), 16, 7, tail="guard")',
+        's[D].fuse(axis(s[D], "i"), axis(s[D], "j.outer"))',
+        's[S].compute_at(s[D], axis(s[D], "i.j.outer.fused"))',
+        's[E].compute_at(s[D], axis(s[D], "i.j.outer.fused"))',
+        's[E].vectorize(axis(s[E], "j"))',
+    )
+    for n, m in ((2, 1), (40, 7)):
+        case = Case("softmax", (("n", n), ("m", m)), steps, side="end", seed=7622)
+        outcome = run_isolated(case)
+        assert outcome.status == "ok", outcome.message

@@ -84,7 +84,9 @@ def masked_chunks(lanes: int, element_bytes: int) -> list[tuple[int, int]]:
 
     NOTE: LLVM's x86 lowering of a masked load wider than a register whose mask is all-false
     for a whole register-sized piece loads that piece unmasked (seen with 32 float lanes on
-    AVX2: a read past the end of the array). Register-sized masked accesses are lowered right.
+    AVX2: a read past the end of the array). A register-sized piece whose mask the backend
+    finds all-false can still come out as a plain load (fuzz seed 8080 #7622), so each piece is
+    also skipped when none of its lanes is on (`if_any_lane`).
     """
     per_chunk = max(1, 32 // element_bytes)
     return [(start, min(per_chunk, lanes - start)) for start in range(0, lanes, per_chunk)]
@@ -390,7 +392,15 @@ class ExprEmitter:
                 )
                 part_ptr = b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr
                 part_mask = self.lanes_of(mask, start, count)
-                parts.append(b.call(fn, [part_ptr, ir.Constant(I32, align), part_mask, ir.Constant(part_ty, None)]))
+                zeros = ir.Constant(part_ty, None)
+                before = b.block
+                with self.if_any_lane(part_mask):
+                    loaded = b.call(fn, [part_ptr, ir.Constant(I32, align), part_mask, zeros])
+                    loaded_in = b.block
+                part = b.phi(part_ty)
+                part.add_incoming(loaded, loaded_in)
+                part.add_incoming(zeros, before)
+                parts.append(part)
             value = self.concat(parts)
         elif mask is None:  # gather as scalar loads: cheaper than vgather on most x86 cores
             value = ir.Constant(vty, ir.Undefined)
@@ -410,6 +420,14 @@ class ExprEmitter:
         if dt.is_bool(buffer.dtype):
             value = b.icmp_unsigned("!=", value, splat_constant(value.type, 0))
         return value
+
+    def if_any_lane(self, mask: ir.Value):
+        """`with` block run only when some lane of the vector `mask` is on."""
+        reduce_or = intrinsic(
+            self.module, f"llvm.vector.reduce.or.{llvm_math.mangle(mask.type)}", ir.IntType(1),
+            [mask.type],
+        )
+        return self.builder.if_then(self.builder.call(reduce_or, [mask]))
 
     # -- math -------------------------------------------------------------------------------------
     def call_overloaded(self, base: str, *args: ir.Value, fastmath: tuple = ()) -> ir.Value:
