@@ -251,12 +251,13 @@ RUNNERS: dict[str, Callable[[int], Row]] = {
 def run_cases(cases: list[str], threads: int) -> list[Row]:
     rows = [RUNNERS[name](threads) for name in cases]
     peak = next((r.rate for r in rows if r.case == "peak"), None)
-    bandwidth = next((r.rate for r in rows if r.case == "copy"), None)
     copy = next((r for r in rows if r.case == "copy"), None)
-    if copy is not None and copy.numpy_seconds:
+    bandwidth = None
+    if copy is not None:
         # the machine's copy limit is the faster of our copy and numpy's (memcpy, which may use
         # non-temporal stores), so no kernel is flattered by a slow reference
-        bandwidth = max(bandwidth, copy.rate * copy.seconds / copy.numpy_seconds)
+        fastest = min(copy.seconds, copy.numpy_seconds or copy.seconds)
+        bandwidth = copy.rate * copy.seconds / fastest
     for r in rows:
         if r.case == "peak":
             continue

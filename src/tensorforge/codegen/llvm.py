@@ -290,7 +290,7 @@ class _FunctionEmitter(ExprEmitter):
                     ir.VoidType(),
                     [part.type, ptr.type, I32, part_mask.type],
                 )
-                with self.if_any_lane(part_mask):
+                with b.if_then(self.any_lane(part_mask)):
                     b.call(fn, [part, part_ptr, ir.Constant(I32, align), part_mask])
         else:
             fn = self.state.function(

@@ -86,7 +86,7 @@ def masked_chunks(lanes: int, element_bytes: int) -> list[tuple[int, int]]:
     for a whole register-sized piece loads that piece unmasked (seen with 32 float lanes on
     AVX2: a read past the end of the array). A register-sized piece whose mask the backend
     finds all-false can still come out as a plain load (fuzz seed 8080 #7622), so each piece is
-    also skipped when none of its lanes is on (`if_any_lane`).
+    also skipped when none of its lanes is on (`any_lane`).
     """
     per_chunk = max(1, 32 // element_bytes)
     return [(start, min(per_chunk, lanes - start)) for start in range(0, lanes, per_chunk)]
@@ -370,12 +370,7 @@ class ExprEmitter:
         vty = ir.VectorType(elem, lanes) if lanes > 1 else elem
         mask = None if e.predicate is None else self.expr(e.predicate)
         if kind == "scalar" and mask is not None:  # a guarded scalar load: 0 where masked off
-            before = b.block
-            with b.if_then(mask):
-                loaded, loaded_in = b.load(ptr, typ=elem, align=align), b.block
-            value = b.phi(elem)
-            value.add_incoming(loaded, loaded_in)
-            value.add_incoming(ir.Constant(elem, None), before)
+            value = self._load_if(mask, lambda: b.load(ptr, typ=elem, align=align))
         elif kind == "scalar":
             value = b.load(ptr, typ=elem, align=align)
         elif kind == "contiguous" and mask is None:
@@ -392,15 +387,8 @@ class ExprEmitter:
                 )
                 part_ptr = b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr
                 part_mask = self.lanes_of(mask, start, count)
-                zeros = ir.Constant(part_ty, None)
-                before = b.block
-                with self.if_any_lane(part_mask):
-                    loaded = b.call(fn, [part_ptr, ir.Constant(I32, align), part_mask, zeros])
-                    loaded_in = b.block
-                part = b.phi(part_ty)
-                part.add_incoming(loaded, loaded_in)
-                part.add_incoming(zeros, before)
-                parts.append(part)
+                args = [part_ptr, ir.Constant(I32, align), part_mask, ir.Constant(part_ty, None)]
+                parts.append(self._load_if(self.any_lane(part_mask), lambda: b.call(fn, args)))
             value = self.concat(parts)
         elif mask is None:  # gather as scalar loads: cheaper than vgather on most x86 cores
             value = ir.Constant(vty, ir.Undefined)
@@ -421,13 +409,24 @@ class ExprEmitter:
             value = b.icmp_unsigned("!=", value, splat_constant(value.type, 0))
         return value
 
-    def if_any_lane(self, mask: ir.Value):
-        """`with` block run only when some lane of the vector `mask` is on."""
+    def any_lane(self, mask: ir.Value) -> ir.Value:
+        """An i1: is some lane of the vector `mask` on?"""
         reduce_or = intrinsic(
             self.module, f"llvm.vector.reduce.or.{llvm_math.mangle(mask.type)}", ir.IntType(1),
             [mask.type],
         )
-        return self.builder.if_then(self.builder.call(reduce_or, [mask]))
+        return self.builder.call(reduce_or, [mask])
+
+    def _load_if(self, condition: ir.Value, load) -> ir.Value:
+        """`load()` emitted only where `condition` holds; zero otherwise."""
+        b = self.builder
+        before = b.block
+        with b.if_then(condition):
+            loaded, loaded_in = load(), b.block
+        value = b.phi(loaded.type)
+        value.add_incoming(loaded, loaded_in)
+        value.add_incoming(ir.Constant(loaded.type, None), before)
+        return value
 
     # -- math -------------------------------------------------------------------------------------
     def call_overloaded(self, base: str, *args: ir.Value, fastmath: tuple = ()) -> ir.Value:

@@ -8,9 +8,9 @@ arithmetic; the scalar helper vectorizes inside LLVM's loop vectorizer too. floa
 
 Accuracy (float32, against a float64 reference, every 61st float32 bit pattern): exp 1.2 ulp,
 log 0.9, log2 1.5, tanh 1.3, erf 1.0, sigmoid 2.7. exp runs a short fast path when every lane is
-in [-86.5, 88] and branches to an exact path (denormals, overflow, NaN) otherwise. exp overflows to inf and underflows to 0
-(through denormals), log(0) = -inf, log(x < 0) = NaN, NaN propagates; tanh, sigmoid and erf
-saturate.
+in [-86.5, 88] and branches to an exact path (denormals, overflow, NaN) otherwise. exp overflows
+to inf and underflows to 0 (through denormals), log(0) = -inf, log(x < 0) = NaN, NaN
+propagates; tanh, sigmoid and erf saturate.
 """
 
 from __future__ import annotations

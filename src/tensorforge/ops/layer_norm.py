@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tensorforge import te
 from tensorforge.ops.reduction_helpers import line_step, vectorized_row_reduction
-from tensorforge.te.dtype import bits_of
 from tensorforge.target import Target
 
 
@@ -36,7 +35,7 @@ def schedule_layer_norm(n: int, m: int, dtype: str = "float32", target: Target |
     total, squares = [t for t in y.op.input_tensors if t.op.name in ("total", "squares")]
     s = te.create_schedule(y.op)
     i, j = s[y].op.axis
-    line, step = line_step(s, s[y], j, lanes, bits_of(dtype) // 8)
+    line, step = line_step(s[y], j, lanes, dtype)
     s[y].prefetch(x, line, -(-m // step))  # the next row, once per cache line (see softmax)
     if parallel:
         s[y].parallel(i)

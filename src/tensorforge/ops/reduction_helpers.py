@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from tensorforge.schedule.schedule import Schedule
+from tensorforge.te.dtype import bits_of
 from tensorforge.te.tensor import IterVar, Tensor
+
+CACHE_LINE_BYTES = 64
 
 
 def vectorized_row_reduction(
@@ -31,12 +34,7 @@ def vectorized_row_reduction(
     return partial
 
 
-CACHE_LINE_BYTES = 64
-
-
-def line_step(
-    s: Schedule, stage, axis: IterVar, lanes: int, dtype_bytes: int, lines: int = 1
-) -> tuple[IterVar, int]:
+def line_step(stage, axis: IterVar, lanes: int, dtype: str, lines: int = 1) -> tuple[IterVar, int]:
     """Walk `axis` `lines` cache lines (at least a vector) per iteration, as one wide vector, so
     a prefetch placed at the returned loop is issued once per line. Returns that loop and how
     many elements it steps.
@@ -45,7 +43,7 @@ def line_step(
     registers with the pieces' instructions interleaved, while unrolled copies of a loop body
     holding exp's range branch stay one after another (the sigmoid chain ran 2x slower so).
     """
-    step = max(lanes, lines * CACHE_LINE_BYTES // dtype_bytes)
+    step = max(lanes, lines * CACHE_LINE_BYTES * 8 // bits_of(dtype))
     outer, inner = stage.split(axis, factor=step)
     stage.vectorize(inner)
     return outer, step

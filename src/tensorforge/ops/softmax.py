@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tensorforge import te
 from tensorforge.ops.reduction_helpers import line_step, vectorized_row_reduction
-from tensorforge.te.dtype import bits_of
 from tensorforge.target import Target
 
 
@@ -40,7 +39,7 @@ def schedule_softmax(n: int, m: int, dtype: str = "float32", target: Target | No
     s[e].compute_at(s[y], i)  # one row of exp values, read by the sum and the scale
     _, ej = s[e].op.axis
     # two lines per step: the exps of two lines' vectors interleave (a long dependency chain each)
-    line, step = line_step(s, s[e], ej, lanes, bits_of(dtype) // 8, lines=2)
+    line, step = line_step(s[e], ej, lanes, dtype, lines=2)
     # while a row's exps are computed, fetch the next row line by line: the max pass then
     # finds it in cache, and the memory traffic overlaps the arithmetic (measured on 4096 x 4096:
     # 1.4x faster than no prefetch; two rows ahead is no faster and needs more cache)

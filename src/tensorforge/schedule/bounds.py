@@ -170,7 +170,7 @@ def _needed_region(
                     if isinstance(n, Var) and id(n) in loop_extent:
                         var, extent = loop_extent[id(n)]
                         target = known if id(n) in fixed else relax
-                        target[var] = Interval(const(0, var.dtype), simplify_expr(extent - 1))
+                        target[var] = _loop_range(var, extent)
             for d, index in enumerate(indices):
                 bound = symbolic_bounds(simplify_expr(index, {**known, **relax}), relax, known)
                 bound = _relax_leftover_loops(bound, loop_extent, fixed, known)
@@ -196,6 +196,11 @@ def _needed_region(
     return region
 
 
+def _loop_range(var: Var, extent: Expr) -> Interval:
+    """The values a loop variable over `extent` iterations takes."""
+    return Interval(const(0, var.dtype), simplify_expr(extent - 1))
+
+
 def _relax_leftover_loops(
     bound: Interval, loop_extent: dict[int, tuple[Var, Expr]], fixed: set[int], known: dict
 ) -> Interval:
@@ -217,10 +222,7 @@ def _relax_leftover_loops(
         }
         if not leftover:
             return bound
-        relax = {
-            var: Interval(const(0, var.dtype), simplify_expr(loop_extent[key][1] - 1))
-            for key, var in leftover.items()
-        }
+        relax = {var: _loop_range(var, loop_extent[key][1]) for key, var in leftover.items()}
         low = symbolic_bounds(simplify_expr(bound.min, {**known, **relax}), relax, known).min
         high = symbolic_bounds(simplify_expr(bound.max, {**known, **relax}), relax, known).max
         bound = Interval(low, high)
@@ -256,7 +258,7 @@ def _axes_needing_guard(info: StageBounds, loop_extent: dict[int, tuple[Var, Exp
     so the hot loop of a padded tile stays unmasked.
     """
     op = info.stage.op
-    known = {var: Interval(const(0, var.dtype), simplify_expr(ext - 1)) for var, ext in loop_extent.values()}
+    known = {var: _loop_range(var, ext) for var, ext in loop_extent.values()}
     region = {
         iv.var: Interval(info.mins[iv], simplify_expr(info.mins[iv] + info.extents[iv] - 1))
         for iv in list(op.axis) + list(op.reduce_axis)
