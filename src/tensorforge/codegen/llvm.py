@@ -266,6 +266,8 @@ class _FunctionEmitter(ExprEmitter):
                 else memory_type("bool"),
             )
         kind, ptr, lanes = self.access(buffer, s.indices[0])
+        if kind == "broadcast":  # every lane to one address: the scatter's lane order decides
+            kind, ptr = "gather", self.splat(ptr, lanes)
         if lanes > 1 and not isinstance(value.type, ir.VectorType):
             value = self.splat(value, lanes)
         align = element_bytes(buffer.dtype)

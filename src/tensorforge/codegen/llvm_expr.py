@@ -324,11 +324,13 @@ class ExprEmitter:
         return self.builder.zext(v, ty) if dt.is_unsigned(index.dtype) else self.builder.sext(v, ty)
 
     def access(self, buffer: Buffer, index: Expr) -> tuple[str, ir.Value, int]:
-        """(kind, pointer, lanes) of an access: kind "scalar", "contiguous" or "gather" (the
-        pointer is then a vector of pointers)."""
+        """(kind, pointer, lanes) of an access: kind "scalar", "contiguous", "broadcast" (one
+        element for every lane) or "gather" (the pointer is then a vector of pointers)."""
         lanes = dt.lanes_of(index.dtype)
         if lanes == 1:
             return "scalar", self.element_ptr(buffer, self.index64(index)), 1
+        if isinstance(index, Broadcast):
+            return "broadcast", self.element_ptr(buffer, self.index64(index.value)), lanes
         if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.stride.value == 1:
             return "contiguous", self.element_ptr(buffer, self.index64(index.base)), lanes
         return "gather", self.element_ptr(buffer, self.index64(index)), lanes
@@ -373,6 +375,11 @@ class ExprEmitter:
             value = self._load_if(mask, lambda: b.load(ptr, typ=elem, align=align))
         elif kind == "scalar":
             value = b.load(ptr, typ=elem, align=align)
+        elif kind == "broadcast" and mask is None:
+            value = self.splat(b.load(ptr, typ=elem, align=align), lanes)
+        elif kind == "broadcast":  # one guarded scalar load, not a masked gather of one address
+            loaded = self._load_if(self.any_lane(mask), lambda: b.load(ptr, typ=elem, align=align))
+            value = b.select(mask, self.splat(loaded, lanes), ir.Constant(vty, None))
         elif kind == "contiguous" and mask is None:
             value = b.load(ptr, typ=vty, align=align)
         elif kind == "contiguous":

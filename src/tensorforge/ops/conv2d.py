@@ -36,14 +36,19 @@ def conv2d_nchw(batch: int, channels: int, height: int, width: int, filters: int
 def schedule_conv2d(batch: int, channels: int, height: int, width: int, filters: int,
                     kernel: int = 3, pad: int = 1, dtype: str = "float32",
                     target: Target | None = None, parallel: bool = True,
-                    f_block: int = 4, x_vectors: int = 3):
+                    f_block: int = 4, x_vectors: int | None = None):
     """Accumulate an `f_block` x (`x_vectors` vectors of output columns) tile in registers.
 
     Each step of the reduction loads `x_vectors` input vectors and broadcasts `f_block` weights,
     feeding f_block * x_vectors FMAs. Output rows run in parallel; padding is computed first.
+    By default a row of up to 4 vectors is one tile (its last vector masked), longer rows go
+    in tiles of 3 vectors.
     """
     target = target or Target("llvm")
     lanes = target.vector_lanes(dtype)
+    if x_vectors is None:
+        row_vectors = -(-(width + 2 * pad - kernel + 1) // lanes)
+        x_vectors = row_vectors if row_vectors <= 4 else 3
     data, weight, padded, out = conv2d_nchw(batch, channels, height, width, filters, kernel, pad, dtype)
     s = te.create_schedule(out.op)
     b, c, y, x = s[padded].op.axis
