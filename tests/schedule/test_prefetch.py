@@ -128,3 +128,28 @@ def test_prefetch_inside_a_parallel_loop():
     s[C_rf].unroll(axis(s[C_rf], "r.inner"))
     s[C].unroll(axis(s[C], "i"))
     check_against_numpy(s, [A], [C], lambda a: (a * 2 + 1).sum(axis=(1, 2)), rtol=1e-4, atol=1e-3)
+
+
+def test_prefetch_names_an_input_read_through_an_inlined_producer():
+    A, B = scaled(6, 50)
+    C = te.compute((6, 50), lambda i, j: B[i, j] - 3.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_inline()
+    jo, ji = s[C].split(C.op.axis[1], factor=8)
+    s[C].prefetch(A, jo, 4)
+    check_against_numpy(s, [A], [C], lambda a: a * 2 + 1 - 3)
+    assert {p.buffer.name for p in prefetches(s, [A, C])} == {"A"}
+    with pytest.raises(tf.ScheduleError, match="it reads: B, A"):
+        s[C].prefetch(C, jo, 4)
+
+
+def test_prefetch_in_a_fused_loop_fetches_the_run_it_reads_not_whole_rows():
+    A, B = scaled(33, 70)  # rows of 70: a 64-element step spans two rows at times
+    s = te.create_schedule(B.op)
+    fused = s[B].fuse(*B.op.axis)
+    step, lane = s[B].split(fused, factor=64)
+    s[B].vectorize(lane)
+    s[B].prefetch(A, step, 12)
+    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+    text = str(tf.lower(s, [A, B]))
+    assert "for A.line in range(4)" in text and "A.pf" not in text  # 64 floats: 4 lines

@@ -97,6 +97,9 @@ class LLVMCodegen:
         arg_types = [PTR if isinstance(p, Buffer) else value_type(p.dtype) for p in func.params]
         entry = ir.Function(module, ir.FunctionType(ir.VoidType(), arg_types), name=func.name)
         state = _ModuleState(module, func.name, func.attr(PARAM_ALIGN_ATTR))
+        state.cpu_features = frozenset(
+            f[1:] for f in target.features.split(",") if f.startswith("+")
+        )
         emitter = _FunctionEmitter(state, entry, in_parallel=False)
         for param, arg in zip(func.params, entry.args):
             arg.name = param.name
@@ -148,6 +151,7 @@ class _ModuleState:
         self.parallel_loops = 0
         self.param_align = param_align
         self.param_buffers: set[Buffer] = set()
+        self.cpu_features: frozenset[str] = frozenset()
 
     def align_of(self, buffer: Buffer) -> int:
         """The alignment a pointer to `buffer` is known to have.
@@ -181,6 +185,7 @@ class _FunctionEmitter(ExprEmitter):
 
     def __init__(self, state: _ModuleState, fn: ir.Function, in_parallel: bool):
         self.state, self.module, self.func_name = state, state.module, state.func_name
+        self.cpu_features = state.cpu_features
         self.fn, self.in_parallel = fn, in_parallel
         fn.attributes.add("nounwind")
         # NOTE: the entry block holds only allocas and a branch to "start", where code begins, so

@@ -104,6 +104,7 @@ class ExprEmitter:
     func_name: str
     vars: dict[Var, ir.Value]
     buffers: dict[Buffer, ir.Value]
+    cpu_features: frozenset[str] = frozenset()  # LLVM's names ("avx512f") of what the target has
 
     def fail(self, message: str) -> BuildError:
         return BuildError(f"llvm codegen of '{self.func_name}': {message}")
@@ -480,7 +481,8 @@ class ExprEmitter:
         if name == "rsqrt":
             return b.fdiv(one, self.call_overloaded("llvm.sqrt", x))
         if name in llvm_math.POLYNOMIAL_FUNCTIONS and dt.element_of(dtype) == "float32":
-            return b.call(llvm_math.math_function(self.module, name, x.type), [x])
+            helper = llvm_math.math_function(self.module, name, x.type, self.cpu_features)
+            return b.call(helper, [x])
         if name in ("exp", "log", "log2", "tanh"):  # float64: libm per lane
             return self.call_overloaded(f"llvm.{name}", x)
         if name == "sigmoid":

