@@ -66,7 +66,7 @@ def test_prefetch_of_a_tensor_the_stage_does_not_read():
     A, B = scaled(4, 8)
     C = te.compute((4, 8), lambda i, j: B[i, j] + 1.0, name="C")
     s = te.create_schedule(C.op)
-    with pytest.raises(tf.ScheduleError, match=r"prefetch in stage 'C': 'A' is not a tensor this stage reads; it reads: B"):
+    with pytest.raises(tf.ScheduleError, match=r"prefetch in stage 'C': 'A' is neither a tensor this stage reads \(B\) nor the output"):
         s[C].prefetch(A, C.op.axis[0], 1)
 
 
@@ -139,7 +139,7 @@ def test_prefetch_names_an_input_read_through_an_inlined_producer():
     s[C].prefetch(A, jo, 4)
     check_against_numpy(s, [A], [C], lambda a: a * 2 + 1 - 3)
     assert {p.buffer.name for p in prefetches(s, [A, C])} == {"A"}
-    with pytest.raises(tf.ScheduleError, match="it reads: B, A"):
+    with pytest.raises(tf.ScheduleError, match=r"neither a tensor this stage reads \(B, A\)"):
         s[C].prefetch(C, jo, 4)
 
 
@@ -153,3 +153,29 @@ def test_prefetch_in_a_fused_loop_fetches_the_run_it_reads_not_whole_rows():
     check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
     text = str(tf.lower(s, [A, B]))
     assert "for A.line in range(4)" in text and "A.pf" not in text  # 64 floats: 4 lines
+
+
+def test_prefetch_of_a_consumers_output_fetches_its_lines_writable():
+    A, B = scaled(5, 77)
+    C = te.compute((5, 77), lambda i, j: B[i, j] * B[i, j] + A[i, j], name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    jo, ji = s[B].split(B.op.axis[1], factor=16)
+    s[B].vectorize(ji)
+    s[B].prefetch(C, jo, 0)  # the lines of C that C's row loop writes where B computes now
+    check_against_numpy(s, [A], [C], lambda a: (a * 2 + 1) ** 2 + a)
+    text = str(tf.lower(s, [A, C]))
+    assert "prefetch_write(C[" in text
+    mod = tf.build(s, [A, C])
+    assert "prefetchw" in mod.get_source("asm")
+
+
+def test_prefetch_of_a_consumer_that_reads_elsewhere_is_refused():
+    A, B = scaled(6, 6)
+    T = te.compute((6, 6), lambda i, j: B[j, i], name="T")  # a transpose: not element for element
+    s = te.create_schedule(T.op)
+    with pytest.raises(tf.ScheduleError, match="nor the output of a stage that reads 'B' element for element"):
+        s[B].prefetch(T, B.op.axis[1], 0)
+    with pytest.raises(tf.ScheduleError, match="non-negative"):
+        U = te.compute((6, 6), lambda i, j: B[i, j] + 1.0, name="U")
+        te.create_schedule(U.op)[B].prefetch(U, B.op.axis[1], -1)

@@ -253,8 +253,9 @@ class _FunctionEmitter(ExprEmitter):
             self.buffer_ptr(s.buffer), [self.index64(index)], source_etype=memory_type(s.buffer.dtype)
         )
         fn = self.state.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        # read, keep in all cache levels (prefetcht0), data cache
-        self.builder.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        # read or write, keep in all cache levels (prefetcht0 / prefetchw), data cache
+        rw = ir.Constant(I32, 1 if s.write else 0)
+        self.builder.call(fn, [ptr, rw, ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
     def _store(self, s: BufferStore) -> None:
         if len(s.indices) != 1:

@@ -58,8 +58,9 @@ def _stmt_lines(s: Stmt, indent: int) -> list[str]:
             mask = "" if p is None else f" if {expr_to_str(p)}"
             target = f"{b.name}[{', '.join(expr_to_str(i) for i in idx)}]"
             return [f"{pad}{target} = {expr_to_str(v)}{mask}"]
-        case Prefetch(buffer=b, indices=idx):
-            return [f"{pad}prefetch({b.name}[{', '.join(expr_to_str(i) for i in idx)}])"]
+        case Prefetch(buffer=b, indices=idx, write=write):
+            name = "prefetch_write" if write else "prefetch"
+            return [f"{pad}{name}({b.name}[{', '.join(expr_to_str(i) for i in idx)}])"]
         case Realize(buffer=b, mins=mins, extents=exts, body=body):
             region = ", ".join(f"{expr_to_str(m)}:{expr_to_str(m + x)}" for m, x in zip(mins, exts))
             head = f"{pad}realize {b.name}[{region}]: {b.dtype} ({b.scope})"

@@ -104,7 +104,8 @@ class Evaluate(Stmt):
 
 @stmt
 class Prefetch(Stmt):
-    """Ask the CPU to bring the cache line holding `buffer[indices]` closer (a hint).
+    """Ask the CPU to bring the cache line holding `buffer[indices]` closer (a hint); `write`
+    asks for it in a writable state (prefetchw), for stores that follow.
 
     A prefetch never faults, so the index may lie outside the buffer (the next row of a
     matrix, past its end): the verifier checks its variables, not its bounds.
@@ -112,6 +113,7 @@ class Prefetch(Stmt):
 
     buffer: Buffer
     indices: tuple[Expr, ...]
+    write: bool = False
 
 
 @stmt

@@ -173,7 +173,11 @@ class _StageNest:
             (t, off) for t, axis, off in self.stage.prefetches
             if axis is iv and (t.op not in sch or sch[t.op].attach_type == "root")
         ]
-        if not wanted:
+        writes = [
+            (consumer.op.output(0), off) for consumer, axis, off in self.stage.write_prefetches
+            if axis is iv and consumer.attach_type == "root"
+        ]
+        if not wanted and not writes:
             return []
         roots, _ = self.root_values(env)
         extents = iter_extents(self.stage, self.info.root_extents, env.overrides)
@@ -182,15 +186,18 @@ class _StageNest:
             for leaf in self.leaves[level + 1 :]
         }
         out: list[Stmt] = []
+        roots_of = {axis.var: value for axis, value in roots.items()}
         for tensor, offset in wanted:
             out += prefetch_nest(
-                self.b.buffer_of,
-                tensor,
-                self.info.body,
-                {axis.var: value for axis, value in roots.items()},
-                {iv.var: iv.var + offset},
-                relax,
-                dict(self.b.ranges),
+                self.b.buffer_of, tensor, self.info.body, roots_of, {iv.var: iv.var + offset},
+                relax, dict(self.b.ranges),
+            )
+        # the consumer writes its output at this stage's own indices (checked by Stage.prefetch)
+        own = tuple(axis.var for axis in self.stage.op.axis)
+        for tensor, offset in writes:
+            out += prefetch_nest(
+                self.b.buffer_of, tensor, (tensor[own],), roots_of, {iv.var: iv.var + offset},
+                relax, dict(self.b.ranges), write=True,
             )
         return out
 

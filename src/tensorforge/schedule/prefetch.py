@@ -24,6 +24,7 @@ def prefetch_nest(
     shift: Mapping[Var, Expr],
     relax: Mapping[Var, Interval],
     known: Mapping[Var, Interval],
+    write: bool = False,
 ) -> list[Stmt]:
     """Prefetches of every line of `tensor` that `body` reads once the loop var is shifted.
 
@@ -44,7 +45,7 @@ def prefetch_nest(
             # a fused or flattened loop reads a run of whole rows: its region per dimension
             # (through // and %) spans every row it touches, the flat one only the run
             region = [(const(0), const(1))] * (len(tensor.shape) - 1) + flat
-        stmt = _lines(buffer_of(tensor), region)
+        stmt = _lines(buffer_of(tensor), region, write)
         if str(stmt) not in seen:  # several reads of one region: prefetch it once
             seen.add(str(stmt))
             out.append(stmt)
@@ -85,7 +86,7 @@ def _fewer_elements(flat: list[tuple[Expr, Expr]], region: list[tuple[Expr, Expr
     return not isinstance(total, Const) or int(flat_extent.value) < int(total.value)
 
 
-def _lines(buffer: Buffer, region: list[tuple[Expr, Expr]]) -> Stmt:
+def _lines(buffer: Buffer, region: list[tuple[Expr, Expr]], write: bool = False) -> Stmt:
     """Loops over the region's outer dimensions, and over its innermost one line at a time."""
     step = max(1, CACHE_LINE_BYTES // (dt.bits_of(buffer.dtype) // 8))
     *outer, (last_min, last_extent) = region
@@ -93,7 +94,7 @@ def _lines(buffer: Buffer, region: list[tuple[Expr, Expr]]) -> Stmt:
     loop_vars = [Var(f"{buffer.name}.pf{d}") for d in range(len(outer))]
     indices = [lo + v for (lo, _), v in zip(outer, loop_vars)]
     lines = simplify_expr((last_extent + step - 1) // step)
-    stmt: Stmt = Prefetch(buffer, (*indices, simplify_expr(last_min + line * step)))
+    stmt: Stmt = Prefetch(buffer, (*indices, simplify_expr(last_min + line * step)), write)
     stmt = For(line, const(0), lines, stmt)
     for d in reversed(range(len(outer))):
         stmt = For(loop_vars[d], const(0), outer[d][1], stmt)

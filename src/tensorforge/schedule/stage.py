@@ -9,8 +9,9 @@ from tensorforge.errors import ScheduleError
 from tensorforge.te import dtype as dt
 from tensorforge.ir.stmt import LoopKind
 from tensorforge.schedule.relations import TAIL_MODES, Fuse, IterAttr, Relation, Split
-from tensorforge.te.expr import Const, Expr, Var, as_expr
+from tensorforge.te.expr import Const, Expr, TensorRead, Var, as_expr
 from tensorforge.te.tensor import ComputeOp, IterKind, IterVar, Operation, PlaceholderOp, Tensor
+from tensorforge.te.visit import walk
 
 if TYPE_CHECKING:
     from tensorforge.schedule.schedule import Schedule
@@ -38,6 +39,8 @@ class Stage:
         self.storage_align_: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
         self.double_buffered = False
         self.prefetches: list[tuple[Tensor, IterVar, int]] = []  # (tensor, loop, iterations ahead)
+        # (consumer stage whose output lines are fetched writable, loop, iterations ahead)
+        self.write_prefetches: list[tuple["Stage", IterVar, int]] = []
 
     # -- inspection -----------------------------------------------------------------------------
     @property
@@ -307,21 +310,50 @@ class Stage:
         stage reads `offset` iterations later (a CPU cache hint: it overlaps memory traffic with
         computation; it never faults, and GPU code ignores it). Only tensors with a home of their
         own are fetched: inputs and stages computed at root, not those computed inside another
-        stage's loops or inlined."""
+        stage's loops or inlined.
+
+        `tensor` may also be the output of a root stage that reads this one element for element
+        (`y[i, j] = f(this[i, j], ...)`): then the lines `y` will be written at the positions
+        this stage computes `offset` (>= 0) iterations later are fetched writable (prefetchw), so
+        those stores find them in cache. Softmax uses it: its output rows are fetched while the
+        exps are computed, not when the stores of the final scaling stall on them.
+        """
         self._check_compute("prefetch")
         self._check_leaf("prefetch", axis)
         reads = self.reads()
-        if not isinstance(tensor, Tensor) or tensor.op not in [t.op for t in reads]:
+        consumer = None
+        if isinstance(tensor, Tensor) and tensor.op not in [t.op for t in reads]:
+            consumer = self._elementwise_consumer(tensor)
+        if not isinstance(tensor, Tensor) or (consumer is None and tensor.op not in [t.op for t in reads]):
             raise ScheduleError(
-                f"prefetch in stage '{self.name}': {getattr(tensor, 'name', tensor)!r} is not a tensor "
-                f"this stage reads; it reads: {', '.join(t.name for t in reads) or 'nothing'}"
+                f"prefetch in stage '{self.name}': {getattr(tensor, 'name', tensor)!r} is neither a "
+                f"tensor this stage reads ({', '.join(t.name for t in reads) or 'nothing'}) nor the "
+                f"output of a stage that reads '{self.name}' element for element"
             )
-        if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < 1:
+        least = 0 if consumer is not None else 1
+        if isinstance(offset, bool) or not isinstance(offset, numbers.Integral) or offset < least:
             raise ScheduleError(
                 f"prefetch of '{tensor.name}' at '{axis.name}' in stage '{self.name}': offset must "
-                f"be a positive number of iterations, got {offset!r}"
+                f"be {'a non-negative' if least == 0 else 'a positive'} number of iterations, "
+                f"got {offset!r}"
             )
-        self.prefetches.append((tensor, axis, int(offset)))
+        if consumer is not None:
+            self.write_prefetches.append((consumer, axis, int(offset)))
+        else:
+            self.prefetches.append((tensor, axis, int(offset)))
+
+    def _elementwise_consumer(self, tensor: Tensor) -> "Stage | None":
+        """The stage computing `tensor`, if it reads this stage only at its own indices."""
+        if tensor.op not in self.schedule or not isinstance(tensor.op, ComputeOp):
+            return None
+        consumer = self.schedule[tensor.op]
+        own = tuple(iv.var for iv in consumer.op.axis)
+        reads = [n for e in consumer.op.body for n in walk(e)
+                 if isinstance(n, TensorRead) and n.tensor.op is self.op]
+        at_own = lambda r: len(r.indices) == len(own) and all(a is b for a, b in zip(r.indices, own))  # noqa: E731
+        if not reads or not all(at_own(r) for r in reads):
+            return None
+        return consumer
 
 
     def reads(self) -> list[Tensor]:

@@ -48,7 +48,7 @@ def _flatten(node: Any, regions: dict[int, tuple[Expr, ...]]) -> Any:
             idx = tuple(_flatten(i, regions) for i in idx)
             value = _flatten(value, regions)
             return BufferStore(buf, (flat_index(buf, idx, regions.get(id(buf))),), value, pred)
-        case Prefetch(buffer=buf, indices=idx):
+        case Prefetch(buffer=buf, indices=idx, write=write):
             idx = tuple(_flatten(i, regions) for i in idx)
-            return Prefetch(buf, (flat_index(buf, idx, regions.get(id(buf))),))
+            return Prefetch(buf, (flat_index(buf, idx, regions.get(id(buf))),), write)
     return map_children(node, lambda child: _flatten(child, regions))

@@ -253,9 +253,9 @@ class _Vectorizer:
                 return For(v, vlo, vext, self.stmt(body, pred), kind, s.thread_tag, s.pragmas)
             case Attr(key=k, value=value, body=body):
                 return Attr(k, value, self.stmt(body, pred))
-            case Prefetch(buffer=buf, indices=(index,)):
+            case Prefetch(buffer=buf, indices=(index,), write=write):
                 vi = self.expr(index, pred)
                 if isinstance(vi, Ramp):  # a contiguous run: its first line (a hint, not a copy)
-                    return Prefetch(buf, (vi.base,))
+                    return Prefetch(buf, (vi.base,), write)
                 return s if not self.is_vec(vi) else Seq(())
         raise Unvectorizable(f"cannot vectorize {type(s).__name__}")
