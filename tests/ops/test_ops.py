@@ -17,7 +17,7 @@ def run(mod, *arrays):
     return arrays
 
 
-@pytest.mark.parametrize("n,m,k", [(64, 64, 64), (37, 45, 19), (100, 33, 70), (1, 7, 3), (200, 150, 600), (53, 300, 1100)])
+@pytest.mark.parametrize("n,m,k", [(64, 64, 64), (37, 45, 19), (100, 33, 70), (1, 7, 3), (200, 150, 600), (53, 300, 1100), (13, 530, 1030)])
 @pytest.mark.parametrize("parallel", [True, False])
 def test_matmul(n, m, k, parallel, rng):
     s, args = ops.schedule_matmul(n, m, k, parallel=parallel)
@@ -115,3 +115,12 @@ def test_conv2d_row_tail_broadcasts_weights_without_a_gather(rng):
         for kx in range(3):
             ref[0] += np.einsum("fc,chw->fhw", w[:, :, ky, kx], x[0, :, ky:ky + 5, kx:kx + 13])
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_with_many_column_blocks_packs_b_inside_each():
+    text = str(tf.lower(*ops.schedule_matmul(13, 530, 1030)))
+    assert "packedA" in text  # the blocked schedule (k past what fits L1)
+    # packedB is allocated inside the parallel column-block loop, not packed in a pass before it
+    lines = text.splitlines()
+    at = next(n for n, line in enumerate(lines) if "packedB = allocate" in line)
+    assert lines[at - 1].strip().startswith("for j.outer") and "# parallel" in lines[at - 1]

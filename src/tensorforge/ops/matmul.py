@@ -30,6 +30,7 @@ class MatmulTiles:
     kc: int = 256
 
     L1_BYTES = 32 * 1024
+    COLUMN_BLOCKS_TO_SHARE = 8  # fewer column blocks than this: parallel over all blocks
 
     @staticmethod
     def for_target(target: Target, dtype: str = "float32") -> "MatmulTiles":
@@ -103,16 +104,20 @@ def schedule_matmul(n: int, m: int, k: int, dtype: str = "float32", target: Targ
     blocked = tiles.needs_k_blocks(k, _itemsize(dtype))
     A, B, packedA, packedB, C = matmul(n, m, k, dtype, tiles, pack_a=blocked)
     s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    # with enough column blocks to share out, each thread packs the B panel of its column block
+    # into its own L2 right before using it, rather than all of B in a pass of its own first
+    # (2048³: 1 thread 0.95x -> 0.99x OpenBLAS, 2 threads 0.86x -> 0.93x)
+    pack_b_per_block = blocked and -(-m // tiles.nb) >= MatmulTiles.COLUMN_BLOCKS_TO_SHARE
     for packed in (packedA, packedB):  # panel by panel, the panel width innermost
         if packed is None:
             continue
         p, _, x = s[packed].op.axis
         s[packed].vectorize(x)
-        if parallel:
+        if parallel and not (packed is packedB and pack_b_per_block):
             s[packed].parallel(p)
-    CC = s.cache_write(C, "local")
     if blocked:
-        _schedule_blocks(s, C, CC, tiles, parallel)
+        _schedule_blocks(s, C, CC, packedB if pack_b_per_block else None, tiles, parallel)
     else:
         _schedule_panels(s, C, CC, tiles, parallel)
     return s, [A, B, C]
@@ -135,19 +140,24 @@ def _schedule_panels(s, C, CC, tiles: MatmulTiles, parallel: bool) -> None:
     _micro_kernel(s, CC, ki, ci, cj)
 
 
-def _schedule_blocks(s, C, CC, tiles: MatmulTiles, parallel: bool) -> None:
+def _schedule_blocks(s, C, CC, packedB, tiles: MatmulTiles, parallel: bool) -> None:
     """mb x nb blocks of C, each accumulated in a local buffer over k blocks of kc, then copied
-    out (guarded); inside a k block, B micro-panels, then A micro-tiles: the micro-kernel."""
+    out (guarded); inside a k block, B micro-panels, then A micro-tiles: the micro-kernel.
+
+    With `packedB`, column blocks run in parallel and pack their B panel first; without, all
+    blocks share out (B packed before)."""
     i, j = s[C].op.axis
     jo, ji = s[C].split(j, factor=tiles.nb, tail="guard")
     io, ii = s[C].split(i, factor=tiles.mb, tail="guard")
     s[C].reorder(jo, io, ii, ji)
     _, jv = s[C].split(ji, factor=tiles.nr)
     s[C].vectorize(jv)
-    block = s[C].fuse(jo, io)
+    block = io if packedB is not None else s[C].fuse(jo, io)
     if parallel:
-        s[C].parallel(block)
+        s[C].parallel(jo if packedB is not None else block)
     s[CC].compute_at(s[C], block)
+    if packedB is not None:
+        s[packedB].compute_at(s[C], jo)
     ci, cj = s[CC].op.axis
     (ck,) = s[CC].op.reduce_axis
     cio, cii = s[CC].split(ci, factor=tiles.mr)
