@@ -83,7 +83,7 @@ def test_matmul_blocks_k_only_when_a_sliver_of_a_overflows_l1():
     tiles = MatmulTiles(mr=6, nr=16)
     assert not tiles.needs_k_blocks(1024, 4)  # 24 KB of A per micro-tile: streamed from its rows
     assert tiles.needs_k_blocks(2048, 4)
-    text = str(tf.lower(*ops.schedule_matmul(64, 64, 2048, parallel=False)))
+    text = str(tf.lower(*ops.schedule_matmul(64, 64, 4096, parallel=False)))  # k > kc on every target
     assert "packedA" in text and "k.c.outer" in text
     assert "packedA" not in str(tf.lower(*ops.schedule_matmul(64, 64, 1024, parallel=False)))
 
