@@ -88,12 +88,16 @@ def test_matmul_blocks_k_only_when_a_sliver_of_a_overflows_l1():
     assert "packedA" not in str(tf.lower(*ops.schedule_matmul(64, 64, 1024, parallel=False)))
 
 
-@pytest.mark.parametrize("mattr", ["+avx512f,+avx2,+fma,+avx", "+avx2,+fma,+avx"])
-def test_matmul_micro_kernel_keeps_its_accumulators_in_registers(mattr):
+@pytest.mark.parametrize("mattr,nr", [("+avx512f,+avx2,+fma,+avx", None), ("+avx512f,+avx2,+fma,+avx", 48),
+                                      ("+avx2,+fma,+avx", None), ("+avx2,+fma,+avx", 24)])
+def test_matmul_micro_kernel_keeps_its_accumulators_in_registers(mattr, nr):
     """Compiled (not run) for AVX-512 and AVX2: the FMAs read no stack slots and no vector is
     assembled lane by lane (a <48 x float> tile once went through the stack: 12x slower)."""
+    from tensorforge.ops.matmul import MatmulTiles
+
     target = tf.Target(f"llvm -mattr={mattr}")
-    s, args = ops.schedule_matmul(96, 96, 96, target=target, parallel=False)
+    tiles = MatmulTiles(mr=6, nr=nr, nb=2 * nr) if nr else None
+    s, args = ops.schedule_matmul(96, 96, 96, target=target, parallel=False, tiles=tiles)
     asm = tf.build(s, args, target=target).get_source("asm")
     fmas = [line for line in asm.splitlines() if "vfmadd" in line]
     assert len(fmas) >= 24

@@ -23,6 +23,7 @@ from tensorforge.codegen.llvm_expr import (
     ExprEmitter,
     element_bytes,
     masked_chunks,
+    power_of_two_pieces,
     memory_type,
     value_type,
 )
@@ -283,8 +284,12 @@ class _FunctionEmitter(ExprEmitter):
         if kind == "scalar" and mask is not None:
             with b.if_then(mask):
                 b.store(value, ptr, align=align)
-        elif kind == "scalar" or (kind == "contiguous" and mask is None):
+        elif kind == "scalar":
             b.store(value, ptr, align=align)
+        elif kind == "contiguous" and mask is None:  # see llvm_expr.power_of_two_pieces
+            for start, count in power_of_two_pieces(lanes):
+                part_ptr = b.gep(ptr, [ir.Constant(I64, start)], source_etype=value.type.element) if start else ptr
+                b.store(self.lanes_of(value, start, count), part_ptr, align=align)
         elif mask is None:  # scatter as scalar stores
             for lane in range(lanes):
                 i = ir.Constant(I32, lane)
