@@ -124,6 +124,7 @@ def test_conv2d_row_tail_broadcasts_weights_without_a_gather(rng):
 def test_matmul_with_many_column_blocks_packs_b_inside_each():
     text = str(tf.lower(*ops.schedule_matmul(13, 530, 1030)))
     assert "packedA" in text  # the blocked schedule (k past what fits L1)
+    assert "prefetch(packedA[" in text  # the A sliver fetched ahead in the micro-kernel loop
     # packedB is allocated inside the parallel column-block loop, not packed in a pass before it
     lines = text.splitlines()
     at = next(n for n, line in enumerate(lines) if "packedB = allocate" in line)
