@@ -1,6 +1,5 @@
 """split / tile / fuse / reorder / unroll / vectorize / parallel, each against numpy."""
 
-import numpy as np
 import pytest
 
 from tensorforge import te

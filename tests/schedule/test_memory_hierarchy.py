@@ -32,7 +32,7 @@ def test_cache_read_alone():
 def test_cache_write_alone():
     A, B, C, k = matmul(20, 24, 12)
     s = te.create_schedule(C.op)
-    CC = s.cache_write(C, "local")
+    s.cache_write(C, "local")
     i, j = s[C].op.axis
     s[C].vectorize(s[C].split(j, factor=8)[1])
     check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4)

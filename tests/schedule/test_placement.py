@@ -53,7 +53,6 @@ def test_nested_compute_at_chain(level):
     io, ii = s[D].split(D.op.axis[0], factor=8)
     leaves = s[D].leaf_iter_vars
     s[C].compute_at(s[D], leaves[level])
-    ci = s[C].op.axis[0]
     s[B].compute_at(s[C], s[C].leaf_iter_vars[0])
     check_against_numpy(s, [A], [D], lambda a: (a * 3 - 1) ** 2, rtol=1e-5)
 

@@ -88,7 +88,6 @@ def test_dynamic_shape_two_sizes():
 
 
 def test_scalar_argument():
-    import tensorforge as tf
 
     alpha = te.var("alpha", dtype="float32")
     A = te.placeholder((30,), name="A")

@@ -258,7 +258,8 @@ class _FunctionEmitter(ExprEmitter):
         # ahead into L1 evicted the lines being worked on: softmax's next row, its exp buffer
         # and its output row are 3 x 16 KiB in a 48 KiB L1 (1 thread: 0.75 -> 0.84 of copy)
         rw, locality = (1, 3) if s.write else (0, 2)
-        self.builder.call(fn, [ptr, ir.Constant(I32, rw), ir.Constant(I32, locality), ir.Constant(I32, 1)])
+        hint = [ir.Constant(I32, rw), ir.Constant(I32, locality), ir.Constant(I32, 1)]  # 1: data
+        self.builder.call(fn, [ptr, *hint])
 
     def _store(self, s: BufferStore) -> None:
         if len(s.indices) != 1:
@@ -288,8 +289,8 @@ class _FunctionEmitter(ExprEmitter):
             b.store(value, ptr, align=align)
         elif kind == "contiguous" and mask is None:  # see llvm_expr.power_of_two_pieces
             for start, count in power_of_two_pieces(lanes):
-                part_ptr = b.gep(ptr, [ir.Constant(I64, start)], source_etype=value.type.element) if start else ptr
-                b.store(self.lanes_of(value, start, count), part_ptr, align=align)
+                at = b.gep(ptr, [ir.Constant(I64, start)], source_etype=value.type.element)
+                b.store(self.lanes_of(value, start, count), at if start else ptr, align=align)
         elif mask is None:  # scatter as scalar stores
             for lane in range(lanes):
                 i = ir.Constant(I32, lane)

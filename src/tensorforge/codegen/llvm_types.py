@@ -1,0 +1,48 @@
+"""LLVM types of tensorforge dtypes, and the constants the llvm code generator shares."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tensorforge.te import dtype as dt
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+FLOAT = ("contract",)  # lets a*b + c become an FMA; every other IEEE rule stays
+
+_SCALAR = {
+    "bool": I1,
+    "int8": I8,
+    "int16": ir.IntType(16),
+    "int32": I32,
+    "int64": I64,
+    "uint8": I8,
+    "uint16": ir.IntType(16),
+    "uint32": I32,
+    "uint64": I64,
+    "float16": ir.HalfType(),
+    "float32": ir.FloatType(),
+    "float64": ir.DoubleType(),
+}
+
+
+def value_type(dtype: str) -> ir.Type:
+    """The register type of a dtype: 'float32x8' -> <8 x float>, 'bool' -> i1."""
+    scalar = _SCALAR[dt.element_of(dtype)]
+    lanes = dt.lanes_of(dtype)
+    return ir.VectorType(scalar, lanes) if lanes > 1 else scalar
+
+
+def memory_type(dtype: str) -> ir.Type:
+    """The in-memory element type: as value_type, but bool is a byte."""
+    return I8 if dt.is_bool(dtype) else _SCALAR[dt.element_of(dtype)]
+
+
+def element_bytes(dtype: str) -> int:
+    return 1 if dt.is_bool(dtype) else dt.bits_of(dtype) // 8
+
+
+def splat_constant(ty: ir.Type, value) -> ir.Constant:
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [value] * ty.count)
+    return ir.Constant(ty, value)
