@@ -3,9 +3,9 @@
 The entry function takes one argument per PrimFunc param, in order: buffers as
 `ptr noalias align <element size>` (more with PARAM_ALIGN_ATTR), scalars by value. Statements are
 emitted here, expressions in llvm_expr.py (calls in llvm_calls.py, types in llvm_types.py), math
-helpers in llvm_math.py. A PARALLEL loop is
-outlined into an internal function run by libgomp's `GOMP_parallel`, with the thread count read
-from the module global `__tf_num_threads` (set by the runtime; 0 lets libgomp choose).
+helpers in llvm_math.py. A PARALLEL loop is outlined into an internal function run by libgomp's
+`GOMP_parallel`, with the thread count read from the module global `__tf_num_threads` (set by
+the runtime; 0 lets libgomp choose).
 """
 
 from __future__ import annotations
