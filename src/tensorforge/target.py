@@ -49,6 +49,26 @@ def _llvm_rejects(cpu: str, features: str) -> str:
     return "; ".join(dict.fromkeys(line for line in lines if "not a recognized" in line))
 
 
+_AVX512 = "+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx2,+fma,+avx,+sse4.2"
+_AVX2 = "+avx2,+fma,+avx,+sse4.2"
+_VECTOR_FEATURES = {  # what a named x86 CPU has that the schedules and math look at
+    **dict.fromkeys(
+        ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+         "icelake-server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
+         "graniterapids", "znver4", "znver5", "x86-64-v4"), _AVX512),
+    **dict.fromkeys(
+        ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake",
+         "znver1", "znver2", "znver3", "x86-64-v3"), _AVX2),
+}
+
+
+def _implied_features(mcpu: str) -> str:
+    """The vector features of a CPU named with -mcpu and no -mattr, so that `Target("llvm
+    -mcpu=skylake-avx512")` schedules for 512-bit vectors as TVM users expect ('' if unknown:
+    LLVM still uses all of the CPU's features in code generation)."""
+    return _VECTOR_FEATURES.get(mcpu, "")
+
+
 class Target:
     """A compilation target: `Target("llvm")`, `Target("llvm -mcpu=znver3")`, `Target("cuda -arch=sm_90")`.
 
@@ -75,7 +95,8 @@ class Target:
         if self.kind == "llvm":
             name, features = host_cpu()
             self.mcpu = self.options.get("mcpu", name)
-            self.features = self.options.get("mattr", features if self.mcpu == name else "")
+            implied = features if self.mcpu == name else _implied_features(self.mcpu)
+            self.features = self.options.get("mattr", implied)
             self.arch = ""
             if "mcpu" in self.options or "mattr" in self.options:
                 complaint = _llvm_rejects(self.mcpu, self.features)
