@@ -1,4 +1,4 @@
-"""CUDA kernels on a GPU: every hand-built kernel of tests/codegen/test_cuda_codegen.py against
+"""CUDA kernels on a GPU: every hand-built kernel of tests/codegen/cuda_kernel_builders.py against
 numpy, plus the GPU arrays (copies, __cuda_array_interface__, DLPack) and launch-time checks.
 
 All tests carry the `cuda` marker: skipped where there is no GPU or no pycuda.
@@ -6,25 +6,15 @@ All tests carry the `cuda` marker: skipped where there is no GPU or no pycuda.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from tensorforge.codegen.cuda import CUDACodegen
 from tensorforge.errors import ArgumentError
+from tests.codegen import cuda_kernel_builders as kernels
 
 pytestmark = pytest.mark.cuda
 pytest.importorskip("pycuda")
-
-_spec = importlib.util.spec_from_file_location(
-    "tf_cuda_kernels", Path(__file__).resolve().parents[1] / "codegen" / "test_cuda_codegen.py"
-)
-kernels = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = kernels  # NOTE: dataclasses look their module up in sys.modules
-_spec.loader.exec_module(kernels)
 
 
 @pytest.fixture(scope="module")
