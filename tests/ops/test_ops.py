@@ -85,7 +85,7 @@ def test_matmul_blocks_k_only_when_a_sliver_of_a_overflows_l1():
     assert tiles.needs_k_blocks(2048, 4)
     text = str(tf.lower(*ops.schedule_matmul(64, 64, 4096, parallel=False)))  # k > kc on every target
     assert "packedA" in text and "k.c.outer" in text
-    assert "packedA" not in str(tf.lower(*ops.schedule_matmul(64, 64, 1024, parallel=False)))
+    assert "packedA" not in str(tf.lower(*ops.schedule_matmul(64, 64, 512, parallel=False)))
 
 
 @pytest.mark.parametrize("mattr,nr", [("+avx512f,+avx2,+fma,+avx", None), ("+avx512f,+avx2,+fma,+avx", 48),
