@@ -25,3 +25,15 @@ def test_bench_rejects_an_unknown_case(capsys):
         bench_main(["--cases", "gemm7"])
     assert exit_info.value.code == 2
     assert "unknown case(s) gemm7" in capsys.readouterr().err
+
+
+def test_a_row_without_a_reference_or_a_limit_prints_dashes_not_nan(capsys):
+    from tensorforge.bench import Row, print_table, run_cases
+
+    row = Row("gemm1024", 1, 0.01, 200.0, "GFLOP/s", 0.0, 0.05)
+    assert row.ratio is None and row.limit_fraction is None
+    print_table([row])
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "nan" not in line and line.split()[-3:-1] == ["-", "-"]
+    json.dumps(row.__dict__ | {"ratio_vs_numpy": row.ratio}, allow_nan=False)  # null, not NaN
+    assert run_cases([], 1) == []

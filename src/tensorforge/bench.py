@@ -30,12 +30,13 @@ class Row:
     unit: str
     numpy_seconds: float
     build_seconds: float
-    limit_fraction: float = 0.0  # of peak FLOP/s or copy bandwidth at this thread count
+    # of peak FLOP/s or copy bandwidth at this thread count; None where that limit was not run
+    limit_fraction: float | None = None
 
     @property
-    def ratio(self) -> float:
-        """How many times faster than NumPy (> 1 is faster)."""
-        return self.numpy_seconds / self.seconds if self.numpy_seconds else float("nan")
+    def ratio(self) -> float | None:
+        """How many times faster than NumPy (> 1 is faster); None without a NumPy reference."""
+        return self.numpy_seconds / self.seconds if self.numpy_seconds else None
 
 
 def _median(fn: Callable[[], object], repeat: int = 7, warmup: int = 1) -> float:
@@ -262,7 +263,7 @@ def run_cases(cases: list[str], threads: int) -> list[Row]:
         if r.case == "peak":
             continue
         limit = peak if r.unit == "GFLOP/s" else bandwidth
-        r.limit_fraction = r.rate / limit if limit else float("nan")
+        r.limit_fraction = r.rate / limit if limit else None
     return rows
 
 
@@ -271,9 +272,10 @@ def print_table(rows: list[Row]) -> None:
           f"{'vs numpy':>8} {'of limit':>8} {'build (s)':>9}")
     for r in rows:
         numpy_ms = f"{r.numpy_seconds * 1e3:10.2f}" if r.numpy_seconds else f"{'-':>10}"
-        ratio = f"{r.ratio:8.2f}" if r.numpy_seconds else f"{'-':>8}"
+        ratio = f"{r.ratio:8.2f}" if r.ratio is not None else f"{'-':>8}"
+        limit = f"{r.limit_fraction:8.2f}" if r.limit_fraction is not None else f"{'-':>8}"
         print(f"{r.case:<10} {r.threads:>3} {r.seconds * 1e3:10.2f} {r.rate:9.1f} {r.unit:<7} {numpy_ms} "
-              f"{ratio} {r.limit_fraction:8.2f} {r.build_seconds:9.3f}")
+              f"{ratio} {limit} {r.build_seconds:9.3f}")
 
 
 def bench_main(argv: list[str] | None = None) -> int:
