@@ -129,3 +129,20 @@ def test_matmul_with_many_column_blocks_packs_b_inside_each():
     lines = text.splitlines()
     at = next(n for n, line in enumerate(lines) if "packedB = allocate" in line)
     assert lines[at - 1].strip().startswith("for j.outer") and "# parallel" in lines[at - 1]
+
+
+def test_a_packed_panel_holds_only_the_k_rows_that_exist():
+    """k = 1030 in blocks of 256 relaxes to 1280 rows; the region is cut back to the domain."""
+    from tensorforge.ops.matmul import MatmulTiles
+
+    tiles = MatmulTiles(mr=6, nr=16, nb=32, kc=256)
+    s, args = ops.schedule_matmul(13, 530, 1030, tiles=tiles)
+    text = str(tf.lower(s, args))
+    assert "packedB = allocate(float32[32960]" in text  # 2 panels x 1030 x 16
+    assert "range(1280)" not in text
+    mod = tf.build(s, args)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (13, 1030)).astype("float32")
+    b = rng.uniform(-1, 1, (1030, 530)).astype("float32")
+    _, _, c = run(mod, a, b, np.full((13, 530), np.nan, "float32"))
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)

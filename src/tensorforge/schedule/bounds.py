@@ -192,8 +192,24 @@ def _needed_region(
             # reads (a region relaxed over guarded-off iterations can start before the domain)
             extent = simplify_expr(Min(extent, iv.dom.extent))
             lo = Max(lo, iv.dom.min)
+        elif _fixed_window_past_the_domain(lo, extent, iv):
+            # e.g. k blocks of kc relaxed over a guarded tail (1030 -> 5 x 256 = 1280): only the
+            # domain is ever read, so the buffer need not hold the rest
+            hi = simplify_expr(Min(lo + extent, iv.dom.min + iv.dom.extent))
+            lo = simplify_expr(Max(lo, iv.dom.min))
+            extent = simplify_expr(hi - lo)
         region.append((simplify_expr(lo), extent))
     return region
+
+
+def _fixed_window_past_the_domain(lo: Expr, extent: Expr, iv) -> bool:
+    """Is [lo, lo + extent) a constant window reaching past the axis' constant domain?"""
+    dom_min, dom_extent = simplify_expr(iv.dom.min), simplify_expr(iv.dom.extent)
+    if not all(isinstance(e, Const) for e in (lo, extent, dom_min, dom_extent)):
+        return False
+    lo, extent = int(lo.value), int(extent.value)
+    dom_min, dom_extent = int(dom_min.value), int(dom_extent.value)
+    return (lo < dom_min or lo + extent > dom_min + dom_extent) and lo < dom_min + dom_extent
 
 
 def _loop_range(var: Var, extent: Expr) -> Interval:
