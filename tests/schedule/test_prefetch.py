@@ -167,7 +167,8 @@ def test_prefetch_of_a_consumers_output_fetches_its_lines_writable():
     text = str(tf.lower(s, [A, C]))
     assert "prefetch_write(C[" in text
     mod = tf.build(s, [A, C])
-    assert "prefetchw" in mod.get_source("asm")
+    if "+prfchw" in mod.target.features:  # older x86 cores have no prefetchw: LLVM reads instead
+        assert "prefetchw" in mod.get_source("asm")
 
 
 def test_prefetch_of_a_consumer_that_reads_elsewhere_is_refused():
