@@ -62,6 +62,11 @@ _VECTOR_FEATURES = {  # what a named x86 CPU has that the schedules and math loo
 }
 
 
+def enabled_features(features: str) -> frozenset[str]:
+    """The features an LLVM feature string turns on: "+avx2,-avx512f,+fma" -> {avx2, fma}."""
+    return frozenset(f[1:] for f in features.split(",") if f.startswith("+"))
+
+
 def _implied_features(mcpu: str) -> str:
     """The vector features of a CPU named with -mcpu and no -mattr, so that `Target("llvm
     -mcpu=skylake-avx512")` schedules for 512-bit vectors as TVM users expect ('' if unknown:
@@ -112,12 +117,17 @@ class Target:
         """Width of the widest float vector register (512 with AVX-512, 256 with AVX2, ...)."""
         if self.kind != "llvm":
             return 128
-        feats = set(self.features.split(","))
-        if "+avx512f" in feats:
+        feats = self.cpu_features
+        if "avx512f" in feats:
             return 512
-        if "+avx" in feats or "+avx2" in feats:
+        if "avx" in feats or "avx2" in feats:
             return 256
         return 128
+
+    @property
+    def cpu_features(self) -> frozenset[str]:
+        """The CPU features the code may use, by LLVM's names ("avx512f"); empty for GPUs."""
+        return enabled_features(self.features)
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         from tensorforge.te.dtype import bits_of

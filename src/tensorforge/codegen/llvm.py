@@ -98,10 +98,7 @@ class LLVMCodegen:
         params = kernel_params(func)
         arg_types = [PTR if isinstance(p, Buffer) else value_type(p.dtype) for p in func.params]
         entry = ir.Function(module, ir.FunctionType(ir.VoidType(), arg_types), name=func.name)
-        state = _ModuleState(module, func.name, func.attr(PARAM_ALIGN_ATTR))
-        state.cpu_features = frozenset(
-            f[1:] for f in target.features.split(",") if f.startswith("+")
-        )
+        state = _ModuleState(module, func.name, func.attr(PARAM_ALIGN_ATTR), target.cpu_features)
         emitter = _FunctionEmitter(state, entry, in_parallel=False)
         for param, arg in zip(func.params, entry.args):
             arg.name = param.name
@@ -148,12 +145,13 @@ def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
 class _ModuleState:
     """What the functions of one module share: the module, the kernel's name, a counter."""
 
-    def __init__(self, module: ir.Module, func_name: str, param_align: int | None):
+    def __init__(self, module: ir.Module, func_name: str, param_align: int | None,
+                 cpu_features: frozenset[str]):
         self.module, self.func_name = module, func_name
         self.parallel_loops = 0
         self.param_align = param_align
         self.param_buffers: set[Buffer] = set()
-        self.cpu_features: frozenset[str] = frozenset()
+        self.cpu_features = cpu_features  # for the math helpers' x86 reciprocal estimates
 
     def align_of(self, buffer: Buffer) -> int:
         """The alignment a pointer to `buffer` is known to have.

@@ -14,7 +14,9 @@ from tensorforge.codegen.llvm_types import (  # noqa: F401  (re-exported for llv
     I32,
     I64,
     PTR,
+    concat,
     element_bytes,
+    lanes_of,
     memory_type,
     splat_constant,
     value_type,
@@ -326,30 +328,10 @@ class ExprEmitter(CallEmitter):
         return "gather", self.element_ptr(buffer, self.index64(index)), lanes
 
     def lanes_of(self, vector: ir.Value, start: int, count: int) -> ir.Value:
-        """Lanes [start, start + count) of `vector` (the vector itself when that is all of it)."""
-        if start == 0 and count == vector.type.count:
-            return vector
-        mask = ir.Constant(ir.VectorType(I32, count), [ir.Constant(I32, start + k) for k in range(count)])
-        return self.builder.shuffle_vector(vector, ir.Constant(vector.type, None), mask)
+        return lanes_of(self.builder, vector, start, count)
 
     def concat(self, parts: list[ir.Value]) -> ir.Value:
-        """One vector of all lanes of `parts`, in order."""
-        value = parts[0]
-        for part in parts[1:]:
-            total = value.type.count + part.type.count
-            width = max(value.type.count, part.type.count)
-            a, c = self.widen(value, width), self.widen(part, width)
-            lanes = list(range(value.type.count)) + [width + k for k in range(part.type.count)]
-            value = self.builder.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, total), [ir.Constant(I32, k) for k in lanes]))
-        return value
-
-    def widen(self, vector: ir.Value, width: int) -> ir.Value:
-        if vector.type.count == width:
-            return vector
-        lanes = list(range(vector.type.count)) + [vector.type.count] * (width - vector.type.count)
-        return self.builder.shuffle_vector(
-            vector, ir.Constant(vector.type, None), ir.Constant(ir.VectorType(I32, width), [ir.Constant(I32, k) for k in lanes])
-        )
+        return concat(self.builder, parts)
 
     def _load(self, e: BufferLoad) -> ir.Value:
         if len(e.indices) != 1:

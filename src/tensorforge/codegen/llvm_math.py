@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
+from tensorforge.codegen.llvm_types import concat, lanes_of
+
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
 I32 = ir.IntType(32)
@@ -143,8 +145,6 @@ class _Math:
         for feature, width, name, steps in _RECIPROCAL_ESTIMATES:
             if feature not in self.cpu_features or self.lanes < width or self.lanes % width:
                 continue
-            if (self.lanes // width) & (self.lanes // width - 1):
-                continue  # the pieces are joined pairwise: a power-of-two count of them
             vty = ir.VectorType(F32, width)
             if width == 16:  # rcp14 takes a pass-through and a lane mask
                 fn = intrinsic(self.module, name, vty, [vty, vty, ir.IntType(16)])
@@ -152,22 +152,10 @@ class _Math:
             else:
                 fn = intrinsic(self.module, name, vty, [vty])
                 tail = []
-            pieces = [self.b.call(fn, [self._lanes(d, start, width), *tail])
+            pieces = [self.b.call(fn, [lanes_of(self.b, d, start, width), *tail])
                       for start in range(0, self.lanes, width)]
-            while len(pieces) > 1:
-                pieces = [self._join(a, b) for a, b in zip(pieces[::2], pieces[1::2])]
-            return pieces[0], steps
+            return concat(self.b, pieces), steps
         return None
-
-    def _lanes(self, v, start: int, count: int):
-        if count == self.lanes:
-            return v
-        mask = ir.Constant(ir.VectorType(I32, count), list(range(start, start + count)))
-        return self.b.shuffle_vector(v, ir.Constant(v.type, None), mask)
-
-    def _join(self, a, b):
-        count = a.type.count * 2
-        return self.b.shuffle_vector(a, b, ir.Constant(ir.VectorType(I32, count), list(range(count))))
 
     def pow2(self, n):
         """2**n as a float for integer n in [-126, 127]: the exponent field built directly."""

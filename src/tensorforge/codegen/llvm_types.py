@@ -1,4 +1,5 @@
-"""LLVM types of tensorforge dtypes, and the constants the llvm code generator shares."""
+"""LLVM types of tensorforge dtypes, the constants the llvm code generator shares, and the
+shuffles that take vectors apart and put them together."""
 
 from __future__ import annotations
 
@@ -46,3 +47,31 @@ def splat_constant(ty: ir.Type, value) -> ir.Constant:
     if isinstance(ty, ir.VectorType):
         return ir.Constant(ty, [value] * ty.count)
     return ir.Constant(ty, value)
+
+
+def lanes_of(builder: ir.IRBuilder, vector: ir.Value, start: int, count: int) -> ir.Value:
+    """Lanes [start, start + count) of `vector` (the vector itself when that is all of it)."""
+    if start == 0 and count == vector.type.count:
+        return vector
+    mask = ir.Constant(ir.VectorType(I32, count), list(range(start, start + count)))
+    return builder.shuffle_vector(vector, ir.Constant(vector.type, None), mask)
+
+
+def concat(builder: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
+    """One vector of all lanes of `parts`, in order (the parts may differ in width)."""
+    value = parts[0]
+    for part in parts[1:]:
+        width = max(value.type.count, part.type.count)
+        a, c = _widen(builder, value, width), _widen(builder, part, width)
+        lanes = list(range(value.type.count)) + [width + k for k in range(part.type.count)]
+        value = builder.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, len(lanes)), lanes))
+    return value
+
+
+def _widen(builder: ir.IRBuilder, vector: ir.Value, width: int) -> ir.Value:
+    if vector.type.count == width:
+        return vector
+    lanes = list(range(vector.type.count)) + [vector.type.count] * (width - vector.type.count)
+    return builder.shuffle_vector(
+        vector, ir.Constant(vector.type, None), ir.Constant(ir.VectorType(I32, width), lanes)
+    )

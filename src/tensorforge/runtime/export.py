@@ -17,6 +17,7 @@ from tensorforge.runtime import library_file
 from tensorforge.runtime.device import cuda
 from tensorforge.runtime.module import Module, UnavailableExecutable, no_cuda_device_reason
 from tensorforge.runtime.shared_lib import LibraryExecutable, build_llvm_library, open_llvm_library
+from tensorforge.target import enabled_features
 
 if TYPE_CHECKING:
     from tensorforge.runtime.module import Function
@@ -72,7 +73,7 @@ def _check_cpu(target: str, path: str) -> None:
     """Refuse a library whose code needs CPU features this machine lacks (it would SIGILL)."""
     words = target.split()
     wanted = next((w.split("=", 1)[1] for w in words if w.startswith("-mattr=")), "")
-    needed = {f[1:] for f in wanted.split(",") if f.startswith("+")}
+    needed = enabled_features(wanted)
     if not needed:
         return
     try:
@@ -81,8 +82,7 @@ def _check_cpu(target: str, path: str) -> None:
         name, features = host_cpu()
     except ImportError:  # no llvmlite to ask: the library is trusted as it is
         return
-    have = {f[1:] for f in features.split(",") if f.startswith("+")}
-    missing = sorted(needed - have)
+    missing = sorted(needed - enabled_features(features))
     if missing:
         mcpu = next((w.split("=", 1)[1] for w in words if w.startswith("-mcpu=")), "?")
         raise BuildError(

@@ -192,24 +192,25 @@ def _needed_region(
             # reads (a region relaxed over guarded-off iterations can start before the domain)
             extent = simplify_expr(Min(extent, iv.dom.extent))
             lo = Max(lo, iv.dom.min)
-        elif _fixed_window_past_the_domain(lo, extent, iv):
+        else:
             # e.g. k blocks of kc relaxed over a guarded tail (1030 -> 5 x 256 = 1280): only the
             # domain is ever read, so the buffer need not hold the rest
-            hi = simplify_expr(Min(lo + extent, iv.dom.min + iv.dom.extent))
-            lo = simplify_expr(Max(lo, iv.dom.min))
-            extent = simplify_expr(hi - lo)
+            lo, extent = _within_domain(simplify_expr(lo), extent, iv)
         region.append((simplify_expr(lo), extent))
     return region
 
 
-def _fixed_window_past_the_domain(lo: Expr, extent: Expr, iv) -> bool:
-    """Is [lo, lo + extent) a constant window reaching past the axis' constant domain?"""
+def _within_domain(lo: Expr, extent: Expr, iv) -> tuple[Expr, Expr]:
+    """A constant window [lo, lo + extent) cut to the axis' constant domain where it overlaps
+    it; any other window as it is."""
     dom_min, dom_extent = simplify_expr(iv.dom.min), simplify_expr(iv.dom.extent)
     if not all(isinstance(e, Const) for e in (lo, extent, dom_min, dom_extent)):
-        return False
-    lo, extent = int(lo.value), int(extent.value)
-    dom_min, dom_extent = int(dom_min.value), int(dom_extent.value)
-    return (lo < dom_min or lo + extent > dom_min + dom_extent) and lo < dom_min + dom_extent
+        return lo, extent
+    start = max(int(lo.value), int(dom_min.value))
+    end = min(int(lo.value) + int(extent.value), int(dom_min.value) + int(dom_extent.value))
+    if end <= start:  # no overlap: leave it for whatever reports the bad read
+        return lo, extent
+    return const(start, lo.dtype), const(end - start, extent.dtype)
 
 
 def _loop_range(var: Var, extent: Expr) -> Interval:

@@ -321,10 +321,9 @@ class Stage:
         self._check_compute("prefetch")
         self._check_leaf("prefetch", axis)
         reads = self.reads()
-        consumer = None
-        if isinstance(tensor, Tensor) and tensor.op not in [t.op for t in reads]:
-            consumer = self._elementwise_consumer(tensor)
-        if not isinstance(tensor, Tensor) or (consumer is None and tensor.op not in [t.op for t in reads]):
+        is_read = isinstance(tensor, Tensor) and tensor.op in [t.op for t in reads]
+        consumer = None if is_read or not isinstance(tensor, Tensor) else self._elementwise_consumer(tensor)
+        if not is_read and consumer is None:
             raise ScheduleError(
                 f"prefetch in stage '{self.name}': {getattr(tensor, 'name', tensor)!r} is neither a "
                 f"tensor this stage reads ({', '.join(t.name for t in reads) or 'nothing'}) nor the "
@@ -354,7 +353,6 @@ class Stage:
         if not reads or not all(at_own(r) for r in reads):
             return None
         return consumer
-
 
     def reads(self) -> list[Tensor]:
         """The tensors this stage reads, looking through the producers inlined into it (and also
