@@ -33,19 +33,34 @@ def main() -> None:
     torch.cuda.synchronize()
     cublas = 2 * n**3 / (start.elapsed_time(end) / 20 / 1e3) / 1e12
     print(f"cuBLAS {cublas:.1f} TFLOP/s")
-    configs = [(128, 8, 16, True, False), (128, 8, 16, True, True), (128, 8, 8, True, False),
-               (128, 8, 32, True, False), (64, 8, 16, True, False)]
+    configs = [
+        (128, 8, 16, True, False),
+        (128, 8, 16, True, True),
+        (128, 8, 8, True, False),
+        (128, 8, 32, True, False),
+        (64, 8, 16, True, False),
+    ]
     for block, tile, ktile, unroll, double in configs:
-        s, args = schedule_matmul_cuda(n, n, n, block=block, thread_tile=tile, k_tile=ktile, unroll=unroll,
-                                       double_buffer=double)
+        s, args = schedule_matmul_cuda(
+            n,
+            n,
+            n,
+            block=block,
+            thread_tile=tile,
+            k_tile=ktile,
+            unroll=unroll,
+            double_buffer=double,
+        )
         mod = tf.build(s, args, target="cuda")
         C = tf.nd.empty((n, n), "float32", dev)
         mod(A, B, C)
         err = np.linalg.norm(C.numpy() - ref) / np.linalg.norm(ref)
         secs = mod.time_evaluator(mod.entry_name, dev, number=10, repeat=3)(A, B, C).median
         tflops = 2 * n**3 / secs / 1e12
-        print(f"block {block} tile {tile} ktile {ktile:2d} unroll {unroll!s:5} double_buffer {double!s:5}: {tflops:6.1f} TFLOP/s "
-              f"({tflops / cublas:.2f}x cuBLAS) err {err:.1e}")
+        print(
+            f"block {block} tile {tile} ktile {ktile:2d} unroll {unroll!s:5} double_buffer {double!s:5}: {tflops:6.1f} TFLOP/s "
+            f"({tflops / cublas:.2f}x cuBLAS) err {err:.1e}"
+        )
 
 
 if __name__ == "__main__":

@@ -57,14 +57,18 @@ def main() -> None:
         mod(a, b, c)
         np.testing.assert_allclose(c.numpy(), a_np @ b_np, rtol=1e-3, atol=1e-3)
         secs = mod.time_evaluator(mod.entry_name, dev, number=3, repeat=5)(a, b, c).median
-        rows.append({"case": name, "seconds": secs, "gflops": flops / secs / 1e9, "build_s": build_s})
+        rows.append(
+            {"case": name, "seconds": secs, "gflops": flops / secs / 1e9, "build_s": build_s}
+        )
     times = []
     for _ in range(20):
         t0 = time.perf_counter()
         a_np @ b_np
         times.append(time.perf_counter() - t0)
     secs = float(np.median(times))
-    rows.append({"case": "numpy (OpenBLAS)", "seconds": secs, "gflops": flops / secs / 1e9, "build_s": 0.0})
+    rows.append(
+        {"case": "numpy (OpenBLAS)", "seconds": secs, "gflops": flops / secs / 1e9, "build_s": 0.0}
+    )
     ref = rows[-1]["gflops"]
     if "--json" in sys.argv:
         for r in rows:

@@ -7,7 +7,10 @@ import sys
 def test_demo_runs_and_matches_numpy(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "tensorforge.cli", "demo", "--size", "64", "--trials", "4"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout

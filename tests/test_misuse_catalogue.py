@@ -25,12 +25,15 @@ def chain():
 
 # -- schedule ---------------------------------------------------------------------------------
 
+
 def test_split_non_leaf():
     A, B, C, k = matmul()
     s = te.create_schedule(C.op)
     i = C.op.axis[0]
     s[C].split(i, factor=4)
-    with pytest.raises(tf.ScheduleError, match=r"split: 'i' is not a leaf axis of stage 'C'.*i.outer"):
+    with pytest.raises(
+        tf.ScheduleError, match=r"split: 'i' is not a leaf axis of stage 'C'.*i.outer"
+    ):
         s[C].split(i, factor=2)
 
 
@@ -143,7 +146,9 @@ def test_compute_at_non_consumer_lists_readers():
 def test_compute_at_axis_not_of_parent():
     A, B, C, D = chain()
     s = te.create_schedule([C.op, D.op])
-    with pytest.raises(tf.ScheduleError, match="not a leaf axis of stage 'C'; its leaf axes are: i"):
+    with pytest.raises(
+        tf.ScheduleError, match="not a leaf axis of stage 'C'; its leaf axes are: i"
+    ):
         s[B].compute_at(s[C], D.op.axis[0])
 
 
@@ -226,6 +231,7 @@ def test_unknown_pragma():
 
 # -- lower / build ------------------------------------------------------------------------------
 
+
 def test_lower_missing_placeholder():
     A, B, C, D = chain()
     s = te.create_schedule(C.op)
@@ -254,6 +260,7 @@ def test_unknown_target():
 
 # -- te -----------------------------------------------------------------------------------------
 
+
 def test_index_with_wrong_rank():
     A = te.placeholder((3, 4), name="A")
     with pytest.raises(tf.ExprError, match="tensor 'A' has 2 dimensions but was indexed with 1"):
@@ -268,7 +275,9 @@ def test_float_index():
 
 
 def test_compute_arity_mismatch():
-    with pytest.raises(tf.ExprError, match="compute 'X': fcompute takes 1 indices but the shape has 2"):
+    with pytest.raises(
+        tf.ExprError, match="compute 'X': fcompute takes 1 indices but the shape has 2"
+    ):
         te.compute((2, 3), lambda i: i, name="X")
 
 
@@ -291,6 +300,7 @@ def test_nested_reduction():
 
 
 # -- call -----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def add_module():

@@ -24,11 +24,18 @@ k = te.reduce_axis((0, n), name="k")
 row_sum = te.compute((n,), lambda i: te.sum(C[i, k], axis=k, where=k % 2 == 0), name="row_sum")
 
 # Math intrinsics, selection and casts.
-D = te.compute((n, n), lambda i, j: te.if_then_else(C[i, j] > 0, te.exp(-C[i, j]), te.sigmoid(C[i, j])), name="D")
+D = te.compute(
+    (n, n),
+    lambda i, j: te.if_then_else(C[i, j] > 0, te.exp(-C[i, j]), te.sigmoid(C[i, j])),
+    name="D",
+)
 
 # A user-defined reducer: argmax over (index, value) pairs.
 argmax = te.comm_reducer(
-    lambda x, y: (te.if_then_else(x[1] >= y[1], x[0], y[0]), te.if_then_else(x[1] >= y[1], x[1], y[1])),
+    lambda x, y: (
+        te.if_then_else(x[1] >= y[1], x[0], y[0]),
+        te.if_then_else(x[1] >= y[1], x[1], y[1]),
+    ),
     lambda t0, t1: (te.const(-1, t0), te.const(-np.inf, t1)),
     name="argmax",
 )

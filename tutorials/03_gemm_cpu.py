@@ -41,7 +41,9 @@ def declare(packed: bool = False):
         C = te.compute((N, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
         return A, B, k, None, C
     packedB = te.compute((N // bn, N, bn), lambda x, y, z: B[y, x * bn + z], name="packedB")
-    C = te.compute((N, N), lambda i, j: te.sum(A[i, k] * packedB[j // bn, k, j % bn], axis=k), name="C")
+    C = te.compute(
+        (N, N), lambda i, j: te.sum(A[i, k] * packedB[j // bn, k, j % bn], axis=k), name="C"
+    )
     return A, B, k, packedB, C
 
 
@@ -54,7 +56,9 @@ def measure(title, s, A, B, C, rows):
     seconds = mod.time_evaluator(mod.entry_name, dev, number=number, repeat=3)(a, b, c).median
     ours, theirs = 2 * N**3 / seconds / 1e9, numpy_gflops()
     rows.append((title, ours, theirs))
-    print(f"{title:<20} {ours:8.1f} GFLOP/s   numpy {theirs:8.1f} GFLOP/s   ratio {ours / theirs:5.2f}")
+    print(
+        f"{title:<20} {ours:8.1f} GFLOP/s   numpy {theirs:8.1f} GFLOP/s   ratio {ours / theirs:5.2f}"
+    )
     return mod
 
 

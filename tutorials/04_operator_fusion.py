@@ -87,7 +87,9 @@ rows = [
     ("1 fused kernel", median_time(lambda: fused(X, Y))),
     ("numpy", median_time(lambda: 1 / (1 + np.exp(-(np.maximum(x_np, 0) * 2 + 1))))),
 ]
-print(f"\ny = sigmoid(relu(x) * 2 + 1) on {n}x{n} float32 (GB/s counts one read of x and one write of y)")
+print(
+    f"\ny = sigmoid(relu(x) * 2 + 1) on {n}x{n} float32 (GB/s counts one read of x and one write of y)"
+)
 print(f"{'version':<22} {'time (ms)':>10} {'GB/s':>8}")
 for name, seconds in rows:
     print(f"{name:<22} {seconds * 1e3:10.2f} {moved / seconds / 1e9:8.2f}")

@@ -74,7 +74,7 @@ def step_register_tile(vector=1, unroll=False):
     s, args = schedule_matmul_cuda(N, N, N, block=block, thread_tile=8, k_tile=8, vector=vector)
     if not unroll:  # undo the unrolling the library schedule asks for, to show what it buys
         for stage in s.stages:
-            for iv, attr in stage.iter_attrs.items():
+            for attr in stage.iter_attrs.values():
                 if attr.kind.value == "unrolled":
                     attr.kind = type(attr.kind).SERIAL
     return s, args
@@ -135,7 +135,11 @@ def main():
         if tflops is None:
             print(f"{title:<22} built")
         else:
-            ref = f"   cuBLAS {reference:6.1f} TFLOP/s   ratio {tflops / reference:5.2f}" if reference else ""
+            ref = (
+                f"   cuBLAS {reference:6.1f} TFLOP/s   ratio {tflops / reference:5.2f}"
+                if reference
+                else ""
+            )
             print(f"{title:<22} {tflops:6.2f} TFLOP/s{ref}")
 
 

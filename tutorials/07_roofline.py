@@ -50,8 +50,10 @@ def main() -> None:
         achieved = flops / row.seconds / 1e9
         ax.loglog(flops / moved, achieved, "o")
         ax.annotate(name, (flops / moved, achieved), textcoords="offset points", xytext=(5, 5))
-        print(f"{name:<10} intensity {flops / moved:8.2f} FLOP/B   {achieved:8.1f} GFLOP/s   "
-              f"{achieved / min(peak, bandwidth * flops / moved):5.2f} of the roof")
+        print(
+            f"{name:<10} intensity {flops / moved:8.2f} FLOP/B   {achieved:8.1f} GFLOP/s   "
+            f"{achieved / min(peak, bandwidth * flops / moved):5.2f} of the roof"
+        )
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("GFLOP/s")
     ax.set_title(f"roofline: peak {peak:.0f} GFLOP/s, copy {bandwidth:.1f} GB/s, {THREADS} thread")

@@ -13,12 +13,22 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
 
-CASES = ("peak", "copy", "gemm1024", "gemm2048", "gemm1000", "chain", "softmax", "layernorm", "conv2d")
+CASES = (
+    "peak",
+    "copy",
+    "gemm1024",
+    "gemm2048",
+    "gemm1000",
+    "chain",
+    "softmax",
+    "layernorm",
+    "conv2d",
+)
 
 
 @dataclass
@@ -53,7 +63,9 @@ def _median(fn: Callable[[], object], repeat: int = 7, warmup: int = 1) -> float
 def _time_module(mod, arrays, repeat: int = 7) -> float:
     import tensorforge as tf
 
-    return mod.time_evaluator(mod.entry_name, tf.cpu(0), number=1, repeat=repeat, min_repeat_ms=50)(*arrays).median
+    return mod.time_evaluator(mod.entry_name, tf.cpu(0), number=1, repeat=repeat, min_repeat_ms=50)(
+        *arrays
+    ).median
 
 
 def _build(s, args):
@@ -72,6 +84,7 @@ def _arrays(*shapes_and_data):
 
 # -- the machine's limits --------------------------------------------------------------------------
 
+
 def bench_peak(threads: int) -> Row:
     """Peak FLOP/s: independent FMA chains on vector registers (acc = acc * c + x), no memory."""
     import tensorforge as tf
@@ -79,9 +92,13 @@ def bench_peak(threads: int) -> Row:
 
     target = tf.Target("llvm")
     lanes = target.vector_lanes("float32")
-    chains = 10 * lanes  # 10 vector accumulators: enough to hide FMA latency, few enough to stay in registers
+    chains = (
+        10 * lanes
+    )  # 10 vector accumulators: enough to hide FMA latency, few enough to stay in registers
     rows, steps = 64 * threads, 20000
-    fma = te.comm_reducer(lambda acc, v: acc * 0.999 + v, lambda d: te.const(0, d), name="fma_chain")
+    fma = te.comm_reducer(
+        lambda acc, v: acc * 0.999 + v, lambda d: te.const(0, d), name="fma_chain"
+    )
     x = te.placeholder((rows, chains), name="x")
     k = te.reduce_axis((0, steps), name="k")
     y = te.compute((rows, chains), lambda i, j: fma(x[i, j], axis=k), name="y")
@@ -129,10 +146,13 @@ def bench_copy(threads: int) -> Row:
     seconds = _time_module(mod, [xa, ya])
     dst = np.empty_like(src)
     numpy_seconds = _median(lambda: np.copyto(dst, src))
-    return Row("copy", threads, seconds, 2 * src.nbytes / seconds / 1e9, "GB/s", numpy_seconds, build, 1.0)
+    return Row(
+        "copy", threads, seconds, 2 * src.nbytes / seconds / 1e9, "GB/s", numpy_seconds, build, 1.0
+    )
 
 
 # -- kernels -----------------------------------------------------------------------------------------
+
 
 def bench_gemm(n: int, threads: int) -> Row:
     from tensorforge import ops
@@ -148,7 +168,9 @@ def bench_gemm(n: int, threads: int) -> Row:
     seconds = _time_module(mod, [A, B, C])
     np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-3, atol=1e-3)
     numpy_seconds = _median(lambda: a @ b)
-    return Row(f"gemm{n}", threads, seconds, 2.0 * n**3 / seconds / 1e9, "GFLOP/s", numpy_seconds, build)
+    return Row(
+        f"gemm{n}", threads, seconds, 2.0 * n**3 / seconds / 1e9, "GFLOP/s", numpy_seconds, build
+    )
 
 
 def bench_chain(threads: int) -> Row:
@@ -167,7 +189,15 @@ def bench_chain(threads: int) -> Row:
 
     np.testing.assert_allclose(Y.numpy(), reference(), rtol=1e-5, atol=1e-6)
     seconds = _time_module(mod, [X, Y])
-    return Row("chain", threads, seconds, 2 * xa.nbytes / seconds / 1e9, "GB/s", _median(reference, 3), build)
+    return Row(
+        "chain",
+        threads,
+        seconds,
+        2 * xa.nbytes / seconds / 1e9,
+        "GB/s",
+        _median(reference, 3),
+        build,
+    )
 
 
 def bench_softmax(threads: int) -> Row:
@@ -186,7 +216,15 @@ def bench_softmax(threads: int) -> Row:
 
     np.testing.assert_allclose(Y.numpy(), reference(), rtol=1e-5, atol=1e-8)
     seconds = _time_module(mod, [X, Y])
-    return Row("softmax", threads, seconds, 2 * xa.nbytes / seconds / 1e9, "GB/s", _median(reference, 3), build)
+    return Row(
+        "softmax",
+        threads,
+        seconds,
+        2 * xa.nbytes / seconds / 1e9,
+        "GB/s",
+        _median(reference, 3),
+        build,
+    )
 
 
 def bench_layernorm(threads: int) -> Row:
@@ -208,7 +246,15 @@ def bench_layernorm(threads: int) -> Row:
 
     np.testing.assert_allclose(Y.numpy(), reference(), rtol=1e-3, atol=1e-3)
     seconds = _time_module(mod, [X, G, B, Y])
-    return Row("layernorm", threads, seconds, 2 * xa.nbytes / seconds / 1e9, "GB/s", _median(reference, 3), build)
+    return Row(
+        "layernorm",
+        threads,
+        seconds,
+        2 * xa.nbytes / seconds / 1e9,
+        "GB/s",
+        _median(reference, 3),
+        build,
+    )
 
 
 def bench_conv2d(threads: int) -> Row:
@@ -233,7 +279,9 @@ def bench_conv2d(threads: int) -> Row:
     seconds = _time_module(mod, [D, W, O])  # before OpenBLAS runs (see bench_gemm)
     np.testing.assert_allclose(O.numpy(), reference(), rtol=1e-3, atol=1e-3)
     flops = 2.0 * f * c * 9 * h * w
-    return Row("conv2d", threads, seconds, flops / seconds / 1e9, "GFLOP/s", _median(reference, 5), build)
+    return Row(
+        "conv2d", threads, seconds, flops / seconds / 1e9, "GFLOP/s", _median(reference, 5), build
+    )
 
 
 RUNNERS: dict[str, Callable[[int], Row]] = {
@@ -268,19 +316,25 @@ def run_cases(cases: list[str], threads: int) -> list[Row]:
 
 
 def print_table(rows: list[Row]) -> None:
-    print(f"{'case':<10} {'thr':>3} {'time (ms)':>10} {'rate':>9} {'unit':<7} {'numpy (ms)':>10} "
-          f"{'vs numpy':>8} {'of limit':>8} {'build (s)':>9}")
+    print(
+        f"{'case':<10} {'thr':>3} {'time (ms)':>10} {'rate':>9} {'unit':<7} {'numpy (ms)':>10} "
+        f"{'vs numpy':>8} {'of limit':>8} {'build (s)':>9}"
+    )
     for r in rows:
         numpy_ms = f"{r.numpy_seconds * 1e3:10.2f}" if r.numpy_seconds else f"{'-':>10}"
         ratio = f"{r.ratio:8.2f}" if r.ratio is not None else f"{'-':>8}"
         limit = f"{r.limit_fraction:8.2f}" if r.limit_fraction is not None else f"{'-':>8}"
-        print(f"{r.case:<10} {r.threads:>3} {r.seconds * 1e3:10.2f} {r.rate:9.1f} {r.unit:<7} {numpy_ms} "
-              f"{ratio} {limit} {r.build_seconds:9.3f}")
+        print(
+            f"{r.case:<10} {r.threads:>3} {r.seconds * 1e3:10.2f} {r.rate:9.1f} {r.unit:<7} {numpy_ms} "
+            f"{ratio} {limit} {r.build_seconds:9.3f}"
+        )
 
 
 def bench_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tensorforge bench", description=__doc__)
-    parser.add_argument("--threads", default="1,2", help="thread counts, comma separated (default 1,2)")
+    parser.add_argument(
+        "--threads", default="1,2", help="thread counts, comma separated (default 1,2)"
+    )
     parser.add_argument("--cases", default=",".join(CASES), help=f"subset of {','.join(CASES)}")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON lines")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -295,14 +349,31 @@ def bench_main(argv: list[str] | None = None) -> int:
         return 0
     rows: list[Row] = []
     for threads in [int(t) for t in args.threads.split(",")]:
-        env = dict(os.environ, TF_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-                   OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-        cmd = [sys.executable, "-m", "tensorforge.cli", "bench", "--child", "--cases", ",".join(cases)]
+        env = dict(
+            os.environ,
+            TF_NUM_THREADS=str(threads),
+            OPENBLAS_NUM_THREADS=str(threads),
+            OMP_NUM_THREADS=str(threads),
+            MKL_NUM_THREADS=str(threads),
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "tensorforge.cli",
+            "bench",
+            "--child",
+            "--cases",
+            ",".join(cases),
+        ]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stdout + proc.stderr, file=sys.stderr)
             return proc.returncode
-        rows += [Row(**json.loads(line[4:])) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
+        rows += [
+            Row(**json.loads(line[4:]))
+            for line in proc.stdout.splitlines()
+            if line.startswith("ROW ")
+        ]
     print_table(rows)
     if args.json:
         with open(args.json, "w") as fh:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tensorforge.errors import ArgumentError, TensorForgeError
 from tensorforge.ir.pipeline import run_pipeline
@@ -17,7 +18,9 @@ def lower(
 ) -> PrimFunc:
     """The loop IR of schedule `s` with parameters `args`, after every pass (print() it to read)."""
     if not isinstance(s, Schedule):
-        raise ArgumentError(f"lower: expected a Schedule (te.create_schedule(...)), got {type(s).__name__}")
+        raise ArgumentError(
+            f"lower: expected a Schedule (te.create_schedule(...)), got {type(s).__name__}"
+        )
     if not isinstance(args, (list, tuple)):
         raise ArgumentError("lower: args must be a list of tensors and scalar vars")
     func = schedule_to_func(s, list(args), name)
@@ -39,7 +42,9 @@ def build(
         func = s_or_func
     else:
         if args is None:
-            raise ArgumentError("build: pass args (the tensors and scalars of the kernel) with a Schedule")
+            raise ArgumentError(
+                "build: pass args (the tensors and scalars of the kernel) with a Schedule"
+            )
         func = lower(s_or_func, args, name=name, target=tgt)
     try:
         source = codegen_for(tgt.kind).generate(func, tgt)

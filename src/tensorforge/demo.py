@@ -64,8 +64,11 @@ def run_demo(size: int = 512, trials: int = 16) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         log = f"{tmp}/demo.jsonl"
         tuner = tune.XGBTuner(task, seed=0) if _has_xgboost() else tune.RandomTuner(task, seed=0)
-        tuner.tune(n_trial=trials, measure_option=tune.measure_option(number=2, repeat=1, timeout=20),
-                   callbacks=[tune.log_to_file(log), tune.progress_bar()])
+        tuner.tune(
+            n_trial=trials,
+            measure_option=tune.measure_option(number=2, repeat=1, timeout=20),
+            callbacks=[tune.log_to_file(log), tune.progress_bar()],
+        )
         with tune.apply_history_best(log):
             with target:
                 s, args = demo_matmul(size, "float32")
@@ -81,8 +84,10 @@ def run_demo(size: int = 512, trials: int = 16) -> int:
     np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-3, atol=1e-3)
     theirs = _median_seconds(lambda: a @ b)
     flops = 2.0 * size**3
-    print(f"matmul: tensorforge {flops / ours / 1e9:8.1f} GFLOP/s   numpy {flops / theirs / 1e9:8.1f} GFLOP/s"
-          f"   ratio {theirs / ours:.2f}x")
+    print(
+        f"matmul: tensorforge {flops / ours / 1e9:8.1f} GFLOP/s   numpy {flops / theirs / 1e9:8.1f} GFLOP/s"
+        f"   ratio {theirs / ours:.2f}x"
+    )
 
     # 2. a fused element-wise chain
     n = 2048
@@ -99,8 +104,10 @@ def run_demo(size: int = 512, trials: int = 16) -> int:
     ours = mod.time_evaluator(mod.entry_name, dev, number=5, repeat=3)(X, Y).median
     theirs = _median_seconds(lambda: 1 / (1 + np.exp(-(np.maximum(xa, 0) * 2 + 1))))
     moved = 2 * xa.nbytes
-    print(f"element-wise: tensorforge {moved / ours / 1e9:6.2f} GB/s   numpy {moved / theirs / 1e9:6.2f} GB/s"
-          f"   ratio {theirs / ours:.1f}x")
+    print(
+        f"element-wise: tensorforge {moved / ours / 1e9:6.2f} GB/s   numpy {moved / theirs / 1e9:6.2f} GB/s"
+        f"   ratio {theirs / ours:.1f}x"
+    )
     print("\nboth kernels match numpy.")
     return 0
 

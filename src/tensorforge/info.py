@@ -25,14 +25,18 @@ def collect_info() -> dict:
         "numpy": _version("numpy"),
         "llvmlite": _version("llvmlite"),
         "networkx": _version("networkx"),
-        "xgboost": _version("xgboost") if _version("xgboost") != "not installed" else _version("xgboost-cpu"),
+        "xgboost": _version("xgboost")
+        if _version("xgboost") != "not installed"
+        else _version("xgboost-cpu"),
         "pycuda": _version("pycuda"),
         "cpu": cpu.mcpu,
         "vector_bits": cpu.vector_bits,
         "cpu_features": ",".join(f[1:] for f in cpu.features.split(",") if f.startswith("+")),
         "threads": int(os.environ.get("TF_NUM_THREADS", os.cpu_count() or 1)),
         "nvcc": shutil.which("nvcc") or "not found",
-        "cache_dir": os.environ.get("TENSORFORGE_CACHE_DIR", os.path.expanduser("~/.cache/tensorforge")),
+        "cache_dir": os.environ.get(
+            "TENSORFORGE_CACHE_DIR", os.path.expanduser("~/.cache/tensorforge")
+        ),
     }
     try:
         from tensorforge.runtime.cuda_driver import driver

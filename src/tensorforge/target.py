@@ -21,7 +21,7 @@ def host_cpu() -> tuple[str, str]:
     return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _llvm_rejects(cpu: str, features: str) -> str:
     """LLVM's complaints about a CPU name or feature string ('' when it knows them).
 
@@ -53,12 +53,40 @@ _AVX512 = "+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx2,+fma,+avx,+sse4.2"
 _AVX2 = "+avx2,+fma,+avx,+sse4.2"
 _VECTOR_FEATURES = {  # what a named x86 CPU has that the schedules and math look at
     **dict.fromkeys(
-        ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
-         "icelake-server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
-         "graniterapids", "znver4", "znver5", "x86-64-v4"), _AVX512),
+        (
+            "skylake-avx512",
+            "cascadelake",
+            "cooperlake",
+            "cannonlake",
+            "icelake-client",
+            "icelake-server",
+            "tigerlake",
+            "rocketlake",
+            "sapphirerapids",
+            "emeraldrapids",
+            "graniterapids",
+            "znver4",
+            "znver5",
+            "x86-64-v4",
+        ),
+        _AVX512,
+    ),
     **dict.fromkeys(
-        ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake",
-         "znver1", "znver2", "znver3", "x86-64-v3"), _AVX2),
+        (
+            "haswell",
+            "broadwell",
+            "skylake",
+            "alderlake",
+            "raptorlake",
+            "meteorlake",
+            "arrowlake",
+            "znver1",
+            "znver2",
+            "znver3",
+            "x86-64-v3",
+        ),
+        _AVX2,
+    ),
 }
 
 
@@ -82,7 +110,7 @@ class Target:
     which makes it `Target.current()`.
     """
 
-    def __init__(self, spec: "str | Target" = "llvm"):
+    def __init__(self, spec: str | Target = "llvm"):
         if isinstance(spec, Target):
             spec = str(spec)
         if not isinstance(spec, str) or not spec.strip():
@@ -90,7 +118,9 @@ class Target:
         words = shlex.split(spec)
         self.kind = {"c": "llvm", "cpu": "llvm", "nvidia": "cuda"}.get(words[0], words[0])
         if self.kind not in ("llvm", "cuda"):
-            raise TargetError(f"Target {spec!r}: unknown kind {words[0]!r}; expected 'llvm' or 'cuda'")
+            raise TargetError(
+                f"Target {spec!r}: unknown kind {words[0]!r}; expected 'llvm' or 'cuda'"
+            )
         self.options: dict[str, str] = {}
         for w in words[1:]:
             if not w.startswith("-") or "=" not in w:
@@ -153,7 +183,7 @@ class Target:
         return hash(str(self))
 
     # -- context --------------------------------------------------------------------------------
-    def __enter__(self) -> "Target":
+    def __enter__(self) -> Target:
         stack = getattr(_current, "stack", [])
         stack.append(self)
         _current.stack = stack
@@ -163,7 +193,7 @@ class Target:
         _current.stack.pop()
 
     @staticmethod
-    def current(allow_none: bool = True) -> "Target | None":
+    def current(allow_none: bool = True) -> Target | None:
         stack = getattr(_current, "stack", [])
         if stack:
             return stack[-1]
@@ -183,7 +213,7 @@ def _detect_cuda_arch() -> str:
         return "sm_90"
 
 
-def as_target(target: "str | Target | None") -> Target:
+def as_target(target: str | Target | None) -> Target:
     if target is None:
         return Target.current() or Target("llvm")
     return target if isinstance(target, Target) else Target(target)

@@ -9,7 +9,17 @@ import pytest
 from tensorforge.ir.expr import Buffer
 from tensorforge.ir.stmt import PrimFunc, Seq
 from tensorforge.te.expr import Call, FloorDiv, Var
-from tests.codegen.test_llvm import aligned, c, compile_func, load, loop, ramp, run, store, unary_kernel
+from tests.codegen.test_llvm import (
+    aligned,
+    c,
+    compile_func,
+    load,
+    loop,
+    ramp,
+    run,
+    store,
+    unary_kernel,
+)
 
 
 def ulp_error(got, x64, reference):
@@ -23,7 +33,6 @@ def ulp_error(got, x64, reference):
         )
         err = np.where(same, 0.0, np.abs(got.astype(np.float64) - want64) / spacing)
     return float(np.max(err))
-
 
 
 def _erf64(x):

@@ -1,7 +1,7 @@
 """Printer snapshots: the lowered IR of small schedules reads like Python."""
 
-import io
 import contextlib
+import io
 
 import tensorforge as tf
 from tensorforge import te
@@ -15,7 +15,9 @@ def test_compute_at_and_vectorize_snapshot():
     o, i = s[C].split(C.op.axis[0], factor=4)
     s[B].compute_at(s[C], o)
     s[C].vectorize(i)
-    assert str(tf.lower(s, [A, C])) == """\
+    assert (
+        str(tf.lower(s, [A, C]))
+        == """\
 def main(A: float32[10], C: float32[10]):
     for i.outer in range(2):
         B = allocate(float32[4], scope='global')
@@ -27,6 +29,7 @@ def main(A: float32[10], C: float32[10]):
         if i + 8 < 10:
             B[i] = A[i + 8] * 2.0
     C[ramp(8, 1, 2)] = B[ramp(0, 1, 2)] + broadcast(1.0, 2)"""
+    )
 
 
 def test_dynamic_reduction_with_where_snapshot():
@@ -36,13 +39,16 @@ def test_dynamic_reduction_with_where_snapshot():
     Y = te.compute((n,), lambda r: te.max(X[r, k], axis=k, where=X[r, k] > 0.0), name="Y")
     s = te.create_schedule(Y.op)
     s[Y].parallel(Y.op.axis[0])
-    assert str(tf.lower(s, [X, Y])) == """\
+    assert (
+        str(tf.lower(s, [X, Y]))
+        == """\
 def main(X: float32[n, 8], Y: float32[n], n: int32):
     for r in range(n):  # parallel
         Y[r] = -inf
         for k in range(8):
             if X[r * 8 + k] > 0.0:
                 Y[r] = max(Y[r], X[r * 8 + k])"""
+    )
 
 
 def test_guard_tail_and_unroll_snapshot():
@@ -51,7 +57,9 @@ def test_guard_tail_and_unroll_snapshot():
     s = te.create_schedule(B.op)
     o, i = s[B].split(B.op.axis[0], factor=3, tail="guard")
     s[B].unroll(i)
-    assert str(tf.lower(s, [A, B])) == """\
+    assert (
+        str(tf.lower(s, [A, B]))
+        == """\
 def main(A: float32[7], B: float32[7]):
     for i.outer in range(3):
         B[i.outer * 3] = A[i.outer * 3] + 1.0
@@ -59,6 +67,7 @@ def main(A: float32[7], B: float32[7]):
             B[i.outer * 3 + 1] = A[i.outer * 3 + 1] + 1.0
         if i.outer * 3 + 2 < 7:
             B[i.outer * 3 + 2] = A[i.outer * 3 + 2] + 1.0"""
+    )
 
 
 def test_trace_prints_ir_after_each_pass():
@@ -70,7 +79,13 @@ def test_trace_prints_ir_after_each_pass():
     with contextlib.redirect_stdout(out):
         tf.lower(s, [A, B], trace=True)
     text = out.getvalue()
-    for name in ("flatten_storage", "simplify", "vectorize_loops", "unroll_loops", "fold_lane_masks"):
+    for name in (
+        "flatten_storage",
+        "simplify",
+        "vectorize_loops",
+        "unroll_loops",
+        "fold_lane_masks",
+    ):
         assert f"# after {name}" in text
     assert "ramp(0, 1, 8)" in text
 

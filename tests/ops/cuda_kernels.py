@@ -4,7 +4,11 @@ import numpy as np
 
 from tensorforge import te
 from tensorforge.ops import fused_chain
-from tensorforge.ops.cuda import schedule_elementwise_cuda, schedule_matmul_cuda, schedule_softmax_cuda
+from tensorforge.ops.cuda import (
+    schedule_elementwise_cuda,
+    schedule_matmul_cuda,
+    schedule_softmax_cuda,
+)
 
 
 def elementwise_bind(n=1 << 16):
@@ -55,9 +59,11 @@ def rfactor_row_max(rows=32, cols=1000):
 
 def softmax(rows=64, cols=1024):
     s, args = schedule_softmax_cuda(rows, cols)
+
     def ref(a):
         e = np.exp(a - a.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
+
     return s, args, ref
 
 

@@ -36,8 +36,11 @@ def test_cuda_source_compiles(name, tmp_path):
         pytest.skip("nvcc not on PATH")
     path = tmp_path / f"{name}.cu"
     path.write_text(source)
-    result = subprocess.run(["nvcc", "-arch=sm_90", "--ptx", "-o", str(tmp_path / "k.ptx"), str(path)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["nvcc", "-arch=sm_90", "--ptx", "-o", str(tmp_path / "k.ptx"), str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
 
 

@@ -17,7 +17,18 @@ def run(mod, *arrays):
     return arrays
 
 
-@pytest.mark.parametrize("n,m,k", [(64, 64, 64), (37, 45, 19), (100, 33, 70), (1, 7, 3), (200, 150, 600), (53, 300, 1100), (13, 530, 1030)])
+@pytest.mark.parametrize(
+    "n,m,k",
+    [
+        (64, 64, 64),
+        (37, 45, 19),
+        (100, 33, 70),
+        (1, 7, 3),
+        (200, 150, 600),
+        (53, 300, 1100),
+        (13, 530, 1030),
+    ],
+)
 @pytest.mark.parametrize("parallel", [True, False])
 def test_matmul(n, m, k, parallel, rng):
     s, args = ops.schedule_matmul(n, m, k, parallel=parallel)
@@ -60,7 +71,8 @@ def test_conv2d(c, h, w, f, rng):
     dp = np.pad(d, ((0, 0), (0, 0), (1, 1), (1, 1)))
     ref = sum(
         np.einsum("bchw,fc->bfhw", dp[:, :, ky : ky + h, kx : kx + w], wt[:, :, ky, kx])
-        for ky in range(3) for kx in range(3)
+        for ky in range(3)
+        for kx in range(3)
     )
     np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-4)
 
@@ -74,7 +86,9 @@ def test_fused_elementwise(rng):
     mod = tf.build(s, [x, y])
     xa = rng.standard_normal((33, 70)).astype("float32") * 5
     _, ya = run(mod, xa, np.full((33, 70), np.nan, "float32"))
-    np.testing.assert_allclose(ya, 1 / (1 + np.exp(-(np.maximum(xa, 0) * 2 + 1))), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        ya, 1 / (1 + np.exp(-(np.maximum(xa, 0) * 2 + 1))), rtol=1e-6, atol=1e-7
+    )
 
 
 def test_matmul_blocks_k_only_when_a_sliver_of_a_overflows_l1():
@@ -83,13 +97,22 @@ def test_matmul_blocks_k_only_when_a_sliver_of_a_overflows_l1():
     tiles = MatmulTiles(mr=6, nr=16)
     assert not tiles.needs_k_blocks(1024, 4)  # 24 KB of A per micro-tile: streamed from its rows
     assert tiles.needs_k_blocks(2048, 4)
-    text = str(tf.lower(*ops.schedule_matmul(64, 64, 4096, parallel=False)))  # k > kc on every target
+    text = str(
+        tf.lower(*ops.schedule_matmul(64, 64, 4096, parallel=False))
+    )  # k > kc on every target
     assert "packedA" in text and "k.c.outer" in text
     assert "packedA" not in str(tf.lower(*ops.schedule_matmul(64, 64, 512, parallel=False)))
 
 
-@pytest.mark.parametrize("cpu,mr,nr", [("skylake-avx512", None, None), ("skylake-avx512", 6, 48),
-                                       ("haswell", None, None), ("haswell", 4, 24)])
+@pytest.mark.parametrize(
+    "cpu,mr,nr",
+    [
+        ("skylake-avx512", None, None),
+        ("skylake-avx512", 6, 48),
+        ("haswell", None, None),
+        ("haswell", 4, 24),
+    ],
+)
 def test_matmul_micro_kernel_keeps_its_accumulators_in_registers(cpu, mr, nr):
     """Compiled (not run) for AVX-512 and AVX2: the FMAs read no stack slots and no vector is
     assembled lane by lane (a <48 x float> tile once went through the stack: 12x slower). The
@@ -118,7 +141,7 @@ def test_conv2d_row_tail_broadcasts_weights_without_a_gather(rng):
     ref = np.zeros((1, 5, 5, 13), "float32")
     for ky in range(3):
         for kx in range(3):
-            ref[0] += np.einsum("fc,chw->fhw", w[:, :, ky, kx], x[0, :, ky:ky + 5, kx:kx + 13])
+            ref[0] += np.einsum("fc,chw->fhw", w[:, :, ky, kx], x[0, :, ky : ky + 5, kx : kx + 13])
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 

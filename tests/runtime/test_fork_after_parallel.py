@@ -31,6 +31,11 @@ def test_parallel_kernel_in_forked_child():
     env = {"TF_NUM_THREADS": "2"}
     import os
 
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, **env})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr

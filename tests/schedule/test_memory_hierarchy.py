@@ -118,7 +118,7 @@ def test_rfactor_vectorized_factor_axis_inner():
     s = te.create_schedule(B.op)
     ko, ki = s[B].split(k, factor=8)
     BF = s.rfactor(B, ki, factor_axis=1)
-    ro, = s[BF].op.reduce_axis
+    (ro,) = s[BF].op.reduce_axis
     s[BF].reorder(s[BF].op.axis[0], ro, s[BF].op.axis[1])
     s[BF].vectorize(s[BF].op.axis[1])
     check_against_numpy(s, [A], [B], lambda a: a.sum(keepdims=True)[:1], rtol=1e-4, atol=1e-4)
@@ -129,7 +129,9 @@ def test_rfactor_argmax():
         take = x[1] >= y[1]
         return te.if_then_else(take, x[0], y[0]), te.if_then_else(take, x[1], y[1])
 
-    argmax = te.comm_reducer(fcombine, lambda t0, t1: (te.const(-1, t0), te.const(-np.inf, t1)), "argmax")
+    argmax = te.comm_reducer(
+        fcombine, lambda t0, t1: (te.const(-1, t0), te.const(-np.inf, t1)), "argmax"
+    )
     A = te.placeholder((5, 64), name="A")
     k = te.reduce_axis((0, 64), name="k")
     I, V = te.compute((5,), lambda i: argmax((k, A[i, k]), axis=k), name="T")
@@ -145,7 +147,9 @@ def test_packing_matmul():
     B = te.placeholder((n, n), name="B")
     k = te.reduce_axis((0, n), name="k")
     packed = te.compute((n // bn, n, bn), lambda x, y, z: B[y, x * bn + z], name="packedB")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * packed[j // bn, k, j % bn], axis=k), name="C")
+    C = te.compute(
+        (n, n), lambda i, j: te.sum(A[i, k] * packed[j // bn, k, j % bn], axis=k), name="C"
+    )
     s = te.create_schedule(C.op)
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], bn, bn)
     s[C].reorder(io, jo, k, ii, ji)
@@ -178,9 +182,11 @@ def test_auto_inline_chain_and_diamond():
     auto_inline(s)
     ir = str(tf.lower(s, [A, E]))
     assert "allocate" not in ir and ir.count("for ") == 2
+
     def ref(a):
         b = np.maximum(a, 0)
         return 1 / (1 + np.exp(-(b * 2 + b + 1)))
+
     check_against_numpy(s, [A], [E], ref, rtol=1e-5)
 
 
@@ -198,10 +204,13 @@ def test_epilogue_fusion_matmul_bias_relu():
     s[E].vectorize(ji)
     ir = str(tf.lower(s, [A, B, bias, E]))
     assert "allocate(float32[128]" in ir  # one 8x16 output tile, never the whole matmul
-    check_against_numpy(s, [A, B, bias], [E], lambda a, b, c: np.maximum(a @ b + c, 0), rtol=1e-4, atol=1e-4)
+    check_against_numpy(
+        s, [A, B, bias], [E], lambda a, b, c: np.maximum(a @ b + c, 0), rtol=1e-4, atol=1e-4
+    )
 
 
 # -- misuse -------------------------------------------------------------------------------------
+
 
 def test_cache_read_reader_does_not_read():
     A, B, C, k = matmul(8, 8, 8)
@@ -214,7 +223,10 @@ def test_cache_read_reader_does_not_read():
 def test_rfactor_non_reduction_axis():
     A, B, C, k = matmul(8, 8, 8)
     s = te.create_schedule(C.op)
-    with pytest.raises(tf.ScheduleError, match="rfactor: 'i' of stage 'C' is not a reduction axis; reduction axes are: k"):
+    with pytest.raises(
+        tf.ScheduleError,
+        match="rfactor: 'i' of stage 'C' is not a reduction axis; reduction axes are: k",
+    ):
         s.rfactor(C, C.op.axis[0])
 
 

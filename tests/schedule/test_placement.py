@@ -24,9 +24,11 @@ def test_compute_at_shifted_region(factor):
     ir = str(tf.lower(s, [A, C]))
     # the producer computes exactly factor + 1 elements per tile
     assert f"allocate(float32[{factor + 1}]" in ir
+
     def ref(a):
         b = np.concatenate([a, a[-1:]]) * 2
         return b[:-1] + b[1:]
+
     check_against_numpy(s, [A], [C], ref)
 
 

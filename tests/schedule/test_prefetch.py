@@ -66,7 +66,10 @@ def test_prefetch_of_a_tensor_the_stage_does_not_read():
     A, B = scaled(4, 8)
     C = te.compute((4, 8), lambda i, j: B[i, j] + 1.0, name="C")
     s = te.create_schedule(C.op)
-    with pytest.raises(tf.ScheduleError, match=r"prefetch in stage 'C': 'A' is neither a tensor this stage reads \(B\) nor the output"):
+    with pytest.raises(
+        tf.ScheduleError,
+        match=r"prefetch in stage 'C': 'A' is neither a tensor this stage reads \(B\) nor the output",
+    ):
         s[C].prefetch(A, C.op.axis[0], 1)
 
 
@@ -74,7 +77,9 @@ def test_prefetch_of_a_tensor_the_stage_does_not_read():
 def test_prefetch_offset_must_be_a_positive_count(offset):
     A, B = scaled(4, 8)
     s = te.create_schedule(B.op)
-    with pytest.raises(tf.ScheduleError, match=r"prefetch of 'A' at 'i' in stage 'B': offset must be a positive"):
+    with pytest.raises(
+        tf.ScheduleError, match=r"prefetch of 'A' at 'i' in stage 'B': offset must be a positive"
+    ):
         s[B].prefetch(A, B.op.axis[0], offset)
 
 
@@ -175,7 +180,9 @@ def test_prefetch_of_a_consumer_that_reads_elsewhere_is_refused():
     A, B = scaled(6, 6)
     T = te.compute((6, 6), lambda i, j: B[j, i], name="T")  # a transpose: not element for element
     s = te.create_schedule(T.op)
-    with pytest.raises(tf.ScheduleError, match="nor the output of a stage that reads 'B' element for element"):
+    with pytest.raises(
+        tf.ScheduleError, match="nor the output of a stage that reads 'B' element for element"
+    ):
         s[B].prefetch(T, B.op.axis[1], 0)
     with pytest.raises(tf.ScheduleError, match="non-negative"):
         U = te.compute((6, 6), lambda i, j: B[i, j] + 1.0, name="U")

@@ -510,7 +510,10 @@ def test_regression_unrolled_fused_matmul_without_llvm_loop_vectorizer():
     s[C].unroll(ki)
     mod = tf.build(s, [A, B, C])
     rng = np.random.default_rng(8)
-    a, b = rng.standard_normal((26, 23), dtype="float32"), rng.standard_normal((23, 16), dtype="float32")
+    a, b = (
+        rng.standard_normal((26, 23), dtype="float32"),
+        rng.standard_normal((23, 16), dtype="float32"),
+    )
     out = np.full((26, 16), np.nan, "float32")
     mod(a, b, out)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
@@ -518,7 +521,9 @@ def test_regression_unrolled_fused_matmul_without_llvm_loop_vectorizer():
 
 def test_regression_min_max_chain_does_not_abort_llvm():
     # LLVM's loop + SLP vectorizers together produced invalid IR here and aborted the process
-    A, B, C = (te.placeholder(shape, name=n) for shape, n in (((8, 9), "A"), ((9,), "B"), ((8,), "C")))
+    A, B, C = (
+        te.placeholder(shape, name=n) for shape, n in (((8, 9), "A"), ((9,), "B"), ((8,), "C"))
+    )
     T1 = te.compute((8, 9), lambda i, j: te.min(A[i, j], C[i]) * B[j], name="T1")
     T2 = te.compute((8, 9), lambda i, j: te.max(T1[i, j], 0.0), name="T2")
     T4 = te.compute((8, 9), lambda i, j: T2[i, j] * C[i] * C[i], name="T4")

@@ -10,7 +10,6 @@ from tune_fakes import fake_cost, fake_option
 from tensorforge import tune
 from tensorforge.tune.callbacks import ProgressBar
 
-
 needs_xgboost = pytest.mark.skipif(
     importlib.util.find_spec("xgboost") is None, reason="xgboost is not installed (the tune extra)"
 )

@@ -15,6 +15,12 @@ def test_tutorial_runs(script, tmp_path):
     env = dict(os.environ, TF_TUTORIAL_SMALL="1", MPLBACKEND="Agg")
     result = subprocess.run(
         [sys.executable, str(script), "--small"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert result.returncode == 0, f"{script.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"{script.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )

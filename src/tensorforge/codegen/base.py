@@ -49,7 +49,7 @@ class KernelSource:
 
 
 class Codegen(Protocol):
-    def generate(self, func: "PrimFunc", target: "Target") -> KernelSource: ...
+    def generate(self, func: PrimFunc, target: Target) -> KernelSource: ...
 
 
 def codegen_for(kind: str) -> Codegen:
@@ -58,7 +58,9 @@ def codegen_for(kind: str) -> Codegen:
 
     try:
         return CODEGENS[kind]
-    except KeyError:
+    except KeyError as missing:
         from tensorforge.errors import BuildError
 
-        raise BuildError(f"no code generator for target kind {kind!r}; known: {', '.join(CODEGENS)}")
+        raise BuildError(
+            f"no code generator for target kind {kind!r}; known: {', '.join(CODEGENS)}"
+        ) from missing

@@ -35,11 +35,11 @@ from tensorforge.ir.stmt import (
     IfThenElse,
     LetStmt,
     LoopKind,
+    Prefetch,
     PrimFunc,
     Realize,
     Seq,
     Stmt,
-    Prefetch,
     Sync,
     ThreadAllReduce,
 )

@@ -24,8 +24,8 @@ from tensorforge.codegen.llvm_expr import (
     ExprEmitter,
     element_bytes,
     masked_chunks,
-    power_of_two_pieces,
     memory_type,
+    power_of_two_pieces,
     value_type,
 )
 from tensorforge.codegen.llvm_math import mangle
@@ -40,10 +40,10 @@ from tensorforge.ir.stmt import (
     IfThenElse,
     LetStmt,
     LoopKind,
+    Prefetch,
     PrimFunc,
     Seq,
     Stmt,
-    Prefetch,
     Sync,
 )
 from tensorforge.ir.visit import walk
@@ -145,8 +145,13 @@ def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
 class _ModuleState:
     """What the functions of one module share: the module, the kernel's name, a counter."""
 
-    def __init__(self, module: ir.Module, func_name: str, param_align: int | None,
-                 cpu_features: frozenset[str]):
+    def __init__(
+        self,
+        module: ir.Module,
+        func_name: str,
+        param_align: int | None,
+        cpu_features: frozenset[str],
+    ):
         self.module, self.func_name = module, func_name
         self.parallel_loops = 0
         self.param_align = param_align
@@ -250,7 +255,9 @@ class _FunctionEmitter(ExprEmitter):
         (index,) = s.indices
         # not `inbounds`: the address may lie past the buffer, which a prefetch allows
         ptr = self.builder.gep(
-            self.buffer_ptr(s.buffer), [self.index64(index)], source_etype=memory_type(s.buffer.dtype)
+            self.buffer_ptr(s.buffer),
+            [self.index64(index)],
+            source_etype=memory_type(s.buffer.dtype),
         )
         fn = self.state.function("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         # NOTE: reads are fetched into L2 (prefetcht1), writes into L1 (prefetchw). A row fetched
@@ -299,7 +306,9 @@ class _FunctionEmitter(ExprEmitter):
             for start, count in masked_chunks(lanes, align):
                 part = self.lanes_of(value, start, count)
                 part_mask = self.lanes_of(mask, start, count)
-                part_ptr = b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr
+                part_ptr = (
+                    b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr
+                )
                 fn = self.state.function(
                     f"llvm.masked.store.{mangle(part.type)}.{mangle(ptr.type)}",
                     ir.VoidType(),
@@ -359,7 +368,12 @@ class _FunctionEmitter(ExprEmitter):
         return self.cast(self.expr(e), e.dtype, var.dtype)
 
     def serial_loop(
-        self, var: Var, begin: ir.Value, end: ir.Value, body: Stmt, hint: tuple[str, ir.Constant] | None
+        self,
+        var: Var,
+        begin: ir.Value,
+        end: ir.Value,
+        body: Stmt,
+        hint: tuple[str, ir.Constant] | None,
     ) -> None:
         """for var in [begin, end): body, as a guarded do-while loop (the shape LLVM rotates to)."""
         b = self.builder

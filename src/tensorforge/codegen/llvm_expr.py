@@ -354,8 +354,11 @@ class ExprEmitter(CallEmitter):
             value = b.select(mask, self.splat(loaded, lanes), ir.Constant(vty, None))
         elif kind == "contiguous" and mask is None:
             parts = [
-                b.load(b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr,
-                       typ=ir.VectorType(elem, count), align=align)
+                b.load(
+                    b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr,
+                    typ=ir.VectorType(elem, count),
+                    align=align,
+                )
                 for start, count in power_of_two_pieces(lanes)
             ]
             value = parts[0] if len(parts) == 1 else self.concat(parts)
@@ -369,10 +372,16 @@ class ExprEmitter(CallEmitter):
                     part_ty,
                     [PTR, I32, ir.VectorType(ir.IntType(1), count), part_ty],
                 )
-                part_ptr = b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr
+                part_ptr = (
+                    b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr
+                )
                 part_mask = self.lanes_of(mask, start, count)
                 args = [part_ptr, ir.Constant(I32, align), part_mask, ir.Constant(part_ty, None)]
-                parts.append(self._load_if(self.any_lane(part_mask), lambda: b.call(fn, args)))
+                parts.append(
+                    self._load_if(
+                        self.any_lane(part_mask), lambda fn=fn, args=args: b.call(fn, args)
+                    )
+                )
             value = self.concat(parts)
         elif mask is None:  # gather as scalar loads: cheaper than vgather on most x86 cores
             value = ir.Constant(vty, ir.Undefined)
@@ -396,7 +405,9 @@ class ExprEmitter(CallEmitter):
     def any_lane(self, mask: ir.Value) -> ir.Value:
         """An i1: is some lane of the vector `mask` on?"""
         reduce_or = intrinsic(
-            self.module, f"llvm.vector.reduce.or.{llvm_math.mangle(mask.type)}", ir.IntType(1),
+            self.module,
+            f"llvm.vector.reduce.or.{llvm_math.mangle(mask.type)}",
+            ir.IntType(1),
             [mask.type],
         )
         return self.builder.call(reduce_or, [mask])

@@ -54,8 +54,9 @@ def overloaded(module: ir.Module, base: str, ty: ir.Type, nargs: int = 1) -> ir.
     return intrinsic(module, f"{base}.{mangle(ty)}", ty, [ty] * nargs)
 
 
-def math_function(module: ir.Module, name: str, ty: ir.Type,
-                  cpu_features: frozenset[str] = frozenset()) -> ir.Function:
+def math_function(
+    module: ir.Module, name: str, ty: ir.Type, cpu_features: frozenset[str] = frozenset()
+) -> ir.Function:
     """The helper computing float32 `name` on `ty` (float or <n x float>), one per module.
 
     `cpu_features` (LLVM's names, "avx512f") allow x86 reciprocal estimates in place of divides.
@@ -77,8 +78,13 @@ def math_function(module: ir.Module, name: str, ty: ir.Type,
 class _Math:
     """Shorthand for writing the polynomials below on scalars and vectors alike."""
 
-    def __init__(self, module: ir.Module, builder: ir.IRBuilder, ty: ir.Type,
-                 cpu_features: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        module: ir.Module,
+        builder: ir.IRBuilder,
+        ty: ir.Type,
+        cpu_features: frozenset[str] = frozenset(),
+    ):
         self.module, self.b, self.ty = module, builder, ty
         lanes = ty.count if isinstance(ty, ir.VectorType) else 0
         self.ity = ir.VectorType(I32, lanes) if lanes else I32
@@ -152,8 +158,10 @@ class _Math:
             else:
                 fn = intrinsic(self.module, name, vty, [vty])
                 tail = []
-            pieces = [self.b.call(fn, [lanes_of(self.b, d, start, width), *tail])
-                      for start in range(0, self.lanes, width)]
+            pieces = [
+                self.b.call(fn, [lanes_of(self.b, d, start, width), *tail])
+                for start in range(0, self.lanes, width)
+            ]
             return concat(self.b, pieces), steps
         return None
 
@@ -326,7 +334,9 @@ def _tanh(m: _Math, x):
     # |x| >= 0.625: 1 - 2 / (exp(2|x|) + 1), saturating to 1 as exp overflows
     # (|x| capped at 9, where tanh is 1 in float32 already: exp stays finite for the reciprocal)
     capped = m.select(m.cmp(">", a, m.f(9.0)), m.f(9.0), a)  # (NaN stays NaN)
-    large = m.sub(m.f(1.0), m.mul(m.f(2.0), m.reciprocal(m.add(_exp(m, m.add(capped, capped)), m.f(1.0)))))
+    large = m.sub(
+        m.f(1.0), m.mul(m.f(2.0), m.reciprocal(m.add(_exp(m, m.add(capped, capped)), m.f(1.0))))
+    )
     # tanh is odd: the sign from x also keeps tanh(-0) == -0
     return m.call("llvm.copysign", m.select(m.cmp("<", a, m.f(0.625)), small, large), x)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from tensorforge.ir.passes.flatten_storage import flatten_storage
 from tensorforge.ir.passes.fold_lane_masks import fold_lane_masks
@@ -37,7 +37,9 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
     ]
 
 
-def run_pipeline(func: PrimFunc, target: Target, trace: bool = False, debug: bool | None = None) -> PrimFunc:
+def run_pipeline(
+    func: PrimFunc, target: Target, trace: bool = False, debug: bool | None = None
+) -> PrimFunc:
     """Lower `func` through every pass, then verify the result (LoweringError if it is invalid).
 
     With `trace`, print the IR after each pass. With `debug` (or env TF_DEBUG_PASSES=1), verify

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tensorforge.ir.expr import Buffer
 from tensorforge.ir.stmt import (
     Allocate,
@@ -14,16 +12,17 @@ from tensorforge.ir.stmt import (
     IfThenElse,
     LetStmt,
     LoopKind,
+    Prefetch,
     PrimFunc,
     Realize,
     Seq,
     Stmt,
-    Prefetch,
     Sync,
     ThreadAllReduce,
 )
 from tensorforge.te import expr as E
 from tensorforge.te.printer import expr_to_str
+
 
 def _shape(buffer: Buffer) -> str:
     return ", ".join(expr_to_str(s) for s in buffer.shape)
@@ -86,7 +85,9 @@ def _stmt_lines(s: Stmt, indent: int) -> list[str]:
         case ThreadAllReduce(combiner=c, values=vals, results=res, thread_tag=tag, extent=ext):
             targets = ", ".join(f"{b.name}[0]" for b in res)
             args = ", ".join(expr_to_str(v) for v in vals)
-            return [f"{pad}{targets} = thread_allreduce_{c.name}({args}, over={tag}, threads={ext})"]
+            return [
+                f"{pad}{targets} = thread_allreduce_{c.name}({args}, over={tag}, threads={ext})"
+            ]
         case Attr(key=k, value=v, body=body):
             return [f"{pad}# attr {k} = {v}"] + _stmt_lines(body, indent)
     return [pad + repr(s)]

@@ -6,8 +6,16 @@ from tensorforge import te
 from tensorforge.target import Target
 
 
-def conv2d_nchw(batch: int, channels: int, height: int, width: int, filters: int, kernel: int = 3,
-                pad: int = 1, dtype: str = "float32"):
+def conv2d_nchw(
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    filters: int,
+    kernel: int = 3,
+    pad: int = 1,
+    dtype: str = "float32",
+):
     """out[b, f, y, x] = sum_{c, ky, kx} data[b, c, y + ky - pad, x + kx - pad] * weight[f, c, ky, kx]."""
     data = te.placeholder((batch, channels, height, width), dtype=dtype, name="data")
     weight = te.placeholder((filters, channels, kernel, kernel), dtype=dtype, name="weight")
@@ -16,7 +24,9 @@ def conv2d_nchw(batch: int, channels: int, height: int, width: int, filters: int
         (batch, channels, ph, pw),
         lambda b, c, y, x: te.if_then_else(
             te.all(y >= pad, y < height + pad, x >= pad, x < width + pad),
-            data[b, c, te.max(te.min(y - pad, height - 1), 0), te.max(te.min(x - pad, width - 1), 0)],
+            data[
+                b, c, te.max(te.min(y - pad, height - 1), 0), te.max(te.min(x - pad, width - 1), 0)
+            ],
             te.const(0, dtype),
         ),
         name="padded",
@@ -27,16 +37,28 @@ def conv2d_nchw(batch: int, channels: int, height: int, width: int, filters: int
     rx = te.reduce_axis((0, kernel), name="rx")
     out = te.compute(
         (batch, filters, oh, ow),
-        lambda b, f, y, x: te.sum(padded[b, rc, y + ry, x + rx] * weight[f, rc, ry, rx], axis=[rc, ry, rx]),
+        lambda b, f, y, x: te.sum(
+            padded[b, rc, y + ry, x + rx] * weight[f, rc, ry, rx], axis=[rc, ry, rx]
+        ),
         name="conv",
     )
     return data, weight, padded, out
 
 
-def schedule_conv2d(batch: int, channels: int, height: int, width: int, filters: int,
-                    kernel: int = 3, pad: int = 1, dtype: str = "float32",
-                    target: Target | None = None, parallel: bool = True,
-                    f_block: int = 4, x_vectors: int | None = None):
+def schedule_conv2d(
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    filters: int,
+    kernel: int = 3,
+    pad: int = 1,
+    dtype: str = "float32",
+    target: Target | None = None,
+    parallel: bool = True,
+    f_block: int = 4,
+    x_vectors: int | None = None,
+):
     """Accumulate an `f_block` x (`x_vectors` vectors of output columns) tile in registers.
 
     Each step of the reduction loads `x_vectors` input vectors and broadcasts `f_block` weights,
@@ -49,7 +71,9 @@ def schedule_conv2d(batch: int, channels: int, height: int, width: int, filters:
     if x_vectors is None:
         row_vectors = -(-(width + 2 * pad - kernel + 1) // lanes)
         x_vectors = row_vectors if row_vectors <= 4 else 3
-    data, weight, padded, out = conv2d_nchw(batch, channels, height, width, filters, kernel, pad, dtype)
+    data, weight, padded, out = conv2d_nchw(
+        batch, channels, height, width, filters, kernel, pad, dtype
+    )
     s = te.create_schedule(out.op)
     b, c, y, x = s[padded].op.axis
     s[padded].parallel(c)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tensorforge import te
-from tensorforge.schedule import auto_inline
 from tensorforge.ops.softmax import softmax
+from tensorforge.schedule import auto_inline
 
 
 def schedule_elementwise_cuda(out, threads: int = 256, vector: int = 4):
@@ -29,9 +29,18 @@ def matmul_cuda(n: int, m: int, k: int, dtype: str = "float32"):
     return A, B, C
 
 
-def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: int | None = None,
-                         thread_tile: int = 8, k_tile: int = 16, vector: int = 4, unroll: bool = True,
-                         double_buffer: bool = False):
+def schedule_matmul_cuda(
+    n: int,
+    m: int,
+    k: int,
+    dtype: str = "float32",
+    block: int | None = None,
+    thread_tile: int = 8,
+    k_tile: int = 16,
+    vector: int = 4,
+    unroll: bool = True,
+    double_buffer: bool = False,
+):
     """The classic shared-memory GEMM.
 
     A block computes a `block` x `block` tile of C with (block/thread_tile)^2 threads, each holding
@@ -113,12 +122,14 @@ def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: 
     if double_buffer:  # fill the next k slice while computing on this one
         s[At].double_buffer()
         s[Bs].double_buffer()
-    s[At].storage_align(s[At].op.axis[0], 32, vector)  # pad rows: transposed stores spread over banks
+    s[At].storage_align(
+        s[At].op.axis[0], 32, vector
+    )  # pad rows: transposed stores spread over banks
     # cooperative fetch: each thread loads `vector` consecutive elements of a row of A or B
     kk, ii = s[At].op.axis
     s[At].reorder(ii, kk)
-    fused = s[At].fuse(ii, kk)
-    for stage, fused in ((s[At], fused), (s[Bs], s[Bs].fuse(*s[Bs].op.axis))):
+    fused_a = s[At].fuse(ii, kk)
+    for stage, fused in ((s[At], fused_a), (s[Bs], s[Bs].fuse(*s[Bs].op.axis))):
         rest, vec = stage.split(fused, factor=vector)
         rest, tx_part = stage.split(rest, factor=threads)
         rest, ty_part = stage.split(rest, factor=threads)
@@ -128,7 +139,9 @@ def schedule_matmul_cuda(n: int, m: int, k: int, dtype: str = "float32", block: 
     return s, [A, B, C]
 
 
-def schedule_softmax_cuda(n: int, m: int, dtype: str = "float32", threads: int = 256, vector: int = 4):
+def schedule_softmax_cuda(
+    n: int, m: int, dtype: str = "float32", threads: int = 256, vector: int = 4
+):
     """One block per row, in one kernel: the row is read from memory once into shared memory
     (float4 loads), then a cross-thread max and sum (warp shuffles) and the scaled exp are
     computed from there."""

@@ -27,8 +27,9 @@ def layer_norm(n: int, m: int, eps: float = 1e-5, dtype: str = "float32"):
     return x, gamma, beta, y
 
 
-def schedule_layer_norm(n: int, m: int, dtype: str = "float32", target: Target | None = None,
-                        parallel: bool = True):
+def schedule_layer_norm(
+    n: int, m: int, dtype: str = "float32", target: Target | None = None, parallel: bool = True
+):
     target = target or Target("llvm")
     lanes = target.vector_lanes(dtype)
     x, gamma, beta, y = layer_norm(n, m, dtype=dtype)

@@ -33,7 +33,7 @@ class MatmulTiles:
     COLUMN_BLOCKS_TO_SHARE = 8  # fewer column blocks than this: parallel over all blocks
 
     @staticmethod
-    def for_target(target: Target, dtype: str = "float32") -> "MatmulTiles":
+    def for_target(target: Target, dtype: str = "float32") -> MatmulTiles:
         lanes = target.vector_lanes(dtype)
         if target.vector_bits >= 512:
             # 8 x 2 zmm accumulators (of 32 registers; 6, 12 and 14 rows, and 3 vectors a row,
@@ -51,7 +51,7 @@ class MatmulTiles:
         """
         return self.mr * k * itemsize > self.L1_BYTES * 3 // 4
 
-    def fitted(self, n: int, m: int, k: int) -> "MatmulTiles":
+    def fitted(self, n: int, m: int, k: int) -> MatmulTiles:
         """The same tiles with blocks no larger than the (padded) problem."""
         return replace(
             self,
@@ -61,8 +61,14 @@ class MatmulTiles:
         )
 
 
-def matmul(n: int, m: int, k: int, dtype: str = "float32", tiles: MatmulTiles | None = None,
-           pack_a: bool = False):
+def matmul(
+    n: int,
+    m: int,
+    k: int,
+    dtype: str = "float32",
+    tiles: MatmulTiles | None = None,
+    pack_a: bool = False,
+):
     """C = A @ B. With `tiles`, B is first re-laid out into zero-padded column panels
     `packedB[panel][k][nr]` (and with `pack_a`, A into row panels `packedA[panel][k][mr]`),
     padded to whole blocks.
@@ -96,8 +102,15 @@ def matmul(n: int, m: int, k: int, dtype: str = "float32", tiles: MatmulTiles | 
     return A, B, packedA, packedB, C
 
 
-def schedule_matmul(n: int, m: int, k: int, dtype: str = "float32", target: Target | None = None,
-                    parallel: bool = True, tiles: MatmulTiles | None = None):
+def schedule_matmul(
+    n: int,
+    m: int,
+    k: int,
+    dtype: str = "float32",
+    target: Target | None = None,
+    parallel: bool = True,
+    tiles: MatmulTiles | None = None,
+):
     """The project's best CPU GEMM schedule. Returns (schedule, [A, B, C])."""
     target = target or Target("llvm")
     tiles = (tiles or MatmulTiles.for_target(target, dtype)).fitted(n, m, k)

@@ -20,8 +20,9 @@ def softmax(n: int, m: int, dtype: str = "float32"):
     return x, y
 
 
-def schedule_softmax(n: int, m: int, dtype: str = "float32", target: Target | None = None,
-                     parallel: bool = True):
+def schedule_softmax(
+    n: int, m: int, dtype: str = "float32", target: Target | None = None, parallel: bool = True
+):
     """Per row: a vectorized max, exp into a row buffer, a vectorized sum, a vectorized scale."""
     target = target or Target("llvm")
     lanes = target.vector_lanes(dtype)

@@ -15,8 +15,8 @@ import threading
 import llvmlite.binding as llvm
 
 from tensorforge.codegen.base import KernelSource
-from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 from tensorforge.errors import BuildError
+from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 from tensorforge.target import Target, as_target
 
 # the module global PARALLEL loops read their team size from (codegen/llvm.py defines it)

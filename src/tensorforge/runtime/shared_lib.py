@@ -19,9 +19,9 @@ import tempfile
 from collections.abc import Sequence
 
 from tensorforge.codegen.base import KernelSource
-from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 from tensorforge.errors import ArgumentError, BuildError
 from tensorforge.runtime.library_file import LibraryFile, pack, source_from_json, source_to_json
+from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 
 # NOTE: the names llvm_exec.py uses too; kept here so loading a library never imports llvmlite.
 DEFAULT_THREADS_GLOBAL = "__tf_num_threads"
@@ -252,5 +252,3 @@ class LibraryExecutable:
         raise ArgumentError(
             f"get_source: unknown format {fmt!r} for an llvm kernel; use 'll' or 'asm'"
         )
-
-

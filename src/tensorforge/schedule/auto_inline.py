@@ -15,7 +15,12 @@ def is_injective(stage) -> bool:
 def auto_inline(s: Schedule) -> Schedule:
     """Inline each injective, non-output stage that nothing is attached to."""
     for stage in s.stages:
-        if stage.is_output or stage.attach_type != "root" or not is_injective(stage) or stage.relations:
+        if (
+            stage.is_output
+            or stage.attach_type != "root"
+            or not is_injective(stage)
+            or stage.relations
+        ):
             continue
         if stage.scope != "global" or any(x.attach_stage is stage for x in s.stages):
             continue  # a cache the user placed on purpose, or a stage others are computed in

@@ -20,7 +20,6 @@ from tensorforge.te.substitute import substitute
 from tensorforge.te.tensor import ComputeOp, IterVar
 from tensorforge.te.visit import walk
 
-
 # NOTE: test-only fault injection. A positive value shrinks every inferred compute_at region by
 # that many elements per dimension, so tests can show the fuzzer and guard pages catch a broken
 # bound inference. Never set outside tests.
@@ -88,7 +87,9 @@ def fixed_loop_vars(stage: Stage) -> set[int]:
     it are relaxed (the region covers every thread's needs); a "global" one by the whole grid, so
     blockIdx loops are relaxed too. "local" storage is per thread: everything stays fixed.
     """
-    relaxed_prefixes = {"shared": ("threadIdx",), "global": ("threadIdx", "blockIdx")}.get(stage.scope, ())
+    relaxed_prefixes = {"shared": ("threadIdx",), "global": ("threadIdx", "blockIdx")}.get(
+        stage.scope, ()
+    )
     bound = {}
     current = stage
     while current.attach_type == "scope":
@@ -98,7 +99,8 @@ def fixed_loop_vars(stage: Stage) -> set[int]:
                 bound[id(iv.var)] = attr.thread.thread_tag
         current = parent
     return {
-        id(v) for v in enclosing_loop_vars(stage)
+        id(v)
+        for v in enclosing_loop_vars(stage)
         if not bound.get(id(v), "").startswith(relaxed_prefixes) or not relaxed_prefixes
     }
 
@@ -292,7 +294,8 @@ def _axes_needing_guard(info: StageBounds, loop_extent: dict[int, tuple[Var, Exp
             for index, extent in zip(read.indices, read.tensor.shape):
                 bound = symbolic_bounds(index, region, known)
                 inside = (
-                    bound.min is not None and bound.max is not None
+                    bound.min is not None
+                    and bound.max is not None
                     and prove(GE(bound.min, const(0, bound.min.dtype)), known)
                     and prove(LT(bound.max, extent), known)
                 )
@@ -309,4 +312,6 @@ def _hull(bounds: list[Expr], combine: type) -> Expr:
 
 
 def _reads_of(body: tuple[Expr, ...], stage: Stage) -> list[TensorRead]:
-    return [n for e in body for n in walk(e) if isinstance(n, TensorRead) and n.tensor.op is stage.op]
+    return [
+        n for e in body for n in walk(e) if isinstance(n, TensorRead) and n.tensor.op is stage.op
+    ]

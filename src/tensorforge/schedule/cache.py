@@ -15,7 +15,9 @@ from tensorforge.te.tensor import ComputeOp, IterVar, Range, Tensor
 
 def _check_scope(primitive: str, name: str, scope: str) -> None:
     if scope not in SCOPES:
-        raise ScheduleError(f"{primitive} of '{name}': unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
+        raise ScheduleError(
+            f"{primitive} of '{name}': unknown scope {scope!r}; expected one of {', '.join(SCOPES)}"
+        )
 
 
 def _current(sch: Schedule, t: Tensor, primitive: str) -> Tensor:
@@ -61,7 +63,9 @@ def cache_write(sch: Schedule, tensor: Any, scope: str) -> Any:
     op = stage.op
     _check_scope("cache_write", first.name, scope)
     if not isinstance(op, ComputeOp):
-        raise ScheduleError(f"cache_write: '{first.name}' is a placeholder; only computed tensors can be cached")
+        raise ScheduleError(
+            f"cache_write: '{first.name}' is a placeholder; only computed tensors can be cached"
+        )
     if stage.relations or stage.leaf_iter_vars != list(op.axis) + list(op.reduce_axis):
         raise ScheduleError(
             f"cache_write of '{op.name}': call cache_write before splitting or reordering stage '{op.name}'"
@@ -69,7 +73,9 @@ def cache_write(sch: Schedule, tensor: Any, scope: str) -> Any:
     if stage.attach_type == "inline":
         raise ScheduleError(f"cache_write: '{op.name}' is inlined")
     if len(tensors) != op.num_outputs and op.num_outputs > 1:
-        raise ScheduleError(f"cache_write of '{op.name}': pass all {op.num_outputs} outputs of the op together")
+        raise ScheduleError(
+            f"cache_write of '{op.name}': pass all {op.num_outputs} outputs of the op together"
+        )
     # the cache computes the original expression over fresh axes
     cache_axis = tuple(IterVar(_fresh(iv.name + ".c"), iv.dom, iv.kind) for iv in op.axis)
     cache_reduce = tuple(IterVar(_fresh(iv.name + ".c"), iv.dom, iv.kind) for iv in op.reduce_axis)
@@ -77,12 +83,19 @@ def cache_write(sch: Schedule, tensor: Any, scope: str) -> Any:
     body = []
     for b in op.body:
         if isinstance(b, Reduce):
-            b = Reduce(b.combiner, tuple(substitute(s, to_cache) for s in b.source), cache_reduce,
-                       substitute(b.condition, to_cache), b.value_index)
+            b = Reduce(
+                b.combiner,
+                tuple(substitute(s, to_cache) for s in b.source),
+                cache_reduce,
+                substitute(b.condition, to_cache),
+                b.value_index,
+            )
         else:
             b = substitute(b, to_cache)
         body.append(b)
-    cache_op = ComputeOp(f"{op.name}.{scope}", op.tag, dict(op.attrs), cache_axis, cache_reduce, tuple(body))
+    cache_op = ComputeOp(
+        f"{op.name}.{scope}", op.tag, dict(op.attrs), cache_axis, cache_reduce, tuple(body)
+    )
     # the original stage now copies the cache out, over fresh axes too
     out_axis = tuple(IterVar(_fresh(iv.name), iv.dom, iv.kind) for iv in op.axis)
     index = tuple(iv.var for iv in out_axis)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from tensorforge.ir.arith import simplify_expr
 from tensorforge.schedule.relations import Fuse, Split
@@ -16,7 +16,9 @@ def ceil_div(a: Expr, b: Expr) -> Expr:
 
 
 def iter_extents(
-    stage: Stage, root_extents: Mapping[IterVar, Expr], overrides: Mapping[IterVar, Expr] | None = None
+    stage: Stage,
+    root_extents: Mapping[IterVar, Expr],
+    overrides: Mapping[IterVar, Expr] | None = None,
 ) -> dict[IterVar, Expr]:
     """Extent of every iter var of `stage`, from its root extents down through the relations.
 

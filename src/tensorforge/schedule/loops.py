@@ -9,8 +9,8 @@ their region) at the top of the loop they are attached to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import Interval, simplify_expr
@@ -18,12 +18,12 @@ from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.stmt import (
     Allocate,
     BufferStore,
-    ThreadAllReduce,
     For,
     IfThenElse,
     LetStmt,
     LoopKind,
     Stmt,
+    ThreadAllReduce,
     seq,
 )
 from tensorforge.schedule.bounds import StageBounds
@@ -73,7 +73,11 @@ class NestBuilder:
         info = self.bounds[id(stage)]
         for iv in stage.leaf_iter_vars:
             attr = stage.iter_attrs.get(iv)
-            if attr and attr.kind is LoopKind.VECTORIZED and not isinstance(info.extents[iv], Const):
+            if (
+                attr
+                and attr.kind is LoopKind.VECTORIZED
+                and not isinstance(info.extents[iv], Const)
+            ):
                 raise ScheduleError(
                     f"vectorize: axis '{iv.name}' of stage '{stage.name}' has non-constant extent "
                     f"{info.extents[iv]}; vectorize an axis of constant extent (split it first)"
@@ -110,7 +114,8 @@ class _StageNest:
         self.leaves = info.stage.leaf_iter_vars
         self.reduce_body = info.body[0] if isinstance(info.body[0], Reduce) else None
         self.thread_reduce = [
-            iv for iv in self.leaves
+            iv
+            for iv in self.leaves
             if iv.kind is IterKind.REDUCE and self.kind_of(iv) is LoopKind.THREAD_BINDING
         ]
         if len(self.thread_reduce) > 1:
@@ -129,9 +134,18 @@ class _StageNest:
         if level == len(self.leaves):
             return self.cross_thread_update(env) if self.thread_reduce else self.update(env)
         iv = self.leaves[level]
-        if self.thread_reduce and iv.kind is IterKind.REDUCE and self.kind_of(iv) is not LoopKind.THREAD_BINDING:
+        if (
+            self.thread_reduce
+            and iv.kind is IterKind.REDUCE
+            and self.kind_of(iv) is not LoopKind.THREAD_BINDING
+        ):
             return self.build(level + 1, env)  # serial reduction loops run inside, per thread
-        if self.reduce_body is not None and iv.kind is IterKind.REDUCE and not env.init_done and not self.thread_reduce:
+        if (
+            self.reduce_body is not None
+            and iv.kind is IterKind.REDUCE
+            and not env.init_done
+            and not self.thread_reduce
+        ):
             init = self.init_nest(level, env)
             return seq(init, self.build(level, replace(env, init_done=True)))
         return self.loop(level, env)
@@ -170,11 +184,13 @@ class _StageNest:
         iv = self.leaves[level]
         sch = self.stage.schedule
         wanted = [  # a tensor computed inside some loop nest has no fixed home to fetch from
-            (t, off) for t, axis, off in self.stage.prefetches
+            (t, off)
+            for t, axis, off in self.stage.prefetches
             if axis is iv and (t.op not in sch or sch[t.op].attach_type == "root")
         ]
         writes = [
-            (consumer.op.output(0), off) for consumer, axis, off in self.stage.write_prefetches
+            (consumer.op.output(0), off)
+            for consumer, axis, off in self.stage.write_prefetches
             if axis is iv and consumer.attach_type == "root"
         ]
         if not wanted and not writes:
@@ -189,19 +205,32 @@ class _StageNest:
         roots_of = {axis.var: value for axis, value in roots.items()}
         for tensor, offset in wanted:
             out += prefetch_nest(
-                self.b.buffer_of, tensor, self.info.body, roots_of, {iv.var: iv.var + offset},
-                relax, dict(self.b.ranges),
+                self.b.buffer_of,
+                tensor,
+                self.info.body,
+                roots_of,
+                {iv.var: iv.var + offset},
+                relax,
+                dict(self.b.ranges),
             )
         # the consumer writes its output at this stage's own indices (checked by Stage.prefetch)
         own = tuple(axis.var for axis in self.stage.op.axis)
         for tensor, offset in writes:
             out += prefetch_nest(
-                self.b.buffer_of, tensor, (tensor[own],), roots_of, {iv.var: iv.var + offset},
-                relax, dict(self.b.ranges), write=True,
+                self.b.buffer_of,
+                tensor,
+                (tensor[own],),
+                roots_of,
+                {iv.var: iv.var + offset},
+                relax,
+                dict(self.b.ranges),
+                write=True,
             )
         return out
 
-    def make_for(self, iv: IterVar, lo: Expr, extent: Expr, body: Callable[[], Stmt], tail=False) -> Stmt:
+    def make_for(
+        self, iv: IterVar, lo: Expr, extent: Expr, body: Callable[[], Stmt], tail=False
+    ) -> Stmt:
         extent = simplify_expr(extent)
         attr = self.stage.iter_attrs.get(iv)
         kind = attr.kind if attr else LoopKind.SERIAL
@@ -232,17 +261,27 @@ class _StageNest:
         beyond this loop's extent sit out; more iterations than threads is an error.
         """
         outer_var, outer_extent = self.b.bound_tags[tag]
-        if isinstance(extent, Const) and isinstance(outer_extent, Const) and extent.value > outer_extent.value:
+        if (
+            isinstance(extent, Const)
+            and isinstance(outer_extent, Const)
+            and extent.value > outer_extent.value
+        ):
             raise ScheduleError(
                 f"bind: axis '{iv.name}' of stage '{self.stage.name}' needs {extent.value} threads along "
                 f"{tag}, but it is computed inside a loop that launches only {outer_extent.value}"
             )
         stmt = self.b.with_range(iv.var, const(0), extent, body)
-        if not (isinstance(extent, Const) and isinstance(outer_extent, Const) and extent.value == outer_extent.value):
+        if not (
+            isinstance(extent, Const)
+            and isinstance(outer_extent, Const)
+            and extent.value == outer_extent.value
+        ):
             stmt = IfThenElse(LT(iv.var, extent), stmt)
         return LetStmt(iv.var, outer_var, stmt)
 
-    def peelable_split(self, level: int, env: Env, extents: dict) -> tuple[Split, Expr, Expr] | None:
+    def peelable_split(
+        self, level: int, env: Env, extents: dict
+    ) -> tuple[Split, Expr, Expr] | None:
         """The split whose outer loop is this leaf and whose tail should become its own loop."""
         iv = self.leaves[level]
         for rel in self.stage.relations:
@@ -278,7 +317,10 @@ class _StageNest:
         extents = iter_extents(self.stage, self.info.root_extents, env.overrides)
         values = iter_values(self.stage, extents, {iv: iv.var for iv in self.leaves})
         op = self.stage.op
-        roots = {iv: simplify_expr(self.info.mins[iv] + values[iv]) for iv in list(op.axis) + list(op.reduce_axis)}
+        roots = {
+            iv: simplify_expr(self.info.mins[iv] + values[iv])
+            for iv in list(op.axis) + list(op.reduce_axis)
+        }
         return roots, values
 
     def predicates(self, env: Env, values: dict, spatial_only: bool) -> list[Expr]:
@@ -372,7 +414,9 @@ class _StageNest:
         if not (isinstance(condition, Const) and condition.value):
             preds = preds + [condition]
         update = self.guarded(preds, update)
-        serial = [iv for iv in self.leaves if iv.kind is IterKind.REDUCE and iv not in self.thread_reduce]
+        serial = [
+            iv for iv in self.leaves if iv.kind is IterKind.REDUCE and iv not in self.thread_reduce
+        ]
         extents = iter_extents(self.stage, self.info.root_extents, env.overrides)
 
         def nest(k: int) -> Stmt:
@@ -389,13 +433,18 @@ class _StageNest:
                 f"{tag} with non-constant extent {extent}; split it by a constant first"
             )
         allreduce = ThreadAllReduce(
-            red.combiner, tuple(BufferLoad(a, zero) for a in accs), tuple(results), tag, extent.value
+            red.combiner,
+            tuple(BufferLoad(a, zero) for a in accs),
+            tuple(results),
+            tag,
+            extent.value,
         )
         first = EQ(thread_iv.var, const(0, thread_iv.var.dtype))
         spatial = self.predicates(env, values, spatial_only=True)
-        store = self.guarded([first] + spatial, seq(*[
-            BufferStore(b, index, BufferLoad(r, zero)) for b, r in zip(buffers, results)
-        ]))
+        store = self.guarded(
+            [first] + spatial,
+            seq(*[BufferStore(b, index, BufferLoad(r, zero)) for b, r in zip(buffers, results)]),
+        )
         body = seq(init, nest(0), allreduce, store)
         for buf in reversed(accs + results):
             body = Allocate(buf, const(1), body)

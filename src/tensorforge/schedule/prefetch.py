@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from tensorforge.ir.arith import Interval, simplify_expr, symbolic_bounds
 from tensorforge.ir.expr import Buffer
@@ -66,7 +66,9 @@ def _region(indices, roots, shift, relax, known) -> list[tuple[Expr, Expr]] | No
     return None if any(r is None for r in region) else region
 
 
-def _flat_region(tensor: Tensor, indices, roots, shift, relax, known) -> list[tuple[Expr, Expr]] | None:
+def _flat_region(
+    tensor: Tensor, indices, roots, shift, relax, known
+) -> list[tuple[Expr, Expr]] | None:
     """The read as one row-major offset into the tensor: [(min, extent)], or None."""
     flat = indices[0]
     for extent, index in zip(tensor.shape[1:], indices[1:]):

@@ -37,7 +37,9 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
             f"are: {', '.join(reduce_leaves)}"
         )
     if not 0 <= factor_axis <= len(op.axis):
-        raise ScheduleError(f"rfactor of '{stage.name}': factor_axis must be in [0, {len(op.axis)}]")
+        raise ScheduleError(
+            f"rfactor of '{stage.name}': factor_axis must be in [0, {len(op.axis)}]"
+        )
     red: Reduce = op.body[0]
     root_extents = {iv: iv.dom.extent for iv in op.reduce_axis}
     for iv in op.axis:
@@ -46,11 +48,16 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     leaves = [v for v in stage.leaf_iter_vars if v.kind is IterKind.REDUCE]
     # fresh iter vars for the partial reduction: `axis` becomes a data axis, other leaves reduce
     new_data = IterVar(Var(axis.name), Range(const(0), extents[axis]))
-    new_reduce = {v: IterVar(Var(v.name), Range(const(0), extents[v]), IterKind.REDUCE)
-                  for v in leaves if v is not axis}
+    new_reduce = {
+        v: IterVar(Var(v.name), Range(const(0), extents[v]), IterKind.REDUCE)
+        for v in leaves
+        if v is not axis
+    }
     leaf_values = {axis: new_data.var, **{v: r.var for v, r in new_reduce.items()}}
     # spatial leaves (the data axes, possibly split already) keep their own variables
-    leaf_values.update({iv: iv.var for iv in stage.leaf_iter_vars if iv.kind is not IterKind.REDUCE})
+    leaf_values.update(
+        {iv: iv.var for iv in stage.leaf_iter_vars if iv.kind is not IterKind.REDUCE}
+    )
     values = iter_values(stage, extents, leaf_values)
     to_new = {iv.var: simplify_expr(iv.dom.min + values[iv]) for iv in op.reduce_axis}
     data_axis = tuple(IterVar(Var(iv.name), iv.dom) for iv in op.axis)
@@ -68,10 +75,17 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     reduce_list = tuple(new_reduce.values())
     sources = tuple(substitute(s, to_new) for s in red.source)
     if reduce_list:
-        bodies = tuple(Reduce(red.combiner, sources, reduce_list, cond, i) for i in range(len(sources)))
+        bodies = tuple(
+            Reduce(red.combiner, sources, reduce_list, cond, i) for i in range(len(sources))
+        )
     else:  # every reduction leaf became the factor axis: the partial result is the value itself
-        bodies = tuple(sources) if isinstance(cond, Const) and cond.value else tuple(
-            _select_identity(cond, s, ident) for s, ident in zip(sources, red.combiner.identity))
+        bodies = (
+            tuple(sources)
+            if isinstance(cond, Const) and cond.value
+            else tuple(
+                _select_identity(cond, s, ident) for s, ident in zip(sources, red.combiner.identity)
+            )
+        )
     rf_op = ComputeOp(f"{op.name}.rf", op.tag, dict(op.attrs), tuple(rf_axis), reduce_list, bodies)
     # the original stage reduces the partial results over the factor axis
     final_axis = tuple(IterVar(Var(iv.name), iv.dom) for iv in op.axis)
@@ -79,7 +93,9 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     index = [iv.var for iv in final_axis]
     index.insert(factor_axis, k.var)
     final_sources = tuple(rf_op.output(i)[tuple(index)] for i in range(rf_op.num_outputs))
-    final_body = tuple(Reduce(red.combiner, final_sources, (k,), const(True), i) for i in range(len(final_sources)))
+    final_body = tuple(
+        Reduce(red.combiner, final_sources, (k,), const(True), i) for i in range(len(final_sources))
+    )
     final_op = ComputeOp(op.name, op.tag, dict(op.attrs), final_axis, (k,), final_body)
     position = sch.stages.index(stage)
     sch._add_stage(rf_op, position)

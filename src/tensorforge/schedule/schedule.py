@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tensorforge.errors import ScheduleError
 from tensorforge.schedule.stage import Stage, as_stage_key

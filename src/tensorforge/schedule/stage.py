@@ -6,9 +6,9 @@ import numbers
 from typing import TYPE_CHECKING, Any
 
 from tensorforge.errors import ScheduleError
-from tensorforge.te import dtype as dt
 from tensorforge.ir.stmt import LoopKind
 from tensorforge.schedule.relations import TAIL_MODES, Fuse, IterAttr, Relation, Split
+from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Const, Expr, TensorRead, Var, as_expr
 from tensorforge.te.tensor import ComputeOp, IterKind, IterVar, Operation, PlaceholderOp, Tensor
 from tensorforge.te.visit import walk
@@ -22,7 +22,7 @@ SCOPES = ("global", "shared", "local")
 class Stage:
     """How one operation is computed: its loops (leaf_iter_vars), where, and in which scope."""
 
-    def __init__(self, op: Operation, schedule: "Schedule"):
+    def __init__(self, op: Operation, schedule: Schedule):
         self.op = op
         self.schedule = schedule
         self.is_output = False
@@ -40,7 +40,7 @@ class Stage:
         self.double_buffered = False
         self.prefetches: list[tuple[Tensor, IterVar, int]] = []  # (tensor, loop, iterations ahead)
         # (consumer stage whose output lines are fetched writable, loop, iterations ahead)
-        self.write_prefetches: list[tuple["Stage", IterVar, int]] = []
+        self.write_prefetches: list[tuple[Stage, IterVar, int]] = []
 
     # -- inspection -----------------------------------------------------------------------------
     @property
@@ -56,7 +56,9 @@ class Stage:
     # -- checks ---------------------------------------------------------------------------------
     def _check_compute(self, primitive: str) -> None:
         if isinstance(self.op, PlaceholderOp):
-            raise ScheduleError(f"{primitive}: '{self.name}' is a placeholder (an input); it has no loops to schedule")
+            raise ScheduleError(
+                f"{primitive}: '{self.name}' is a placeholder (an input); it has no loops to schedule"
+            )
 
     def _leaf_names(self) -> str:
         return ", ".join(v.name for v in self.leaf_iter_vars) or "none"
@@ -112,14 +114,22 @@ class Stage:
         outer = self._new_iv(f"{axis.name}.outer", axis)
         inner = self._new_iv(f"{axis.name}.inner", axis)
         self.relations.append(
-            Split(axis, outer, inner, amount if factor is not None else None,
-                  amount if nparts is not None else None, tail)
+            Split(
+                axis,
+                outer,
+                inner,
+                amount if factor is not None else None,
+                amount if nparts is not None else None,
+                tail,
+            )
         )
         pos = self.leaf_iter_vars.index(axis)
         self.leaf_iter_vars[pos : pos + 1] = [outer, inner]
         return outer, inner
 
-    def tile(self, x_parent: IterVar, y_parent: IterVar, x_factor: Any, y_factor: Any, tail: str = "auto"):
+    def tile(
+        self, x_parent: IterVar, y_parent: IterVar, x_factor: Any, y_factor: Any, tail: str = "auto"
+    ):
         """Split two axes and order them (x_outer, y_outer, x_inner, y_inner)."""
         xo, xi = self.split(x_parent, factor=x_factor, tail=tail)
         yo, yi = self.split(y_parent, factor=y_factor, tail=tail)
@@ -164,7 +174,9 @@ class Stage:
         for a in axes:
             self._check_leaf("reorder", a)
             if a in seen:
-                raise ScheduleError(f"reorder in stage '{self.name}': axis '{a.name}' appears twice")
+                raise ScheduleError(
+                    f"reorder in stage '{self.name}': axis '{a.name}' appears twice"
+                )
             seen.append(a)
         positions = sorted(self.leaf_iter_vars.index(a) for a in axes)
         for pos, a in zip(positions, axes):
@@ -209,7 +221,11 @@ class Stage:
                 f"bind: '{axis.name}' of stage '{self.name}' must be bound to a te.thread_axis, got {thread!r}"
             )
         for other, attr in self.iter_attrs.items():
-            if attr.thread is not None and attr.thread.thread_tag == thread.thread_tag and other is not axis:
+            if (
+                attr.thread is not None
+                and attr.thread.thread_tag == thread.thread_tag
+                and other is not axis
+            ):
                 raise ScheduleError(
                     f"bind: thread tag '{thread.thread_tag}' is already bound to axis '{other.name}' "
                     f"of stage '{self.name}'; bind each tag once per stage"
@@ -224,7 +240,13 @@ class Stage:
 
     def pragma(self, axis: IterVar, name: str, value: Any = None) -> None:
         self._check_leaf("pragma", axis)
-        known = ("unroll_explicit", "auto_unroll_max_step", "parallel_launch_point", "vectorize", "unroll")
+        known = (
+            "unroll_explicit",
+            "auto_unroll_max_step",
+            "parallel_launch_point",
+            "vectorize",
+            "unroll",
+        )
         if name not in known:
             raise ScheduleError(
                 f"pragma: unknown pragma {name!r} on '{axis.name}' of stage '{self.name}'; "
@@ -233,11 +255,13 @@ class Stage:
         self.attr(axis).pragmas.append((name, value))
 
     # -- placement ------------------------------------------------------------------------------
-    def compute_at(self, parent: "Stage", axis: IterVar) -> None:
+    def compute_at(self, parent: Stage, axis: IterVar) -> None:
         """Compute this stage inside loop `axis` of `parent`, over the region `parent` needs there."""
         self._check_compute("compute_at")
         if not isinstance(parent, Stage):
-            raise ScheduleError(f"compute_at of '{self.name}': parent must be a Stage (s[T]), got {parent!r}")
+            raise ScheduleError(
+                f"compute_at of '{self.name}': parent must be a Stage (s[T]), got {parent!r}"
+            )
         if parent is self:
             raise ScheduleError(f"compute_at: stage '{self.name}' cannot be computed at itself")
         if axis not in parent.leaf_iter_vars:
@@ -253,20 +277,26 @@ class Stage:
                 f"{', '.join(consumers) or 'nothing'}"
             )
         if self.is_output:
-            raise ScheduleError(f"compute_at: '{self.name}' is an output of the schedule; it must stay at root")
+            raise ScheduleError(
+                f"compute_at: '{self.name}' is an output of the schedule; it must stay at root"
+            )
         self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, axis
 
     def compute_inline(self) -> None:
         """Substitute this stage's expression into every consumer."""
         self._check_compute("compute_inline")
         if self.is_output:
-            raise ScheduleError(f"compute_inline: '{self.name}' is an output of the schedule and cannot be inlined")
+            raise ScheduleError(
+                f"compute_inline: '{self.name}' is an output of the schedule and cannot be inlined"
+            )
         if self.op.is_reduction:
             raise ScheduleError(
                 f"compute_inline: '{self.name}' is a reduction; only element-wise stages can be inlined"
             )
         if self.op.num_outputs > 1:
-            raise ScheduleError(f"compute_inline: '{self.name}' has several outputs and cannot be inlined")
+            raise ScheduleError(
+                f"compute_inline: '{self.name}' has several outputs and cannot be inlined"
+            )
         attached = [s.name for s in self.schedule.stages if s.attach_stage is self]
         if attached:
             raise ScheduleError(
@@ -282,9 +312,13 @@ class Stage:
     # -- storage --------------------------------------------------------------------------------
     def set_scope(self, scope: str) -> None:
         if scope not in SCOPES:
-            raise ScheduleError(f"set_scope of '{self.name}': unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
+            raise ScheduleError(
+                f"set_scope of '{self.name}': unknown scope {scope!r}; expected one of {', '.join(SCOPES)}"
+            )
         if self.is_output and scope != "global":
-            raise ScheduleError(f"set_scope: '{self.name}' is an output; outputs live in global memory")
+            raise ScheduleError(
+                f"set_scope: '{self.name}' is an output; outputs live in global memory"
+            )
         self.scope = scope
         self.scope_explicit = True
 
@@ -298,7 +332,9 @@ class Stage:
                 f"'{self.name}' ({', '.join(a.name for a in root)})"
             )
         if int(factor) < 1 or not 0 <= int(offset) < int(factor):
-            raise ScheduleError(f"storage_align on '{self.name}': need factor >= 1 and 0 <= offset < factor")
+            raise ScheduleError(
+                f"storage_align on '{self.name}': need factor >= 1 and 0 <= offset < factor"
+            )
         self.storage_align_[root.index(axis)] = (int(factor), int(offset))
 
     def double_buffer(self) -> None:
@@ -322,7 +358,11 @@ class Stage:
         self._check_leaf("prefetch", axis)
         reads = self.reads()
         is_read = isinstance(tensor, Tensor) and tensor.op in [t.op for t in reads]
-        consumer = None if is_read or not isinstance(tensor, Tensor) else self._elementwise_consumer(tensor)
+        consumer = (
+            None
+            if is_read or not isinstance(tensor, Tensor)
+            else self._elementwise_consumer(tensor)
+        )
         if not is_read and consumer is None:
             raise ScheduleError(
                 f"prefetch in stage '{self.name}': {getattr(tensor, 'name', tensor)!r} is neither a "
@@ -341,15 +381,21 @@ class Stage:
         else:
             self.prefetches.append((tensor, axis, int(offset)))
 
-    def _elementwise_consumer(self, tensor: Tensor) -> "Stage | None":
+    def _elementwise_consumer(self, tensor: Tensor) -> Stage | None:
         """The stage computing `tensor`, if it reads this stage only at its own indices."""
         if tensor.op not in self.schedule or not isinstance(tensor.op, ComputeOp):
             return None
         consumer = self.schedule[tensor.op]
         own = tuple(iv.var for iv in consumer.op.axis)
-        reads = [n for e in consumer.op.body for n in walk(e)
-                 if isinstance(n, TensorRead) and n.tensor.op is self.op]
-        at_own = lambda r: len(r.indices) == len(own) and all(a is b for a, b in zip(r.indices, own))  # noqa: E731
+        reads = [
+            n
+            for e in consumer.op.body
+            for n in walk(e)
+            if isinstance(n, TensorRead) and n.tensor.op is self.op
+        ]
+        at_own = lambda r: (
+            len(r.indices) == len(own) and all(a is b for a, b in zip(r.indices, own))
+        )  # noqa: E731
         if not reads or not all(at_own(r) for r in reads):
             return None
         return consumer

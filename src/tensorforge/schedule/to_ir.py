@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
@@ -122,7 +123,9 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
         try:
             return buffers[t]
         except KeyError:
-            raise ScheduleError(f"lower: tensor '{t.name}' is read but neither computed nor an argument") from None
+            raise ScheduleError(
+                f"lower: tensor '{t.name}' is read but neither computed nor an argument"
+            ) from None
 
     def realize_of(stage: Stage, body: Stmt) -> Stmt:
         mins, extents = regions[id(stage)]
@@ -197,4 +200,3 @@ def _check_free_vars(body: Stmt, params: tuple, name: str) -> None:
                 f"lower '{name}': variable '{n.name}' is used but is neither a loop variable nor an "
                 f"argument; pass it in args (a te.var scalar) or use it in an argument's shape"
             )
-

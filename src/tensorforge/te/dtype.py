@@ -33,7 +33,9 @@ def check_dtype(dtype: object, what: str = "dtype") -> str:
     except TypeError:
         name = str(dtype)
     if name not in SCALAR_DTYPES:
-        raise ExprError(f"{what}: unknown dtype {dtype!r}; expected one of {', '.join(SCALAR_DTYPES)}")
+        raise ExprError(
+            f"{what}: unknown dtype {dtype!r}; expected one of {', '.join(SCALAR_DTYPES)}"
+        )
     return name
 
 
@@ -71,7 +73,16 @@ def is_bool(dtype: str) -> bool:
 
 def bits_of(dtype: str) -> int:
     base = element_of(dtype)
-    return 1 if base == "bool" else int(base.lstrip("uintfloat"))
+    return (
+        1
+        if base == "bool"
+        else int(
+            base.removeprefix("bfloat")
+            .removeprefix("float")
+            .removeprefix("uint")
+            .removeprefix("int")
+        )
+    )
 
 
 def promote(a: str, b: str) -> str:

@@ -103,7 +103,7 @@ class Expr:
     def __invert__(self):
         return Not(_to_bool(self))
 
-    def astype(self, dtype: str) -> "Expr":
+    def astype(self, dtype: str) -> Expr:
         dtype = dt.check_dtype(dtype, "astype")
         return self if dtype == self.dtype else Cast(dtype, self)
 
@@ -295,7 +295,7 @@ class Let(Expr):
 class TensorRead(Expr):
     """`tensor[indices]` inside a compute body (before lowering turns it into a buffer load)."""
 
-    tensor: "Tensor"
+    tensor: Tensor
     indices: tuple[Expr, ...]
 
     @property
@@ -331,7 +331,7 @@ class Reduce(Expr):
 
     combiner: CommReducer
     source: tuple[Expr, ...]
-    axis: tuple["IterVar", ...]
+    axis: tuple[IterVar, ...]
     condition: Expr
     value_index: int = 0
 
@@ -346,7 +346,9 @@ class Reduce(Expr):
 def const(value: Any, dtype: str | None = None) -> Const:
     """A typed constant; without a dtype, ints are int32, floats float32 and bools bool."""
     if dtype is None:
-        dtype = "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32"
+        dtype = (
+            "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32"
+        )
     dtype = dt.check_dtype(dtype, "const") if "x" not in dtype else dtype
     if dt.is_bool(dtype):
         value = bool(value)
@@ -443,14 +445,16 @@ def structural_key(e: Any) -> Any:
     if isinstance(e, Expr) or dataclasses.is_dataclass(e) and not isinstance(e, type):
         if not isinstance(e, Expr) and not _is_value_node(e):
             return ("obj", id(e))
-        return (type(e).__name__,) + tuple(structural_key(getattr(e, f.name)) for f in dataclasses.fields(e))
+        return (type(e).__name__,) + tuple(
+            structural_key(getattr(e, f.name)) for f in dataclasses.fields(e)
+        )
     if isinstance(e, tuple):
         return tuple(structural_key(x) for x in e)
     return e
 
 
 def _is_value_node(e: Any) -> bool:
-    return getattr(e, "__dataclass_params__").eq
+    return e.__dataclass_params__.eq
 
 
 def structural_equal(a: Any, b: Any) -> bool:

@@ -9,7 +9,19 @@ from tensorforge.errors import ExprError
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import And, Call, Expr, Or, Select, _operands, _to_bool, as_expr, const
 
-FLOAT_UNARY = ("exp", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "floor", "ceil", "round")
+FLOAT_UNARY = (
+    "exp",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "floor",
+    "ceil",
+    "round",
+)
 
 
 def _float_call(name: str, x: Any) -> Expr:
@@ -19,17 +31,48 @@ def _float_call(name: str, x: Any) -> Expr:
     return Call(x.dtype, name, (x,))
 
 
-def exp(x): return _float_call("exp", x)  # noqa: E704
-def log(x): return _float_call("log", x)  # noqa: E704
-def log2(x): return _float_call("log2", x)  # noqa: E704
-def sqrt(x): return _float_call("sqrt", x)  # noqa: E704
-def rsqrt(x): return _float_call("rsqrt", x)  # noqa: E704
-def tanh(x): return _float_call("tanh", x)  # noqa: E704
-def sigmoid(x): return _float_call("sigmoid", x)  # noqa: E704
-def erf(x): return _float_call("erf", x)  # noqa: E704
-def floor(x): return _float_call("floor", x)  # noqa: E704
-def ceil(x): return _float_call("ceil", x)  # noqa: E704
-def round(x): return _float_call("round", x)  # noqa: A001,E704
+def exp(x):
+    return _float_call("exp", x)  # noqa: E704
+
+
+def log(x):
+    return _float_call("log", x)  # noqa: E704
+
+
+def log2(x):
+    return _float_call("log2", x)  # noqa: E704
+
+
+def sqrt(x):
+    return _float_call("sqrt", x)  # noqa: E704
+
+
+def rsqrt(x):
+    return _float_call("rsqrt", x)  # noqa: E704
+
+
+def tanh(x):
+    return _float_call("tanh", x)  # noqa: E704
+
+
+def sigmoid(x):
+    return _float_call("sigmoid", x)  # noqa: E704
+
+
+def erf(x):
+    return _float_call("erf", x)  # noqa: E704
+
+
+def floor(x):
+    return _float_call("floor", x)  # noqa: E704
+
+
+def ceil(x):
+    return _float_call("ceil", x)  # noqa: E704
+
+
+def round(x):
+    return _float_call("round", x)  # noqa: A001,E704
 
 
 def abs(x: Any) -> Expr:  # noqa: A001

@@ -61,7 +61,9 @@ def _expr(e: Any) -> tuple[str, int]:
         case E.TensorRead(tensor=t, indices=idx):
             return f"{t.name}[{', '.join(expr_to_str(i) for i in idx)}]", 10
         case E.Reduce(combiner=c, source=src, axis=axis, condition=cond, value_index=vi):
-            where = "" if isinstance(cond, E.Const) and cond.value else f", where={expr_to_str(cond)}"
+            where = (
+                "" if isinstance(cond, E.Const) and cond.value else f", where={expr_to_str(cond)}"
+            )
             srcs = ", ".join(expr_to_str(s) for s in src)
             axes = ", ".join(a.name for a in axis)
             suffix = f"[{vi}]" if len(src) > 1 else ""

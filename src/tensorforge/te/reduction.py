@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,11 @@ def comm_reducer(
     """
 
     def reducer(source: Any, axis: Any = None, where: Any = None, **kwargs) -> Any:
-        sources = tuple(as_expr(s) for s in source) if isinstance(source, (tuple, list)) else (as_expr(source),)
+        sources = (
+            tuple(as_expr(s) for s in source)
+            if isinstance(source, (tuple, list))
+            else (as_expr(source),)
+        )
         dtypes = [s.dtype for s in sources]
         lhs = tuple(Var(f"x{i}", d) for i, d in enumerate(dtypes))
         rhs = tuple(Var(f"y{i}", d) for i, d in enumerate(dtypes))

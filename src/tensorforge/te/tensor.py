@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tensorforge.errors import ExprError
 from tensorforge.te import dtype as dt
@@ -26,7 +27,7 @@ class Range:
     extent: Expr
 
     @staticmethod
-    def of(value: Any) -> "Range":
+    def of(value: Any) -> Range:
         if isinstance(value, Range):
             return value
         if isinstance(value, (tuple, list)) and len(value) == 2:
@@ -107,11 +108,11 @@ class Operation:
     def num_outputs(self) -> int:
         return 1
 
-    def output(self, index: int) -> "Tensor":
+    def output(self, index: int) -> Tensor:
         return Tensor(self, index)
 
     @property
-    def input_tensors(self) -> list["Tensor"]:
+    def input_tensors(self) -> list[Tensor]:
         return []
 
 
@@ -143,7 +144,7 @@ class ComputeOp(Operation):
         return tuple(iv.dom.extent for iv in self.axis)
 
     @property
-    def input_tensors(self) -> list["Tensor"]:
+    def input_tensors(self) -> list[Tensor]:
         from tensorforge.te.visit import walk
 
         seen: list[Tensor] = []
@@ -210,7 +211,11 @@ class Tensor:
         return hash((id(self.op), self.value_index))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Tensor) and self.op is other.op and self.value_index == other.value_index
+        return (
+            isinstance(other, Tensor)
+            and self.op is other.op
+            and self.value_index == other.value_index
+        )
 
     def __repr__(self) -> str:
         return f"Tensor({self.name}, shape={list(map(str, self.shape))}, {self.dtype})"
@@ -267,8 +272,12 @@ def thread_axis(dom: Any = None, tag: str = "", name: str = "") -> IterVar:
         dom, tag = None, dom
     valid = {f"{p}.{d}" for p in ("blockIdx", "threadIdx") for d in "xyz"} | {"vthread"}
     if tag not in valid:
-        raise ExprError(f"thread_axis: unknown tag {tag!r}; expected one of {', '.join(sorted(valid))}")
-    return IterVar(Var(name or tag), Range.of(dom) if dom is not None else None, IterKind.THREAD, tag)
+        raise ExprError(
+            f"thread_axis: unknown tag {tag!r}; expected one of {', '.join(sorted(valid))}"
+        )
+    return IterVar(
+        Var(name or tag), Range.of(dom) if dom is not None else None, IterKind.THREAD, tag
+    )
 
 
 def compute(
@@ -323,4 +332,3 @@ def _check_no_nested_reduce(name: str, bodies: Sequence[Expr]) -> None:
                     f"compute '{name}': a reduction must be the whole body (te.sum(...)), "
                     f"not part of a larger expression; compute it in its own stage"
                 )
-

@@ -7,7 +7,8 @@ Nodes are dataclasses whose children are nodes or tuples of nodes; these helpers
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from tensorforge.te.expr import CommReducer, Expr
 

@@ -21,8 +21,8 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
-from typing import Callable, Sequence
 
 from tensorforge.testing.fuzz_choice import Chooser, HypothesisChooser, RandomChooser
 from tensorforge.testing.fuzz_families import FAMILIES, param_minimum

@@ -9,7 +9,8 @@ list the simplest option first.
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ plain ints so the shrinker can make them smaller.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tensorforge.testing.fuzz_choice import Chooser
 

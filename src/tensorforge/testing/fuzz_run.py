@@ -105,10 +105,10 @@ class Case:
             + 'print("ok: matches numpy, nothing touched outside the arrays")\n'
         )
 
-    def with_steps(self, steps: tuple[str, ...]) -> "Case":
+    def with_steps(self, steps: tuple[str, ...]) -> Case:
         return Case(self.family, self.params, tuple(steps), self.side, self.exact, self.seed)
 
-    def with_params(self, params: dict[str, int]) -> "Case":
+    def with_params(self, params: dict[str, int]) -> Case:
         return Case(
             self.family, tuple(params.items()), self.steps, self.side, self.exact, self.seed
         )

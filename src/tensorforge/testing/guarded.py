@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -79,7 +79,7 @@ class GuardedArray:
     def address(self) -> int:
         return self._bytes.ctypes.data + self.offset
 
-    def fill_unwritten(self) -> "GuardedArray":
+    def fill_unwritten(self) -> GuardedArray:
         """NaN for floats, a sentinel for integers and bools: what an unwritten element reads as."""
         if self.dtype.kind in "fc":
             self.array.fill(np.nan)
@@ -89,7 +89,7 @@ class GuardedArray:
             self.array.fill(np.array(INT_FILL).astype(self.dtype))
         return self
 
-    def freeze(self) -> "GuardedArray":
+    def freeze(self) -> GuardedArray:
         """Remember the data now: `check()` then also says if a kernel changed it (an input)."""
         self._snapshot = self.array.copy()
         return self

@@ -41,7 +41,9 @@ def _flatten(node: Any, regions: dict[int, tuple[Expr, ...]]) -> Any:
             strides = buf.strides or dense_strides(buf.shape)
             size = simplify_expr(strides[0] * buf.shape[0]) if buf.shape else const(1)
             return Allocate(buf, size, inner)
-        case BufferLoad(buffer=buf, indices=idx, predicate=pred) if len(idx) != 1 or id(buf) in regions:
+        case BufferLoad(buffer=buf, indices=idx, predicate=pred) if (
+            len(idx) != 1 or id(buf) in regions
+        ):
             idx = tuple(_flatten(i, regions) for i in idx)
             return BufferLoad(buf, (flat_index(buf, idx, regions.get(id(buf))),), pred)
         case BufferStore(buffer=buf, indices=idx, value=value, predicate=pred):

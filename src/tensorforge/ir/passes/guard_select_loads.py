@@ -23,7 +23,9 @@ def guard_select_loads(stmt: Stmt) -> Stmt:
 def _guard(node: Any) -> Any:
     if not isinstance(node, Select):
         return None
-    if not any(isinstance(n, BufferLoad) for arm in (node.true_value, node.false_value) for n in walk(arm)):
+    if not any(
+        isinstance(n, BufferLoad) for arm in (node.true_value, node.false_value) for n in walk(arm)
+    ):
         return None
     true_value = _predicate_loads(node.true_value, node.condition)
     false_value = _predicate_loads(node.false_value, Not(node.condition))

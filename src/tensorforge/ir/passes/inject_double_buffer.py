@@ -16,7 +16,18 @@ from __future__ import annotations
 from typing import Any
 
 from tensorforge.ir.expr import Buffer, BufferLoad
-from tensorforge.ir.stmt import Allocate, Attr, BufferStore, For, IfThenElse, LoopKind, Seq, Stmt, Sync, seq
+from tensorforge.ir.stmt import (
+    Allocate,
+    Attr,
+    BufferStore,
+    For,
+    IfThenElse,
+    LoopKind,
+    Seq,
+    Stmt,
+    Sync,
+    seq,
+)
 from tensorforge.ir.visit import map_children, rewrite, substitute, walk
 from tensorforge.te.expr import LT, Expr, const
 
@@ -37,7 +48,9 @@ def _visit(node: Any) -> Any:
 
 def _peel(body: Stmt) -> tuple[list[Allocate], Stmt]:
     layers: list[Allocate] = []
-    while isinstance(body, Attr) and body.key == "double_buffer" and isinstance(body.body, Allocate):
+    while (
+        isinstance(body, Attr) and body.key == "double_buffer" and isinstance(body.body, Allocate)
+    ):
         layers.append(body.body)
         body = body.body.body
     return layers, body
@@ -64,10 +77,20 @@ def _double_buffer(loop: For, layers: list[Allocate], body: Stmt) -> Stmt:
 
     prefetch = IfThenElse(LT(k + 1, last), fill_at(k + 1))
     compute = _offset(rest, buffers, half(k), stores=False)
-    new_loop = For(k, loop.min, loop.extent, seq(prefetch, compute, Sync()), loop.kind, loop.thread_tag,
-                   loop.pragmas)
-    out: Stmt = Attr("double_buffer_managed", tuple(a.buffer.name for a in layers),
-                     seq(fill_at(first), Sync(), new_loop))
+    new_loop = For(
+        k,
+        loop.min,
+        loop.extent,
+        seq(prefetch, compute, Sync()),
+        loop.kind,
+        loop.thread_tag,
+        loop.pragmas,
+    )
+    out: Stmt = Attr(
+        "double_buffer_managed",
+        tuple(a.buffer.name for a in layers),
+        seq(fill_at(first), Sync(), new_loop),
+    )
     for alloc in reversed(layers):
         out = Allocate(alloc.buffer, alloc.extent * 2, out)
     return out

@@ -21,8 +21,11 @@ def _unroll(node, auto_max: int):
     if "auto_unroll_max_step" in pragmas:
         auto_max = int(pragmas["auto_unroll_max_step"] or 0)
     body = _unroll(node.body, auto_max)
-    loop = node if body is node.body else For(node.var, node.min, node.extent, body, node.kind,
-                                             node.thread_tag, node.pragmas)
+    loop = (
+        node
+        if body is node.body
+        else For(node.var, node.min, node.extent, body, node.kind, node.thread_tag, node.pragmas)
+    )
     extent = loop.extent
     if not isinstance(extent, Const) or not isinstance(loop.min, Const):
         return loop
@@ -32,8 +35,10 @@ def _unroll(node, auto_max: int):
         return loop
     if extent.value * _size(loop.body) > MAX_UNROLL:
         return loop
-    copies = [substitute(loop.body, {loop.var: const(loop.min.value + k, loop.var.dtype)})
-              for k in range(extent.value)]
+    copies = [
+        substitute(loop.body, {loop.var: const(loop.min.value + k, loop.var.dtype)})
+        for k in range(extent.value)
+    ]
     return seq(*copies)
 
 

@@ -65,8 +65,14 @@ def _lane_values(e: Expr) -> list | None:
     return None
 
 
-_COMPARE = {E.LT: lambda a, b: a < b, E.LE: lambda a, b: a <= b, E.GT: lambda a, b: a > b,
-            E.GE: lambda a, b: a >= b, E.EQ: lambda a, b: a == b, E.NE: lambda a, b: a != b}
+_COMPARE = {
+    E.LT: lambda a, b: a < b,
+    E.LE: lambda a, b: a <= b,
+    E.GT: lambda a, b: a > b,
+    E.GE: lambda a, b: a >= b,
+    E.EQ: lambda a, b: a == b,
+    E.NE: lambda a, b: a != b,
+}
 
 
 def _constant_lanes(cond: Expr) -> list[bool] | None:
@@ -96,7 +102,11 @@ def vectorize_loops(stmt: Stmt) -> Stmt:
 
 def _visit(node: Any) -> Any:
     node = map_children(node, _visit)
-    if isinstance(node, For) and node.kind is LoopKind.VECTORIZED and isinstance(node.extent, Const):
+    if (
+        isinstance(node, For)
+        and node.kind is LoopKind.VECTORIZED
+        and isinstance(node.extent, Const)
+    ):
         lanes = node.extent.value
         if lanes == 1:
             from tensorforge.ir.visit import substitute
@@ -129,7 +139,9 @@ class _Vectorizer:
                 return e
             case BufferLoad(buffer=buf, indices=(index,), predicate=p):
                 new_index = self.expr(index, pred)
-                own = None if p is None else self.expr(p, pred)  # the load's own guard (a select arm)
+                own = (
+                    None if p is None else self.expr(p, pred)
+                )  # the load's own guard (a select arm)
                 if not self.is_vec(new_index) and (own is None or not self.is_vec(own)):
                     if pred is None:
                         changed = new_index is not index or own is not p
@@ -173,7 +185,9 @@ class _Vectorizer:
                 vargs = [self.expr(a, pred) for a in args]
                 if not any(self.is_vec(a) for a in vargs):
                     return E.Call(d, name, tuple(vargs))
-                return E.Call(dt.with_lanes(d, self.lanes), name, tuple(self.bcast(a) for a in vargs))
+                return E.Call(
+                    dt.with_lanes(d, self.lanes), name, tuple(self.bcast(a) for a in vargs)
+                )
             case E.Let(var=v, value=value, body=body):
                 vv = self.expr(value, pred)
                 if self.is_vec(vv):
@@ -190,7 +204,9 @@ class _Vectorizer:
         if isinstance(a, Broadcast) and not isinstance(b, Ramp):
             b_scalar = b.value if isinstance(b, Broadcast) else b
             if not self.is_vec(b_scalar):
-                return Broadcast(cls(a.value, b_scalar), a.lanes)  # bcast(x) + bcast(y) -> bcast(x + y)
+                return Broadcast(
+                    cls(a.value, b_scalar), a.lanes
+                )  # bcast(x) + bcast(y) -> bcast(x + y)
         if isinstance(b, Broadcast) and not isinstance(a, Broadcast):
             b = b.value if not self.is_vec(b.value) else b  # ramp + bcast(x) -> ramp + x
         if isinstance(a, Broadcast) and isinstance(b, Ramp):
@@ -219,7 +235,11 @@ class _Vectorizer:
         match s:
             case BufferStore(buffer=buf, indices=(index,), value=value, predicate=p):
                 vi = self.expr(index, pred)
-                if not isinstance(vi, Ramp) or isinstance(vi.stride, Const) and vi.stride.value == 0:
+                if (
+                    not isinstance(vi, Ramp)
+                    or isinstance(vi.stride, Const)
+                    and vi.stride.value == 0
+                ):
                     raise Unvectorizable("store to a lane-invariant or scattered address")
                 vv = self.bcast(self.expr(value, pred))
                 mask = pred if p is None else (p if pred is None else E.And(pred, p))
@@ -229,7 +249,9 @@ class _Vectorizer:
             case IfThenElse(condition=c, then_case=t, else_case=f):
                 vc = self.expr(c, pred)
                 if not self.is_vec(vc):
-                    return IfThenElse(vc, self.stmt(t, pred), None if f is None else self.stmt(f, pred))
+                    return IfThenElse(
+                        vc, self.stmt(t, pred), None if f is None else self.stmt(f, pred)
+                    )
                 lanes = _constant_lanes(vc)
                 if lanes is not None and all(lanes):  # every lane takes the branch: no mask
                     return self.stmt(t, pred)

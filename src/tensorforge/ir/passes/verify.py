@@ -27,8 +27,9 @@ index's exact range sticking out. Symbolic sizes that defeat the prover never ra
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from tensorforge.errors import LoweringError
 from tensorforge.ir.arith import Analyzer, Interval, simplify_expr
