@@ -2,7 +2,8 @@
 
 Imports go one way: te -> ir -> schedule; codegen reads the IR; runtime sees only compiled
 kernels (codegen.base's KernelSource); build wires them; nothing imports tune or ops but
-tune, ops and the command line. errors, target and te.dtype are leaves anyone may import.
+tune, ops, graph and the command line; graph (torch.compile) sits above them all and only the
+command line imports it. errors, target and te.dtype are leaves anyone may import.
 pycuda is imported only by runtime/cuda_* modules (and lazily, inside a function, by target.py
 and runtime/device.py to see whether a GPU exists), so tensorforge imports without a GPU.
 Imports under `if TYPE_CHECKING:` are type hints, not dependencies, and are not checked.
@@ -21,7 +22,7 @@ PACKAGE = next(
 )
 
 LEAVES = {"errors", "target", "te.dtype"}  # importable from anywhere; import only each other
-LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing"}
+LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing", "graph"}
 COMMANDS = {"cli", "bench", "demo", "info", "__main__"}  # the command line: `tensorforge info`, ...
 TOP_LEVEL = {"build", "nd"} | COMMANDS
 EVERYTHING = LAYERS | TOP_LEVEL | {"package", "codegen.base"}
@@ -51,8 +52,9 @@ ALLOWED = {
         "nd",
         "package",
     },
-    "tune": EVERYTHING,
-    "ops": EVERYTHING,
+    "tune": EVERYTHING - {"graph"},
+    "ops": EVERYTHING - {"graph"},
+    "graph": EVERYTHING - COMMANDS,  # above ops: torch.compile's graph layer
     **{command: EVERYTHING for command in COMMANDS},
 }
 # (file, imported part) -> why this one import inside a function is allowed.
@@ -202,6 +204,8 @@ def test_imports_follow_the_layers(path):
         ("codegen/cuda.py", "def f():\n    import pycuda", "pycuda belongs"),
         ("runtime/module.py", "from tensorforge.runtime.cuda_exec import E", "imported lazily"),
         ("misc.py", "", "belongs to no layer"),
+        ("ops/matmul.py", "from tensorforge.graph import backend", "ops may not import"),
+        ("tune/cli.py", "from tensorforge.graph import backend", "tune may not import"),
     ],
 )
 def test_checker_flags_violations(relative, text, expected):
