@@ -1,5 +1,7 @@
 """tensorforge.tune: templates, config spaces, measurement, tuners and logs (API.md §4)."""
 
+from tensorforge.tune import callback, task, tuner
+from tensorforge.tune.autotvm_compat import LocalBuilder, LocalRunner
 from tensorforge.tune.callbacks import log_to_file, progress_bar
 from tensorforge.tune.measure import (
     MeasureErrorNo,
@@ -15,6 +17,11 @@ from tensorforge.tune.tuner import GridSearchTuner, RandomTuner, Tuner, XGBTuner
 
 __all__ = [
     "ConfigEntity",
+    "LocalBuilder",
+    "LocalRunner",
+    "callback",
+    "task",
+    "tuner",
     "ConfigSpace",
     "GridSearchTuner",
     "MeasureErrorNo",
@@ -36,3 +43,9 @@ __all__ = [
     "progress_bar",
     "template",
 ]
+
+
+def __getattr__(name: str):
+    from tensorforge.tvm_names import TUNE, missing
+
+    raise missing("tensorforge.tune", name, TUNE, globals())
