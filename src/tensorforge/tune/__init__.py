@@ -10,6 +10,7 @@ from tensorforge.tune.measure import (
     MeasureResult,
     measure_option,
 )
+from tensorforge.tune.ray_runner import RayRunner
 from tensorforge.tune.records import Record, apply_history_best, load_records
 from tensorforge.tune.space import ConfigEntity, ConfigSpace
 from tensorforge.tune.template import Task, TuneError, create_task, get_config, template
@@ -29,6 +30,7 @@ __all__ = [
     "MeasureOption",
     "MeasureResult",
     "RandomTuner",
+    "RayRunner",
     "Record",
     "Task",
     "TuneError",

@@ -66,6 +66,8 @@ class MeasureResult:
     all_cost: float
     timestamp: float
     build_cost: float = 0.0
+    # Where and how it was measured, when the runner knows (Ray: device, clocks, cv, node).
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def ok(self) -> bool:
@@ -77,7 +79,7 @@ class MeasureResult:
         return float(np.mean(self.costs)) if self.ok else math.inf
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "costs": list(self.costs),
             "error_no": int(self.error_no),
             "error_msg": self.error_msg,
@@ -85,6 +87,9 @@ class MeasureResult:
             "build_cost": self.build_cost,
             "timestamp": self.timestamp,
         }
+        if self.meta:
+            data["meta"] = dict(self.meta)
+        return data
 
     @staticmethod
     def from_json(data: dict) -> MeasureResult:
@@ -95,6 +100,7 @@ class MeasureResult:
             all_cost=float(data.get("all_cost", 0.0)),
             timestamp=float(data.get("timestamp", 0.0)),
             build_cost=float(data.get("build_cost", 0.0)),
+            meta=dict(data.get("meta") or {}),
         )
 
 
