@@ -10,7 +10,7 @@ from tensorforge.ir.pipeline import run_pipeline
 from tensorforge.ir.stmt import PrimFunc
 from tensorforge.schedule.schedule import Schedule
 from tensorforge.schedule.to_ir import schedule_to_func
-from tensorforge.target import Target, as_target
+from tensorforge.target import as_target
 
 
 def lower(
@@ -30,14 +30,17 @@ def lower(
 def build(
     s_or_func: Schedule | PrimFunc,
     args: Sequence[Any] | None = None,
-    target: Any = "llvm",
+    target: Any = None,
     name: str = "main",
 ):
-    """Compile a schedule (or an already lowered PrimFunc) into a callable runtime Module."""
+    """Compile a schedule (or an already lowered PrimFunc) into a callable runtime Module.
+
+    Without `target`, for `Target.current()` inside `with tf.Target(...)`, else for "llvm".
+    """
     from tensorforge.codegen.base import codegen_for
     from tensorforge.runtime.module import Module
 
-    tgt = as_target(target) if target is not None else Target("llvm")
+    tgt = as_target(target)
     if isinstance(s_or_func, PrimFunc):
         func = s_or_func
     else:

@@ -156,12 +156,6 @@ class _KernelWriter:
             for name, align in self.printer.vector_params.items()
             if name in c_to_param
         }
-        extra = {
-            "vector_alignment": vector_alignment,  # param name -> bytes its pointer must be aligned to
-            "shared_bytes": self.shared_bytes,
-            "dynamic_shared": self.dynamic_shared,
-            "threads_per_block": threads,
-        }
         return KernelSource(
             target="cuda",
             entry=entry,
@@ -169,7 +163,7 @@ class _KernelWriter:
             params=params,
             launch=launch,
             target_string=str(self.target),
-            extra=extra,
+            vector_alignment=tuple(sorted(vector_alignment.items())),
         )
 
     def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:

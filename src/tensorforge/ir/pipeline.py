@@ -20,7 +20,7 @@ from tensorforge.target import Target
 def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
     # NOTE: on the CPU a double_buffer mark stays an Attr the backend walks through (a no-op)
     gpu_only: list[Callable[[Stmt], Stmt]] = []
-    if target.kind == "cuda":
+    if target.is_gpu:
         from tensorforge.ir.passes.guard_thread_extents import guard_thread_extents
         from tensorforge.ir.passes.inject_double_buffer import inject_double_buffer
         from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs

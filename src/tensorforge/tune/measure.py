@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorforge.target import Target
 from tensorforge.tune.template import ArgSpec, Task, TuneError
 from tensorforge.tune.workers import (
     call_in_child,
@@ -174,7 +175,6 @@ def instantiate(task: Task, config: Any) -> tuple[Any, list[Any]]:
 def default_builder(task: Task, config: Any, feature_fn: Any) -> tuple[Any, Any]:
     """Instantiate, lower (extracting features if asked) and compile one candidate."""
     import tensorforge as tf
-    from tensorforge.target import Target
 
     s, args = instantiate(task, config)
     with Target(task.target):
@@ -227,7 +227,7 @@ def device_arrays(task: Task, host: Sequence[np.ndarray]) -> tuple[Any, list[Any
     """(device, the arrays copied to it as tf.nd arrays)."""
     import tensorforge as tf
 
-    dev = tf.cpu(0) if task.target_kind == "llvm" else tf.cuda(0)
+    dev = tf.device(Target(task.target).device_kind, 0)
     return dev, [tf.nd.array(a, dev) for a in host]
 
 
@@ -294,7 +294,7 @@ def compute_reference(task: Task, option: MeasureOption, method: str = "fork") -
 def start_method(task: Task) -> str:
     """How candidate processes start: forked from this process, or (CUDA) from a clean server,
     since this process may have initialized CUDA and a forked child could not use it then."""
-    return "forkserver" if task.target_kind == "cuda" else "fork"
+    return "forkserver" if Target(task.target).is_gpu else "fork"
 
 
 # -- the candidate process -----------------------------------------------------------------------
