@@ -20,8 +20,13 @@ PACKAGE = next(
     (p for p in (ROOT / "src" / "tensorforge", ROOT / "tensorforge") if p.is_dir()), None
 )
 
-LEAVES = {"errors", "target", "te.dtype"}  # importable from anywhere; import only each other
-LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing"}
+LEAVES = {
+    "errors",
+    "target",
+    "te.dtype",
+    "tvm_names",
+}  # importable from anywhere; import only each other
+LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing", "tir"}
 COMMANDS = {"cli", "bench", "demo", "info", "__main__"}  # the command line: `tensorforge info`, ...
 TOP_LEVEL = {"build", "nd"} | COMMANDS
 EVERYTHING = LAYERS | TOP_LEVEL | {"package", "codegen.base"}
@@ -31,7 +36,9 @@ ALLOWED = {
     "errors": set(),
     "target": set(),
     "te.dtype": set(),
+    "tvm_names": set(),
     "te": set(),
+    "tir": {"te", "ir"},
     "ir": {"te"},
     "schedule": {"te", "ir"},
     "codegen": {"te", "ir", "codegen.base"},
@@ -82,7 +89,7 @@ def part_of_module(module: str) -> str | None:
     dotted = ".".join(names[1:3])
     if dotted in ("te.dtype", "codegen.base"):
         return dotted
-    if names[1] in LAYERS | TOP_LEVEL | {"errors", "target"}:
+    if names[1] in LAYERS | TOP_LEVEL | {"errors", "target", "tvm_names"}:
         return names[1]
     return "package"  # `from tensorforge import ArgumentError`: a name from the package itself
 

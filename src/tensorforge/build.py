@@ -14,9 +14,17 @@ from tensorforge.target import as_target
 
 
 def lower(
-    s: Schedule, args: Sequence[Any], name: str = "main", target: Any = None, trace: bool = False
+    s: Schedule,
+    args: Sequence[Any],
+    name: str = "main",
+    target: Any = None,
+    trace: bool = False,
+    simple_mode: bool = False,
 ) -> PrimFunc:
-    """The loop IR of schedule `s` with parameters `args`, after every pass (print() it to read)."""
+    """The loop IR of schedule `s` with parameters `args`, after every pass (print() it to read).
+
+    `simple_mode` is TVM's (print only the loop nest); the printed PrimFunc is that already.
+    """
     if not isinstance(s, Schedule):
         raise ArgumentError(
             f"lower: expected a Schedule (te.create_schedule(...)), got {type(s).__name__}"

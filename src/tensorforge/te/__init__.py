@@ -18,6 +18,7 @@ from tensorforge.te.expr import (
     Var,
     const,
 )
+from tensorforge.te.extern_call import ExternOp, extern
 from tensorforge.te.intrin import (
     abs,
     all,
@@ -50,6 +51,15 @@ from tensorforge.te.tensor import (
     thread_axis,
     var,
 )
+from tensorforge.te.tvm_compat import (
+    floordiv,
+    floormod,
+    indexdiv,
+    indexmod,
+    max_value,
+    min_value,
+    size_var,
+)
 
 
 def create_schedule(ops):
@@ -58,3 +68,9 @@ def create_schedule(ops):
     from tensorforge.schedule.schedule import create_schedule as _create
 
     return _create(ops)
+
+
+def __getattr__(name: str):
+    from tensorforge.tvm_names import TE, missing
+
+    raise missing("tensorforge.te", name, TE, globals())

@@ -99,6 +99,16 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--early-stopping", type=int, default=None)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="measure on a Ray cluster: 'auto', 'host:6379', 'ray://host:10001' or 'local'",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --log (an existing log always is)",
+    )
     options = parser.parse_args(argv)
 
     try:
@@ -138,6 +148,7 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         timeout=options.timeout,
         n_parallel=options.n_parallel,
         check_correctness=options.check_correctness,
+        runner=tune.RayRunner(address=options.ray) if options.ray else None,
     )
     tuner.tune(options.trials, option, callbacks=callbacks, early_stopping=options.early_stopping)
     if tuner.best_config is None:
