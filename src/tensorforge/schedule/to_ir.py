@@ -19,7 +19,7 @@ from tensorforge.ir.arith import simplify_expr
 from tensorforge.ir.expr import Buffer
 from tensorforge.ir.stmt import Attr, For, LetStmt, PrimFunc, Realize, Stmt, seq
 from tensorforge.schedule import bounds as bound_inference
-from tensorforge.schedule import placement
+from tensorforge.schedule import opaque_ops, placement
 from tensorforge.schedule.bounds import StageBounds
 from tensorforge.schedule.dataflow import resolve
 from tensorforge.schedule.loops import NestBuilder
@@ -46,6 +46,7 @@ class Lowering:
     bounds: dict[int, StageBounds] = field(default_factory=dict)  # id(stage) -> bounds
     buffers: dict[Tensor, Buffer] = field(default_factory=dict)
     regions: dict[int, Region] = field(default_factory=dict)  # id(stage) -> realized region
+    aliases: dict[Tensor, Tensor] = field(default_factory=dict)  # tensor -> the one it lives in
     body: Stmt | None = None
     params: tuple[Any, ...] = ()
 
@@ -59,15 +60,16 @@ def check_args(low: Lowering) -> Lowering:
 
 
 def check_placement(low: Lowering) -> Lowering:
-    """compute_at legality, judged on the finished schedule."""
+    """compute_at legality, judged on the finished schedule; te.scan's placement rules."""
     placement.check_placement(low.sch)
+    opaque_ops.check(low.sch)
     return low
 
 
 def check_inputs_and_outputs(low: Lowering) -> Lowering:
     """Every placeholder read and every output of the schedule is an argument."""
     sch, tensors = low.sch, low.tensors
-    arg_ops = {id(t.op) for t in tensors}
+    arg_ops = {id(t.op) for t in tensors} | opaque_ops.internal_placeholders(sch)
     for stage in sch.stages:
         if isinstance(stage.op, PlaceholderOp) and id(stage.op) not in arg_ops:
             readers = ", ".join(s.name for s in sch.readers_of(stage))
@@ -106,6 +108,7 @@ def allocate_buffers(low: Lowering) -> Lowering:
     """A buffer per argument (global) and per computed intermediate (its region, its scope)."""
     buffers = {t: Buffer(t.name, tuple(t.shape), t.dtype, "global") for t in low.tensors}
     regions: dict[int, Region] = {}
+    aliases = opaque_ops.aliases(low.sch)  # a scan's state, init and update live in its buffer
     for stage in low.sch.stages:
         info = low.bounds.get(id(stage))
         if info is None:
@@ -115,10 +118,12 @@ def allocate_buffers(low: Lowering) -> Lowering:
         regions[id(stage)] = (mins, extents)
         for i in range(stage.op.num_outputs):
             t = stage.op.output(i)
-            if t not in buffers:
+            if t not in buffers and t not in aliases:
                 strides = _aligned_strides(stage, extents)
                 buffers[t] = Buffer(t.name, extents, t.dtype, low.scopes[id(stage)], strides)
-    return dataclasses.replace(low, buffers=buffers, regions=regions)
+    for t, home in aliases.items():
+        buffers[t] = buffers[home]
+    return dataclasses.replace(low, buffers=buffers, regions=regions, aliases=aliases)
 
 
 def build_nests(low: Lowering) -> Lowering:
@@ -137,7 +142,7 @@ def build_nests(low: Lowering) -> Lowering:
         mins, extents = low.regions[id(stage)]
         for i in reversed(range(stage.op.num_outputs)):
             t = stage.op.output(i)
-            if t not in tensors:
+            if t not in tensors and t not in low.aliases:
                 body = Realize(buffers[t], mins, extents, body)
                 if stage.double_buffered:
                     body = Attr("double_buffer", t.name, body)
@@ -148,7 +153,12 @@ def build_nests(low: Lowering) -> Lowering:
         if stage.attach_type == "scope" and id(stage) in low.bounds:
             attached.setdefault(id(stage.attach_ivar), []).append(stage)
     builder = NestBuilder(low.bounds, buffer_of, attached, realize_of)
-    roots = [s for s in sch.stages if id(s) in low.bounds and s.attach_type == "root"]
+    nested = opaque_ops.nested_stages(sch)  # emitted inside a scan's time loop
+    roots = [
+        s
+        for s in sch.stages
+        if id(s) in low.bounds and s.attach_type == "root" and id(s) not in nested
+    ]
     body = seq(*[builder.stage_nest(s) for s in roots])
     for stage in reversed(roots):
         body = realize_of(stage, body)
