@@ -26,7 +26,7 @@ from tensorforge.ir.stmt import (
     ThreadAllReduce,
     seq,
 )
-from tensorforge.schedule import opaque_ops
+from tensorforge.schedule import opaque_ops, tensorize
 from tensorforge.schedule.bounds import StageBounds
 from tensorforge.schedule.iter_math import (
     iter_extents,
@@ -135,6 +135,10 @@ class _StageNest:
 
     # -- the recursive walk over leaf loops ---------------------------------------------------
     def build(self, level: int, env: Env) -> Stmt:
+        if level < len(self.leaves) and (
+            intrin := tensorize.intrin_at(self.stage, self.leaves[level])
+        ):
+            return tensorize.emit(self, level, env, intrin)
         if level == len(self.leaves):
             return self.cross_thread_update(env) if self.thread_reduce else self.update(env)
         iv = self.leaves[level]

@@ -266,6 +266,12 @@ class Stage:
             )
         self.attr(axis).pragmas.append((name, value))
 
+    def tensorize(self, axis: IterVar, intrin: Any) -> None:
+        """Replace the loop nest under `axis` by a te.decl_tensor_intrin's calls."""
+        from tensorforge.schedule.tensorize import tensorize
+
+        tensorize(self, axis, intrin)
+
     # -- placement ------------------------------------------------------------------------------
     def compute_at(self, parent: Stage, axis: IterVar) -> None:
         """Compute this stage inside loop `axis` of `parent`, over the region `parent` needs there."""
