@@ -4,7 +4,7 @@ whose decisions are knobs, and its template "builtin/conv2d"."""
 from __future__ import annotations
 
 from tensorforge import te, tune
-from tensorforge.ops.knobs import choose, current_target, target_scope
+from tensorforge.ops.knobs import choose, current_target, target_scope, workload
 from tensorforge.target import Target
 
 
@@ -109,8 +109,8 @@ def schedule_conv2d(
     kh, kw = _pair(kernel)
     with target_scope(target):
         if f_block is None and x_vectors is None:
-            args = (batch, channels, height, width, filters, kh, kw, stride, pad, dtype, parallel)
-            return conv2d_template(*args)
+            args = (batch, channels, height, width, filters, kh, kw, stride, pad, dtype)
+            return conv2d_template(*workload(args, parallel))
         return _schedule(
             batch,
             channels,

@@ -25,6 +25,12 @@ def choose(cfg: Any, name: str, default: Any, others: Iterable[Any] = ()) -> Any
     return cfg[name].val
 
 
+def workload(args: tuple, parallel: bool) -> tuple:
+    """A template's arguments as `tensorforge tune` writes them: `parallel` only when False,
+    so a log tuned from the command line applies to the plain call (records match by args)."""
+    return args if parallel else (*args, False)
+
+
 def target_scope(target: Target | str | None) -> Any:
     """`with target_scope(t):` makes `t` current (templates read `Target.current()`); a None
     target keeps the current one (or the host CPU)."""

@@ -4,7 +4,7 @@ scale; the template "builtin/layer_norm" (CPU)."""
 from __future__ import annotations
 
 from tensorforge import te, tune
-from tensorforge.ops.knobs import choose, current_target, target_scope
+from tensorforge.ops.knobs import choose, current_target, target_scope, workload
 from tensorforge.ops.reduction_helpers import line_step, vectorized_row_reduction
 from tensorforge.target import Target
 
@@ -41,7 +41,7 @@ def schedule_layer_norm(
     """The default layer-norm schedule: template "builtin/layer_norm" called plainly.
     Returns (schedule, [x, gamma, beta, y])."""
     with target_scope(target):
-        return layer_norm_template(n, m, dtype, parallel)
+        return layer_norm_template(*workload((n, m, dtype), parallel))
 
 
 def _schedule(n: int, m: int, dtype: str, target: Target, parallel: bool, cfg):

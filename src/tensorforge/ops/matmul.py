@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tensorforge import te, tune
-from tensorforge.ops.knobs import choose, current_target, is_gpu, target_scope
+from tensorforge.ops.knobs import choose, current_target, is_gpu, target_scope, workload
 from tensorforge.target import Target
 
 
@@ -174,7 +174,7 @@ def schedule_matmul(
     if tiles is not None:
         return _schedule_cpu(n, m, k, dtype, parallel, tiles)
     with target_scope(target):
-        return matmul_template(n, m, k, dtype, parallel)
+        return matmul_template(*workload((n, m, k, dtype), parallel))
 
 
 def _schedule_cpu(n: int, m: int, k: int, dtype: str, parallel: bool, tiles: MatmulTiles):

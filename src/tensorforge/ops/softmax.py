@@ -4,7 +4,7 @@ template "builtin/softmax" (CPU knobs; on a GPU, ops/cuda.py's one-block-per-row
 from __future__ import annotations
 
 from tensorforge import te, tune
-from tensorforge.ops.knobs import choose, current_target, is_gpu, target_scope
+from tensorforge.ops.knobs import choose, current_target, is_gpu, target_scope, workload
 from tensorforge.ops.reduction_helpers import line_step, vectorized_row_reduction
 from tensorforge.target import Target
 
@@ -41,7 +41,7 @@ def schedule_softmax(
     """The default softmax schedule for `target` (default: the current one, else this CPU):
     template "builtin/softmax" called plainly. Returns (schedule, [x, y])."""
     with target_scope(target):
-        return softmax_template(n, m, dtype, parallel)
+        return softmax_template(*workload((n, m, dtype), parallel))
 
 
 def _schedule_cpu(n: int, m: int, dtype: str, target: Target, parallel: bool, cfg):
