@@ -1,8 +1,9 @@
 """The import rules of STYLE.md §1, checked on the source of every module under tensorforge/.
 
 Imports go one way: te -> ir -> schedule; codegen reads the IR; runtime sees only compiled
-kernels (codegen.base's KernelSource); build wires them; nothing imports tune or ops but
-tune, ops and the command line. errors, target and te.dtype are leaves anyone may import.
+kernels (codegen.base's KernelSource); build wires them; ops (each operator's computation,
+schedules and template) registers into tune, so tune does not import ops (except to trigger
+that registration); nothing else imports tune or ops but the command line. errors, target and te.dtype are leaves anyone may import.
 pycuda is imported only by runtime/cuda_* modules (and lazily, inside a function, by target.py
 and runtime/device.py to see whether a GPU exists), so tensorforge imports without a GPU.
 Imports under `if TYPE_CHECKING:` are type hints, not dependencies, and are not checked.
@@ -58,13 +59,14 @@ ALLOWED = {
         "nd",
         "package",
     },
-    "tune": EVERYTHING,
-    "ops": EVERYTHING,
+    "tune": EVERYTHING - {"ops"} - COMMANDS,
+    "ops": EVERYTHING - COMMANDS,
     **{command: EVERYTHING for command in COMMANDS},
 }
 # (file, imported part) -> why this one import inside a function is allowed.
 FUNCTION_LEVEL_EXCEPTIONS = {
     ("te/__init__.py", "schedule"): "te.create_schedule: the one lazy upward reference",
+    ("tune/builtin.py", "ops"): "get_template imports ops so its operators register templates",
 }
 PYCUDA_IN_FUNCTIONS = {"target.py", "runtime/device.py"}  # existence checks only
 
@@ -203,6 +205,9 @@ def test_imports_follow_the_layers(path):
         ("codegen/llvm.py", "from tensorforge.runtime import Module", "codegen may not import"),
         ("build.py", "from tensorforge.tune import space", "build may not import"),
         ("__init__.py", "from tensorforge.ops import matmul", "package may not import"),
+        ("tune/measure.py", "from tensorforge.ops import matmul", "tune may not import"),
+        ("tune/builtin.py", "import tensorforge.ops", "tune may not import"),
+        ("ops/matmul.py", "from tensorforge.cli import main", "ops may not import"),
         ("ir/pipeline.py", "from ..schedule import loops", "ir may not import"),
         ("runtime/module.py", "import pycuda.driver", "pycuda belongs"),
         ("target.py", "import pycuda.driver as cuda", "pycuda belongs"),
@@ -235,7 +240,12 @@ def test_checker_flags_violations(relative, text, expected):
         ),
         ("runtime/module.py", "if TYPE_CHECKING:\n    from tensorforge.ir.stmt import PrimFunc"),
         ("cli.py", "from tensorforge import tune, ops"),
-        ("tune/measure.py", "from tensorforge.ops import matmul\nimport tensorforge as tf"),
+        ("tune/measure.py", "import tensorforge as tf\nfrom tensorforge.tune import space"),
+        ("tune/builtin.py", "def register():\n    import tensorforge.ops"),
+        (
+            "ops/matmul.py",
+            "from tensorforge import tune, te\nfrom tensorforge.tune import get_config",
+        ),
         ("nd.py", "from tensorforge.runtime.ndarray import NDArray"),
     ],
 )

@@ -38,6 +38,7 @@ from tensorforge.te.intrin import (
     tanh,
 )
 from tensorforge.te.reduction import comm_reducer, max, min, sum
+from tensorforge.te.scan_op import ScanOp, scan
 from tensorforge.te.tensor import (
     ComputeOp,
     IterVar,
