@@ -235,7 +235,7 @@ class Stage:
         for other, attr in self.iter_attrs.items():
             if (
                 attr.thread is not None
-                and attr.thread.thread_tag == thread.thread_tag
+                and attr.thread.thread_tag == thread.thread_tag != "vthread"  # any number of those
                 and other is not axis
             ):
                 raise ScheduleError(
