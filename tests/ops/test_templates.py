@@ -170,6 +170,7 @@ def test_the_default_knobs_are_the_target_heuristics():
     for cpu in ("skylake-avx512", "haswell"):
         target = tf.Target(f"llvm -mcpu={cpu}")
         task = tune.create_task("builtin/matmul", [512, 512, 512, "float32"], target)
+        assert task.flop == 2 * 512**3  # the product's work, not the packing's
         knobs = task.config_space.default().knobs
         tiles = ops.MatmulTiles.for_target(target)
         lanes = target.vector_lanes("float32")

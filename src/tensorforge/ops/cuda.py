@@ -46,6 +46,7 @@ def matmul_cuda_template(n: int, m: int, k: int, dtype: str = "float32"):
     Configs whose blocks need more threads or shared memory than the GPU has fail to build or
     run, and are recorded as such."""
     cfg = tune.get_config()
+    cfg.add_flop(2.0 * n * m * k)
     return _schedule_matmul_cuda(
         n,
         m,

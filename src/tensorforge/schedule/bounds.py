@@ -70,9 +70,10 @@ def fixed_loop_vars(stage: Stage, scope: str) -> set[int]:
     it are relaxed (the region covers every thread's needs); a "global" one by the whole grid, so
     blockIdx loops are relaxed too. "local" storage is per thread: everything stays fixed.
     """
-    relaxed_prefixes = {"shared": ("threadIdx",), "global": ("threadIdx", "blockIdx")}.get(
-        scope, ()
-    )
+    relaxed_prefixes = {
+        "shared": ("threadIdx", "vthread"),
+        "global": ("threadIdx", "blockIdx"),
+    }.get(scope, ())
     bound = {}
     current = stage
     while current.attach_type == "scope":

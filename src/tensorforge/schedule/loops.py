@@ -26,7 +26,7 @@ from tensorforge.ir.stmt import (
     ThreadAllReduce,
     seq,
 )
-from tensorforge.schedule import opaque_ops
+from tensorforge.schedule import opaque_ops, tensorize
 from tensorforge.schedule.bounds import StageBounds
 from tensorforge.schedule.iter_math import (
     iter_extents,
@@ -137,6 +137,10 @@ class _StageNest:
 
     # -- the recursive walk over leaf loops ---------------------------------------------------
     def build(self, level: int, env: Env) -> Stmt:
+        if level < len(self.leaves) and (
+            intrin := tensorize.intrin_at(self.stage, self.leaves[level])
+        ):
+            return tensorize.emit(self, level, env, intrin)
         if level == len(self.leaves):
             return self.cross_thread_update(env) if self.thread_reduce else self.update(env)
         iv = self.leaves[level]
@@ -250,6 +254,8 @@ class _StageNest:
             kind = LoopKind.SERIAL  # a symbolic tail: the main loop stays vectorized
         if tail and kind is LoopKind.PARALLEL:
             kind = LoopKind.SERIAL  # a single iteration
+        if kind is LoopKind.THREAD_BINDING and tag == "vthread":  # each one its own: no reuse
+            return For(iv.var, lo, extent, self.b.with_range(iv.var, lo, extent, body), kind, tag)
         if kind is LoopKind.THREAD_BINDING and tag in self.b.bound_tags:
             return self.reuse_thread(iv, tag, extent, body)
         if kind is LoopKind.THREAD_BINDING:

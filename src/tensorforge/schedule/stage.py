@@ -252,7 +252,7 @@ class Stage:
         for other, attr in self.iter_attrs.items():
             if (
                 attr.thread is not None
-                and attr.thread.thread_tag == thread.thread_tag
+                and attr.thread.thread_tag == thread.thread_tag != "vthread"  # any number of those
                 and other is not axis
             ):
                 raise ScheduleError(
@@ -282,6 +282,12 @@ class Stage:
                 f"known: {', '.join(known)}"
             )
         self.attr(axis).pragmas.append((name, value))
+
+    def tensorize(self, axis: IterVar, intrin: Any) -> None:
+        """Replace the loop nest under `axis` by a te.decl_tensor_intrin's calls."""
+        from tensorforge.schedule.tensorize import tensorize
+
+        tensorize(self, axis, intrin)
 
     # -- placement ------------------------------------------------------------------------------
     def compute_at(self, parent: Stage, axis: IterVar) -> None:
