@@ -3,7 +3,9 @@
 Imports go one way: te -> ir -> schedule; codegen reads the IR; runtime sees only compiled
 kernels (codegen.base's KernelSource); build wires them; ops (each operator's computation,
 schedules and template) registers into tune, so tune does not import ops (except to trigger
-that registration); nothing else imports tune or ops but the command line. errors, target and te.dtype are leaves anyone may import.
+that registration); nothing else imports tune or ops but graph and the command line. graph
+(torch.compile) sits above them all; only the command line imports it. errors, target and
+te.dtype are leaves anyone may import.
 pycuda is imported only by runtime/cuda_* modules (and lazily, inside a function, by target.py
 and runtime/device.py to see whether a GPU exists), so tensorforge imports without a GPU.
 Imports under `if TYPE_CHECKING:` are type hints, not dependencies, and are not checked.
@@ -27,7 +29,7 @@ LEAVES = {
     "te.dtype",
     "tvm_names",
 }  # importable from anywhere; import only each other
-LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing", "tir"}
+LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing", "tir", "graph"}
 COMMANDS = {"cli", "bench", "demo", "info", "__main__"}  # the command line: `tensorforge info`, ...
 TOP_LEVEL = {"build", "nd"} | COMMANDS
 EVERYTHING = LAYERS | TOP_LEVEL | {"package", "codegen.base"}
@@ -59,8 +61,9 @@ ALLOWED = {
         "nd",
         "package",
     },
-    "tune": EVERYTHING - {"ops"} - COMMANDS,
-    "ops": EVERYTHING - COMMANDS,
+    "tune": EVERYTHING - {"ops", "graph"} - COMMANDS,
+    "ops": EVERYTHING - {"graph"} - COMMANDS,
+    "graph": EVERYTHING - COMMANDS,  # above ops: torch.compile's graph layer
     **{command: EVERYTHING for command in COMMANDS},
 }
 # (file, imported part) -> why this one import inside a function is allowed.
@@ -214,6 +217,8 @@ def test_imports_follow_the_layers(path):
         ("codegen/cuda.py", "def f():\n    import pycuda", "pycuda belongs"),
         ("runtime/module.py", "from tensorforge.runtime.cuda_exec import E", "imported lazily"),
         ("misc.py", "", "belongs to no layer"),
+        ("ops/matmul.py", "from tensorforge.graph import backend", "ops may not import"),
+        ("tune/cli.py", "from tensorforge.graph import backend", "tune may not import"),
     ],
 )
 def test_checker_flags_violations(relative, text, expected):

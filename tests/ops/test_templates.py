@@ -2,6 +2,9 @@
 lowered IR), and random configs of its space build and match NumPy at awkward sizes (primes,
 1, extents no tile divides)."""
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -104,6 +107,20 @@ CASES = {
         [(5, 97), (97,), (97,)],
         layer_norm_ref,
     ),
+    "row_max": (
+        "builtin/row_reduce",
+        [5, 101, "max", "float32"],
+        lambda: ops.schedule_row_reduce(5, 101, "max"),
+        [(5, 101)],
+        lambda x: x.max(1),
+    ),
+    "row_sum_short_rows": (
+        "builtin/row_reduce",
+        [3, 7, "sum", "float32", False],
+        lambda: ops.schedule_row_reduce(3, 7, parallel=False),
+        [(3, 7)],
+        lambda x: x.sum(1),
+    ),
     "elementwise": (
         "builtin/elementwise",
         [3, 1031, 0.5, "float32"],
@@ -181,10 +198,23 @@ def test_schedule_matmul_applies_the_best_logged_config(tmp_path):
     assert str(tf.lower(s, tensors)) != str(tf.lower(*task.instantiate(0)))
 
 
-def test_cuda_templates_compile():
+def nvcc_compiles(source: str, tmp_path) -> None:
+    if shutil.which("nvcc") is None:
+        return
+    path = tmp_path / "kernel.cu"
+    path.write_text(source)
+    result = subprocess.run(
+        ["nvcc", "-arch=sm_90", "--ptx", "-o", str(tmp_path / "k.ptx"), str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_cuda_templates_compile(tmp_path):
     """The CUDA matmul's default config is schedule_matmul_cuda's; builtin/matmul on a CUDA
-    target is the same template; a few random configs generate CUDA C (run on the GPU
-    machine by tests/tune/test_cuda.py)."""
+    target is the same template; the first and last configs of each GPU template give CUDA C
+    that nvcc compiles (they run on the GPU machine in tests/tune/test_cuda.py)."""
     target = "cuda -arch=sm_90"
     task = tune.create_task("builtin/matmul_cuda", [96, 160, 40, "float32"], target)
     s, tensors = task.instantiate(0)
@@ -193,3 +223,14 @@ def test_cuda_templates_compile():
     generic = tune.create_task("builtin/matmul", [96, 160, 40, "float32"], target)
     assert str(tf.lower(*generic.instantiate(0))) == str(tf.lower(s, tensors))
     assert "__shared__" in tf.build(s, tensors, target=target).get_source("cuda")
+    for name, args, needle in [
+        ("builtin/matmul_cuda", [96, 160, 40, "float32"], "__shared__"),
+        ("builtin/softmax", [7, 300, "float32"], "__shfl_down_sync"),
+        ("builtin/row_reduce", [7, 300, "max", "float32"], "__shfl_down_sync"),
+        ("builtin/elementwise", [7, 300, 2.0, "float32"], "blockIdx.x"),
+    ]:
+        task = tune.create_task(name, args, target)
+        for index in (0, len(task.config_space) - 1):
+            source = tf.build(*task.instantiate(index), target=target).get_source("cuda")
+            assert needle in source, (name, index)
+            nvcc_compiles(source, tmp_path)

@@ -248,6 +248,8 @@ class _StageNest:
             kind = LoopKind.SERIAL  # a symbolic tail: the main loop stays vectorized
         if tail and kind is LoopKind.PARALLEL:
             kind = LoopKind.SERIAL  # a single iteration
+        if kind is LoopKind.THREAD_BINDING and tag == "vthread":  # each one its own: no reuse
+            return For(iv.var, lo, extent, self.b.with_range(iv.var, lo, extent, body), kind, tag)
         if kind is LoopKind.THREAD_BINDING and tag in self.b.bound_tags:
             return self.reuse_thread(iv, tag, extent, body)
         if kind is LoopKind.THREAD_BINDING:

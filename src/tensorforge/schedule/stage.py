@@ -235,7 +235,7 @@ class Stage:
         for other, attr in self.iter_attrs.items():
             if (
                 attr.thread is not None
-                and attr.thread.thread_tag == thread.thread_tag
+                and attr.thread.thread_tag == thread.thread_tag != "vthread"  # any number of those
                 and other is not axis
             ):
                 raise ScheduleError(
@@ -281,7 +281,10 @@ class Stage:
                 f"compute_at of '{self.name}': '{getattr(axis, 'name', axis)}' is not a leaf axis of "
                 f"stage '{parent.name}'; its leaf axes are: {parent._leaf_names()}"
             )
-        if not self.schedule.consumes(parent, self):
+        # whether `parent` consumes this stage through the stages computed inside it is judged
+        # at lowering, on the finished schedule; a stage that does not depend on this one at all
+        # never will
+        if not self.schedule.depends_on(parent, self):
             consumers = [c.name for c in self.schedule.consumers_of(self)]
             raise ScheduleError(
                 f"compute_at: stage '{parent.name}' does not consume '{self.name}' (directly, or "
