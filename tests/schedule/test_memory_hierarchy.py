@@ -245,3 +245,19 @@ def test_cache_write_after_split():
     s[C].split(C.op.axis[0], factor=2)
     with pytest.raises(tf.ScheduleError, match="call cache_write before splitting"):
         s.cache_write(C, "local")
+
+
+def test_auto_inline_works_every_time():
+    import importlib
+
+    import tensorforge.schedule as schedule
+
+    importlib.import_module("tensorforge.schedule.fusion")  # a submodule import keeps the function
+    A = te.placeholder((7,), name="A")
+    B = te.compute((7,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((7,), lambda i: B[i] * 2.0, name="C")
+    for _ in range(2):
+        s = te.create_schedule(C.op)
+        assert callable(schedule.auto_inline) and schedule.auto_inline(s) is s
+        assert s[B].attach_type == "inline"
+        check_against_numpy(s, [A], [C], lambda a: (a + 1.0) * 2.0)

@@ -96,8 +96,9 @@ def cache_write(sch: Schedule, tensor: Any, scope: str) -> Any:
     cache_op = ComputeOp(
         f"{op.name}.{scope}", op.tag, dict(op.attrs), cache_axis, cache_reduce, tuple(body)
     )
-    # the original stage now copies the cache out, over fresh axes too
-    out_axis = tuple(IterVar(_fresh(iv.name), iv.dom, iv.kind) for iv in op.axis)
+    # the original stage now copies the cache out over the original data axes, so `C.op.axis`
+    # still names its loops (TVM's GEMM tutorial tiles them right after cache_write)
+    out_axis = tuple(op.axis)
     index = tuple(iv.var for iv in out_axis)
     copy_body = tuple(cache_op.output(i)[index] for i in range(op.num_outputs))
     copy_op = ComputeOp(op.name, op.tag, dict(op.attrs), out_axis, (), copy_body)

@@ -1,18 +1,16 @@
-"""Loop extents and root-axis values derived through a stage's split/fuse relations."""
+"""Loop extents and root-axis values derived through a stage's relations (split, fuse, ...).
+
+Each relation knows its own meaning (relations.py); these functions only walk the relations,
+forward for extents and backward for values.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tensorforge.ir.arith import simplify_expr
-from tensorforge.schedule.relations import Fuse, Split
 from tensorforge.schedule.stage import Stage
-from tensorforge.te.expr import Expr, const
+from tensorforge.te.expr import Expr
 from tensorforge.te.tensor import IterVar
-
-
-def ceil_div(a: Expr, b: Expr) -> Expr:
-    return simplify_expr((a + b - 1) // b)
 
 
 def iter_extents(
@@ -26,32 +24,11 @@ def iter_extents(
     remainder only); the vars derived from them follow.
     """
     overrides = overrides or {}
-    extents: dict[IterVar, Expr] = {}
-    for iv, e in root_extents.items():
-        extents[iv] = overrides.get(iv, e)
-    for rel in stage.relations:
-        if isinstance(rel, Split):
-            parent = extents[rel.parent]
-            if rel.factor is not None:
-                inner, outer = rel.factor, ceil_div(parent, rel.factor)
-            else:
-                outer, inner = rel.nparts, ceil_div(parent, rel.nparts)
-            extents[rel.outer] = overrides.get(rel.outer, outer)
-            extents[rel.inner] = overrides.get(rel.inner, simplify_expr(inner))
-        elif isinstance(rel, Fuse):
-            fused = simplify_expr(extents[rel.outer] * extents[rel.inner])
-            extents[rel.fused] = overrides.get(rel.fused, fused)
+    extents: dict[IterVar, Expr] = {iv: overrides.get(iv, e) for iv, e in root_extents.items()}
+    for rel in stage.relations:  # in order: a relation's sources come before it
+        for iv, extent in rel.derived_extents(extents).items():
+            extents[iv] = overrides.get(iv, extent)
     return extents
-
-
-def split_factor(rel: Split, extents: Mapping[IterVar, Expr]) -> Expr:
-    """The stride of `outer` in `parent`.
-
-    A factor split's stride is its factor, even in a peeled tail whose inner loop runs over the
-    remainder only; an nparts split's stride is ceil(parent / nparts) of the parent's extent
-    *here* (a tail's parent is shorter than the main loop's).
-    """
-    return rel.factor if rel.factor is not None else extents[rel.inner]
 
 
 def iter_values(
@@ -62,13 +39,7 @@ def iter_values(
     with the peeled tail's overrides, if any)."""
     values: dict[IterVar, Expr] = dict(leaf_values)
     for rel in reversed(stage.relations):
-        if isinstance(rel, Split):
-            factor = split_factor(rel, extents)
-            values[rel.parent] = values[rel.outer] * factor + values[rel.inner]
-        elif isinstance(rel, Fuse):
-            inner_extent = extents[rel.inner]
-            values[rel.outer] = values[rel.fused] // inner_extent
-            values[rel.inner] = values[rel.fused] % inner_extent
+        values.update(rel.source_values(values, extents))
     return values
 
 
@@ -78,10 +49,9 @@ def leaf_descendants(stage: Stage, iv: IterVar) -> list[IterVar]:
         return [iv]
     out: list[IterVar] = []
     for rel in stage.relations:
-        if isinstance(rel, Split) and rel.parent is iv:
-            out += leaf_descendants(stage, rel.outer) + leaf_descendants(stage, rel.inner)
-        elif isinstance(rel, Fuse) and iv in (rel.outer, rel.inner):
-            out += [d for d in leaf_descendants(stage, rel.fused) if d not in out]
+        if iv in rel.sources:
+            for child in rel.derived:
+                out += [d for d in leaf_descendants(stage, child) if d not in out]
     return out
 
 
@@ -93,16 +63,9 @@ def splits_depend_on_extent_of(stage: Stage, iv: IterVar) -> bool:
     """
     derived = {iv}
     for rel in stage.relations:  # in order: parents come before their children
-        if isinstance(rel, Split) and rel.parent in derived:
-            if rel.nparts is not None:
-                return True
-            derived |= {rel.outer, rel.inner}
-        elif isinstance(rel, Fuse) and (rel.outer in derived or rel.inner in derived):
-            if rel.inner in derived:
-                return True
-            derived.add(rel.fused)
+        if not any(source in derived for source in rel.sources):
+            continue
+        if rel.depends_on_extent_of(derived):
+            return True
+        derived |= set(rel.derived)
     return False
-
-
-def zero() -> Expr:
-    return const(0)

@@ -34,7 +34,7 @@ from tensorforge.schedule.iter_math import (
     splits_depend_on_extent_of,
 )
 from tensorforge.schedule.prefetch import prefetch_nest
-from tensorforge.schedule.relations import Split
+from tensorforge.schedule.relations import Relation, Tail
 from tensorforge.schedule.stage import Stage
 from tensorforge.te.expr import EQ, GE, LT, And, Const, Expr, Reduce, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
@@ -47,7 +47,7 @@ class Env:
     """Where the builder is inside one stage's nest."""
 
     overrides: dict = field(default_factory=dict)  # IterVar -> extent (peeled tails)
-    peeled: frozenset = frozenset()  # ids of Splits whose tail is a separate loop
+    peeled: frozenset = frozenset()  # ids of relations whose tail is a separate loop
     init_done: bool = False
 
 
@@ -157,13 +157,17 @@ class _StageNest:
         peel = self.peelable_split(level, env, extents)
         if peel is None:
             return self.make_for(iv, const(0), extent, lambda: self.body_at(level, env))
-        split, full, rem = peel
-        peeled = env.peeled | {id(split)}
+        rel, tail = peel
+        peeled = env.peeled | {id(rel)}
         main_env = replace(env, peeled=peeled)
-        tail_env = replace(env, peeled=peeled, overrides={**env.overrides, split.inner: rem})
-        main = self.make_for(iv, const(0), full, lambda: self.body_at(level, main_env))
-        tail = self.make_for(iv, full, const(1), lambda: self.body_at(level, tail_env), tail=True)
-        return seq(main, tail)
+        tail_env = replace(
+            env, peeled=peeled, overrides={**env.overrides, tail.inner: tail.remainder}
+        )
+        main = self.make_for(iv, const(0), tail.full, lambda: self.body_at(level, main_env))
+        last = self.make_for(
+            iv, tail.full, const(1), lambda: self.body_at(level, tail_env), tail=True
+        )
+        return seq(main, last)
 
     def body_at(self, level: int, env: Env) -> Stmt:
         """The inside of loop `level`: stages attached there, then the deeper loops."""
@@ -279,33 +283,27 @@ class _StageNest:
             stmt = IfThenElse(LT(iv.var, extent), stmt)
         return LetStmt(iv.var, outer_var, stmt)
 
-    def peelable_split(
-        self, level: int, env: Env, extents: dict
-    ) -> tuple[Split, Expr, Expr] | None:
-        """The split whose outer loop is this leaf and whose tail should become its own loop."""
+    def peelable_split(self, level: int, env: Env, extents: dict) -> tuple[Relation, Tail] | None:
+        """The relation whose outer loop is this leaf and whose tail should become its own loop."""
         iv = self.leaves[level]
         for rel in self.stage.relations:
-            if not isinstance(rel, Split) or rel.outer is not iv or id(rel) in env.peeled:
+            if id(rel) in env.peeled:
                 continue
-            if rel.tail == "guard" or rel.factor is None or self.has_thread_binding():
+            tail = rel.tail_of(iv, extents)
+            if tail is None:
+                continue
+            if self.has_thread_binding():
                 return None  # GPU kernels guard: a peeled copy of a bound loop would be a second launch
-            parent_extent = extents[rel.parent]
-            rem = simplify_expr(parent_extent % rel.factor)
-            if isinstance(rem, Const) and rem.value == 0:
-                return None
-            if rel.tail == "auto" and not isinstance(rem, Const):
-                return None  # symbolic extent: guard
             deeper = self.leaves[level + 1 :]
-            if not all(d in deeper for d in leaf_descendants(self.stage, rel.inner)):
+            if not all(d in deeper for d in leaf_descendants(self.stage, tail.inner)):
                 return None  # the inner loop does not sit inside the outer one: guard
             if any(self.b.attached.get(id(d)) for d in self.leaves[level:]) and (
-                splits_depend_on_extent_of(self.stage, rel.inner)
+                splits_depend_on_extent_of(self.stage, tail.inner)
             ):
                 # the tail would decompose a fused (or nparts-split) loop differently from the
                 # main loop, while the regions of the stages attached inside are inferred once
                 return None
-            full = simplify_expr(parent_extent // rel.factor)
-            return rel, full, rem
+            return rel, tail
         return None
 
     def has_thread_binding(self) -> bool:
@@ -328,11 +326,11 @@ class _StageNest:
         extents = iter_extents(self.stage, self.info.root_extents, env.overrides)
         preds: list[Expr] = []
         for rel in self.stage.relations:
-            if not isinstance(rel, Split) or id(rel) in env.peeled:
+            if id(rel) in env.peeled:
                 continue
-            if spatial_only and rel.parent.kind is IterKind.REDUCE:
+            if spatial_only and any(v.kind is IterKind.REDUCE for v in rel.sources):
                 continue
-            preds.append(LT(values[rel.parent], extents[rel.parent]))
+            preds += rel.guards(values, extents)
         for d, iv in enumerate(self.stage.op.axis):
             if d in self.info.guard_axes:
                 index = self.info.mins[iv] + values[iv]

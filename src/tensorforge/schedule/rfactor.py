@@ -8,9 +8,8 @@ from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
 from tensorforge.schedule.dataflow import replace_dataflow, replace_op
 from tensorforge.schedule.iter_math import iter_extents, iter_values
-from tensorforge.schedule.relations import Split
 from tensorforge.schedule.schedule import Schedule
-from tensorforge.te.expr import LT, And, Const, Reduce, Var, const
+from tensorforge.te.expr import And, Const, Reduce, Var, const
 from tensorforge.te.substitute import substitute
 from tensorforge.te.tensor import ComputeOp, IterKind, IterVar, Range, Tensor
 
@@ -64,9 +63,10 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     to_new.update({iv.var: d.var for iv, d in zip(op.axis, data_axis)})  # fresh spatial axes
     cond = substitute(red.condition, to_new)
     for rel in stage.relations:  # non-divisible splits of reduction axes: keep the tail out
-        if isinstance(rel, Split) and rel.parent.kind is IterKind.REDUCE:
-            limit = LT(values[rel.parent], extents[rel.parent])
-            limit = simplify_expr(substitute(limit, {}))
+        if not any(v.kind is IterKind.REDUCE for v in rel.sources):
+            continue
+        for guard in rel.guards(values, extents):
+            limit = simplify_expr(guard)
             if not (isinstance(limit, Const) and limit.value):
                 cond = And(cond, limit)
     cond = simplify_expr(cond)

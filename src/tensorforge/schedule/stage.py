@@ -70,15 +70,27 @@ class Stage:
                 f"{primitive}: expected an axis (IterVar) of stage '{self.name}', got {axis!r}"
             )
         if axis not in self.leaf_iter_vars:
-            if axis in self.all_iter_vars:
-                why = "it was already split or fused"
-            else:
-                why = "it belongs to another stage"
             raise ScheduleError(
-                f"{primitive}: '{axis.name}' is not a leaf axis of stage '{self.name}' ({why}); "
-                f"leaf axes are: {self._leaf_names()}"
+                f"{primitive}: '{axis.name}' is not a leaf axis of stage '{self.name}' "
+                f"{self._why_not_leaf(axis)}; leaf axes are: {self._leaf_names()}"
             )
         return axis
+
+    def _why_not_leaf(self, axis: IterVar) -> str:
+        """Why `axis` is not a leaf here, naming where it does belong, and saying so when a leaf
+        merely has the same name (two different axes called 'i', say one of a replaced op)."""
+        if axis in self.all_iter_vars:
+            return "(it was already split or fused)"
+        owner = next((s for s in self.schedule.stages if axis in s.all_iter_vars), None)
+        where = (
+            f"an axis of stage '{owner.name}'"
+            if owner is not None
+            else "an axis of no stage of this schedule (of an operation that cache_write or "
+            "rfactor replaced? take the axes from s[T].op.axis)"
+        )
+        same_name = any(v.name == axis.name for v in self.leaf_iter_vars)
+        differs = f", a different object from the leaf '{axis.name}'" if same_name else ""
+        return f"(it belongs to another stage): this '{axis.name}' is {where}{differs}"
 
     def _new_iv(self, name: str, like: IterVar) -> IterVar:
         kind = like.kind if like.kind is not IterKind.THREAD else IterKind.DATA_PAR

@@ -1,4 +1,8 @@
-"""auto_inline: fuse every injective stage into its consumers (automatic operator fusion)."""
+"""Automatic operator fusion (auto_inline): inline every injective stage into its consumers.
+
+Named `fusion`, not `auto_inline`: a submodule named like the package's function would replace
+that function on `tensorforge.schedule` the moment it is imported.
+"""
 
 from __future__ import annotations
 
