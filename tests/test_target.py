@@ -35,3 +35,74 @@ def test_a_schedule_for_a_named_avx512_cpu_compiles_to_512_bit_fmas():
     s, args = ops.schedule_matmul(64, 64, 64, target=target, parallel=False)
     asm = tf.build(s, args, target=target).get_source("asm")  # compiled, not run
     assert "vfmadd" in asm and "zmm" in asm
+
+
+# -- the facts a Target knows, and the strings it refuses --------------------------------------
+@pytest.mark.parametrize(
+    "spec,kind,device,gpu",
+    [("llvm", "llvm", "cpu", False), ("cuda -arch=sm_80", "cuda", "cuda", True)],
+)
+def test_a_target_knows_its_kind_and_device(spec, kind, device, gpu):
+    target = tf.Target(spec)
+    assert target.kind == kind and target.kind.name == kind and isinstance(target.kind.name, str)
+    assert target.device_kind == device and target.kind.device == device
+    assert target.is_gpu is gpu
+    assert kind in tf.Target.list_kinds()
+
+
+def test_known_kinds_each_have_a_codegen_and_a_runtime():
+    from tensorforge.codegen import CODEGENS
+    from tensorforge.runtime.registry import RUNTIMES
+    from tensorforge.target import KINDS
+
+    assert set(KINDS) == set(CODEGENS) == set(RUNTIMES)
+    for kind, runtime in RUNTIMES.items():
+        assert runtime.device == KINDS[kind].device
+        assert isinstance(runtime.executable_class(), type) or kind == "cuda"
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("opencl", r"unknown kind 'opencl'; expected one of 'llvm'"),
+        ("llvm -num-cores=4", r"unknown option '-num-cores' for kind 'llvm' \(it takes -mcpu"),
+        ("cuda -mcpu=znver3", r"unknown option '-mcpu' for kind 'cuda' \(it takes -arch\)"),
+        ("llvm -mtriple=aarch64-linux-gnu", r"-mtriple=aarch64-linux-gnu is another architecture"),
+        ("cuda -arch=compute_90", r"-arch=compute_90 is not a GPU architecture; expected sm_XY"),
+        ("cuda -arch=sm90", r"-arch=sm90 is not a GPU architecture"),
+        ("llvm mcpu=znver3", r"option 'mcpu=znver3' should look like -key=value"),
+        ("llvm -mcpu='znver3", r"cannot be split into words"),
+    ],
+)
+def test_a_target_string_it_cannot_honor_raises_target_error(spec, message):
+    with pytest.raises(tf.TargetError, match=message) as caught:
+        tf.Target(spec)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_the_host_triple_is_accepted():
+    import llvmlite.binding as llvm
+
+    target = tf.Target(f"llvm -mtriple={llvm.get_process_triple()}")
+    assert target.mcpu == host_cpu()[0]
+
+
+def test_target_with_host_as_tvm_writes_it():
+    target = tf.Target("cuda -arch=sm_90", host="llvm")
+    assert target.host == tf.Target("llvm") and target.kind.name == "cuda"
+    assert tf.Target(target).host == target.host  # a copy keeps its host
+    assert tf.Target("llvm").host is None
+    with pytest.raises(tf.TargetError, match="is not a CPU target"):
+        tf.Target("llvm", host="cuda -arch=sm_90")
+
+
+def test_build_without_target_uses_the_target_in_scope():
+    from tensorforge import te
+
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    with tf.Target("cuda -arch=sm_80"):
+        mod = tf.build(s, [A, B])
+    assert mod.type_key == "cuda" and "sm_80" in str(mod.target)
+    assert tf.build(s, [A, B]).type_key == "llvm"  # no target in scope: the host CPU

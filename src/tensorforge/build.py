@@ -10,13 +10,21 @@ from tensorforge.ir.pipeline import run_pipeline
 from tensorforge.ir.stmt import PrimFunc
 from tensorforge.schedule.schedule import Schedule
 from tensorforge.schedule.to_ir import schedule_to_func
-from tensorforge.target import Target, as_target
+from tensorforge.target import as_target
 
 
 def lower(
-    s: Schedule, args: Sequence[Any], name: str = "main", target: Any = None, trace: bool = False
+    s: Schedule,
+    args: Sequence[Any],
+    name: str = "main",
+    target: Any = None,
+    trace: bool = False,
+    simple_mode: bool = False,
 ) -> PrimFunc:
-    """The loop IR of schedule `s` with parameters `args`, after every pass (print() it to read)."""
+    """The loop IR of schedule `s` with parameters `args`, after every pass (print() it to read).
+
+    `simple_mode` is TVM's (print only the loop nest); the printed PrimFunc is that already.
+    """
     if not isinstance(s, Schedule):
         raise ArgumentError(
             f"lower: expected a Schedule (te.create_schedule(...)), got {type(s).__name__}"
@@ -30,14 +38,17 @@ def lower(
 def build(
     s_or_func: Schedule | PrimFunc,
     args: Sequence[Any] | None = None,
-    target: Any = "llvm",
+    target: Any = None,
     name: str = "main",
 ):
-    """Compile a schedule (or an already lowered PrimFunc) into a callable runtime Module."""
+    """Compile a schedule (or an already lowered PrimFunc) into a callable runtime Module.
+
+    Without `target`, for `Target.current()` inside `with tf.Target(...)`, else for "llvm".
+    """
     from tensorforge.codegen.base import codegen_for
     from tensorforge.runtime.module import Module
 
-    tgt = as_target(target) if target is not None else Target("llvm")
+    tgt = as_target(target)
     if isinstance(s_or_func, PrimFunc):
         func = s_or_func
     else:

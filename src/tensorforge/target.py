@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import re
 import shlex
 import threading
+from dataclasses import dataclass
 
 from tensorforge.errors import TargetError
 
@@ -102,50 +104,132 @@ def _implied_features(mcpu: str) -> str:
     return _VECTOR_FEATURES.get(mcpu, "")
 
 
+@dataclass(frozen=True)
+class KindFacts:
+    """What one target kind is: where its kernels run and which -key=value options it takes."""
+
+    device: str  # "cpu" | "cuda": the device kind its kernels run on
+    options: tuple[str, ...]  # the options a target string of this kind may carry
+    description: str
+
+
+# NOTE: a backend's Target entry: one line here (its codegen sits in codegen.CODEGENS and its
+# runtime in runtime.registry.RUNTIMES, under the same name).
+KINDS: dict[str, KindFacts] = {
+    "llvm": KindFacts("cpu", ("mcpu", "mattr", "mtriple"), "this CPU, through LLVM IR"),
+    "cuda": KindFacts("cuda", ("arch",), "an NVIDIA GPU, through CUDA C and nvcc"),
+}
+_ALIASES = {"cpu": "llvm", "nvidia": "cuda"}  # other spellings of a kind
+_ARCH = re.compile(r"sm_([1-9][0-9]{1,2})a?")  # sm_90, sm_90a, sm_120
+
+
+class TargetKind(str):
+    """A target kind: its name (`kind == "llvm"` works as for the string) and its facts.
+
+    `target.kind.name` is TVM's spelling of the name; `.device` is "cpu" or "cuda".
+    """
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    @property
+    def facts(self) -> KindFacts:
+        return KINDS[self]
+
+    @property
+    def device(self) -> str:
+        return KINDS[self].device
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.device != "cpu"
+
+
 class Target:
     """A compilation target: `Target("llvm")`, `Target("llvm -mcpu=znver3")`, `Target("cuda -arch=sm_90")`.
 
     "llvm" means the host CPU with all its features; "cuda" without -arch detects the device's
-    architecture (or falls back to sm_90 where no GPU is present). Usable as a context manager,
-    which makes it `Target.current()`.
+    architecture (or falls back to sm_90 where no GPU is present). `host` is the CPU target of
+    the host side (TVM's `Target(target, host)`). Usable as a context manager, which makes it
+    `Target.current()`. A string it cannot honor (an unknown kind or option, another machine's
+    -mtriple, a malformed -arch) raises TargetError.
     """
 
-    def __init__(self, spec: str | Target = "llvm"):
+    def __init__(self, spec: str | Target = "llvm", host: str | Target | None = None):
         if isinstance(spec, Target):
+            host = spec.host if host is None else host
             spec = str(spec)
         if not isinstance(spec, str) or not spec.strip():
             raise TargetError(f"Target: expected a string such as 'llvm' or 'cuda', got {spec!r}")
-        words = shlex.split(spec)
-        self.kind = {"c": "llvm", "cpu": "llvm", "nvidia": "cuda"}.get(words[0], words[0])
-        if self.kind not in ("llvm", "cuda"):
+        try:
+            words = shlex.split(spec)
+        except ValueError as err:
+            raise TargetError(f"Target {spec!r}: cannot be split into words ({err})") from None
+        name = _ALIASES.get(words[0], words[0])
+        if name not in KINDS:
             raise TargetError(
-                f"Target {spec!r}: unknown kind {words[0]!r}; expected 'llvm' or 'cuda'"
+                f"Target {spec!r}: unknown kind {words[0]!r}; expected one of "
+                f"{', '.join(repr(k) for k in KINDS)}"
             )
+        self.kind = TargetKind(name)
         self.options: dict[str, str] = {}
         for w in words[1:]:
             if not w.startswith("-") or "=" not in w:
                 raise TargetError(f"Target {spec!r}: option {w!r} should look like -key=value")
             key, value = w.lstrip("-").split("=", 1)
+            if key not in self.kind.facts.options:
+                known = ", ".join(f"-{o}" for o in self.kind.facts.options)
+                raise TargetError(
+                    f"Target {spec!r}: unknown option '-{key}' for kind '{name}' (it takes {known})"
+                )
             self.options[key] = value
-        if self.kind == "llvm":
-            name, features = host_cpu()
-            self.mcpu = self.options.get("mcpu", name)
-            implied = features if self.mcpu == name else _implied_features(self.mcpu)
+        if self.kind.is_gpu:
+            self.mcpu, self.features = "", ""
+            self.arch = self.options.get("arch") or _detect_cuda_arch()
+            if not _ARCH.fullmatch(self.arch):
+                raise TargetError(
+                    f"Target {spec!r}: -arch={self.arch} is not a GPU architecture; "
+                    f"expected sm_XY, e.g. sm_80 or sm_90"
+                )
+        else:
+            _check_triple(spec, self.options.get("mtriple"))
+            cpu_name, features = host_cpu()
+            self.mcpu = self.options.get("mcpu", cpu_name)
+            implied = features if self.mcpu == cpu_name else _implied_features(self.mcpu)
             self.features = self.options.get("mattr", implied)
             self.arch = ""
             if "mcpu" in self.options or "mattr" in self.options:
                 complaint = _llvm_rejects(self.mcpu, self.features)
                 if complaint:
                     raise TargetError(f"Target {spec!r}: LLVM says {complaint}")
-        else:
-            self.mcpu, self.features = "", ""
-            self.arch = self.options.get("arch") or _detect_cuda_arch()
+        self.host: Target | None = None
+        if host is not None:
+            self.host = host if isinstance(host, Target) else Target(host)
+            if self.host.is_gpu:
+                raise TargetError(f"Target {spec!r}: host {self.host} is not a CPU target")
 
-    # -- properties used by codegen and schedules ------------------------------------------------
+    # -- facts used by codegen, runtime and schedules ---------------------------------------------
+    @staticmethod
+    def list_kinds() -> list[str]:
+        """The kinds a target string may start with (TVM's `Target.list_kinds()`)."""
+        return list(KINDS)
+
+    @property
+    def device_kind(self) -> str:
+        """ "cpu" or "cuda": the kind of device the kernels run on."""
+        return self.kind.device
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind.is_gpu
+
     @property
     def vector_bits(self) -> int:
         """Width of the widest float vector register (512 with AVX-512, 256 with AVX2, ...)."""
-        if self.kind != "llvm":
+        if self.is_gpu:
             return 128
         feats = self.cpu_features
         if "avx512f" in feats:
@@ -169,9 +253,9 @@ class Target:
         return 1024
 
     def __str__(self) -> str:
-        if self.kind == "llvm":
-            return f"llvm -mcpu={self.mcpu} -mattr={self.features}"
-        return f"cuda -arch={self.arch}"
+        if self.is_gpu:
+            return f"{self.kind} -arch={self.arch}"
+        return f"{self.kind} -mcpu={self.mcpu} -mattr={self.features}"
 
     def __repr__(self) -> str:
         return f"Target({str(self)!r})"
@@ -200,6 +284,22 @@ class Target:
         if allow_none:
             return None
         raise TargetError("no target in scope: use `with tf.Target(...):`")
+
+
+def _check_triple(spec: str, triple: str | None) -> None:
+    """Refuse an -mtriple for another machine: code is generated for this one only."""
+    if triple is None:
+        return
+    import llvmlite.binding as llvm
+
+    host = llvm.get_process_triple()
+    arch = {"amd64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
+    wanted = arch.get(triple.split("-")[0], triple.split("-")[0])
+    if wanted != arch.get(host.split("-")[0], host.split("-")[0]):
+        raise TargetError(
+            f"Target {spec!r}: -mtriple={triple} is another architecture than this machine's "
+            f"({host}); tensorforge compiles for the machine it runs on"
+        )
 
 
 def _detect_cuda_arch() -> str:

@@ -117,8 +117,8 @@ def test_float4_load_and_store():
 def test_unaligned_ramp_falls_back_to_lanes():
     source = generate(vector4(offset=1).func)
     assert "float4" not in source.text
-    assert source.extra["vector_alignment"] == {}
-    assert generate(vector4().func).extra["vector_alignment"] == {"A": 16, "B": 16}
+    assert source.vector_alignment == ()
+    assert generate(vector4().func).vector_alignment == (("A", 16), ("B", 16))
 
 
 def test_shared_matmul_syncs_and_shared_arrays():

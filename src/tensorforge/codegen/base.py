@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -38,17 +38,25 @@ class Launch:
     shared_bytes: int = 0
 
 
+# The int32 global a CPU kernel with PARALLEL loops defines: the runtime stores the thread count
+# there before each call (0 lets the thread pool choose).
+NUM_THREADS_SYMBOL = "__tf_num_threads"
+
+
 @dataclass(frozen=True)
 class KernelSource:
     """What a backend produces: printable, diffable source text and how to call it."""
 
-    target: str  # "llvm" | "cuda"
+    target: str  # the target kind: "llvm" | "c" | "cuda"
     entry: str  # symbol the runtime calls
-    text: str  # LLVM IR or CUDA C
+    text: str  # LLVM IR, C or CUDA C
     params: tuple[Param, ...]
-    launch: Launch | None = None
+    launch: Launch | None = None  # GPU only
     target_string: str = ""
-    extra: dict = field(default_factory=dict, hash=False, compare=False)
+    # CPU: the global holding the thread count (NUM_THREADS_SYMBOL), None without PARALLEL loops
+    num_threads_symbol: str | None = None
+    # GPU: (param name, bytes) for each buffer whose pointer vector accesses need that aligned
+    vector_alignment: tuple[tuple[str, int], ...] = ()
 
 
 class Codegen(Protocol):

@@ -15,7 +15,7 @@ import functools
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tensorforge.codegen.base import KernelSource, Param
+from tensorforge.codegen.base import NUM_THREADS_SYMBOL, KernelSource, Param
 from tensorforge.codegen.llvm_expr import (
     I1,
     I32,
@@ -50,7 +50,6 @@ from tensorforge.ir.visit import walk
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Const, Expr, Var
 
-NUM_THREADS_GLOBAL = "__tf_num_threads"
 # PrimFunc attr: the byte alignment every buffer param is guaranteed to have (default: its element
 # size). Set it to 64 only where the caller guarantees it (e.g. NDArray-only entry points).
 PARAM_ALIGN_ATTR = "llvm.param_align"
@@ -111,14 +110,13 @@ class LLVMCodegen:
                 emitter.vars[param] = arg
         emitter.stmt(func.body)
         emitter.builder.ret_void()
-        extra = {"num_threads_global": NUM_THREADS_GLOBAL} if state.parallel_loops else {}
         return KernelSource(
             target="llvm",
             entry=func.name,
             text=str(module),
             params=params,
             target_string=str(target),
-            extra=extra,
+            num_threads_symbol=NUM_THREADS_SYMBOL if state.parallel_loops else None,
         )
 
 
@@ -172,10 +170,10 @@ class _ModuleState:
         return self.param_align or element_bytes(buffer.dtype)
 
     def num_threads(self) -> ir.GlobalVariable:
-        existing = self.module.globals.get(NUM_THREADS_GLOBAL)
+        existing = self.module.globals.get(NUM_THREADS_SYMBOL)
         if existing is not None:
             return existing
-        gv = ir.GlobalVariable(self.module, I32, NUM_THREADS_GLOBAL)
+        gv = ir.GlobalVariable(self.module, I32, NUM_THREADS_SYMBOL)
         gv.initializer = ir.Constant(I32, 0)
         return gv
 

@@ -1,5 +1,6 @@
 """An in-memory LRU cache of compiled executables, keyed by a hash of the source and the target;
-llvm kernels it misses go on to the on-disk cache (disk_cache.py) before being compiled."""
+kernels it misses go on to the on-disk cache (disk_cache.py) before being compiled, where their
+runtime entry is `disk_cacheable`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from tensorforge.runtime import disk_cache
+from tensorforge.runtime.packed_func import PACKED_SYMBOL
+from tensorforge.runtime.registry import runtime_for
 
 if TYPE_CHECKING:
     from tensorforge.codegen.base import KernelSource
@@ -86,8 +89,11 @@ def get_or_compile(
     target: Target | str,
     factory: Callable[[KernelSource, Target | str], Executable],
 ) -> Executable:
-    """`EXECUTABLES.get_or_compile(source, target, factory)`; for llvm, the disk is asked first."""
-    if source.target == "llvm":
+    """`EXECUTABLES.get_or_compile(source, target, factory)`; the disk is asked first where the
+    kind's runtime entry is `disk_cacheable`."""
+    # NOTE: a kernel calling packed functions reaches them through this process's callback,
+    # which a library on disk could not link to: it stays in memory only
+    if runtime_for(source.target).disk_cacheable and PACKED_SYMBOL not in source.text:
         factory = functools.partial(
             disk_cache.load_or_compile, factory=factory, memory_key=cache_key(source, target)
         )

@@ -109,7 +109,7 @@ class CUDAExecutable:
         self._format = "".join(
             "P" if p.kind == "buffer" else _STRUCT_CHARS[p.dtype] for p in params
         )
-        alignment = source.extra.get("vector_alignment", {}) if source.extra else {}
+        alignment = dict(source.vector_alignment)
         self._aligned = [
             (i, p.name, alignment[p.name]) for i, p in enumerate(params) if p.name in alignment
         ]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 
 from tensorforge.errors import ArgumentError, DeviceError
+from tensorforge.target import KINDS
 
-# Spellings TVM users write for each kind (`tvm.device("llvm")` is the CPU).
+# Spellings TVM users write for each kind: a target kind names its device (`tvm.device("llvm")`
+# is the CPU), and "gpu" and "nvidia" mean CUDA.
 _KIND_ALIASES = {
+    **{kind: facts.device for kind, facts in KINDS.items()},
     "cpu": "cpu",
-    "llvm": "cpu",
-    "c": "cpu",
     "cuda": "cuda",
     "gpu": "cuda",
     "nvidia": "cuda",

@@ -1,14 +1,15 @@
-"""The on-disk cache of compiled llvm kernels: one shared library per kernel, so another process
-building the same kernel loads it instead of running LLVM.
+"""The on-disk cache of compiled CPU kernels: one shared library per kernel, so another process
+building the same kernel loads it instead of compiling it again (for the kinds whose runtime
+entry is `disk_cacheable`, registry.py).
 
 An entry is the file export_library writes (library_file.py), named by a hash of the kernel's
-LLVM IR, entry, params, the full target string (CPU and features), the tensorforge version and
+source text, entry, params, the full target string (CPU and features), the tensorforge version and
 the file format. Entries are written to a temporary file and renamed into place (atomic:
 concurrent processes see a whole entry or none), checked (sha256) before every load, and a
 damaged one is deleted and rebuilt, never loaded. Least recently used entries (by mtime, which a
 hit refreshes) go when the folder grows past its bound.
 
-Writing an entry costs object code plus a link by the C compiler (~50-150 ms), so a miss
+Writing an llvm entry costs object code plus a link by the C compiler (~50-150 ms), so a miss
 returns the JIT-compiled kernel at once and a background thread writes the entry (write-behind):
 `tf.build` does not wait for it. That thread keeps off LLVM while kernels are being compiled
 (llvmlite allows one LLVM call at a time per process), runs the compiler at low priority, stops
@@ -35,7 +36,8 @@ from typing import TYPE_CHECKING
 
 from tensorforge.errors import TensorForgeError
 from tensorforge.runtime import library_file
-from tensorforge.runtime.shared_lib import build_llvm_library, c_compiler, open_llvm_library
+from tensorforge.runtime.registry import runtime_for
+from tensorforge.runtime.shared_lib import c_compiler
 
 if TYPE_CHECKING:
     from tensorforge.codegen.base import KernelSource
@@ -114,8 +116,8 @@ def load_or_compile(
     STATS.misses += 1
     with WRITER.compiling():
         executable = factory(source, target)
-    # Only what the LLVM JIT made can be written (test doubles and others have no object code).
-    if hasattr(executable, "object_code") and c_compiler() is not None:
+    # Only what can make its entry is written (test doubles and others cannot).
+    if hasattr(executable, "cache_entry") and c_compiler() is not None:
         WRITER.submit(_Job(path, key, source, target, executable))
     return executable
 
@@ -130,7 +132,7 @@ def _load(path: str, key: str, source: KernelSource) -> object | None:
     metadata = file.metadata
     functions = metadata.get("functions") or [{}]
     if (
-        metadata.get("kind") != "llvm"
+        metadata.get("kind") != source.target
         or metadata.get("cache_key") != key
         or len(functions) != 1
         or functions[0].get("entry") != source.entry
@@ -138,7 +140,7 @@ def _load(path: str, key: str, source: KernelSource) -> object | None:
         _reject(path)
         return None
     try:
-        [(_, executable)] = open_llvm_library(file, {source.entry: source})
+        [(_, executable)] = runtime_for(source.target).load_library(file, {source.entry: source})
     except TensorForgeError:
         _reject(path)
         return None
@@ -185,12 +187,8 @@ class _Job:
 
 
 def _write(job: _Job) -> None:
-    executable = job.executable
     metadata = {"target": str(job.target), "entry": job.source.entry, "cache_key": job.key}
-    functions = [(job.source, executable.get_source("ll"))]
-    data = build_llvm_library(
-        functions, job.target, metadata, objects=[executable.object_code()], background=True
-    )
+    data = job.executable.cache_entry(metadata)
     folder = os.path.dirname(job.path)
     os.makedirs(folder, exist_ok=True)
     library_file.write_atomically(job.path, data)

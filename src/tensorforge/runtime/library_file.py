@@ -25,8 +25,8 @@ from tensorforge.codegen.base import KernelSource, Launch, Param
 from tensorforge.errors import ArgumentError, BuildError
 
 FORMAT = "tensorforge-library"
-FORMAT_VERSION = 1
-MAGIC = b"TFLIB\x00v1"  # the last 8 bytes of every file; the version is in it too
+FORMAT_VERSION = 2  # 2: typed KernelSource fields (num_threads_symbol, vector_alignment)
+MAGIC = b"TFLIB\x00v2"  # the last 8 bytes of every file; the version is in it too
 _TRAILER = struct.Struct("<Q32s8s")  # metadata length, sha256 of everything before, MAGIC
 
 
@@ -137,14 +137,15 @@ def _check(path: str, data: bytes) -> tuple[dict, bytes]:
 
 # -- KernelSource <-> JSON ------------------------------------------------------------------------
 def source_to_json(source: KernelSource) -> dict:
-    """Everything about calling `source` except its text (entry, params, launch, target, extra)."""
+    """Everything about calling `source` except its text (entry, params, launch, target...)."""
     return {
         "target": source.target,
         "entry": source.entry,
         "params": [dataclasses.asdict(p) for p in source.params],
         "launch": dataclasses.asdict(source.launch) if source.launch is not None else None,
         "target_string": source.target_string,
-        "extra": source.extra,
+        "num_threads_symbol": source.num_threads_symbol,
+        "vector_alignment": [list(pair) for pair in source.vector_alignment],
     }
 
 
@@ -176,7 +177,8 @@ def source_from_json(data: dict, text: str) -> KernelSource:
             params=params,
             launch=launch,
             target_string=data["target_string"],
-            extra=dict(data["extra"]),
+            num_threads_symbol=data["num_threads_symbol"],
+            vector_alignment=tuple((str(n), int(b)) for n, b in data["vector_alignment"]),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ArgumentError(f"load_module: a function's metadata is incomplete ({err!r})") from None

@@ -16,11 +16,10 @@ import llvmlite.binding as llvm
 
 from tensorforge.codegen.base import KernelSource
 from tensorforge.errors import BuildError
+from tensorforge.runtime import packed_func
 from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 from tensorforge.target import Target, as_target
 
-# the module global PARALLEL loops read their team size from (codegen/llvm.py defines it)
-NUM_THREADS_GLOBAL = "__tf_num_threads"
 _lock = threading.Lock()
 
 
@@ -107,11 +106,13 @@ class LLVMExecutable:
         self._optimized_ir = str(module)
         if "GOMP_parallel" in source.text or "omp_get_" in source.text:
             _load_libgomp()
-        threads_global = source.extra.get("num_threads_global", NUM_THREADS_GLOBAL)
+        threads_global = source.num_threads_symbol
         has_threads_global = any(g.name == threads_global for g in module.global_variables)
         external = [
             f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")
         ]
+        if packed_func.PACKED_SYMBOL in external:  # calls of tf.register_func'ed functions
+            llvm.add_symbol(packed_func.PACKED_SYMBOL, packed_func.callback_address())
         # NOTE: the engine owns the module and a machine of its own; self keeps the engine alive,
         # and with it the code the function pointer points into.
         self._engine = llvm.create_mcjit_compiler(module, _target_machine(target))
@@ -148,11 +149,21 @@ class LLVMExecutable:
             f"get_source: unknown format {fmt!r} for an llvm kernel; use 'll' or 'asm'"
         )
 
+    def cache_entry(self, metadata: dict) -> bytes:
+        """This kernel as a one-function library file (the disk cache's entry), linked at the
+        lowest CPU priority: the disk cache makes it in the background."""
+        from tensorforge.runtime.shared_lib import build_llvm_library
+
+        functions = [(self.source, self._optimized_ir)]
+        return build_llvm_library(
+            functions, self.target, metadata, objects=[self.object_code()], background=True
+        )
+
     def object_code(self) -> bytes:
         """The optimized module as a relocatable, position-independent ELF object (for export).
 
         It defines the entry symbol and, where there are PARALLEL loops, the int32 global
-        `__tf_num_threads` (0 lets libgomp choose) and needs libgomp (-lgomp) and libm.
+        NUM_THREADS_SYMBOL (0 lets libgomp choose) and needs libgomp (-lgomp) and libm.
         """
         machine = _initialize().create_target_machine(
             cpu=self.target.mcpu,

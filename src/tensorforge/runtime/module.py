@@ -14,18 +14,16 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tensorforge.errors import ArgumentError, BuildError, DeviceError
-from tensorforge.runtime import disk_cache
+from tensorforge.runtime import disk_cache, packed_func
 from tensorforge.runtime.arguments import Signature
 from tensorforge.runtime.cache import get_or_compile
-from tensorforge.runtime.device import Device, cpu, cuda
+from tensorforge.runtime.device import Device
+from tensorforge.runtime.registry import RUNTIMES, runtime_for
 from tensorforge.runtime.timing import BenchmarkResult, check_timing_options, measure
 from tensorforge.target import Target, as_target
 
 if TYPE_CHECKING:
     from tensorforge.codegen.base import KernelSource, Param
-
-# Formats get_source understands per target kind; the first is the kernel's own source text.
-SOURCE_FORMATS = {"llvm": ("ll", "asm"), "cuda": ("cuda", "ptx")}
 
 
 class Function:
@@ -35,7 +33,7 @@ class Function:
         self.name = source.entry
         self.source = source
         self.executable = executable
-        self.device = cpu(0) if source.target == "llvm" else cuda(0)
+        self.device = Device(runtime_for(source.target).device, 0)
         self.signature = Signature(source.entry, source.params, self.device.kind)
         self.unavailable_reason: str | None = getattr(executable, "unavailable_reason", None)
         self._call = executable.call
@@ -54,6 +52,8 @@ class Function:
         if self.unavailable_reason is not None:
             raise DeviceError(self.unavailable_reason)
         self._call(self.signature.convert(args))
+        if packed_func._errors:  # a packed function the kernel called raised
+            packed_func.raise_pending()
 
     def __repr__(self) -> str:
         return f"<tf.runtime.Function {self.name}({', '.join(self.arg_names)}) on {self.device}>"
@@ -80,10 +80,10 @@ class Module:
         if not self._functions:
             raise BuildError("Module: needs at least one compiled function")
         kinds = sorted({f.source.target for f in self._functions.values()})
-        if len(kinds) != 1 or kinds[0] not in SOURCE_FORMATS:
+        if len(kinds) != 1 or kinds[0] not in RUNTIMES:
             raise BuildError(
                 f"Module: functions must share one target kind of "
-                f"{', '.join(SOURCE_FORMATS)}; got {', '.join(kinds)}"
+                f"{', '.join(RUNTIMES)}; got {', '.join(kinds)}"
             )
         self.type_key: str = kinds[0]
         first = next(iter(self._functions.values()))
@@ -149,18 +149,19 @@ class Module:
 
     @property
     def device(self) -> Device:
-        """The device the functions run on: cpu(0), or cuda(0)."""
+        """The device the functions run on: cpu(0), or cuda(0) (the runtime entry's kind)."""
         return self._entry.device
 
     @property
     def imported_modules(self) -> list[Module]:
         """TVM tutorials read CUDA C as `mod.imported_modules[0].get_source()`; that works here."""
-        return [self] if self.type_key == "cuda" else []
+        return [self] if self.device.kind != "cpu" else []
 
     # -- inspection and timing ----------------------------------------------------------------
     def get_source(self, fmt: str = "") -> str:
-        """The source in `fmt`: "ll" or "asm" for llvm, "cuda" or "ptx" for cuda; "" = the first."""
-        formats = SOURCE_FORMATS[self.type_key]
+        """The source in `fmt`: "ll" or "asm" for llvm, "cuda" or "ptx" for cuda (the runtime
+        entry's `source_formats`); "" = the first, the kernel's own text."""
+        formats = runtime_for(self.type_key).source_formats
         fmt = fmt or formats[0]
         if fmt not in formats:
             valid = ", ".join(repr(f) for f in formats)
@@ -209,6 +210,12 @@ class Module:
 
         export_library(self, file_name)
 
+    def save(self, file_name: str | os.PathLike, fmt: str = "") -> None:
+        """Write the code to `file_name` in `fmt` (default: its suffix); see runtime/save.py."""
+        from tensorforge.runtime.save import save
+
+        save(self, file_name, fmt)
+
     def __repr__(self) -> str:
         return f"Module({self.type_key}: {', '.join(self._functions)})"
 
@@ -247,42 +254,37 @@ class UnavailableExecutable:
     def get_source(self, fmt: str) -> str:
         if hasattr(self.inner, "get_source"):
             return self.inner.get_source(fmt)
-        if fmt == SOURCE_FORMATS[self.source.target][0]:
+        if fmt == runtime_for(self.source.target).source_formats[0]:
             return self.source.text
         raise DeviceError(f"get_source({fmt!r}): {self.unavailable_reason}")
 
 
 def load_executable(source: KernelSource, target: Target) -> object:
     """The executable for `source`, from the in-memory cache or compiled now."""
-    if source.target == "cuda" and not cuda(0).exist:
+    if not Device(runtime_for(source.target).device, 0).exist:
         try:
             inner = get_or_compile(source, target, executable_class(source.target))
         except (ImportError, DeviceError):
             inner = None
-        return UnavailableExecutable(source, no_cuda_device_reason(source.entry), inner)
+        return UnavailableExecutable(source, no_device_reason(source), inner)
     return get_or_compile(source, target, executable_class(source.target))
 
 
-def no_cuda_device_reason(entry: str) -> str:
-    """What calling CUDA kernel `entry` says where no GPU is usable."""
+def no_device_reason(source: KernelSource) -> str:
+    """What calling `source`'s kernel says where its device (a GPU) is not usable here."""
+    runtime = runtime_for(source.target)
+    device = runtime.device.upper()
     return (
-        f"cannot run '{entry}': no CUDA device is available here (pycuda is not "
-        f"installed or finds no GPU); mod.get_source('cuda') still shows the CUDA C"
+        f"cannot run '{source.entry}': no {device} device is available here (pycuda is not "
+        f"installed or finds no GPU); mod.get_source({runtime.source_formats[0]!r}) still shows "
+        f"the source"
     )
 
 
 def executable_class(kind: str) -> type:
     """The class that turns a KernelSource of target `kind` into something callable."""
-    # NOTE: imported here, not above: llvmlite's JIT or pycuda load only when a kernel needs them.
-    if kind == "llvm":
-        from tensorforge.runtime.llvm_exec import LLVMExecutable
-
-        return LLVMExecutable
-    if kind == "cuda":
-        from tensorforge.runtime.cuda_exec import CUDAExecutable
-
-        return CUDAExecutable
-    raise BuildError(f"no runtime for target kind {kind!r}; known: {', '.join(SOURCE_FORMATS)}")
+    # NOTE: imported on use: llvmlite's JIT or pycuda load only when a kernel needs them.
+    return runtime_for(kind).executable_class()
 
 
 def _source_text(function: Function, fmt: str, own_format: str) -> str:

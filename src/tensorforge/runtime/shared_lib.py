@@ -17,14 +17,16 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tensorforge.codegen.base import KernelSource
 from tensorforge.errors import ArgumentError, BuildError
 from tensorforge.runtime.library_file import LibraryFile, pack, source_from_json, source_to_json
 from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 
-# NOTE: the names llvm_exec.py uses too; kept here so loading a library never imports llvmlite.
-DEFAULT_THREADS_GLOBAL = "__tf_num_threads"
+if TYPE_CHECKING:
+    from tensorforge.runtime.module import Function
+
 LINK_TIMEOUT_S = 120
 
 
@@ -102,14 +104,14 @@ def build_llvm_library(
     assert objects is None or (len(objects) == 1 and not several)
     entries = []
     for i, (source, ir_text) in enumerate(functions):
-        threads_global = source.extra.get("num_threads_global", DEFAULT_THREADS_GLOBAL)
+        threads_global = source.num_threads_symbol
         if objects is None:
             from tensorforge.runtime import object_code  # llvmlite: only where a library is made
 
             code, symbols = object_code.emit_object(
                 ir_text, target, source.entry, suffix=source.entry if several else None
             )
-            threads_symbol = symbols.get(threads_global)
+            threads_symbol = symbols.get(threads_global) if threads_global else None
         else:
             code, threads_symbol = objects[i], threads_global  # looked up at load, if there
         entries.append(
@@ -127,6 +129,25 @@ def build_llvm_library(
         entry["blob"] = [0, len(library)]
     return pack(
         library, {"kind": "llvm", **metadata, "needs_gomp": needs_gomp, "functions": entries}
+    )
+
+
+def export_llvm_library(functions: Sequence[Function], target: object, metadata: dict) -> bytes:
+    """The library file of llvm `functions` (export_library; see registry.py)."""
+    return build_llvm_library([(f.source, _optimized_ir(f)) for f in functions], target, metadata)
+
+
+def _optimized_ir(function: Function) -> str:
+    executable = function.executable
+    if isinstance(executable, LibraryExecutable):
+        return executable.ir_text
+    from tensorforge.runtime.llvm_exec import LLVMExecutable
+
+    if isinstance(executable, LLVMExecutable):
+        return executable.get_source("ll")
+    raise BuildError(
+        f"export_library: '{function.name}' has no compiled LLVM code to export "
+        f"(its executable is a {type(executable).__name__})"
     )
 
 

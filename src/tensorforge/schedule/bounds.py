@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import Interval, prove, simplify_expr, symbolic_bounds
+from tensorforge.schedule import opaque_ops
 from tensorforge.schedule.iter_math import iter_extents, iter_values
 from tensorforge.schedule.schedule import Schedule
 from tensorforge.schedule.stage import Stage
 from tensorforge.te.expr import GE, LT, Const, Expr, Max, Min, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
-from tensorforge.te.tensor import ComputeOp, IterVar
+from tensorforge.te.tensor import IterVar
 from tensorforge.te.visit import walk
 
 # NOTE: test-only fault injection. A positive value shrinks every inferred compute_at region by
@@ -109,14 +110,14 @@ def infer_bounds(sch: Schedule, bodies: dict[int, tuple[Expr, ...]]) -> dict[int
     """Bounds of every computed (non-inlined compute) stage, keyed by id(stage)."""
     result: dict[int, StageBounds] = {}
     loop_extent: dict[int, tuple[Var, Expr]] = {}  # id(var) -> (var, extent) of consumers' loops
-    computed = [s for s in sch.stages if isinstance(s.op, ComputeOp) and s.attach_type != "inline"]
+    computed = [s for s in sch.stages if opaque_ops.is_computed(s)]
     for stage in reversed(computed):
-        info = StageBounds(stage, bodies[id(stage.op)])
+        info = StageBounds(stage, bodies.get(id(stage.op), ()))
         op = stage.op
         if stage.attach_type == "scope":
             region = _needed_region(sch, stage, result, bodies, loop_extent)
         else:
-            region = [(iv.dom.min, iv.dom.extent) for iv in op.axis]
+            region = opaque_ops.root_region(sch, stage)  # the whole domain (a scan: one row)
         for iv, (lo, extent) in zip(op.axis, region):
             info.mins[iv] = lo
             info.extents[iv] = extent

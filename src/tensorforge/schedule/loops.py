@@ -26,6 +26,7 @@ from tensorforge.ir.stmt import (
     ThreadAllReduce,
     seq,
 )
+from tensorforge.schedule import opaque_ops
 from tensorforge.schedule.bounds import StageBounds
 from tensorforge.schedule.iter_math import (
     iter_extents,
@@ -70,6 +71,9 @@ class NestBuilder:
 
     # -- entry ----------------------------------------------------------------------------------
     def stage_nest(self, stage: Stage) -> Stmt:
+        opaque = opaque_ops.stage_nest(self, stage)  # te.extern, te.scan
+        if opaque is not None:
+            return opaque
         info = self.bounds[id(stage)]
         for iv in stage.leaf_iter_vars:
             attr = stage.iter_attrs.get(iv)

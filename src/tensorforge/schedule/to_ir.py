@@ -9,6 +9,7 @@ from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
 from tensorforge.ir.expr import Buffer
 from tensorforge.ir.stmt import Attr, PrimFunc, Realize, Stmt, seq
+from tensorforge.schedule import opaque_ops
 from tensorforge.schedule.bounds import infer_bounds, infer_scopes
 from tensorforge.schedule.dataflow import resolve
 from tensorforge.schedule.loops import NestBuilder
@@ -84,7 +85,8 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
     tensors, _scalars = split_args(args)
     tensors = [resolve(sch, t) for t in tensors]  # cache_write/rfactor replace ops
     _check_attachments(sch)
-    arg_ops = {id(t.op) for t in tensors}
+    opaque_ops.check(sch)
+    arg_ops = {id(t.op) for t in tensors} | opaque_ops.internal_placeholders(sch)
     for stage in sch.stages:
         if isinstance(stage.op, PlaceholderOp) and id(stage.op) not in arg_ops:
             readers = ", ".join(s.name for s in sch.readers_of(stage))
@@ -106,6 +108,7 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
     for t in tensors:
         buffers[t] = Buffer(t.name, tuple(t.shape), t.dtype, "global")
     regions: dict[int, tuple[tuple[Expr, ...], tuple[Expr, ...]]] = {}
+    alias = opaque_ops.aliases(sch)  # a scan's state, init and update live in its buffer
     for stage in sch.stages:
         info = bounds.get(id(stage))
         if info is None:
@@ -115,9 +118,11 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
         regions[id(stage)] = (mins, extents)
         for i in range(stage.op.num_outputs):
             t = stage.op.output(i)
-            if t not in buffers:
+            if t not in buffers and t not in alias:
                 strides = _aligned_strides(stage, extents)
                 buffers[t] = Buffer(t.name, extents, t.dtype, stage.scope, strides)
+    for t, home in alias.items():
+        buffers[t] = buffers[home]
 
     def buffer_of(t: Tensor) -> Buffer:
         try:
@@ -131,7 +136,7 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
         mins, extents = regions[id(stage)]
         for i in reversed(range(stage.op.num_outputs)):
             t = stage.op.output(i)
-            if t not in tensors:
+            if t not in tensors and t not in alias:
                 body = Realize(buffers[t], mins, extents, body)
                 if stage.double_buffered:
                     body = Attr("double_buffer", t.name, body)
@@ -142,7 +147,10 @@ def schedule_to_func(sch: Schedule, args: Sequence[Any], name: str) -> PrimFunc:
         if stage.attach_type == "scope" and id(stage) in bounds:
             attached.setdefault(id(stage.attach_ivar), []).append(stage)
     builder = NestBuilder(bounds, buffer_of, attached, realize_of)
-    roots = [s for s in sch.stages if id(s) in bounds and s.attach_type == "root"]
+    nested = opaque_ops.nested_stages(sch)  # emitted inside a scan's time loop
+    roots = [
+        s for s in sch.stages if id(s) in bounds and s.attach_type == "root" and id(s) not in nested
+    ]
     body = seq(*[builder.stage_nest(s) for s in roots])
     for stage in reversed(roots):
         body = realize_of(stage, body)

@@ -131,7 +131,9 @@ class Tuner:
         self.n_trial = n_trial
         callbacks = list(callbacks)
         start = time.perf_counter()
-        measurer = Measurer(self.task, measure_option, self.feature_fn())
+        # A runner that drives whole runs (RayRunner) brings its own measurer.
+        make_measurer = getattr(measure_option.runner, "create_measurer", None) or Measurer
+        measurer = make_measurer(self.task, measure_option, self.feature_fn())
         self._measurer = measurer
         done = 0
         try:
@@ -158,9 +160,15 @@ class Tuner:
                 ):
                     logger.info("tune: no improvement in %d trials; stopping early", early_stopping)
                     break
+            finish = getattr(measurer, "finish", None)  # e.g. re-measure the top candidates
+            if finish is not None and done:
+                finish(self, callbacks)
         finally:
             self.time_total += time.perf_counter() - start
             self._measurer = None
+            close_measurer = getattr(measurer, "close", None)
+            if close_measurer is not None:
+                close_measurer()
             for callback in callbacks:
                 close = getattr(callback, "close", None)
                 if close is not None:

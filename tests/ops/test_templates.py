@@ -1,0 +1,195 @@
+"""Each operator's template: its default config is the operator's default schedule (the same
+lowered IR), and random configs of its space build and match NumPy at awkward sizes (primes,
+1, extents no tile divides)."""
+
+import numpy as np
+import pytest
+
+import tensorforge as tf
+from tensorforge import ops, tune
+from tensorforge.testing.check import _aligned_copy
+
+
+def run(mod, *arrays):
+    arrays = [_aligned_copy(a) for a in arrays]
+    mod(*arrays)
+    return arrays
+
+
+def matmul_ref(a, b):
+    return a @ b
+
+
+def softmax_ref(x):
+    e = np.exp(x - x.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def layer_norm_ref(x, g, b):
+    return (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * g + b
+
+
+def chain_ref(x, scale=2.0):
+    return 1 / (1 + np.exp(-(np.maximum(x, 0) * scale + 1)))
+
+
+def conv_ref(d, w, stride, pad):
+    f, c, kh, kw = w.shape
+    dp = np.pad(d, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (dp.shape[2] - kh) // stride + 1
+    ow = (dp.shape[3] - kw) // stride + 1
+    out = np.zeros((d.shape[0], f, oh, ow), "float64")
+    for ky in range(kh):
+        for kx in range(kw):
+            window = dp[:, :, ky : ky + stride * oh : stride, kx : kx + stride * ow : stride]
+            out += np.einsum("bchw,fc->bfhw", window, w[:, :, ky, kx])
+    return out
+
+
+# (template name, its arguments, the default schedule's call, inputs' shapes, reference)
+CASES = {
+    "matmul_prime": (
+        "builtin/matmul",
+        [37, 53, 19, "float32"],
+        lambda: ops.schedule_matmul(37, 53, 19),
+        [(37, 19), (19, 53)],
+        matmul_ref,
+    ),
+    "matmul_long_k": (  # k past what fits L1 on any target: the packed, k-blocked schedule
+        "builtin/matmul",
+        [13, 41, 2311, "float32", False],
+        lambda: ops.schedule_matmul(13, 41, 2311, parallel=False),
+        [(13, 2311), (2311, 41)],
+        matmul_ref,
+    ),
+    "matmul_ones": (
+        "builtin/matmul",
+        [1, 1, 7, "float32"],
+        lambda: ops.schedule_matmul(1, 1, 7),
+        [(1, 7), (7, 1)],
+        matmul_ref,
+    ),
+    "conv2d": (
+        "builtin/conv2d",
+        [1, 5, 11, 13, 7, 3, 3, 1, 1, "float32"],
+        lambda: ops.schedule_conv2d(1, 5, 11, 13, 7),
+        [(1, 5, 11, 13), (7, 5, 3, 3)],
+        lambda d, w: conv_ref(d, w, 1, 1),
+    ),
+    "conv2d_strided": (
+        "builtin/conv2d",
+        [2, 3, 9, 14, 5, 3, 2, 2, 0, "float32"],
+        lambda: ops.schedule_conv2d(2, 3, 9, 14, 5, kernel=(3, 2), pad=0, stride=2),
+        [(2, 3, 9, 14), (5, 3, 3, 2)],
+        lambda d, w: conv_ref(d, w, 2, 0),
+    ),
+    "softmax": (
+        "builtin/softmax",
+        [7, 131, "float32"],
+        lambda: ops.schedule_softmax(7, 131),
+        [(7, 131)],
+        softmax_ref,
+    ),
+    "softmax_one_column": (
+        "builtin/softmax",
+        [3, 1, "float32"],
+        lambda: ops.schedule_softmax(3, 1),
+        [(3, 1)],
+        softmax_ref,
+    ),
+    "layer_norm": (
+        "builtin/layer_norm",
+        [5, 97, "float32"],
+        lambda: ops.schedule_layer_norm(5, 97),
+        [(5, 97), (97,), (97,)],
+        layer_norm_ref,
+    ),
+    "elementwise": (
+        "builtin/elementwise",
+        [3, 1031, 0.5, "float32"],
+        lambda: (lambda x, y: (ops.schedule_elementwise(y), [x, y]))(
+            *ops.fused_chain(3, 1031, 0.5)
+        ),
+        [(3, 1031)],
+        lambda x: chain_ref(x, 0.5),
+    ),
+}
+
+
+def check(s, tensors, shapes, reference, rng):
+    mod = tf.build(s, tensors)
+    inputs = [rng.uniform(-2, 2, shape).astype("float32") for shape in shapes]
+    out_shape = tuple(int(e.value) for e in tensors[-1].shape)
+    *_, out = run(mod, *inputs, np.full(out_shape, np.nan, "float32"))
+    np.testing.assert_allclose(out, reference(*inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_default_config_is_the_default_schedule_and_matches_numpy(case, rng):
+    name, args, default, shapes, reference = CASES[case]
+    task = tune.create_task(name, args)
+    s, tensors = task.instantiate(task.config_space.default())
+    s_default, tensors_default = default()
+    assert str(tf.lower(s, tensors)) == str(tf.lower(s_default, tensors_default))
+    check(s, tensors, shapes, reference, rng)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_random_configs_match_numpy(case, rng):
+    name, args, _, shapes, reference = CASES[case]
+    task = tune.create_task(name, args)
+    assert len(task.config_space) > 1
+    picks = np.random.default_rng(sum(map(ord, case))).choice(len(task.config_space), 3)
+    for index in picks:
+        s, tensors = task.instantiate(int(index))
+        try:
+            check(s, tensors, shapes, reference, rng)
+        except AssertionError as e:
+            raise AssertionError(f"config {task.config(int(index))}: {e}") from None
+
+
+def test_the_default_knobs_are_the_target_heuristics():
+    """The matmul template's default config holds MatmulTiles.for_target's choices."""
+    for cpu in ("skylake-avx512", "haswell"):
+        target = tf.Target(f"llvm -mcpu={cpu}")
+        task = tune.create_task("builtin/matmul", [512, 512, 512, "float32"], target)
+        knobs = task.config_space.default().knobs
+        tiles = ops.MatmulTiles.for_target(target)
+        lanes = target.vector_lanes("float32")
+        assert (knobs["mr"], knobs["nr_vectors"] * lanes, knobs["kc"]) == (
+            tiles.mr,
+            tiles.nr,
+            tiles.kc,
+        )
+
+
+def test_schedule_matmul_applies_the_best_logged_config(tmp_path):
+    """The default schedule function is the template: under apply_history_best it takes the
+    logged config (here a hand-written record of a non-default one)."""
+    from tensorforge.tune.measure import MeasureInput, MeasureResult
+    from tensorforge.tune.records import encode
+
+    task = tune.create_task("builtin/matmul", [24, 40, 16, "float32"])
+    config = task.config_space.get(7)
+    log = tmp_path / "mm.jsonl"
+    result = MeasureResult(costs=(1e-3,), error_no=0, error_msg="", all_cost=1.0, timestamp=0.0)
+    log.write_text(encode(MeasureInput(task, config), result) + "\n")
+    with tune.apply_history_best(str(log)), tf.Target(task.target):
+        s, tensors = ops.schedule_matmul(24, 40, 16)
+    expected = task.instantiate(config)
+    assert str(tf.lower(s, tensors)) == str(tf.lower(*expected))
+    assert str(tf.lower(s, tensors)) != str(tf.lower(*task.instantiate(0)))
+
+
+def test_cuda_templates_compile():
+    """The CUDA matmul's default config is schedule_matmul_cuda's; builtin/matmul on a CUDA
+    target is the same template; a few random configs generate CUDA C (run on the GPU
+    machine by tests/tune/test_cuda.py)."""
+    target = "cuda -arch=sm_90"
+    task = tune.create_task("builtin/matmul_cuda", [96, 160, 40, "float32"], target)
+    s, tensors = task.instantiate(0)
+    default = ops.schedule_matmul_cuda(96, 160, 40)
+    assert str(tf.lower(s, tensors)) == str(tf.lower(*default))
+    generic = tune.create_task("builtin/matmul", [96, 160, 40, "float32"], target)
+    assert str(tf.lower(*generic.instantiate(0))) == str(tf.lower(s, tensors))
+    assert "__shared__" in tf.build(s, tensors, target=target).get_source("cuda")
