@@ -31,7 +31,7 @@ def lower(
         )
     if not isinstance(args, (list, tuple)):
         raise ArgumentError("lower: args must be a list of tensors and scalar vars")
-    func = schedule_to_func(s, list(args), name)
+    func = schedule_to_func(s, list(args), name, trace=trace)
     return run_pipeline(func, as_target(target), trace=trace)
 
 

@@ -2,6 +2,9 @@
 lowered IR), and random configs of its space build and match NumPy at awkward sizes (primes,
 1, extents no tile divides)."""
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -62,6 +65,20 @@ CASES = {
         [(13, 2311), (2311, 41)],
         matmul_ref,
     ),
+    "dense": (  # B as a linear layer's (out, in) weight: C = A @ B.T
+        "builtin/matmul",
+        [29, 43, 31, "float32", True, True],
+        lambda: ops.schedule_matmul(29, 43, 31, transpose_b=True),
+        [(29, 31), (43, 31)],
+        lambda a, b: a @ b.T,
+    ),
+    "dense_long_k": (
+        "builtin/matmul",
+        [7, 19, 2053, "float32", False, True],
+        lambda: ops.schedule_matmul(7, 19, 2053, parallel=False, transpose_b=True),
+        [(7, 2053), (19, 2053)],
+        lambda a, b: a @ b.T,
+    ),
     "matmul_ones": (
         "builtin/matmul",
         [1, 1, 7, "float32"],
@@ -103,6 +120,20 @@ CASES = {
         lambda: ops.schedule_layer_norm(5, 97),
         [(5, 97), (97,), (97,)],
         layer_norm_ref,
+    ),
+    "row_max": (
+        "builtin/row_reduce",
+        [5, 101, "max", "float32"],
+        lambda: ops.schedule_row_reduce(5, 101, "max"),
+        [(5, 101)],
+        lambda x: x.max(1),
+    ),
+    "row_sum_short_rows": (
+        "builtin/row_reduce",
+        [3, 7, "sum", "float32", False],
+        lambda: ops.schedule_row_reduce(3, 7, parallel=False),
+        [(3, 7)],
+        lambda x: x.sum(1),
     ),
     "elementwise": (
         "builtin/elementwise",
@@ -153,6 +184,7 @@ def test_the_default_knobs_are_the_target_heuristics():
     for cpu in ("skylake-avx512", "haswell"):
         target = tf.Target(f"llvm -mcpu={cpu}")
         task = tune.create_task("builtin/matmul", [512, 512, 512, "float32"], target)
+        assert task.flop == 2 * 512**3  # the product's work, not the packing's
         knobs = task.config_space.default().knobs
         tiles = ops.MatmulTiles.for_target(target)
         lanes = target.vector_lanes("float32")
@@ -181,10 +213,23 @@ def test_schedule_matmul_applies_the_best_logged_config(tmp_path):
     assert str(tf.lower(s, tensors)) != str(tf.lower(*task.instantiate(0)))
 
 
-def test_cuda_templates_compile():
+def nvcc_compiles(source: str, tmp_path) -> None:
+    if shutil.which("nvcc") is None:
+        return
+    path = tmp_path / "kernel.cu"
+    path.write_text(source)
+    result = subprocess.run(
+        ["nvcc", "-arch=sm_90", "--ptx", "-o", str(tmp_path / "k.ptx"), str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_cuda_templates_compile(tmp_path):
     """The CUDA matmul's default config is schedule_matmul_cuda's; builtin/matmul on a CUDA
-    target is the same template; a few random configs generate CUDA C (run on the GPU
-    machine by tests/tune/test_cuda.py)."""
+    target is the same template; the first and last configs of each GPU template give CUDA C
+    that nvcc compiles (they run on the GPU machine in tests/tune/test_cuda.py)."""
     target = "cuda -arch=sm_90"
     task = tune.create_task("builtin/matmul_cuda", [96, 160, 40, "float32"], target)
     s, tensors = task.instantiate(0)
@@ -193,3 +238,15 @@ def test_cuda_templates_compile():
     generic = tune.create_task("builtin/matmul", [96, 160, 40, "float32"], target)
     assert str(tf.lower(*generic.instantiate(0))) == str(tf.lower(s, tensors))
     assert "__shared__" in tf.build(s, tensors, target=target).get_source("cuda")
+    for name, args, needle in [
+        ("builtin/matmul_cuda", [96, 160, 40, "float32"], "__shared__"),
+        ("builtin/matmul_cuda", [64, 100, 24, "float32", True], "__shared__"),
+        ("builtin/softmax", [7, 300, "float32"], "__shfl_down_sync"),
+        ("builtin/row_reduce", [7, 300, "max", "float32"], "__shfl_down_sync"),
+        ("builtin/elementwise", [7, 300, 2.0, "float32"], "blockIdx.x"),
+    ]:
+        task = tune.create_task(name, args, target)
+        for index in (0, len(task.config_space) - 1):
+            source = tf.build(*task.instantiate(index), target=target).get_source("cuda")
+            assert needle in source, (name, index)
+            nvcc_compiles(source, tmp_path)

@@ -7,6 +7,7 @@ from tensorforge.ops.cuda import matmul_cuda_template, schedule_matmul_cuda
 from tensorforge.ops.elementwise import elementwise_template, fused_chain, schedule_elementwise
 from tensorforge.ops.layer_norm import layer_norm, layer_norm_template, schedule_layer_norm
 from tensorforge.ops.matmul import MatmulTiles, matmul, matmul_template, product, schedule_matmul
+from tensorforge.ops.reduction import row_reduce, row_reduce_template, schedule_row_reduce
 from tensorforge.ops.softmax import schedule_softmax, softmax, softmax_template
 
 __all__ = [
@@ -21,11 +22,14 @@ __all__ = [
     "matmul_cuda_template",
     "matmul_template",
     "product",
+    "row_reduce",
+    "row_reduce_template",
     "schedule_conv2d",
     "schedule_elementwise",
     "schedule_layer_norm",
     "schedule_matmul",
     "schedule_matmul_cuda",
+    "schedule_row_reduce",
     "schedule_softmax",
     "softmax",
     "softmax_template",

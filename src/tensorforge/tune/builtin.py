@@ -14,6 +14,7 @@ DEFAULT_ARGS = {
     "softmax": [4096, 4096, "float32"],  # rows, columns
     "layer_norm": [4096, 4096, "float32"],
     "elementwise": [4096, 4096, 2.0, "float32"],  # sigmoid(relu(x) * scale + 1)
+    "row_reduce": [4096, 4096, "sum", "float32"],  # rows, columns, sum | max | min
 }
 
 
