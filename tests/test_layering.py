@@ -1,8 +1,11 @@
 """The import rules of STYLE.md §1, checked on the source of every module under tensorforge/.
 
 Imports go one way: te -> ir -> schedule; codegen reads the IR; runtime sees only compiled
-kernels (codegen.base's KernelSource); build wires them; nothing imports tune or ops but
-tune, ops and the command line. errors, target and te.dtype are leaves anyone may import.
+kernels (codegen.base's KernelSource); build wires them; ops (each operator's computation,
+schedules and template) registers into tune, so tune does not import ops (except to trigger
+that registration); nothing else imports tune or ops but graph and the command line. graph
+(torch.compile) sits above them all; only the command line imports it. errors, target and
+te.dtype are leaves anyone may import.
 pycuda is imported only by runtime/cuda_* modules (and lazily, inside a function, by target.py
 and runtime/device.py to see whether a GPU exists), so tensorforge imports without a GPU.
 Imports under `if TYPE_CHECKING:` are type hints, not dependencies, and are not checked.
@@ -20,8 +23,13 @@ PACKAGE = next(
     (p for p in (ROOT / "src" / "tensorforge", ROOT / "tensorforge") if p.is_dir()), None
 )
 
-LEAVES = {"errors", "target", "te.dtype"}  # importable from anywhere; import only each other
-LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing"}
+LEAVES = {
+    "errors",
+    "target",
+    "te.dtype",
+    "tvm_names",
+}  # importable from anywhere; import only each other
+LAYERS = {"te", "ir", "schedule", "codegen", "runtime", "tune", "ops", "testing", "tir", "graph"}
 COMMANDS = {"cli", "bench", "demo", "info", "__main__"}  # the command line: `tensorforge info`, ...
 TOP_LEVEL = {"build", "nd"} | COMMANDS
 EVERYTHING = LAYERS | TOP_LEVEL | {"package", "codegen.base"}
@@ -31,7 +39,9 @@ ALLOWED = {
     "errors": set(),
     "target": set(),
     "te.dtype": set(),
+    "tvm_names": set(),
     "te": set(),
+    "tir": {"te", "ir"},
     "ir": {"te"},
     "schedule": {"te", "ir"},
     "codegen": {"te", "ir", "codegen.base"},
@@ -51,13 +61,15 @@ ALLOWED = {
         "nd",
         "package",
     },
-    "tune": EVERYTHING,
-    "ops": EVERYTHING,
+    "tune": EVERYTHING - {"ops", "graph"} - COMMANDS,
+    "ops": EVERYTHING - {"graph"} - COMMANDS,
+    "graph": EVERYTHING - COMMANDS,  # above ops: torch.compile's graph layer
     **{command: EVERYTHING for command in COMMANDS},
 }
 # (file, imported part) -> why this one import inside a function is allowed.
 FUNCTION_LEVEL_EXCEPTIONS = {
     ("te/__init__.py", "schedule"): "te.create_schedule: the one lazy upward reference",
+    ("tune/builtin.py", "ops"): "get_template imports ops so its operators register templates",
 }
 PYCUDA_IN_FUNCTIONS = {"target.py", "runtime/device.py"}  # existence checks only
 
@@ -82,7 +94,7 @@ def part_of_module(module: str) -> str | None:
     dotted = ".".join(names[1:3])
     if dotted in ("te.dtype", "codegen.base"):
         return dotted
-    if names[1] in LAYERS | TOP_LEVEL | {"errors", "target"}:
+    if names[1] in LAYERS | TOP_LEVEL | {"errors", "target", "tvm_names"}:
         return names[1]
     return "package"  # `from tensorforge import ArgumentError`: a name from the package itself
 
@@ -196,12 +208,17 @@ def test_imports_follow_the_layers(path):
         ("codegen/llvm.py", "from tensorforge.runtime import Module", "codegen may not import"),
         ("build.py", "from tensorforge.tune import space", "build may not import"),
         ("__init__.py", "from tensorforge.ops import matmul", "package may not import"),
+        ("tune/measure.py", "from tensorforge.ops import matmul", "tune may not import"),
+        ("tune/builtin.py", "import tensorforge.ops", "tune may not import"),
+        ("ops/matmul.py", "from tensorforge.cli import main", "ops may not import"),
         ("ir/pipeline.py", "from ..schedule import loops", "ir may not import"),
         ("runtime/module.py", "import pycuda.driver", "pycuda belongs"),
         ("target.py", "import pycuda.driver as cuda", "pycuda belongs"),
         ("codegen/cuda.py", "def f():\n    import pycuda", "pycuda belongs"),
         ("runtime/module.py", "from tensorforge.runtime.cuda_exec import E", "imported lazily"),
         ("misc.py", "", "belongs to no layer"),
+        ("ops/matmul.py", "from tensorforge.graph import backend", "ops may not import"),
+        ("tune/cli.py", "from tensorforge.graph import backend", "tune may not import"),
     ],
 )
 def test_checker_flags_violations(relative, text, expected):
@@ -228,7 +245,12 @@ def test_checker_flags_violations(relative, text, expected):
         ),
         ("runtime/module.py", "if TYPE_CHECKING:\n    from tensorforge.ir.stmt import PrimFunc"),
         ("cli.py", "from tensorforge import tune, ops"),
-        ("tune/measure.py", "from tensorforge.ops import matmul\nimport tensorforge as tf"),
+        ("tune/measure.py", "import tensorforge as tf\nfrom tensorforge.tune import space"),
+        ("tune/builtin.py", "def register():\n    import tensorforge.ops"),
+        (
+            "ops/matmul.py",
+            "from tensorforge import tune, te\nfrom tensorforge.tune import get_config",
+        ),
         ("nd.py", "from tensorforge.runtime.ndarray import NDArray"),
     ],
 )

@@ -23,11 +23,17 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module("tensorforge.runtime.device"), name)
-    if name in ("nd", "runtime", "schedule", "tune", "ops", "ir", "codegen", "testing"):
+    if name in ("nd", "runtime", "schedule", "tune", "ops", "ir", "codegen", "testing", "tir"):
         import importlib
 
         return importlib.import_module(f"tensorforge.{name}")
-    raise AttributeError(f"module 'tensorforge' has no attribute {name!r}")
+    if name in ("register_func", "get_global_func", "list_global_func_names"):
+        import importlib
+
+        return getattr(importlib.import_module("tensorforge.runtime.packed_func"), name)
+    from tensorforge.tvm_names import TOP_LEVEL, missing
+
+    raise missing("tensorforge", name, TOP_LEVEL, [*globals(), *__all__])
 
 
 __all__ = [
@@ -47,4 +53,8 @@ __all__ = [
     "ExprError",
     "TargetError",
     "DeviceError",
+    "register_func",
+    "get_global_func",
+    "tir",
+    "testing",
 ]

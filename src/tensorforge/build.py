@@ -14,16 +14,24 @@ from tensorforge.target import as_target
 
 
 def lower(
-    s: Schedule, args: Sequence[Any], name: str = "main", target: Any = None, trace: bool = False
+    s: Schedule,
+    args: Sequence[Any],
+    name: str = "main",
+    target: Any = None,
+    trace: bool = False,
+    simple_mode: bool = False,
 ) -> PrimFunc:
-    """The loop IR of schedule `s` with parameters `args`, after every pass (print() it to read)."""
+    """The loop IR of schedule `s` with parameters `args`, after every pass (print() it to read).
+
+    `simple_mode` is TVM's (print only the loop nest); the printed PrimFunc is that already.
+    """
     if not isinstance(s, Schedule):
         raise ArgumentError(
             f"lower: expected a Schedule (te.create_schedule(...)), got {type(s).__name__}"
         )
     if not isinstance(args, (list, tuple)):
         raise ArgumentError("lower: args must be a list of tensors and scalar vars")
-    func = schedule_to_func(s, list(args), name)
+    func = schedule_to_func(s, list(args), name, trace=trace)
     return run_pipeline(func, as_target(target), trace=trace)
 
 

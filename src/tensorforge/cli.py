@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
         "tune": _tune,
         "bench": _bench,
         "log": _log,
+        "ray-resources": _ray_resources,
     }
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print("usage: tensorforge {demo,info,tune,bench,log} ...\n")
@@ -23,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         print("  tune        tune a built-in operator or a template from a file")
         print("  bench       the benchmark suite against NumPy and the machine's limits")
         print("  log show    best records of a tuning log (and a tuning-curve plot)")
+        print("  ray-resources  the Ray resources this machine offers for measuring (JSON),")
+        print("              for `ray start --resources` (docs/distributed-tuning.md)")
         return 0 if argv and argv[0] in ("-h", "--help") else (2 if argv else 0)
     return int(commands[argv[0]](argv[1:]) or 0)
 
@@ -54,6 +57,46 @@ def _bench(argv: list[str]) -> int:
     from tensorforge.bench import bench_main
 
     return bench_main(argv)
+
+
+def _ray_resources(argv: list[str]) -> int:
+    import json
+
+    from tensorforge.tune.ray_remote import target_resource
+    from tensorforge.tune.template import resolve_target
+
+    parser = argparse.ArgumentParser(
+        prog="tensorforge ray-resources",
+        description="Print the Ray custom resources that let this machine measure for a target.",
+    )
+    parser.add_argument(
+        "--target", action="append", help="target string (default: llvm, and cuda if a GPU)"
+    )
+    parser.add_argument("--explain", action="store_true", help="also name each resource's target")
+    args = parser.parse_args(argv)
+    targets = args.target or ["llvm"]
+    if not args.target:
+        from tensorforge.runtime.device import cuda_device_count
+
+        try:
+            gpus = cuda_device_count()
+        except Exception:  # noqa: BLE001 - no driver: CPU only
+            gpus = 0
+        if gpus:
+            targets.append("cuda")
+    resources: dict[str, int] = {}
+    for target in targets:
+        full = resolve_target(target)
+        count = 1
+        if full.startswith("cuda"):
+            from tensorforge.runtime.device import cuda_device_count
+
+            count = cuda_device_count()
+        resources[target_resource(full)] = count
+        if args.explain:
+            print(f"# {target_resource(full)} = {full}", file=sys.stderr)
+    print(json.dumps(resources))
+    return 0
 
 
 def _log(argv: list[str]) -> int:

@@ -8,85 +8,87 @@ import time
 import numpy as np
 
 import tensorforge as tf
-from tensorforge import te, tune
-from tensorforge.ops import fused_chain, schedule_elementwise
+from tensorforge import tune
+from tensorforge.ops import fused_chain, matmul_template, schedule_elementwise
+from tensorforge.runtime.native_call import num_threads
+
+# How every tensorforge kernel here is timed, in the tuner's worker processes and in this one
+# alike: a warm-up call, then `repeat` measurements of at least MIN_REPEAT_MS each.
+NUMBER, REPEAT, MIN_REPEAT_MS = 1, 3, 50
 
 
-@tune.template("demo/matmul")
-def demo_matmul(n: int, dtype: str = "float32"):
-    """A tunable matmul: register tile sizes and the k unroll are knobs."""
-    A = te.placeholder((n, n), dtype=dtype, name="A")
-    B = te.placeholder((n, n), dtype=dtype, name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    cfg = tune.get_config()
-    i, j = s[C].op.axis
-    cfg.define_split("tile_i", i, num_outputs=2, policy="power2", max_factor=16)
-    cfg.define_split("tile_j", j, num_outputs=2, policy="power2", max_factor=64)
-    cfg.define_knob("k_unroll", [1, 4])
-    CC = s.cache_write(C, "local")
-    i, j = s[C].op.axis
-    io, ii = cfg["tile_i"].apply(s, C, i)
-    jo, ji = cfg["tile_j"].apply(s, C, j)
-    s[C].reorder(io, jo, ii, ji)
-    s[C].vectorize(ji)
-    s[C].parallel(io)
-    s[CC].compute_at(s[C], jo)
-    ci, cj = s[CC].op.axis
-    (ck,) = s[CC].op.reduce_axis
-    ko, ki = s[CC].split(ck, factor=cfg["k_unroll"].val)
-    s[CC].reorder(ko, ki, ci, cj)
-    s[CC].unroll(ki)
-    s[CC].vectorize(cj)
-    return s, [A, B, C]
-
-
-def _median_seconds(fn, repeat: int = 5) -> float:
+def _median_seconds(fn, repeat: int = REPEAT, min_repeat_ms: float = MIN_REPEAT_MS) -> float:
+    """NumPy timed warm, the way time_evaluator times ours: one warm-up call, then the median
+    of `repeat` measurements, each of as many calls as last `min_repeat_ms`."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-9)
+    number = max(1, int(min_repeat_ms / 1e3 / once) + 1)
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
     return float(np.median(times))
+
+
+def _tune(task, trials: int, log: str) -> None:
+    """Trial 1 is the default config (the operator's heuristics); the rest search the space."""
+    option = tune.measure_option(
+        number=NUMBER, repeat=REPEAT, min_repeat_ms=MIN_REPEAT_MS, timeout=20
+    )
+    callbacks = [tune.log_to_file(log), tune.progress_bar()]
+    tune.GridSearchTuner(task).tune(1, option, callbacks=callbacks)  # config 0: the default
+    tuner = tune.XGBTuner(task, seed=0) if _has_xgboost() else tune.RandomTuner(task, seed=0)
+    tuner.load_history(log)
+    tuner.tune(trials - 1, option, callbacks=[tune.log_to_file(log), tune.progress_bar()])
 
 
 def run_demo(size: int = 512, trials: int = 16) -> int:
     target = tf.Target("llvm")
     dev = tf.cpu(0)
     rng = np.random.default_rng(0)
+    threads = num_threads()
     print(f"tensorforge {tf.__version__} on {target.mcpu} ({target.vector_bits}-bit vectors)\n")
 
-    # 1. matmul: tune briefly, then build the best config
+    # 1. matmul: the operator's template (tensorforge.ops), tuned briefly; then its best config
+    args = (size, size, size, "float32")
+    task = tune.create_task(matmul_template, args=args, target=target)
     print(f"== matmul {size}x{size}x{size} float32: tuning {trials} trials ==")
-    task = tune.create_task("demo/matmul", args=(size, "float32"), target=target)
-    print(f"config space: {len(task.config_space)} configs")
+    print(f"template {task.name}: {len(task.config_space)} configs; trial 1 is its default")
     with tempfile.TemporaryDirectory() as tmp:
         log = f"{tmp}/demo.jsonl"
-        tuner = tune.XGBTuner(task, seed=0) if _has_xgboost() else tune.RandomTuner(task, seed=0)
-        tuner.tune(
-            n_trial=trials,
-            measure_option=tune.measure_option(number=2, repeat=1, timeout=20),
-            callbacks=[tune.log_to_file(log), tune.progress_bar()],
-        )
-        with tune.apply_history_best(log):
-            with target:
-                s, args = demo_matmul(size, "float32")
-    print("\nlowered IR of the best schedule:")
-    print(tf.lower(s, args))
-    mod = tf.build(s, args, target=target)
+        _tune(task, max(trials, 1), log)
+        best = min((r for r in tune.load_records(log) if r.result.ok), key=lambda r: r.cost)
+        with tune.apply_history_best(log), target:
+            s, tensors = matmul_template(*args)
+    flops = 2.0 * size**3
+    print(f"\nbest config: {best.config['knobs']}")
+    print("lowered IR of the best schedule:")
+    print(tf.lower(s, tensors))
+    mod = tf.build(s, tensors, target=target)
     a = rng.uniform(-1, 1, (size, size)).astype("float32")
     b = rng.uniform(-1, 1, (size, size)).astype("float32")
     A, B, C = tf.nd.array(a, dev), tf.nd.array(b, dev), tf.nd.empty((size, size), "float32", dev)
+    mod(A, B, C)
+    np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-3, atol=1e-3)
     # NOTE: ours is timed before numpy's matmul first runs: OpenBLAS's threads keep spinning for
     # a while after a call and took a core from our kernel (it measured 0.3-0.7x numpy so)
-    ours = mod.time_evaluator(mod.entry_name, dev, number=3, repeat=3)(A, B, C).median
-    np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-3, atol=1e-3)
+    timer = mod.time_evaluator(
+        mod.entry_name, dev, number=NUMBER, repeat=REPEAT, min_repeat_ms=MIN_REPEAT_MS
+    )
+    ours = timer(A, B, C).median
     theirs = _median_seconds(lambda: a @ b)
-    flops = 2.0 * size**3
     print(
-        f"matmul: tensorforge {flops / ours / 1e9:8.1f} GFLOP/s   numpy {flops / theirs / 1e9:8.1f} GFLOP/s"
-        f"   ratio {theirs / ours:.2f}x"
+        f"matmul, best config: tuning measured {flops / best.cost / 1e9:.1f} GFLOP/s (in a worker "
+        f"process); built here {flops / ours / 1e9:.1f} GFLOP/s (same timing: warm-up, median of "
+        f"{REPEAT} runs of >= {MIN_REPEAT_MS} ms)"
+    )
+    print(
+        f"matmul: tensorforge {flops / ours / 1e9:8.1f} GFLOP/s   numpy {flops / theirs / 1e9:8.1f} "
+        f"GFLOP/s (warm)   ratio {theirs / ours:.2f}x" + f"   ({threads} threads)"
     )
 
     # 2. a fused element-wise chain
@@ -101,7 +103,9 @@ def run_demo(size: int = 512, trials: int = 16) -> int:
     mod(X, Y)
     expected = 1 / (1 + np.exp(-(np.maximum(xa, 0) * 2 + 1)))
     np.testing.assert_allclose(Y.numpy(), expected, rtol=1e-5, atol=1e-6)
-    ours = mod.time_evaluator(mod.entry_name, dev, number=5, repeat=3)(X, Y).median
+    ours = mod.time_evaluator(
+        mod.entry_name, dev, number=NUMBER, repeat=REPEAT, min_repeat_ms=MIN_REPEAT_MS
+    )(X, Y).median
     theirs = _median_seconds(lambda: 1 / (1 + np.exp(-(np.maximum(xa, 0) * 2 + 1))))
     moved = 2 * xa.nbytes
     print(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp
+from tensorforge.ir.passes.guard_thread_extents import guard_thread_extents
 from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
 from tensorforge.ir.stmt import (
     Allocate,
@@ -299,7 +300,7 @@ def two_stages(n=128 * 40) -> Kernel:
             ),
         ),
     )
-    body = insert_thread_syncs(body)
+    body = guard_thread_extents(insert_thread_syncs(body))
     return Kernel(
         PrimFunc("two_stages", (A, B), body),
         lambda rng: {"A": _rand(n, rng)},
@@ -478,7 +479,7 @@ def guarded_reduce(rows=16, extent=100) -> Kernel:
             ),
         ),
     )
-    body = insert_thread_syncs(body)
+    body = guard_thread_extents(insert_thread_syncs(body))
     return Kernel(
         PrimFunc("guarded_reduce", (A, B), body),
         lambda rng: {"A": _rand(rows * 128, rng)},

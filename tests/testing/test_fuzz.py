@@ -196,33 +196,35 @@ def test_targeted_stencil_passes_unbroken():
     assert run_isolated(STENCIL).status == "ok"
 
 
-def test_broken_bound_inference_is_caught(monkeypatch):
-    from tensorforge.schedule import bounds
+def test_broken_bound_inference_is_caught():
+    from tests.schedule.faults import SHRINK_REGIONS  # every compute_at region 1 too small
 
-    monkeypatch.setattr(bounds, "_TEST_SHRINK_REGIONS", 1)  # every compute_at region 1 too small
     # the IR verifier sees the consumer read one element past the producer's allocation
-    caught = run_isolated(STENCIL)
+    caught = run_isolated(STENCIL, patches=SHRINK_REGIONS)
     assert caught.status == "lowering" and "load from 'B' is out of bounds" in caught.message
     # without the verifier, the NaN / sentinel-filled guarded arrays and NumPy still catch it
     unverified = run_isolated(
-        STENCIL, patches=(("tensorforge.ir.pipeline", "verify_func", skip_verify),)
+        STENCIL,
+        patches=(*SHRINK_REGIONS, ("tensorforge.ir.pipeline", "verify_func", skip_verify)),
     )
     assert unverified.failed and unverified.status in ("mismatch", "guard", "crash"), unverified
 
 
-def test_random_stencil_schedules_catch_broken_bound_inference(monkeypatch):
-    from tensorforge.schedule import bounds
+def test_random_stencil_schedules_catch_broken_bound_inference():
+    from tests.schedule.faults import SHRINK_REGIONS
 
-    monkeypatch.setattr(bounds, "_TEST_SHRINK_REGIONS", 1)
+    def run(case):
+        return run_isolated(case, patches=SHRINK_REGIONS)
+
     tried = 0
     for seed in range(60):
         case = draw_case(RandomChooser(random.Random(f"broken-bounds-{seed}")), ["stencil"])
         if not any(".compute_at(" in step for step in case.steps):
             continue
         tried += 1
-        outcome = run_isolated(case)
+        outcome = run(case)
         if outcome.failed:
-            small, small_outcome = shrink(case, outcome, max_runs=25)
+            small, small_outcome = shrink(case, outcome, run, max_runs=25)
             assert small_outcome.failed and any(".compute_at(" in step for step in small.steps)
             assert "s[B].compute_at(" in report(small, small_outcome)
             return

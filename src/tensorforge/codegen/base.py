@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from tensorforge.ir.expr import Buffer
+from tensorforge.ir.stmt import BufferStore
+from tensorforge.ir.visit import walk
 from tensorforge.te.expr import Const, Var
 
 if TYPE_CHECKING:
@@ -20,6 +22,8 @@ class Param:
     kind is "buffer" (a pointer to `dtype` elements of `shape`) or "scalar" (a number of
     `dtype`). A shape entry is an int, or the name of a scalar parameter (a symbolic size) that
     the runtime binds from the array's shape; such scalars have `bound_from_shape=True`.
+    `written` marks a buffer the kernel stores to (an output): the call refuses to let it share
+    memory with another argument.
     """
 
     name: str
@@ -27,6 +31,7 @@ class Param:
     dtype: str
     shape: tuple[int | str, ...] = ()
     bound_from_shape: bool = False
+    written: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
     shape_names = {
         e.name for p in func.params if isinstance(p, Buffer) for e in p.shape if isinstance(e, Var)
     }
+    stored = {id(n.buffer) for n in walk(func.body) if isinstance(n, BufferStore)}
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
@@ -71,7 +77,7 @@ def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
                 int(e.value) if isinstance(e, Const) else e.name if isinstance(e, Var) else str(e)
                 for e in p.shape
             )
-            params.append(Param(p.name, "buffer", p.dtype, shape))
+            params.append(Param(p.name, "buffer", p.dtype, shape, written=id(p) in stored))
         else:
             params.append(
                 Param(p.name, "scalar", p.dtype, (), bound_from_shape=p.name in shape_names)

@@ -17,13 +17,7 @@ from typing import Any
 from tensorforge.codegen.base import KernelSource, Launch, Param
 from tensorforge.codegen.cuda_allreduce import emit_allreduce, plan_allreduce, scratch_bytes
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
-from tensorforge.codegen.cuda_launch import (
-    ACTIVE_ATTR,
-    ThreadExtents,
-    compute_launch,
-    guard_thread_loops,
-    host_expr,
-)
+from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.stmt import (
@@ -120,7 +114,7 @@ class _KernelWriter:
         func = self.func
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
-        body = guard_thread_loops(func.body, self.threads.extents)
+        body = func.body
         entry = self.names.fresh(f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
         self._plan_shared(body)
@@ -189,7 +183,8 @@ class _KernelWriter:
                 const = "" if id(p) in stored or p.name in stored_names else "const "
                 decls.append(f"{const}{ctype(p.dtype)}* __restrict__ {name}")
                 shape = tuple(_shape_entry(s) for s in p.shape)
-                params.append(Param(p.name, "buffer", p.dtype, shape))
+                written = id(p) in stored or p.name in stored_names
+                params.append(Param(p.name, "buffer", p.dtype, shape, written=written))
             elif isinstance(p, E.Var):
                 name = self.names.bind(p)
                 assert isinstance(name, str)
@@ -262,14 +257,12 @@ class _KernelWriter:
                 self.line("__syncthreads();")
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
-            case Attr(key=key, value=value, body=ThreadAllReduce() as reduce) if key == ACTIVE_ATTR:
-                emit_allreduce(self, reduce, value)
             case Attr(key=key, value=value, body=body):
-                if key != "double_buffer" and not key.startswith("tf."):
+                if key != "double_buffer":
                     self.line(f"// attr {key} = {value}")
                 self._stmt(body)
             case ThreadAllReduce():
-                emit_allreduce(self, s, None)
+                emit_allreduce(self, s)
             case Realize():
                 raise BuildError(
                     "CUDA codegen: Realize reached codegen; run storage flattening first"

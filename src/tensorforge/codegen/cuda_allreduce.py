@@ -24,7 +24,6 @@ from tensorforge.codegen.cuda_expr import ctype
 from tensorforge.errors import BuildError
 from tensorforge.ir.stmt import ThreadAllReduce
 from tensorforge.te import dtype as dt
-from tensorforge.te import expr as E
 
 if TYPE_CHECKING:
     from tensorforge.codegen.cuda import _KernelWriter
@@ -69,7 +68,7 @@ def plan_allreduce(s: ThreadAllReduce, block: tuple[int, int, int]) -> AllReduce
     return AllReducePlan("shared-tree", total)
 
 
-def emit_allreduce(w: _KernelWriter, s: ThreadAllReduce, active: E.Expr | None) -> None:
+def emit_allreduce(w: _KernelWriter, s: ThreadAllReduce) -> None:
     plan = w.allreduce_plans[id(s)]
     block = w.threads.launch.block
     axis = s.thread_tag[-1]
@@ -90,8 +89,8 @@ def emit_allreduce(w: _KernelWriter, s: ThreadAllReduce, active: E.Expr | None) 
     tid = _linear_tid(block)
     r = f"(int)threadIdx.{axis}"
     conditions = [f"{r} < {s.extent}"] if s.extent < width else []
-    if active is not None:
-        conditions.append(p(active))
+    if s.condition is not None:
+        conditions.append(p(s.condition))
     vs = [fresh(f"red_{c.name}{i}") for i in range(n)]
     identity = [p(x) for x in c.identity]
     if conditions:

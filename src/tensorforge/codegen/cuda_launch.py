@@ -2,14 +2,14 @@
 
 Every `For(kind=THREAD_BINDING)` names a tag (blockIdx.x ... threadIdx.z). Loops that share a tag
 (sibling stages under one block) share the launch dimension: the launch takes the largest
-constant extent, and a smaller loop runs only in the threads below its extent (`guard_thread_loops`).
+constant extent (the pass guard_thread_extents has given every such loop that extent and
+guarded its body). This module only reads the IR.
 A symbolic extent must be computable on the host from the kernel's scalar parameters; it is
 stored as a parameter name or a Python expression over them (`Launch.grid`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from tensorforge.codegen.base import Launch
@@ -24,8 +24,6 @@ from tensorforge.ir.stmt import (
     LoopKind,
     Seq,
     Stmt,
-    Sync,
-    ThreadAllReduce,
 )
 from tensorforge.ir.visit import walk
 from tensorforge.te import dtype as dt
@@ -35,10 +33,6 @@ TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK = {"x": 1024, "y": 1024, "z": 64}
 MAX_GRID = {"x": 2**31 - 1, "y": 65535, "z": 65535}
-
-# internal marker (never produced by lowering): the ThreadAllReduce below runs in threads where
-# `value` may be false; those threads take part but contribute the identity
-ACTIVE_ATTR = "tf.cuda_active"
 
 
 @dataclass
@@ -114,6 +108,16 @@ def compute_launch(body: Stmt, scalar_params: dict[int, E.Var]) -> ThreadExtents
             raise BuildError(
                 f"thread axis '{_axis_names(loops[tag])}' bound to {tag} has extent {ext}, "
                 f"more than the {MAX_GRID[axis]} blocks a grid may have along {axis}"
+            )
+    for tag, group in loops.items():
+        short = [
+            x for x in group if isinstance(x.extent, E.Const) and x.extent.value != extents[tag]
+        ]
+        if short:
+            raise BuildError(
+                f"thread axis '{short[0].var.name}' bound to {tag} has extent {short[0].extent} "
+                f"where the launch has {extents[tag]}: run the pass guard_thread_extents first "
+                f"(tf.lower does)"
             )
     block = tuple(int(extents.get(f"threadIdx.{a}", 1)) for a in "xyz")
     threads = block[0] * block[1] * block[2]
@@ -199,71 +203,3 @@ def host_expr(e: E.Expr) -> str:
         case E.Cast(value=v) if dt.is_int(e.dtype) and dt.is_int(v.dtype):
             return host_expr(v)
     raise BuildError(f"extent {e} cannot be computed on the host (only + - * // % min max of ints)")
-
-
-# -- guards for loops smaller than their launch dimension ------------------------------------
-
-
-def guard_thread_loops(body: Stmt, extents: dict[str, int | E.Expr]) -> Stmt:
-    """Give each thread loop the launch extent of its tag; guard the body where it was smaller.
-
-    `for tx in threadIdx.x(64)` under a launch of 128 becomes `for tx in threadIdx.x(128):
-    if tx < 64: body`. A body with barriers (Sync, ThreadAllReduce) cannot sit under a divergent
-    `if`, so the guard is pushed down around the barrier-free pieces instead.
-    """
-
-    def visit(s: Stmt) -> Stmt:
-        match s:
-            case For(kind=LoopKind.THREAD_BINDING, extent=E.Const(value=v)) if (
-                isinstance(extents.get(s.thread_tag), int) and int(v) < extents[s.thread_tag]
-            ):
-                condition = E.LT(s.var, E.Add(s.min, E.Const(int(v), s.var.dtype)))
-                if isinstance(s.min, E.Const) and int(s.min.value) == 0:
-                    condition = E.LT(s.var, E.Const(int(v), s.var.dtype))
-                launch_extent = E.Const(extents[s.thread_tag], s.extent.dtype)
-                return dataclasses.replace(
-                    s, extent=launch_extent, body=push_guard(visit(s.body), condition)
-                )
-        return _map_stmt(s, visit)
-
-    return visit(body)
-
-
-def has_barrier(s: Stmt) -> bool:
-    return any(isinstance(n, (Sync, ThreadAllReduce)) for n in walk(s))
-
-
-def push_guard(s: Stmt, condition: E.Expr) -> Stmt:
-    """`if condition: s`, with every barrier inside `s` still reached by all threads."""
-    if not has_barrier(s):
-        return IfThenElse(condition, s)
-    match s:
-        case Sync():
-            return s
-        case ThreadAllReduce():
-            return Attr(ACTIVE_ATTR, condition, s)
-        case Attr(key=key, value=value, body=ThreadAllReduce() as inner) if key == ACTIVE_ATTR:
-            return Attr(ACTIVE_ATTR, E.And(value, condition), inner)
-        case LetStmt(var=var, value=value, body=body):
-            if any(isinstance(n, BufferLoad) for n in walk(value)):  # no out-of-range loads
-                zero = E.Const(0, dt.element_of(var.dtype)) if dt.lanes_of(var.dtype) == 1 else None
-                if zero is not None:
-                    value = E.Select(condition, value, zero)
-            return LetStmt(var, value, push_guard(body, condition))
-        case IfThenElse(condition=c, then_case=t, else_case=e):
-            return IfThenElse(
-                c, push_guard(t, condition), None if e is None else push_guard(e, condition)
-            )
-    return _map_stmt(s, lambda child: push_guard(child, condition))
-
-
-def _map_stmt(s: Stmt, fn) -> Stmt:
-    """`s` with `fn` applied to its child statements (expressions untouched)."""
-    match s:
-        case Seq(stmts=stmts):
-            return Seq(tuple(fn(x) for x in stmts))
-        case IfThenElse(then_case=t, else_case=e):
-            return dataclasses.replace(s, then_case=fn(t), else_case=None if e is None else fn(e))
-        case For() | Allocate() | LetStmt() | Attr():
-            return dataclasses.replace(s, body=fn(s.body))
-    return s

@@ -6,6 +6,7 @@ from llvmlite import ir
 
 from tensorforge.codegen import llvm_math
 from tensorforge.codegen.llvm_calls import CallEmitter
+from tensorforge.codegen.llvm_extern import ExternEmitter
 from tensorforge.codegen.llvm_math import intrinsic
 from tensorforge.codegen.llvm_types import (  # noqa: F401  (re-exported for llvm.py)
     FLOAT,
@@ -23,6 +24,7 @@ from tensorforge.codegen.llvm_types import (  # noqa: F401  (re-exported for llv
 )
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
+from tensorforge.ir.extern import AddressOf, WholeBuffer
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import (
     EQ,
@@ -50,6 +52,7 @@ from tensorforge.te.expr import (
     Sub,
     Var,
 )
+from tensorforge.te.extern_call import ExternCall
 
 _CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
 
@@ -83,7 +86,7 @@ def power_of_two_pieces(lanes: int) -> list[tuple[int, int]]:
     return pieces
 
 
-class ExprEmitter(CallEmitter):
+class ExprEmitter(CallEmitter, ExternEmitter):
     """Emits expressions at the builder's position. Subclasses add statements.
 
     `vars` maps each bound Var to its value and `buffers` each Buffer to a pointer to its
@@ -156,6 +159,8 @@ class ExprEmitter(CallEmitter):
                 return self.splat(self.expr(value), lanes)
             case VectorReduce(op=op, value=value):
                 return self._vector_reduce(op, value.dtype, self.expr(value))
+            case ExternCall() | AddressOf() | WholeBuffer():
+                return self.extern_expr(e)
         raise self.fail(f"cannot generate code for {type(e).__name__} ({e}); is the IR lowered?")
 
     def bound(self, var: Var, value: ir.Value) -> _Binding:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from tensorforge.ir.passes.flatten_storage import flatten_storage
 from tensorforge.ir.passes.fold_lane_masks import fold_lane_masks
 from tensorforge.ir.passes.guard_select_loads import guard_select_loads
+from tensorforge.ir.passes.inject_virtual_threads import inject_virtual_threads
 from tensorforge.ir.passes.simplify import simplify
 from tensorforge.ir.passes.unroll_loops import unroll_loops
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
@@ -21,12 +22,18 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
     # NOTE: on the CPU a double_buffer mark stays an Attr the backend walks through (a no-op)
     gpu_only: list[Callable[[Stmt], Stmt]] = []
     if target.is_gpu:
+        from tensorforge.ir.passes.guard_thread_extents import guard_thread_extents
         from tensorforge.ir.passes.inject_double_buffer import inject_double_buffer
         from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
 
-        gpu_only = [inject_double_buffer, insert_thread_syncs]
+        gpu_only = [
+            inject_double_buffer,  # double_buffer() marks -> two copies, fill ahead
+            insert_thread_syncs,  # __syncthreads() between shared writes and reads
+            guard_thread_extents,  # thread loops take their launch extent, guarded if smaller
+        ]
     return [
         flatten_storage,  # n-d buffer access -> 1-d offsets, Realize -> Allocate
+        inject_virtual_threads,  # vthread loops -> interleaved copies, local storage per copy
         guard_select_loads,  # a load in an untaken select arm never touches memory
         simplify,  # canonical indices, guards proven away, peeled tails folded
         vectorize_loops,  # vectorized loops -> Ramp / Broadcast vector code

@@ -10,6 +10,7 @@ from tensorforge.ir.stmt import (
     Evaluate,
     For,
     IfThenElse,
+    KernelLaunch,
     LetStmt,
     LoopKind,
     Prefetch,
@@ -85,11 +86,14 @@ def _stmt_lines(s: Stmt, indent: int) -> list[str]:
         case ThreadAllReduce(combiner=c, values=vals, results=res, thread_tag=tag, extent=ext):
             targets = ", ".join(f"{b.name}[0]" for b in res)
             args = ", ".join(expr_to_str(v) for v in vals)
+            where = "" if s.condition is None else f", where={expr_to_str(s.condition)}"
             return [
-                f"{pad}{targets} = thread_allreduce_{c.name}({args}, over={tag}, threads={ext})"
+                f"{pad}{targets} = thread_allreduce_{c.name}({args}, over={tag}, threads={ext}{where})"
             ]
         case Attr(key=k, value=v, body=body):
             return [f"{pad}# attr {k} = {v}"] + _stmt_lines(body, indent)
+        case KernelLaunch(name=name, body=body):
+            return [f"{pad}kernel {name}:"] + _stmt_lines(body, indent + 1)
     return [pad + repr(s)]
 
 

@@ -129,6 +129,8 @@ class ThreadAllReduce(Stmt):
 
     Afterwards every participating thread sees the combined tuple in `results` (one-element
     "local" buffers, one per value). Emitted for a reduction axis bound to a thread index.
+    Threads where `condition` is false (set by guard_thread_extents) take part in the barrier
+    but contribute the identity.
     """
 
     combiner: CommReducer
@@ -136,6 +138,16 @@ class ThreadAllReduce(Stmt):
     results: tuple[Buffer, ...]
     thread_tag: str
     extent: int
+    condition: Expr | None = None
+
+
+@stmt
+class KernelLaunch(Stmt):
+    """One GPU kernel of a function that launches several: `body` runs on the device as kernel
+    `name`; the host launches a function's kernels in order (made by split_device_kernels)."""
+
+    name: str
+    body: Stmt
 
 
 @stmt

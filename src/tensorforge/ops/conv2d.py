@@ -1,9 +1,15 @@
-"""2-D convolution, NCHW, stride 1: the computation and a direct, register-tiled CPU schedule."""
+"""2-D convolution, NCHW: the computation (declared once), a direct, register-tiled CPU schedule
+whose decisions are knobs, and its template "builtin/conv2d"."""
 
 from __future__ import annotations
 
-from tensorforge import te
+from tensorforge import te, tune
+from tensorforge.ops.knobs import choose, current_target, target_scope, workload
 from tensorforge.target import Target
+
+
+def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
 
 
 def conv2d_nchw(
@@ -12,13 +18,18 @@ def conv2d_nchw(
     height: int,
     width: int,
     filters: int,
-    kernel: int = 3,
+    kernel: int | tuple[int, int] = 3,
     pad: int = 1,
     dtype: str = "float32",
+    stride: int = 1,
 ):
-    """out[b, f, y, x] = sum_{c, ky, kx} data[b, c, y + ky - pad, x + kx - pad] * weight[f, c, ky, kx]."""
+    """out[b, f, y, x] = sum_{c, ky, kx} data[b, c, y*stride + ky - pad, x*stride + kx - pad]
+    * weight[f, c, ky, kx], zero outside the data. `kernel` is a size or (height, width).
+
+    Returns (data, weight, padded, out)."""
+    kh, kw = _pair(kernel)
     data = te.placeholder((batch, channels, height, width), dtype=dtype, name="data")
-    weight = te.placeholder((filters, channels, kernel, kernel), dtype=dtype, name="weight")
+    weight = te.placeholder((filters, channels, kh, kw), dtype=dtype, name="weight")
     ph, pw = height + 2 * pad, width + 2 * pad
     padded = te.compute(
         (batch, channels, ph, pw),
@@ -31,18 +42,54 @@ def conv2d_nchw(
         ),
         name="padded",
     )
-    oh, ow = ph - kernel + 1, pw - kernel + 1
+    oh, ow = (ph - kh) // stride + 1, (pw - kw) // stride + 1
     rc = te.reduce_axis((0, channels), name="rc")
-    ry = te.reduce_axis((0, kernel), name="ry")
-    rx = te.reduce_axis((0, kernel), name="rx")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
     out = te.compute(
         (batch, filters, oh, ow),
         lambda b, f, y, x: te.sum(
-            padded[b, rc, y + ry, x + rx] * weight[f, rc, ry, rx], axis=[rc, ry, rx]
+            padded[b, rc, y * stride + ry, x * stride + rx] * weight[f, rc, ry, rx],
+            axis=[rc, ry, rx],
         ),
         name="conv",
     )
     return data, weight, padded, out
+
+
+@tune.template("builtin/conv2d")
+def conv2d_template(
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    filters: int,
+    kernel_h: int = 3,
+    kernel_w: int = 3,
+    stride: int = 1,
+    pad: int = 1,
+    dtype: str = "float32",
+    parallel: bool = True,
+):
+    """NCHW convolution on the current CPU target; the default config is `schedule_conv2d`'s."""
+    cfg = tune.get_config()
+    out_h = (height + 2 * pad - kernel_h) // stride + 1
+    out_w = (width + 2 * pad - kernel_w) // stride + 1
+    cfg.add_flop(2.0 * batch * filters * out_h * out_w * channels * kernel_h * kernel_w)
+    return _schedule(
+        batch,
+        channels,
+        height,
+        width,
+        filters,
+        (kernel_h, kernel_w),
+        pad,
+        dtype,
+        stride,
+        current_target(),
+        parallel,
+        cfg,
+    )
 
 
 def schedule_conv2d(
@@ -51,34 +98,84 @@ def schedule_conv2d(
     height: int,
     width: int,
     filters: int,
-    kernel: int = 3,
+    kernel: int | tuple[int, int] = 3,
     pad: int = 1,
     dtype: str = "float32",
     target: Target | None = None,
     parallel: bool = True,
-    f_block: int = 4,
+    f_block: int | None = None,
     x_vectors: int | None = None,
+    stride: int = 1,
+):
+    """The default conv2d schedule: template "builtin/conv2d" called plainly (its default config,
+    or the best logged one under `tune.apply_history_best`). `f_block` / `x_vectors` given
+    replace those knobs' choices. Returns (schedule, [data, weight, out])."""
+    kh, kw = _pair(kernel)
+    with target_scope(target):
+        if f_block is None and x_vectors is None:
+            args = (batch, channels, height, width, filters, kh, kw, stride, pad, dtype)
+            return conv2d_template(*workload(args, parallel))
+        return _schedule(
+            batch,
+            channels,
+            height,
+            width,
+            filters,
+            (kh, kw),
+            pad,
+            dtype,
+            stride,
+            current_target(),
+            parallel,
+            tune.get_config(),
+            f_block,
+            x_vectors,
+        )
+
+
+def _schedule(
+    batch,
+    channels,
+    height,
+    width,
+    filters,
+    kernel,
+    pad,
+    dtype,
+    stride,
+    target,
+    parallel,
+    cfg,
+    f_block=None,
+    x_vectors=None,
 ):
     """Accumulate an `f_block` x (`x_vectors` vectors of output columns) tile in registers.
 
     Each step of the reduction loads `x_vectors` input vectors and broadcasts `f_block` weights,
-    feeding f_block * x_vectors FMAs. Output rows run in parallel; padding is computed first.
-    By default a row of up to 4 vectors is one tile (its last vector masked), longer rows go
-    in tiles of 3 vectors.
+    feeding f_block * x_vectors FMAs. Output rows run in parallel; padding is computed first
+    (or, with knob `inline_pad`, inside the reduction). By default a row of up to 4 vectors is
+    one tile (its last vector masked), longer rows go in tiles of 3 vectors.
     """
-    target = target or Target("llvm")
     lanes = target.vector_lanes(dtype)
-    if x_vectors is None:
-        row_vectors = -(-(width + 2 * pad - kernel + 1) // lanes)
-        x_vectors = row_vectors if row_vectors <= 4 else 3
+    kh, kw = kernel
+    row_vectors = -(-((width + 2 * pad - kw) // stride + 1) // lanes)
+    chosen_f = choose(cfg, "f_block", 4, (1, 2, 4, 8))
+    chosen_x = choose(cfg, "x_vectors", row_vectors if row_vectors <= 4 else 3, (1, 2, 3, 4))
+    inline_pad = choose(cfg, "inline_pad", False, (True,))
+    f_block = chosen_f if f_block is None else f_block
+    x_vectors = chosen_x if x_vectors is None else x_vectors
     data, weight, padded, out = conv2d_nchw(
-        batch, channels, height, width, filters, kernel, pad, dtype
+        batch, channels, height, width, filters, kernel, pad, dtype, stride
     )
     s = te.create_schedule(out.op)
-    b, c, y, x = s[padded].op.axis
-    s[padded].parallel(c)
-    xo, xi = s[padded].split(x, factor=lanes)
-    s[padded].vectorize(xi)
+    if inline_pad:
+        s[padded].compute_inline()
+    else:
+        b, c, y, x = s[padded].op.axis
+        if parallel:
+            s[padded].parallel(c)
+        xo, xi = s[padded].split(x, factor=lanes)
+        s[padded].vectorize(xi)
     acc = s.cache_write(out, "local")
     b, f, y, x = s[out].op.axis
     fo, fi = s[out].split(f, factor=f_block)

@@ -1,8 +1,15 @@
-"""GPU schedules: element-wise, tiled matmul with shared and register caches, row softmax."""
+"""GPU schedules: element-wise, tiled matmul with shared and register caches, row softmax.
+
+The computations are the operators' own (ops/matmul.py's `product`, ops/softmax.py's
+`softmax`); the matmul's decisions are knobs of template "builtin/matmul" on a CUDA target
+(also registered as "builtin/matmul_cuda"), defaulting to what `schedule_matmul_cuda` picks.
+"""
 
 from __future__ import annotations
 
-from tensorforge import te
+from tensorforge import te, tune
+from tensorforge.ops.knobs import choose
+from tensorforge.ops.matmul import matmul, product
 from tensorforge.ops.softmax import softmax
 from tensorforge.schedule import auto_inline
 
@@ -22,11 +29,37 @@ def schedule_elementwise_cuda(out, threads: int = 256, vector: int = 4):
 
 
 def matmul_cuda(n: int, m: int, k: int, dtype: str = "float32"):
-    A = te.placeholder((n, k), dtype=dtype, name="A")
-    B = te.placeholder((k, m), dtype=dtype, name="B")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    """(A, B, C) of the plain product (ops.matmul's declaration)."""
+    A, B, _, _, C = matmul(n, m, k, dtype)
     return A, B, C
+
+
+def default_block(n: int, m: int) -> int:
+    """128-wide tiles only where there are enough of them to fill an H100's 132 SMs."""
+    return 128 if (n // 128) * (m // 128) >= 132 else 64
+
+
+@tune.template("builtin/matmul_cuda")
+def matmul_cuda_template(n: int, m: int, k: int, dtype: str = "float32", transpose_b: bool = False):
+    """`schedule_matmul_cuda`'s decisions as knobs, each defaulting to its default argument.
+
+    Configs whose blocks need more threads or shared memory than the GPU has fail to build or
+    run, and are recorded as such."""
+    cfg = tune.get_config()
+    cfg.add_flop(2.0 * n * m * k)
+    return _schedule_matmul_cuda(
+        n,
+        m,
+        k,
+        dtype,
+        block=choose(cfg, "block", default_block(n, m), (32, 64, 128)),
+        thread_tile=choose(cfg, "thread_tile", 8, (4, 8)),
+        k_tile=choose(cfg, "k_tile", 16, (8, 16, 32)),
+        vector=choose(cfg, "vector", 4, (2, 4)),
+        unroll=choose(cfg, "unroll", True, (False,)),
+        double_buffer=choose(cfg, "double_buffer", False, (True,)),
+        transpose_b=transpose_b,
+    )
 
 
 def schedule_matmul_cuda(
@@ -35,13 +68,42 @@ def schedule_matmul_cuda(
     k: int,
     dtype: str = "float32",
     block: int | None = None,
-    thread_tile: int = 8,
-    k_tile: int = 16,
-    vector: int = 4,
-    unroll: bool = True,
-    double_buffer: bool = False,
+    thread_tile: int | None = None,
+    k_tile: int | None = None,
+    vector: int | None = None,
+    unroll: bool | None = None,
+    double_buffer: bool | None = None,
+    transpose_b: bool = False,
 ):
-    """The classic shared-memory GEMM.
+    """The default CUDA GEMM schedule (template "builtin/matmul_cuda" called plainly: its
+    default config, or the best logged one under `tune.apply_history_best`); any argument
+    given replaces that knob's choice. Returns (schedule, [A, B, C])."""
+    given = (block, thread_tile, k_tile, vector, unroll, double_buffer)
+    if all(v is None for v in given):
+        return matmul_cuda_template(n, m, k, dtype, *((True,) if transpose_b else ()))
+    defaults = (default_block(n, m), 8, 16, 4, True, False)
+    block, thread_tile, k_tile, vector, unroll, double_buffer = (
+        d if v is None else v for v, d in zip(given, defaults)
+    )
+    return _schedule_matmul_cuda(
+        n, m, k, dtype, block, thread_tile, k_tile, vector, unroll, double_buffer, transpose_b
+    )
+
+
+def _schedule_matmul_cuda(
+    n: int,
+    m: int,
+    k: int,
+    dtype: str,
+    block: int,
+    thread_tile: int,
+    k_tile: int,
+    vector: int,
+    unroll: bool,
+    double_buffer: bool,
+    transpose_b: bool = False,
+):
+    """The classic shared-memory GEMM (with `transpose_b`, B is (m, k) and C = A @ B.T).
 
     A block computes a `block` x `block` tile of C with (block/thread_tile)^2 threads, each holding
     a `thread_tile` x `thread_tile` accumulator in registers. The k loop walks `k_tile`-deep slices
@@ -54,12 +116,10 @@ def schedule_matmul_cuda(
     a quarter warp cover 128 contiguous bytes and never collide in a bank. The accumulator is
     declared in that thread-major column order (`Cp`) and the output stage un-permutes it.
     """
-    if block is None:  # 128-wide tiles only where there are enough of them to fill an H100's SMs
-        block = 128 if (n // 128) * (m // 128) >= 132 else 64
     A = te.placeholder((n, k), dtype=dtype, name="A")
-    B = te.placeholder((k, m), dtype=dtype, name="B")
+    B = te.placeholder((m, k) if transpose_b else (k, m), dtype=dtype, name="B")
     At = te.compute((k, n), lambda kk, i: A[i, kk], name="At")  # staged transposed
-    Bs = te.compute((k, m), lambda kk, j: B[kk, j], name="Bs")
+    Bs = te.compute((k, m), lambda kk, j: B[j, kk] if transpose_b else B[kk, j], name="Bs")
     strips = m % block == 0 and thread_tile == 2 * vector  # two strips of `vector` columns
     threads = block // thread_tile
     half = block // 2
@@ -73,8 +133,7 @@ def schedule_matmul_cuda(
         return j // block * block + rest // vector * thread_tile + h * vector + rest % vector
 
     Bp = te.compute((k, m), lambda kk, jp: Bs[kk, perm(jp)] if strips else Bs[kk, jp], name="Bp")
-    r = te.reduce_axis((0, k), name="k")
-    Cp = te.compute((n, m), lambda i, jp: te.sum(At[r, i] * Bp[r, jp], axis=r), name="Cp")
+    Cp = product(n, m, k, lambda i, r: At[r, i], lambda r, jp: Bp[r, jp], name="Cp")
     C = te.compute((n, m), lambda i, j: Cp[i, unperm(j)] if strips else Cp[i, j], name="C")
     s = te.create_schedule(C.op)
     s[At].set_scope("shared")

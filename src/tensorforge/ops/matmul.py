@@ -1,10 +1,17 @@
-"""Matrix multiply: the computation and a packed, cache-blocked, register-tiled CPU schedule."""
+"""Matrix multiply: the computation (declared once, `product`), a packed, cache-blocked,
+register-tiled CPU schedule whose decisions are knobs, and its template "builtin/matmul".
+
+The GPU schedule (ops/cuda.py) stages the same product through shared memory; the default
+schedule for a target is `schedule_matmul(..., target=...)`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from tensorforge import te
+from tensorforge import te, tune
+from tensorforge.ops.knobs import choose, current_target, is_gpu, target_scope, workload
 from tensorforge.target import Target
 
 
@@ -29,6 +36,11 @@ class MatmulTiles:
     nb: int = 256
     kc: int = 256
 
+    # None: decided by the heuristics below (needs_k_blocks, COLUMN_BLOCKS_TO_SHARE)
+    pack_a: bool | None = None
+    pack_b_per_block: bool | None = None
+    a_prefetch_bytes: int = 1536
+
     L1_BYTES = 32 * 1024
     COLUMN_BLOCKS_TO_SHARE = 8  # fewer column blocks than this: parallel over all blocks
 
@@ -51,14 +63,48 @@ class MatmulTiles:
         """
         return self.mr * k * itemsize > self.L1_BYTES * 3 // 4
 
-    def fitted(self, n: int, m: int, k: int) -> MatmulTiles:
-        """The same tiles with blocks no larger than the (padded) problem."""
-        return replace(
+    def fitted(self, n: int, m: int, k: int, itemsize: int = 4) -> MatmulTiles:
+        """The same tiles with blocks no larger than the (padded) problem, and the packing
+        decisions left to the heuristics made."""
+        fitted = replace(
             self,
             mb=min(self.mb, _round_up(n, self.mr)),
             nb=min(self.nb, _round_up(m, self.nr)),
             kc=min(self.kc, k),
         )
+        pack_a = self.needs_k_blocks(k, itemsize) if self.pack_a is None else self.pack_a
+        per_block = self.pack_b_per_block
+        if per_block is None:
+            per_block = -(-m // fitted.nb) >= self.COLUMN_BLOCKS_TO_SHARE
+        return replace(fitted, pack_a=pack_a, pack_b_per_block=pack_a and per_block)
+
+    @staticmethod
+    def define(cfg, target: Target, n: int, m: int, k: int, dtype: str) -> MatmulTiles:
+        """The tiles as knobs of `cfg`, each defaulting to what `for_target` and the packing
+        heuristics pick for this problem on `target` (so the default config is the default
+        schedule). Space: ~10^5 configs."""
+        base = MatmulTiles.for_target(target, dtype)
+        lanes = target.vector_lanes(dtype)
+        mr = choose(cfg, "mr", base.mr, (4, 6, 8, 12))
+        nr = lanes * choose(cfg, "nr_vectors", base.nr // lanes, (1, 2, 3))
+        k_unroll = choose(cfg, "k_unroll", base.k_unroll, (1, 2, 4, 8))
+        mb = mr * choose(cfg, "mb_tiles", base.mb // base.mr, (2, 4, 8, 16))
+        nb = nr * choose(cfg, "nb_panels", base.nb // base.nr, (1, 2, 4, 8, 16))
+        kc = choose(cfg, "kc", base.kc, (128, 256, 512, 1024, 2048))
+        heuristic = base.fitted(n, m, k, _itemsize(dtype))
+        pack_a = choose(cfg, "pack_a", heuristic.pack_a, (False, True))
+        per_block = choose(cfg, "pack_b_per_block", heuristic.pack_b_per_block, (False, True))
+        ahead = choose(cfg, "a_prefetch_bytes", base.a_prefetch_bytes, (0, 768, 1536, 3072))
+        return MatmulTiles(mr, nr, k_unroll, mb, nb, kc, pack_a, per_block, ahead)
+
+
+def product(n: int, m: int, k: int, a_at: Callable, b_at: Callable, name: str = "C") -> te.Tensor:
+    """The one declaration of the matrix product: `name`[i, j] = sum_k a_at(i, k) * b_at(k, j).
+
+    `a_at` / `b_at` read A and B wherever a schedule keeps them (the user's arrays, packed
+    panels, a transposed shared-memory copy)."""
+    r = te.reduce_axis((0, k), name="k")
+    return te.compute((n, m), lambda i, j: te.sum(a_at(i, r) * b_at(r, j), axis=r), name=name)
 
 
 def matmul(
@@ -68,38 +114,60 @@ def matmul(
     dtype: str = "float32",
     tiles: MatmulTiles | None = None,
     pack_a: bool = False,
+    transpose_b: bool = False,
 ):
-    """C = A @ B. With `tiles`, B is first re-laid out into zero-padded column panels
+    """C = A @ B, or with `transpose_b` C = A @ B.T for B of shape (m, k) (a dense / linear
+    layer's weight). With `tiles`, B is first re-laid out into zero-padded column panels
     `packedB[panel][k][nr]` (and with `pack_a`, A into row panels `packedA[panel][k][mr]`),
     padded to whole blocks.
 
     Returns (A, B, packedA, packedB, C); the packed stages not made are None.
     """
     A = te.placeholder((n, k), dtype=dtype, name="A")
-    B = te.placeholder((k, m), dtype=dtype, name="B")
-    r = te.reduce_axis((0, k), name="k")
+    B = te.placeholder((m, k) if transpose_b else (k, m), dtype=dtype, name="B")
+    b_of = (lambda kk, j: B[j, kk]) if transpose_b else (lambda kk, j: B[kk, j])
     if tiles is None:
-        C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-        return A, B, None, None, C
+        return A, B, None, None, product(n, m, k, lambda i, r: A[i, r], b_of)
     mr, nr, zero = tiles.mr, tiles.nr, te.const(0, dtype)
     packedB = te.compute(
         (_round_up(m, tiles.nb) // nr, k, nr),  # whole blocks: the block loops need no guards
-        lambda p, kk, x: te.if_then_else(p * nr + x < m, B[kk, te.min(p * nr + x, m - 1)], zero),
+        lambda p, kk, x: te.if_then_else(p * nr + x < m, b_of(kk, te.min(p * nr + x, m - 1)), zero),
         name="packedB",
     )
-    b_at = lambda j, kk: packedB[j // nr, kk, j % nr]  # noqa: E731
+    b_at = lambda kk, j: packedB[j // nr, kk, j % nr]  # noqa: E731
     if not pack_a:
-        C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * b_at(j, r), axis=r), name="C")
-        return A, B, None, packedB, C
+        return A, B, None, packedB, product(n, m, k, lambda i, r: A[i, r], b_at)
     packedA = te.compute(
         (_round_up(n, tiles.mb) // mr, k, mr),
         lambda p, kk, x: te.if_then_else(p * mr + x < n, A[te.min(p * mr + x, n - 1), kk], zero),
         name="packedA",
     )
-    C = te.compute(
-        (n, m), lambda i, j: te.sum(packedA[i // mr, r, i % mr] * b_at(j, r), axis=r), name="C"
-    )
+    C = product(n, m, k, lambda i, r: packedA[i // mr, r, i % mr], b_at)
     return A, B, packedA, packedB, C
+
+
+@tune.template("builtin/matmul")
+def matmul_template(
+    n: int,
+    m: int,
+    k: int,
+    dtype: str = "float32",
+    parallel: bool = True,
+    transpose_b: bool = False,
+):
+    """C[n, m] = A[n, k] @ B[k, m] (B[m, k].T with `transpose_b`) on the current target; every
+    blocking decision a knob.
+
+    The default config is `schedule_matmul`'s schedule (see MatmulTiles.define)."""
+    target = current_target()
+    if is_gpu(target):
+        from tensorforge.ops.cuda import matmul_cuda_template
+
+        return matmul_cuda_template.func(n, m, k, dtype, transpose_b)  # counts its flop
+    cfg = tune.get_config()
+    cfg.add_flop(2.0 * n * m * k)  # the product's, not the packing's index arithmetic
+    tiles = MatmulTiles.define(cfg, target, n, m, k, dtype)
+    return _schedule_cpu(n, m, k, dtype, parallel, tiles, transpose_b)
 
 
 def schedule_matmul(
@@ -110,18 +178,34 @@ def schedule_matmul(
     target: Target | None = None,
     parallel: bool = True,
     tiles: MatmulTiles | None = None,
+    transpose_b: bool = False,
 ):
-    """The project's best CPU GEMM schedule. Returns (schedule, [A, B, C])."""
-    target = target or Target("llvm")
-    tiles = (tiles or MatmulTiles.for_target(target, dtype)).fitted(n, m, k)
-    blocked = tiles.needs_k_blocks(k, _itemsize(dtype))
-    A, B, packedA, packedB, C = matmul(n, m, k, dtype, tiles, pack_a=blocked)
+    """The project's best GEMM schedule for `target` (default: the current one, else this CPU).
+
+    It is template "builtin/matmul" called plainly: its default config, or the best logged
+    config inside `tune.apply_history_best`. Given `tiles`, those tiles on the CPU instead.
+    With `transpose_b`, B is (m, k) and C = A @ B.T. Returns (schedule, [A, B, C])."""
+    if tiles is not None:
+        return _schedule_cpu(n, m, k, dtype, parallel, tiles, transpose_b)
+    args = workload((n, m, k, dtype), parallel)
+    if transpose_b:
+        args = (n, m, k, dtype, parallel, True)
+    with target_scope(target):
+        return matmul_template(*args)
+
+
+def _schedule_cpu(
+    n: int, m: int, k: int, dtype: str, parallel: bool, tiles: MatmulTiles, transpose_b: bool
+):
+    tiles = tiles.fitted(n, m, k, _itemsize(dtype))
+    blocked = tiles.pack_a
+    A, B, packedA, packedB, C = matmul(n, m, k, dtype, tiles, blocked, transpose_b)
     s = te.create_schedule(C.op)
     CC = s.cache_write(C, "local")
     # with enough column blocks to share out, each thread packs the B panel of its column block
     # into its own L2 right before using it, rather than all of B in a pass of its own first
     # (2048³: 1 thread 0.95x -> 0.99x OpenBLAS, 2 threads 0.86x -> 0.93x)
-    pack_b_per_block = blocked and -(-m // tiles.nb) >= MatmulTiles.COLUMN_BLOCKS_TO_SHARE
+    pack_b_per_block = tiles.pack_b_per_block
     for packed in (packedA, packedB):  # panel by panel, the panel width innermost
         if packed is None:
             continue
@@ -181,8 +265,9 @@ def _schedule_blocks(s, C, CC, packedA, packedB, tiles: MatmulTiles, parallel: b
     _micro_kernel(s, CC, kii, cii, cji)
     # the packed A sliver streams from L3: fetch it ~1.5 KiB ahead (2048³, 2 threads:
     # 0.92-0.95x -> 0.99x OpenBLAS; with A read from its rows (no k blocks) it only cost)
-    sliver_step = tiles.k_unroll * tiles.mr * _itemsize(C.dtype)
-    s[CC].prefetch(packedA, kio, -(-A_PREFETCH_BYTES // sliver_step))
+    if tiles.a_prefetch_bytes:
+        sliver_step = tiles.k_unroll * tiles.mr * _itemsize(C.dtype)
+        s[CC].prefetch(packedA, kio, -(-tiles.a_prefetch_bytes // sliver_step))
 
 
 def _micro_kernel(s, CC, k_step, rows, cols) -> None:
@@ -190,9 +275,6 @@ def _micro_kernel(s, CC, k_step, rows, cols) -> None:
     s[CC].unroll(k_step)
     s[CC].unroll(rows)
     s[CC].vectorize(cols)
-
-
-A_PREFETCH_BYTES = 1536
 
 
 def _itemsize(dtype: str) -> int:

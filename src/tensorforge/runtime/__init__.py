@@ -2,6 +2,7 @@
 
 from tensorforge.runtime.device import Device, cpu, cuda, device
 from tensorforge.runtime.export import load_module
+from tensorforge.runtime.extern_lib import compile_c, load_library
 from tensorforge.runtime.module import Function, Module
 from tensorforge.runtime.ndarray import NDArray
 from tensorforge.runtime.timing import BenchmarkResult
@@ -12,8 +13,10 @@ __all__ = [
     "Function",
     "Module",
     "NDArray",
+    "compile_c",
     "cpu",
     "cuda",
     "device",
+    "load_library",
     "load_module",
 ]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from tensorforge.runtime import disk_cache
+from tensorforge.runtime.packed_func import PACKED_SYMBOL
 from tensorforge.runtime.registry import runtime_for
 
 if TYPE_CHECKING:
@@ -90,7 +91,9 @@ def get_or_compile(
 ) -> Executable:
     """`EXECUTABLES.get_or_compile(source, target, factory)`; the disk is asked first where the
     kind's runtime entry is `disk_cacheable`."""
-    if runtime_for(source.target).disk_cacheable:
+    # NOTE: a kernel calling packed functions reaches them through this process's callback,
+    # which a library on disk could not link to: it stays in memory only
+    if runtime_for(source.target).disk_cacheable and PACKED_SYMBOL not in source.text:
         factory = functools.partial(
             disk_cache.load_or_compile, factory=factory, memory_key=cache_key(source, target)
         )

@@ -16,6 +16,7 @@ import llvmlite.binding as llvm
 
 from tensorforge.codegen.base import KernelSource
 from tensorforge.errors import BuildError
+from tensorforge.runtime import packed_func
 from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
 from tensorforge.target import Target, as_target
 
@@ -110,6 +111,8 @@ class LLVMExecutable:
         external = [
             f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")
         ]
+        if packed_func.PACKED_SYMBOL in external:  # calls of tf.register_func'ed functions
+            llvm.add_symbol(packed_func.PACKED_SYMBOL, packed_func.callback_address())
         # NOTE: the engine owns the module and a machine of its own; self keeps the engine alive,
         # and with it the code the function pointer points into.
         self._engine = llvm.create_mcjit_compiler(module, _target_machine(target))

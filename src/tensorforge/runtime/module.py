@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tensorforge.errors import ArgumentError, BuildError, DeviceError
-from tensorforge.runtime import disk_cache
+from tensorforge.runtime import disk_cache, packed_func
 from tensorforge.runtime.arguments import Signature
 from tensorforge.runtime.cache import get_or_compile
 from tensorforge.runtime.device import Device
@@ -52,6 +52,8 @@ class Function:
         if self.unavailable_reason is not None:
             raise DeviceError(self.unavailable_reason)
         self._call(self.signature.convert(args))
+        if packed_func._errors:  # a packed function the kernel called raised
+            packed_func.raise_pending()
 
     def __repr__(self) -> str:
         return f"<tf.runtime.Function {self.name}({', '.join(self.arg_names)}) on {self.device}>"
@@ -207,6 +209,12 @@ class Module:
         from tensorforge.runtime.export import export_library  # NOTE: export imports this module
 
         export_library(self, file_name)
+
+    def save(self, file_name: str | os.PathLike, fmt: str = "") -> None:
+        """Write the code to `file_name` in `fmt` (default: its suffix); see runtime/save.py."""
+        from tensorforge.runtime.save import save
+
+        save(self, file_name, fmt)
 
     def __repr__(self) -> str:
         return f"Module({self.type_key}: {', '.join(self._functions)})"

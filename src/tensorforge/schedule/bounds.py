@@ -12,18 +12,14 @@ from dataclasses import dataclass, field
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import Interval, prove, simplify_expr, symbolic_bounds
+from tensorforge.schedule import opaque_ops
 from tensorforge.schedule.iter_math import iter_extents, iter_values
 from tensorforge.schedule.schedule import Schedule
 from tensorforge.schedule.stage import Stage
 from tensorforge.te.expr import GE, LT, Const, Expr, Max, Min, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
-from tensorforge.te.tensor import ComputeOp, IterVar
+from tensorforge.te.tensor import IterVar
 from tensorforge.te.visit import walk
-
-# NOTE: test-only fault injection. A positive value shrinks every inferred compute_at region by
-# that many elements per dimension, so tests can show the fuzzer and guard pages catch a broken
-# bound inference. Never set outside tests.
-_TEST_SHRINK_REGIONS = 0
 
 
 @dataclass
@@ -67,29 +63,17 @@ def enclosing_thread_tags(stage: Stage) -> list[str]:
     return tags
 
 
-def infer_scopes(sch: Schedule) -> None:
-    """An intermediate placed inside GPU thread loops, with no scope set, is per thread ("local");
-    inside block loops only, per block ("shared"). As TVM does; CPU schedules are unaffected."""
-    for stage in sch.stages:
-        if stage.scope_explicit or stage.is_output or stage.attach_type != "scope":
-            continue
-        tags = enclosing_thread_tags(stage)
-        if any(t.startswith("threadIdx") for t in tags):
-            stage.scope = "local"
-        elif any(t.startswith("blockIdx") for t in tags):
-            stage.scope = "shared"
-
-
-def fixed_loop_vars(stage: Stage) -> set[int]:
+def fixed_loop_vars(stage: Stage, scope: str) -> set[int]:
     """ids of the enclosing loop vars that stay symbolic in `stage`'s region.
 
     A "shared" buffer is filled cooperatively by a whole GPU block, so the threadIdx loops around
     it are relaxed (the region covers every thread's needs); a "global" one by the whole grid, so
     blockIdx loops are relaxed too. "local" storage is per thread: everything stays fixed.
     """
-    relaxed_prefixes = {"shared": ("threadIdx",), "global": ("threadIdx", "blockIdx")}.get(
-        stage.scope, ()
-    )
+    relaxed_prefixes = {
+        "shared": ("threadIdx", "vthread"),
+        "global": ("threadIdx", "blockIdx"),
+    }.get(scope, ())
     bound = {}
     current = stage
     while current.attach_type == "scope":
@@ -105,18 +89,23 @@ def fixed_loop_vars(stage: Stage) -> set[int]:
     }
 
 
-def infer_bounds(sch: Schedule, bodies: dict[int, tuple[Expr, ...]]) -> dict[int, StageBounds]:
-    """Bounds of every computed (non-inlined compute) stage, keyed by id(stage)."""
+def infer_bounds(
+    sch: Schedule, bodies: dict[int, tuple[Expr, ...]], scopes: dict[int, str]
+) -> dict[int, StageBounds]:
+    """Bounds of every computed (non-inlined compute) stage, keyed by id(stage), given each op's
+    expressions with inlined stages substituted (`bodies`, by id(op)) and each stage's memory
+    scope (`scopes`, by id(stage): it decides which GPU loops a region is relaxed over)."""
     result: dict[int, StageBounds] = {}
     loop_extent: dict[int, tuple[Var, Expr]] = {}  # id(var) -> (var, extent) of consumers' loops
-    computed = [s for s in sch.stages if isinstance(s.op, ComputeOp) and s.attach_type != "inline"]
+    computed = [s for s in sch.stages if opaque_ops.is_computed(s)]
     for stage in reversed(computed):
-        info = StageBounds(stage, bodies[id(stage.op)])
+        info = StageBounds(stage, bodies.get(id(stage.op), ()))
         op = stage.op
         if stage.attach_type == "scope":
-            region = _needed_region(sch, stage, result, bodies, loop_extent)
+            fixed = fixed_loop_vars(stage, scopes[id(stage)])
+            region = _needed_region(sch, stage, result, bodies, loop_extent, fixed)
         else:
-            region = [(iv.dom.min, iv.dom.extent) for iv in op.axis]
+            region = opaque_ops.root_region(sch, stage)  # the whole domain (a scan: one row)
         for iv, (lo, extent) in zip(op.axis, region):
             info.mins[iv] = lo
             info.extents[iv] = extent
@@ -146,9 +135,11 @@ def _needed_region(
     done: dict[int, StageBounds],
     bodies: dict[int, tuple[Expr, ...]],
     loop_extent: dict[int, tuple[Var, Expr]],
+    fixed: set[int],
 ) -> list[tuple[Expr, Expr]]:
+    """The region of `stage` its consumers read inside the loop it is attached at: (min, extent)
+    per data axis, symbolic in the enclosing loops whose ids are in `fixed`."""
     parent = stage.attach_stage
-    fixed = fixed_loop_vars(stage)
     ndim = len(stage.op.axis)
     lows: list[list[Expr]] = [[] for _ in range(ndim)]
     highs: list[list[Expr]] = [[] for _ in range(ndim)]
@@ -187,7 +178,7 @@ def _needed_region(
     for d, iv in enumerate(stage.op.axis):
         lo = _hull(lows[d], Min)
         hi = _hull(highs[d], Max)
-        extent = simplify_expr(hi - lo + 1 - _TEST_SHRINK_REGIONS)
+        extent = simplify_expr(hi - lo + 1)
         if not isinstance(extent, Const):
             # a moving, clamped window (e.g. min(...) - max(...)) still fits the full domain;
             # the window then starts inside the domain, or it could miss points the consumer

@@ -28,5 +28,7 @@ def auto_inline(s: Schedule) -> Schedule:
             continue
         if stage.scope != "global" or any(x.attach_stage is stage for x in s.stages):
             continue  # a cache the user placed on purpose, or a stage others are computed in
+        if any(not isinstance(r.op, ComputeOp) for r in s.readers_of(stage)):
+            continue  # read whole by a te.extern or te.scan stage
         stage.compute_inline()
     return s

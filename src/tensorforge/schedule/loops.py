@@ -26,6 +26,7 @@ from tensorforge.ir.stmt import (
     ThreadAllReduce,
     seq,
 )
+from tensorforge.schedule import opaque_ops, tensorize
 from tensorforge.schedule.bounds import StageBounds
 from tensorforge.schedule.iter_math import (
     iter_extents,
@@ -35,7 +36,7 @@ from tensorforge.schedule.iter_math import (
 )
 from tensorforge.schedule.prefetch import prefetch_nest
 from tensorforge.schedule.relations import Relation, Tail
-from tensorforge.schedule.stage import Stage
+from tensorforge.schedule.stage import Stage, check_vector_lanes
 from tensorforge.te.expr import EQ, GE, LT, And, Const, Expr, Reduce, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
 from tensorforge.te.tensor import IterKind, IterVar, Tensor
@@ -70,6 +71,9 @@ class NestBuilder:
 
     # -- entry ----------------------------------------------------------------------------------
     def stage_nest(self, stage: Stage) -> Stmt:
+        opaque = opaque_ops.stage_nest(self, stage)  # te.extern, te.scan
+        if opaque is not None:
+            return opaque
         info = self.bounds[id(stage)]
         for iv in stage.leaf_iter_vars:
             attr = stage.iter_attrs.get(iv)
@@ -82,6 +86,8 @@ class NestBuilder:
                     f"vectorize: axis '{iv.name}' of stage '{stage.name}' has non-constant extent "
                     f"{info.extents[iv]}; vectorize an axis of constant extent (split it first)"
                 )
+            if attr and attr.kind is LoopKind.VECTORIZED:
+                check_vector_lanes(stage, iv, info.extents[iv])
         return _StageNest(self, info).build(0, Env())
 
     def with_range(self, var: Var, lo: Expr, extent: Expr, fn: Callable[[], Stmt]) -> Stmt:
@@ -131,6 +137,10 @@ class _StageNest:
 
     # -- the recursive walk over leaf loops ---------------------------------------------------
     def build(self, level: int, env: Env) -> Stmt:
+        if level < len(self.leaves) and (
+            intrin := tensorize.intrin_at(self.stage, self.leaves[level])
+        ):
+            return tensorize.emit(self, level, env, intrin)
         if level == len(self.leaves):
             return self.cross_thread_update(env) if self.thread_reduce else self.update(env)
         iv = self.leaves[level]
@@ -244,6 +254,8 @@ class _StageNest:
             kind = LoopKind.SERIAL  # a symbolic tail: the main loop stays vectorized
         if tail and kind is LoopKind.PARALLEL:
             kind = LoopKind.SERIAL  # a single iteration
+        if kind is LoopKind.THREAD_BINDING and tag == "vthread":  # each one its own: no reuse
+            return For(iv.var, lo, extent, self.b.with_range(iv.var, lo, extent, body), kind, tag)
         if kind is LoopKind.THREAD_BINDING and tag in self.b.bound_tags:
             return self.reuse_thread(iv, tag, extent, body)
         if kind is LoopKind.THREAD_BINDING:

@@ -62,6 +62,19 @@ class Schedule:
         """Does `parent`, or a stage computed (transitively) inside it, consume `stage`?"""
         return any(self.is_inside(c, parent) for c in self.consumers_of(stage))
 
+    def depends_on(self, stage: Stage, producer: Stage) -> bool:
+        """Does `stage` read `producer`'s outputs, directly or through any chain of operations?
+        (What no placement can change: a stage computed at `stage` must pass this.)"""
+        pending, seen = list(stage.op.input_tensors), set()
+        while pending:
+            op = pending.pop().op
+            if op is producer.op:
+                return True
+            if id(op) not in seen:
+                seen.add(id(op))
+                pending += op.input_tensors
+        return False
+
     def is_inside(self, stage: Stage, parent: Stage) -> bool:
         """Is `stage` `parent` itself, or attached (transitively) inside `parent`'s loops?"""
         seen = set()

@@ -18,6 +18,7 @@ from tensorforge.te.expr import (
     Var,
     const,
 )
+from tensorforge.te.extern_call import ExternOp, extern
 from tensorforge.te.intrin import (
     abs,
     all,
@@ -37,6 +38,7 @@ from tensorforge.te.intrin import (
     tanh,
 )
 from tensorforge.te.reduction import comm_reducer, max, min, sum
+from tensorforge.te.scan_op import ScanOp, scan
 from tensorforge.te.tensor import (
     ComputeOp,
     IterVar,
@@ -50,6 +52,16 @@ from tensorforge.te.tensor import (
     thread_axis,
     var,
 )
+from tensorforge.te.tensor_intrin import TensorIntrin, decl_tensor_intrin
+from tensorforge.te.tvm_compat import (
+    floordiv,
+    floormod,
+    indexdiv,
+    indexmod,
+    max_value,
+    min_value,
+    size_var,
+)
 
 
 def create_schedule(ops):
@@ -58,3 +70,9 @@ def create_schedule(ops):
     from tensorforge.schedule.schedule import create_schedule as _create
 
     return _create(ops)
+
+
+def __getattr__(name: str):
+    from tensorforge.tvm_names import TE, missing
+
+    raise missing("tensorforge.te", name, TE, globals())

@@ -177,6 +177,8 @@ class Tensor:
     def dtype(self) -> str:
         if isinstance(self.op, PlaceholderOp):
             return self.op.dtype
+        if not isinstance(self.op, ComputeOp):  # te.extern, te.scan
+            return self.op.output_dtype(self.value_index)
         return self.op.body[self.value_index].dtype
 
     @property

@@ -5,8 +5,8 @@ that renders to a standalone Python script; the child executes exactly that scri
 so the reproducer printed for a failure is the thing that failed. Kernels run only in
 children: an out-of-bounds access hits a guard page and kills the child, and the parent
 reports the signal instead of dying. Children are forked from a clean fork server that never
-runs a kernel itself (libgomp's thread pool does not survive a fork), and test hooks set in the
-parent (`schedule.bounds._TEST_SHRINK_REGIONS`) are passed down to them.
+runs a kernel itself (libgomp's thread pool does not survive a fork); a test's faults (a function
+patched over a compiler function) are passed to them as `patches`.
 """
 
 from __future__ import annotations
@@ -204,17 +204,6 @@ def _tail(text: str, lines: int = 12) -> str:
 
 # -- isolation --------------------------------------------------------------------------------------
 Patch = tuple[str, str, Any]  # (module, attribute, value) set in the child before the case runs
-HOOKS = (("tensorforge.schedule.bounds", "_TEST_SHRINK_REGIONS"),)
-
-
-def current_hooks() -> tuple[Patch, ...]:
-    """The parent's test hooks (set e.g. with monkeypatch), to be set the same in the child."""
-    out = []
-    for module, attribute in HOOKS:
-        value = getattr(importlib.import_module(module), attribute)
-        if value:
-            out.append((module, attribute, value))
-    return tuple(out)
 
 
 def skip_verify(ir, *args, **kwargs):
@@ -317,9 +306,7 @@ class Running:
 def start(case: Case, patches: tuple[Patch, ...] = (), timeout: float = 120.0) -> Running:
     ctx = _mp_context()
     receiver, sender = ctx.Pipe(duplex=False)
-    process = ctx.Process(
-        target=_child, args=(case, current_hooks() + tuple(patches), sender), daemon=True
-    )
+    process = ctx.Process(target=_child, args=(case, tuple(patches), sender), daemon=True)
     process.start()
     sender.close()
     return Running(case, timeout, process, receiver)

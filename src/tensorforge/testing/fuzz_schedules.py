@@ -272,11 +272,10 @@ class ScheduleDrawer:
 
     # -- phase 3: annotations -------------------------------------------------------------------
     def annotations(self, p: float) -> None:
-        from tensorforge.schedule.bounds import infer_bounds
-        from tensorforge.schedule.to_ir import inline_bodies
+        from tensorforge.schedule.to_ir import stage_bounds
 
         try:
-            bounds = infer_bounds(self.s, inline_bodies(self.s))
+            bounds = stage_bounds(self.s)
         except ScheduleError:
             return  # the build will say why
         for stage in self.compute_stages():

@@ -1,5 +1,7 @@
 """tensorforge.tune: templates, config spaces, measurement, tuners and logs (API.md §4)."""
 
+from tensorforge.tune import callback, task, tuner
+from tensorforge.tune.autotvm_compat import LocalBuilder, LocalRunner
 from tensorforge.tune.callbacks import log_to_file, progress_bar
 from tensorforge.tune.measure import (
     MeasureErrorNo,
@@ -8,6 +10,7 @@ from tensorforge.tune.measure import (
     MeasureResult,
     measure_option,
 )
+from tensorforge.tune.ray_runner import RayRunner
 from tensorforge.tune.records import Record, apply_history_best, load_records
 from tensorforge.tune.space import ConfigEntity, ConfigSpace
 from tensorforge.tune.template import Task, TuneError, create_task, get_config, template
@@ -15,6 +18,11 @@ from tensorforge.tune.tuner import GridSearchTuner, RandomTuner, Tuner, XGBTuner
 
 __all__ = [
     "ConfigEntity",
+    "LocalBuilder",
+    "LocalRunner",
+    "callback",
+    "task",
+    "tuner",
     "ConfigSpace",
     "GridSearchTuner",
     "MeasureErrorNo",
@@ -22,6 +30,7 @@ __all__ = [
     "MeasureOption",
     "MeasureResult",
     "RandomTuner",
+    "RayRunner",
     "Record",
     "Task",
     "TuneError",
@@ -36,3 +45,9 @@ __all__ = [
     "progress_bar",
     "template",
 ]
+
+
+def __getattr__(name: str):
+    from tensorforge.tvm_names import TUNE, missing
+
+    raise missing("tensorforge.tune", name, TUNE, globals())

@@ -99,6 +99,16 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--early-stopping", type=int, default=None)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="measure on a Ray cluster: 'auto', 'host:6379', 'ray://host:10001' or 'local'",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --log (an existing log always is)",
+    )
     options = parser.parse_args(argv)
 
     try:
@@ -112,7 +122,8 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
                 args[: len(options.shape)] = options.shape
         else:
             parser.error(
-                "name a built-in template (matmul, conv2d) or give --template FILE.py:NAME"
+                f"name a built-in template ({', '.join(sorted(DEFAULT_ARGS))}) "
+                "or give --template FILE.py:NAME"
             )
             return 2
         task = tune.create_task(tmpl, args, options.target)
@@ -138,6 +149,7 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         timeout=options.timeout,
         n_parallel=options.n_parallel,
         check_correctness=options.check_correctness,
+        runner=tune.RayRunner(address=options.ray) if options.ray else None,
     )
     tuner.tune(options.trials, option, callbacks=callbacks, early_stopping=options.early_stopping)
     if tuner.best_config is None:
@@ -145,7 +157,18 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         return 1
     gflops = tuner.best_flops / 1e9
     print(f"best: {tuner.best_cost * 1e3:.4f} ms ({gflops:.2f} GFLOP/s) config {tuner.best_config}")
-    print(f"log: {log}   (apply it with tune.apply_history_best({log!r}))")
+    print(f"log: {log}")
+    name, module = task.template.__name__, task.template.__module__
+    where = (
+        f"from {module} import {name}"
+        if not options.template
+        else f"# {name}: the template in {options.template.rpartition(':')[0]}"
+    )
+    print(
+        f"to use it:\n    {where}\n"
+        f"    with tune.apply_history_best({log!r}), tf.Target({options.target!r}):\n"
+        f"        s, args = {name}({', '.join(map(repr, task.args))})"
+    )
     return 0
 
 

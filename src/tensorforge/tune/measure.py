@@ -66,6 +66,8 @@ class MeasureResult:
     all_cost: float
     timestamp: float
     build_cost: float = 0.0
+    # Where and how it was measured, when the runner knows (Ray: device, clocks, cv, node).
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def ok(self) -> bool:
@@ -77,7 +79,7 @@ class MeasureResult:
         return float(np.mean(self.costs)) if self.ok else math.inf
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "costs": list(self.costs),
             "error_no": int(self.error_no),
             "error_msg": self.error_msg,
@@ -85,6 +87,9 @@ class MeasureResult:
             "build_cost": self.build_cost,
             "timestamp": self.timestamp,
         }
+        if self.meta:
+            data["meta"] = dict(self.meta)
+        return data
 
     @staticmethod
     def from_json(data: dict) -> MeasureResult:
@@ -95,6 +100,7 @@ class MeasureResult:
             all_cost=float(data.get("all_cost", 0.0)),
             timestamp=float(data.get("timestamp", 0.0)),
             build_cost=float(data.get("build_cost", 0.0)),
+            meta=dict(data.get("meta") or {}),
         )
 
 
@@ -117,23 +123,39 @@ class MeasureOption:
 
 
 def measure_option(
-    number: int = 5,
-    repeat: int = 3,
-    min_repeat_ms: float = 0,
-    timeout: float = 10,
+    number: int | None = None,
+    repeat: int | None = None,
+    min_repeat_ms: float | None = None,
+    timeout: float | None = None,
     n_parallel: int | None = None,
     check_correctness: bool = False,
     *,
-    builder: Builder | None = None,
-    runner: Runner | None = None,
+    builder: Any = None,
+    runner: Any = None,
 ) -> MeasureOption:
     """How to measure candidates (API.md §4).
 
     Each of `repeat` measurements runs the kernel `number` times (more if `min_repeat_ms` asks);
     `timeout` bounds a candidate's build and its run, each; `n_parallel` builds run at once
-    (default: the number of cores). `builder`/`runner` replace the default build and run steps
-    (for tests and for custom devices).
+    (default: the number of cores). `builder`/`runner` are AutoTVM's spellings ("local",
+    tune.LocalBuilder(...), tune.LocalRunner(...): their settings apply where the arguments
+    above are not given), or functions that replace the default build and run steps.
     """
+    from tensorforge.tune.autotvm_compat import resolve_builder, resolve_runner
+
+    builder, build_options = resolve_builder(builder)
+    runner, run_options = resolve_runner(runner)
+    given = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms}
+    given.update(timeout=timeout, n_parallel=n_parallel)
+    settings = {"number": 5, "repeat": 3, "min_repeat_ms": 0, "timeout": 10, "n_parallel": None}
+    settings.update(build_options)
+    if "timeout" in build_options and "timeout" in run_options:
+        run_options["timeout"] = max(build_options["timeout"], run_options["timeout"])
+    settings.update(run_options)
+    settings.update({k: v for k, v in given.items() if v is not None})
+    number, repeat = settings["number"], settings["repeat"]
+    min_repeat_ms, timeout = settings["min_repeat_ms"], settings["timeout"]
+    n_parallel = settings["n_parallel"]
     if number < 1 or repeat < 1:
         raise ValueError(f"measure_option: number and repeat must be >= 1, got {number}, {repeat}")
     if not timeout > 0:

@@ -175,7 +175,9 @@ def get_template(name: str | Template) -> Template:
     if isinstance(name, Template):
         return name
     if name not in _TEMPLATES:
-        import tensorforge.tune.builtin  # noqa: F401 - registers the built-in templates
+        from tensorforge.tune.builtin import register_builtins
+
+        register_builtins()
 
         if f"builtin/{name}" in _TEMPLATES:  # "matmul" names the built-in "builtin/matmul"
             name = f"builtin/{name}"

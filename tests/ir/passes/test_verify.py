@@ -262,8 +262,9 @@ def test_unflattened_access_in_final_ir():
 
 def test_pipeline_catches_shrunk_compute_at_region(monkeypatch):
     from tensorforge.schedule import bounds
+    from tests.schedule.faults import shrunk_needed_region
 
-    monkeypatch.setattr(bounds, "_TEST_SHRINK_REGIONS", 1)
+    monkeypatch.setattr(bounds, "_needed_region", shrunk_needed_region)
     A_ = te.placeholder((38,), name="A")
     B_ = te.compute((38,), lambda i: A_[i] * 2.0, name="B")
     C_ = te.compute((37,), lambda i: B_[i] + B_[i + 1], name="C")

@@ -217,8 +217,8 @@ class _Verifier:
                         f"store to '{buf.name}' writes a {value.dtype} value at a {lanes}-lane index"
                     )
                 self.access("store to", buf, indices, pred)
-            case ThreadAllReduce(values=values, results=results):
-                for v in values:
+            case ThreadAllReduce(values=values, results=results, condition=condition):
+                for v in (*values, *([condition] if condition is not None else [])):
                     self.expr(v)
                 for buf in results:
                     self.buffer_in_scope(buf)

@@ -6,3 +6,9 @@ from tensorforge.tune.tuner.random_tuner import RandomTuner
 from tensorforge.tune.tuner.xgb_tuner import XGBTuner
 
 __all__ = ["GridSearchTuner", "RandomTuner", "Tuner", "XGBTuner"]
+
+
+def __getattr__(name: str):
+    from tensorforge.tvm_names import TUNER, missing
+
+    raise missing("tensorforge.tune.tuner", name, TUNER, globals())

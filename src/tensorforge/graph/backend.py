@@ -1,0 +1,121 @@
+"""The `torch.compile` backend (API.md §9): capture with aot_autograd, lower, build, run.
+
+`torch.compile(model, backend="tensorforge")` finds `backend` through the `torch_dynamo_backends`
+entry point. Dynamo hands over a torch-level graph; aot_autograd turns it into core ATen (with
+the composites tensorforge fuses better kept whole: layer norm, softmax, log-softmax, GELU, SiLU)
+for inference, and calls `compile_aten` on it. Parameters and buffers of the model are constants:
+their values are read once, at compile time (weights are packed, batch norms folded), as
+Inductor's freezing does; a model whose weights change afterwards must be compiled again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+import torch
+
+from tensorforge.graph.lowerer import Lowerer
+from tensorforge.graph.options import Options
+from tensorforge.graph.program import CompiledGraph, build_kernels
+from tensorforge.graph.report import Checked
+from tensorforge.target import Target
+
+aten = torch.ops.aten
+
+KEPT_WHOLE = (
+    aten.native_layer_norm,
+    aten.layer_norm,
+    aten._softmax,
+    aten.softmax,
+    aten._log_softmax,
+    aten.log_softmax,
+    aten.gelu,
+    aten.silu,
+    aten.hardtanh,
+    aten.embedding,
+)
+
+
+def decompositions() -> dict:
+    """Core ATen decompositions, less those of the operators kept whole."""
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    kept = set(KEPT_WHOLE)
+    return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", op) not in kept}
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, mode=None):
+    """Dynamo's entry: compile `gm` for inference (training graphs run eagerly, with a warning)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    opts = Options.of(options)
+    if torch.is_grad_enabled() and any(
+        getattr(x, "requires_grad", False) for x in example_inputs if isinstance(x, torch.Tensor)
+    ):
+        warnings.warn(
+            "tensorforge compiles inference graphs: this one needs gradients and runs eagerly; "
+            "call the model under torch.no_grad() or torch.inference_mode()",
+            stacklevel=2,
+        )
+        return gm.forward
+    constants = constant_inputs(gm, example_inputs)
+    count = len(example_inputs)
+
+    def compiler(aten_gm, aten_inputs):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        known = constants if len(aten_inputs) == count else {}
+        with _disable_current_modes():  # the weights are real tensors, read now
+            return compile_aten(aten_gm, aten_inputs, known, opts)
+
+    return aot_autograd(fw_compiler=compiler, decompositions=decompositions())(gm, example_inputs)
+
+
+def constant_inputs(gm: torch.fx.GraphModule, example_inputs) -> dict[int, torch.Tensor]:
+    """Positions of the graph inputs that are the model's parameters and buffers."""
+    found = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for k, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        grapharg = node.meta.get("grapharg")
+        source = getattr(getattr(grapharg, "source", None), "name", "")
+        source = source() if callable(source) else str(source)
+        is_state = "._parameters[" in source or "._buffers[" in source
+        if isinstance(value, torch.Tensor) and (is_state or isinstance(value, torch.nn.Parameter)):
+            found[k] = value
+    return found
+
+
+def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts: Options):
+    """An ATen inference graph -> one callable (or the graph itself, run eagerly, if that fails)."""
+    devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    kind = opts.target or ("cuda" if "cuda" in devices else "llvm")
+    target = Target(kind) if isinstance(kind, str) else kind
+    device = torch.device("cuda" if target.kind == "cuda" else "cpu")
+    try:
+        program = Lowerer(gm, constants, target).run()
+        with _tuning(opts.tuning_log):
+            steps = build_kernels(program, target)
+        compiled = CompiledGraph(program, steps, target, device)
+    except Exception as err:
+        if os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0"):
+            raise
+        warnings.warn(
+            f"tensorforge could not compile this graph and runs it eagerly: "
+            f"{type(err).__name__}: {err}",
+            stacklevel=2,
+        )
+        return gm.forward
+    if opts.check or opts.report:
+        return Checked(compiled, gm, opts)
+    return compiled
+
+
+def _tuning(log: str | None):
+    if not log:
+        return contextlib.nullcontext()
+    from tensorforge import tune
+
+    return tune.apply_history_best(log)

@@ -1,0 +1,210 @@
+"""Matrix products and convolution as anchors (mm, addmm, bmm, convolution), and embedding.
+
+Weights are constants: a constant right-hand matrix is packed once, at compile time, into the
+column panels the CPU matmul schedule reads (`packed[j // nr][k][j % nr]`, zero-padded), and a
+batch norm that follows a convolution is folded into its weights and bias.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.registry import lowers
+from tensorforge.graph.values import Anchor, Lazy, Unsupported
+
+aten = torch.ops.aten
+
+
+def matmul_tiles(target, dtype: str = "float32") -> tuple[int, int]:
+    """(mr, nr): the rows and columns of C a CPU micro-kernel keeps in vector registers."""
+    lanes = target.vector_lanes(dtype)
+    if target.vector_bits >= 512:
+        return 8, 2 * lanes  # 8 x 2 zmm accumulators of 32 registers
+    return 6, 2 * lanes  # 6 x 2 of 16 ymm registers
+
+
+def pack_panels(b: torch.Tensor, nr: int) -> torch.Tensor:
+    """b [k, m] -> [ceil(m / nr), k, nr], zero-padded: each panel's rows are contiguous."""
+    k, m = b.shape
+    panels = -(-m // nr)
+    padded = torch.zeros(k, panels * nr, dtype=b.dtype)
+    padded[:, :m] = b
+    return padded.reshape(k, panels, nr).permute(1, 0, 2).contiguous()
+
+
+def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
+    dtype = ctx.dtype_of(node)
+    if not dtype.startswith("float"):
+        raise Unsupported("an integer matrix product")
+    a = ctx.buffer(a)
+    constant = ctx.constant(b) if not batched else None
+    b = ctx.lazy(b)
+    *lead, n, k = a.shape
+    m = b.shape[-1]
+    r = te.reduce_axis((0, k), name="k")
+    info = {}
+    if constant is not None and ctx.target.kind == "llvm":
+        mr, nr = matmul_tiles(ctx.target, dtype)
+        packed = ctx.add_constant(pack_panels(constant, nr), f"{node.name}_packed")
+        info = {"mr": mr, "nr": nr}
+        b_at = lambda kk, j: packed.at((j // nr, kk, j % nr))  # noqa: E731
+        reads = a.reads | packed.reads
+    else:
+        b = ctx.buffer(b)
+        b_at = lambda kk, j, *bi: b.at((*bi, kk, j))  # noqa: E731
+        reads = a.reads | b.reads
+    shape = ctx.shape_of(node)
+
+    def body(*idx):
+        *bi, i, j = idx
+        return te.sum(a.at((*bi, i, r.var)) * b_at(r.var, j, *bi), axis=r)
+
+    C = te.compute(shape, body, name=ctx.unique(f"mm_{node.name}"))
+    info.update(shape=shape, stages=[C], k=k)
+    anchor = Anchor("matmul", C, frozenset(reads), (node.name,), info)
+    del lead, n, m
+    return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)
+
+
+@lowers(aten.mm.default)
+def mm(ctx, node, a, b):
+    return _matmul(ctx, node, a, b, batched=False)
+
+
+@lowers(aten.bmm.default)
+def bmm(ctx, node, a, b):
+    return _matmul(ctx, node, a, b, batched=True)
+
+
+@lowers(aten.addmm.default)
+def addmm(ctx, node, bias, a, b, beta=1, alpha=1):
+    product = _matmul(ctx, node, a, b, batched=False)
+    fn = lambda c, d: c * alpha + d * beta if (alpha != 1 or beta != 1) else c + d  # noqa: E731
+    return ctx.pointwise(fn, [product, ctx.lazy(bias)])
+
+
+def _folded_batch_norm(ctx, node):
+    """The batch norm right after this convolution, if it can fold into the weights."""
+    if len(node.users) != 1:
+        return None
+    (bn,) = node.users
+    if bn.target is aten._native_batch_norm_legit_no_training.default:
+        eps = bn.args[6]
+    elif bn.target is aten.native_batch_norm.default and not bn.args[5]:
+        eps = bn.args[7]
+    else:
+        return None
+    if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in bn.users):
+        return None
+    params = [ctx.env.get(a) if isinstance(a, torch.fx.Node) else None for a in bn.args[1:5]]
+    tensors = [ctx.constant(p) if p is not None else None for p in params]
+    if tensors[2] is None or tensors[3] is None:
+        return None
+    if any(p is not None and t is None for p, t in zip(params, tensors)):
+        return None
+    return bn, tensors, eps
+
+
+@lowers(aten.convolution.default)
+def convolution(
+    ctx, node, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+):
+    if transposed:
+        raise Unsupported("transposed convolution")
+    x = ctx.lazy(x)
+    if x.ndim != 4:
+        raise Unsupported(f"a {x.ndim - 2}-d convolution")
+    dtype = ctx.dtype_of(node)
+    w = ctx.constant(weight)
+    b = ctx.constant(bias) if bias is not None else None
+    folded = (
+        _folded_batch_norm(ctx, node) if w is not None and (bias is None or b is not None) else None
+    )
+    if folded is not None:
+        bn, (gamma, beta, mean, var), eps = folded
+        scale = torch.rsqrt(var.float() + eps)
+        if gamma is not None:
+            scale = scale * gamma
+        w = w * scale.reshape(-1, 1, 1, 1)
+        b = ((b if b is not None else torch.zeros_like(mean)) - mean) * scale
+        if beta is not None:
+            b = b + beta
+    weight = ctx.add_constant(w, f"{node.name}_w") if w is not None else ctx.buffer(weight)
+    if folded is None:
+        bias_value = ctx.lazy(bias) if bias is not None else None
+    else:
+        bias_value = ctx.add_constant(b, f"{node.name}_b")
+    sh, sw = stride
+    ph, pw = padding
+    dh, dw = dilation
+    N, C, H, W = x.shape
+    F, cg, KH, KW = weight.shape
+    fg = F // groups
+    if ph or pw:
+        x = ctx.buffer(x)
+        padded_shape = (N, C, H + 2 * ph, W + 2 * pw)
+        src = x
+
+        def pad(idx):
+            n, c, y, xx = idx
+            iy, ix = y - ph, xx - pw
+            inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
+            v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
+            return te.if_then_else(inside, v, te.const(0, v.dtype))
+
+        x = ctx.materialize(
+            Lazy(padded_shape, x.dtype, pad, x.reads, (), 2), node=f"{node.name}_pad"
+        )
+    else:
+        x = ctx.buffer(x)
+    rc = te.reduce_axis((0, cg), name="rc")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    shape = ctx.shape_of(node)
+
+    def body(n, f, y, xx):
+        c = rc.var if groups == 1 else (f // fg) * cg + rc.var
+        v = x.at((n, c, y * sh + ry.var * dh, xx * sw + rx.var * dw))
+        return te.sum(v * weight.at((f, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
+
+    conv = te.compute(shape, body, name=ctx.unique(f"conv_{node.name}"))
+    info = {"shape": shape, "stages": [conv], "groups": groups, "depthwise": cg == 1}
+    nodes = (node.name,) + ((folded[0].name,) if folded else ())
+    anchor = Anchor("conv2d", conv, frozenset(x.reads | weight.reads), nodes, info)
+    out = ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype)
+    if folded is not None:
+        ctx.replaced[folded[0]] = None  # filled below, once the epilogue exists
+    if bias_value is not None:
+        prev = ctx.node
+        out = ctx.pointwise(
+            lambda c, d: c + d, [out, _per_channel(bias_value)], shape=shape, dtype=dtype
+        )
+        ctx.node = prev
+    if folded is not None:
+        out = dataclasses.replace(out, nodes=out.nodes + (folded[0].name,))
+        ctx.replaced[folded[0]] = (out, None, None)
+    return out
+
+
+def _per_channel(v: Lazy) -> Lazy:
+    """A [C] vector as [C, 1, 1], broadcasting over an NCHW output."""
+    (c,) = v.shape
+    return Lazy((c, 1, 1), v.dtype, lambda idx: v.at((idx[0],)), v.reads, v.nodes, v.cost)
+
+
+@lowers(aten.embedding.default)
+def embedding(ctx, node, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    w = ctx.buffer(weight)
+    ind = ctx.no_anchor(indices)
+    shape = ctx.shape_of(node)
+    rows = w.shape[0]
+
+    def at(idx):
+        row = ind.at(tuple(idx[:-1])).astype("int32")
+        return w.at((te.max(te.min(row, rows - 1), 0), idx[-1]))
+
+    return Lazy(shape, w.dtype, at, w.reads | ind.reads, ind.nodes + (node.name,), ind.cost + 2)

@@ -1,0 +1,294 @@
+"""Element-wise ATen operators as te expressions: activations, arithmetic, comparisons, where."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.lowerer import NATIVE
+from tensorforge.graph.registry import lowers
+from tensorforge.graph.values import Lazy, Unsupported
+
+aten = torch.ops.aten
+
+
+def _zero(x):
+    return te.const(0, x.dtype)
+
+
+UNARY = {
+    aten.relu: lambda x: te.max(x, _zero(x)),
+    aten.neg: lambda x: -x,
+    aten.exp: te.exp,
+    aten.log: te.log,
+    aten.sqrt: te.sqrt,
+    aten.rsqrt: te.rsqrt,
+    aten.tanh: te.tanh,
+    aten.sigmoid: te.sigmoid,
+    aten.abs: te.abs,
+    aten.erf: te.erf,
+    aten.floor: te.floor,
+    aten.ceil: te.ceil,
+    aten.reciprocal: lambda x: te.const(1, x.dtype) / x,
+    aten.silu: lambda x: x * te.sigmoid(x),
+    aten.logical_not: lambda x: x == _zero(x),
+    aten.bitwise_not: lambda x: x == _zero(x),
+}
+FLOAT_RESULT = {aten.exp, aten.log, aten.sqrt, aten.rsqrt, aten.tanh, aten.sigmoid, aten.erf}
+
+
+def _unary(op, fn):
+    def lower(ctx, node, x, *rest, **kwargs):
+        if rest or kwargs:
+            raise Unsupported(f"{op} with extra arguments")
+        x = ctx.lazy(x)
+        if op in (aten.logical_not, aten.bitwise_not):
+            return ctx.pointwise(fn, [x], compute=x.dtype)
+        return ctx.pointwise(fn, [x])
+
+    return lower
+
+
+for _op, _fn in UNARY.items():
+    lowers(_op.default)(_unary(_op, _fn))
+
+
+@lowers(aten.gelu.default)
+def gelu(ctx, node, x, approximate="none"):
+    if approximate == "tanh":
+        c = math.sqrt(2.0 / math.pi)
+        fn = lambda v: 0.5 * v * (1.0 + te.tanh(c * (v + 0.044715 * v * v * v)))  # noqa: E731
+    else:
+        fn = lambda v: 0.5 * v * (1.0 + te.erf(v * (1.0 / math.sqrt(2.0))))  # noqa: E731
+    return ctx.pointwise(fn, [ctx.lazy(x)])
+
+
+@lowers(aten.hardtanh.default, aten.clamp.default)
+def clamp(ctx, node, x, lo=None, hi=None):
+    if isinstance(lo, Lazy) or isinstance(hi, Lazy):
+        raise Unsupported("clamp by tensors")
+
+    def fn(v):
+        if lo is not None:
+            v = te.max(v, te.const(lo, v.dtype))
+        if hi is not None:
+            v = te.min(v, te.const(hi, v.dtype))
+        return v
+
+    if node.target is aten.hardtanh.default:
+        lo, hi = (-1.0 if lo is None else lo), (1.0 if hi is None else hi)
+    return ctx.pointwise(fn, [ctx.lazy(x)])
+
+
+@lowers(aten.leaky_relu.default)
+def leaky_relu(ctx, node, x, slope=0.01):
+    return ctx.pointwise(lambda v: te.if_then_else(v > _zero(v), v, v * slope), [ctx.lazy(x)])
+
+
+@lowers(aten.pow.Tensor_Scalar)
+def pow_scalar(ctx, node, x, exponent):
+    x = ctx.lazy(x)
+    if exponent == 2:
+        fn = lambda v: v * v  # noqa: E731
+    elif exponent == 3:
+        fn = lambda v: v * v * v  # noqa: E731
+    elif exponent == 0.5:
+        fn = te.sqrt
+    elif exponent == -0.5:
+        fn = te.rsqrt
+    elif exponent == 1:
+        fn = lambda v: v  # noqa: E731
+    elif exponent == -1:
+        fn = lambda v: te.const(1, v.dtype) / v  # noqa: E731
+    else:
+        fn = lambda v: te.power(v, te.const(exponent, v.dtype))  # noqa: E731
+    return ctx.pointwise(fn, [x])
+
+
+@lowers(aten.pow.Tensor_Tensor)
+def pow_tensor(ctx, node, x, y):
+    return ctx.pointwise(te.power, [ctx.lazy(x), ctx.lazy(y)])
+
+
+def _arith(fn, with_alpha=False):
+    def lower(ctx, node, a, b, alpha=1, **kwargs):
+        if kwargs:
+            raise Unsupported(f"{node.target} with {sorted(kwargs)}")
+        if with_alpha and alpha != 1:
+            return ctx.pointwise(lambda x, y, s: fn(x, y * s), [a, b, alpha])
+        return ctx.pointwise(fn, [a, b])
+
+    return lower
+
+
+for _ops, _fn, _alpha in [
+    ((aten.add.Tensor, aten.add.Scalar), lambda x, y: x + y, True),
+    ((aten.sub.Tensor, aten.sub.Scalar), lambda x, y: x - y, True),
+    ((aten.mul.Tensor, aten.mul.Scalar), lambda x, y: x * y, False),
+    ((aten.maximum.default,), te.max, False),
+    ((aten.minimum.default,), te.min, False),
+]:
+    lowers(*_ops)(_arith(_fn, _alpha))
+lowers(aten.rsub.Scalar)(_arith(lambda x, y: y - x, True))
+
+
+@lowers(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode)
+def div(ctx, node, a, b, rounding_mode=None):
+    dtype = ctx.dtype_of(node)
+    if rounding_mode is None:
+        return ctx.pointwise(lambda x, y: x / y, [a, b])
+    if not dtype.startswith("float"):
+        raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
+    rounding = te.floor if rounding_mode == "floor" else _trunc
+    return ctx.pointwise(lambda x, y: rounding(x / y), [a, b])
+
+
+def _trunc(v):
+    return te.if_then_else(v < te.const(0, v.dtype), te.ceil(v), te.floor(v))
+
+
+def _compare(fn):
+    def lower(ctx, node, a, b):
+        compute = _common_dtype([a, b])
+        return ctx.pointwise(fn, [a, b], compute=compute)
+
+    return lower
+
+
+for _op, _fn in [
+    (aten.eq, lambda x, y: x == y),
+    (aten.ne, lambda x, y: x != y),
+    (aten.lt, lambda x, y: x < y),
+    (aten.le, lambda x, y: x <= y),
+    (aten.gt, lambda x, y: x > y),
+    (aten.ge, lambda x, y: x >= y),
+]:
+    lowers(_op.Tensor, _op.Scalar)(_compare(_fn))
+
+
+@lowers(aten.logical_and.default, aten.bitwise_and.Tensor)
+def logical_and(ctx, node, a, b):
+    if ctx.dtype_of(node) != "bool":
+        raise Unsupported("bitwise and of integers")
+    return ctx.pointwise(
+        lambda x, y: te.all(x != _zero(x), y != _zero(y)), [a, b], compute=_common_dtype([a, b])
+    )
+
+
+@lowers(aten.logical_or.default, aten.bitwise_or.Tensor)
+def logical_or(ctx, node, a, b):
+    if ctx.dtype_of(node) != "bool":
+        raise Unsupported("bitwise or of integers")
+    return ctx.pointwise(
+        lambda x, y: te.any(x != _zero(x), y != _zero(y)), [a, b], compute=_common_dtype([a, b])
+    )
+
+
+@lowers(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where(ctx, node, cond, a, b):
+    dtype = ctx.dtype_of(node)
+    cond = ctx.lazy(cond)
+    ops = [cond, a, b]
+
+    def fn(c, x, y):
+        return te.if_then_else(c.astype("bool"), x.astype(dtype), y.astype(dtype))
+
+    return _mixed(ctx, fn, ops, [cond.dtype, dtype, dtype])
+
+
+@lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(ctx, node, x, mask, value):
+    x, mask = ctx.lazy(x), ctx.lazy(mask)
+    dtype = ctx.dtype_of(node)
+    fn = lambda v, m, f: te.if_then_else(m.astype("bool"), f, v)  # noqa: E731
+    return _mixed(ctx, fn, [x, mask, value], [dtype, mask.dtype, dtype])
+
+
+def _mixed(ctx, fn, ops, dtypes):
+    """pointwise with each operand in its own dtype (ctx.pointwise casts all to one)."""
+    wrapped = []
+    for op, dtype in zip(ops, dtypes):
+        if isinstance(op, Lazy):
+            wrapped.append(op)
+        else:
+            wrapped.append(te.const(op, dtype) if not isinstance(op, te.Expr) else op)
+    return ctx.pointwise(fn, wrapped, compute=NATIVE)
+
+
+@lowers(aten._to_copy.default, aten.to.dtype)
+def to_copy(ctx, node, x, *args, **kwargs):
+    val = node.meta["val"]
+    x = ctx.lazy(x)
+    if val.device != node.args[0].meta["val"].device:
+        raise Unsupported("a copy to another device")
+    if kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+        raise Unsupported("a copy to another memory format")
+    dtype = ctx.dtype_of(node)
+    if dtype == x.dtype:
+        return x
+    return ctx.pointwise(lambda v: v, [x], compute=x.dtype)
+
+
+@lowers(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+def identity(ctx, node, x, **kwargs):
+    if kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+        raise Unsupported("clone to another memory format")
+    return ctx.lazy(x)
+
+
+def _common_dtype(values) -> str:
+    dtypes = []
+    for v in values:
+        if isinstance(v, Lazy):
+            dtypes.append(v.dtype)
+        elif isinstance(v, bool):
+            dtypes.append("bool")
+        elif isinstance(v, float):
+            dtypes.append("float32")
+        elif isinstance(v, int):
+            dtypes.append("int64")
+    order = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+    tensor_dtypes = [v.dtype for v in values if isinstance(v, Lazy)]
+    best = max(tensor_dtypes or dtypes, key=order.index)
+    if any(d.startswith("float") for d in dtypes) and not best.startswith("float"):
+        best = "float32"
+    return best
+
+
+# -- constants made in the graph: full, arange, scalar_tensor ------------------------------------
+
+
+@lowers(aten.full.default)
+def full(ctx, node, size, value, **kwargs):
+    dtype = ctx.dtype_of(node)
+    return Lazy(ctx.shape_of(node), dtype, lambda idx: te.const(value, dtype), cost=0)
+
+
+@lowers(aten.scalar_tensor.default)
+def scalar_tensor(ctx, node, value, **kwargs):
+    dtype = ctx.dtype_of(node)
+    return Lazy((), dtype, lambda idx: te.const(value, dtype), cost=0)
+
+
+@lowers(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def arange(ctx, node, *args, **kwargs):
+    if node.target is aten.arange.default:
+        start, step = 0, 1
+    else:
+        start, step = args[0], (args[2] if len(args) > 2 else 1)
+    if not all(isinstance(v, (int, float)) for v in (start, step)):
+        raise Unsupported("arange with symbolic bounds")
+    dtype = ctx.dtype_of(node)
+
+    def at(idx):
+        (i,) = idx
+        value = (
+            i * step + start
+            if dtype.startswith("int")
+            else i.astype(dtype) * float(step) + float(start)
+        )
+        return value.astype(dtype) if value.dtype != dtype else value
+
+    return Lazy(ctx.shape_of(node), dtype, at, cost=1)

@@ -1,0 +1,342 @@
+"""Reductions and the operators built around one: sum/mean/amax/amin/var, softmax, log_softmax,
+layer norm, inference batch norm, max/avg/adaptive-avg pools.
+
+Each makes an `Anchor`: its reduction stages as te computes reading the (element-wise) input,
+which is inlined into them (the prologue); what the consumers compute from the result is the
+epilogue, in the same kernel.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.registry import lowers
+from tensorforge.graph.values import Anchor, Lazy, Unsupported, numel
+
+aten = torch.ops.aten
+
+
+def _reads(*values) -> frozenset:
+    return frozenset().union(*[v.reads for v in values if isinstance(v, Lazy)])
+
+
+def _float_size(n, dtype: str):
+    return te.const(float(n), dtype) if isinstance(n, int) else n.astype(dtype)
+
+
+def _only_first_used(node) -> None:
+    for user in node.users:
+        if user.target is operator.getitem and not user.users:
+            continue  # a statistic nobody reads
+        if user.target is not operator.getitem or user.args[1] != 0:
+            raise Unsupported("a statistic output (mean, rstd, indices) is used")
+
+
+def _reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red"):
+    """The anchor of reducing `x` over `dims` (all when empty) with `combine` (te.sum, te.max)."""
+    x = ctx.no_anchor(x)
+    ndim = x.ndim
+    dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
+    out_shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else None
+    if out_shape is None:
+        out_shape = ctx.shape_of(node, 0)
+    axes = [te.reduce_axis((0, x.shape[d]), name=f"r{d}") for d in dims]
+
+    def full(i):
+        index, k = [], 0
+        for d in range(ndim):
+            if d in dims:
+                index.append(axes[dims.index(d)].var)
+                k += 1 if keepdim else 0
+            else:
+                index.append(i[k])
+                k += 1
+        return tuple(index)
+
+    def body(*i):
+        v = x.at(full(i))
+        v = v if v.dtype == dtype else v.astype(dtype)
+        return combine(prologue(v, i) if prologue else v, axis=axes)
+
+    stage = te.compute(out_shape, body, name=ctx.unique(f"{name}_{node.name}"))
+    count = numel([x.shape[d] for d in dims])
+    return x, stage, out_shape, full, axes, count
+
+
+def _anchor(ctx, kind, stages, reads, shape, nodes, **info):
+    return Anchor(
+        kind, stages[-1], frozenset(reads), tuple(nodes), {"shape": shape, "stages": stages, **info}
+    )
+
+
+@lowers(aten.sum.dim_IntList, aten.sum.default, aten.amax.default, aten.amin.default)
+def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
+    out_dtype = ctx.dtype_of(node)
+    combine = {
+        aten.sum.dim_IntList: te.sum,
+        aten.sum.default: te.sum,
+        aten.amax.default: te.max,
+        aten.amin.default: te.min,
+    }[node.target]
+    if node.target is aten.sum.default:
+        dims, keepdim = None, False
+    x, stage, shape, *_ = _reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
+    anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
+
+
+@lowers(aten.mean.dim, aten.mean.default)
+def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
+    out_dtype = ctx.dtype_of(node)
+    x, stage, shape, _, _, count = _reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype)
+    anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
+    inv = 1.0 / count if isinstance(count, int) else None
+    if inv is not None:
+        return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] * inv, out_dtype)
+    return ctx.anchored(
+        anchor, lambda ia: stage[tuple(ia)] / _float_size(count, out_dtype), out_dtype
+    )
+
+
+def _variance(ctx, node, x, dims, correction, keepdim):
+    dtype = ctx.dtype_of(node, 0) if isinstance(node.meta["val"], tuple) else ctx.dtype_of(node)
+    x, total, shape, full, axes, count = _reduction(ctx, node, x, dims, keepdim, te.sum, dtype)
+    n = _float_size(count, dtype)
+    squares = te.compute(
+        shape,
+        lambda *i: te.sum(_sq(x.at(full(i)).astype(dtype) - total[i] / n), axis=axes),
+        name=ctx.unique(f"sq_{node.name}"),
+    )
+    correction = 1 if correction is None else correction
+    anchor = _anchor(ctx, "reduce", [total, squares], x.reads, shape, x.nodes + (node.name,))
+    var = lambda ia: squares[tuple(ia)] / (n - float(correction))  # noqa: E731
+    mean = lambda ia: total[tuple(ia)] / n  # noqa: E731
+    return anchor, var, mean, dtype
+
+
+def _sq(v):
+    return v * v
+
+
+@lowers(aten.var.correction, aten.var.dim)
+def var(ctx, node, x, dims=None, unbiased=None, keepdim=False, correction=None):
+    if node.target is aten.var.dim:
+        correction = 1 if unbiased in (None, True) else 0
+    anchor, v, _, dtype = _variance(ctx, node, x, dims, correction, keepdim)
+    return ctx.anchored(anchor, v, dtype)
+
+
+@lowers(aten.var_mean.correction)
+def var_mean(ctx, node, x, dims=None, correction=None, keepdim=False):
+    anchor, v, m, dtype = _variance(ctx, node, x, dims, correction, keepdim)
+    return ctx.anchored(anchor, v, dtype), ctx.anchored(anchor, m, dtype)
+
+
+def _last_dim(x: Lazy, dim: int) -> None:
+    if dim % x.ndim != x.ndim - 1:
+        raise Unsupported("a row operator over a dimension other than the last")
+
+
+@lowers(aten._softmax.default, aten.softmax.int)
+def softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
+    x = ctx.no_anchor(x)
+    _last_dim(x, dim)
+    out = ctx.dtype_of(node)
+    rows, m = x.shape[:-1], x.shape[-1]
+    xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
+    k1 = te.reduce_axis((0, m), name="k1")
+    k2 = te.reduce_axis((0, m), name="k2")
+    mx = te.compute(rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max"))
+    e = te.compute(x.shape, lambda *i: te.exp(xv(i) - mx[i[:-1]]), name=ctx.unique("exp"))
+    sm = te.compute(rows, lambda *i: te.sum(e[i + (k2.var,)], axis=k2), name=ctx.unique("row_sum"))
+    anchor = _anchor(ctx, "softmax", [mx, e, sm], x.reads, x.shape, x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: e[tuple(ia)] * (1.0 / sm[tuple(ia[:-1])]), out)
+
+
+@lowers(aten._log_softmax.default, aten.log_softmax.int)
+def log_softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
+    x = ctx.no_anchor(x)
+    _last_dim(x, dim)
+    out = ctx.dtype_of(node)
+    rows, m = x.shape[:-1], x.shape[-1]
+    xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
+    k1 = te.reduce_axis((0, m), name="k1")
+    k2 = te.reduce_axis((0, m), name="k2")
+    mx = te.compute(rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max"))
+    sm = te.compute(
+        rows,
+        lambda *i: te.sum(te.exp(xv(i + (k2.var,)) - mx[i]), axis=k2),
+        name=ctx.unique("row_sum"),
+    )
+    anchor = _anchor(ctx, "softmax", [mx, sm], x.reads, x.shape, x.nodes + (node.name,))
+    return ctx.anchored(
+        anchor, lambda ia: xv(ia) - mx[tuple(ia[:-1])] - te.log(sm[tuple(ia[:-1])]), out
+    )
+
+
+@lowers(aten.native_layer_norm.default)
+def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
+    _only_first_used(node)
+    x = ctx.no_anchor(x)
+    if len(normalized_shape) != 1:
+        raise Unsupported("layer norm over several dimensions")
+    out = ctx.dtype_of(node, 0)
+    rows, m = x.shape[:-1], x.shape[-1]
+    n = _float_size(m, out)
+    xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
+    k1 = te.reduce_axis((0, m), name="k1")
+    k2 = te.reduce_axis((0, m), name="k2")
+    total = te.compute(
+        rows, lambda *i: te.sum(xv(i + (k1.var,)), axis=k1), name=ctx.unique("ln_sum")
+    )
+    squares = te.compute(
+        rows,
+        lambda *i: te.sum(_sq(xv(i + (k2.var,)) - total[i] / n), axis=k2),
+        name=ctx.unique("ln_sq"),
+    )
+    w = ctx.lazy(weight) if weight is not None else None
+    b = ctx.lazy(bias) if bias is not None else None
+    w = ctx.no_anchor(w) if w is not None else None
+    b = ctx.no_anchor(b) if b is not None else None
+
+    def at(ia):
+        r = tuple(ia[:-1])
+        v = (xv(ia) - total[r] / n) * te.rsqrt(squares[r] / n + float(eps))
+        if w is not None:
+            v = v * w.at((ia[-1],)).astype(out)
+        if b is not None:
+            v = v + b.at((ia[-1],)).astype(out)
+        return v
+
+    reads = _reads(x, w, b)
+    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, x.shape, x.nodes + (node.name,))
+    return ctx.anchored(anchor, at, out), None, None
+
+
+@lowers(aten.native_batch_norm.default)
+def native_batch_norm(ctx, node, x, weight, bias, mean, var, training, momentum, eps):
+    if training:
+        raise Unsupported("batch norm in training mode")
+    return batch_norm(ctx, node, x, weight, bias, mean, var, momentum, eps)
+
+
+@lowers(aten._native_batch_norm_legit_no_training.default)
+def batch_norm(ctx, node, x, weight, bias, running_mean, running_var, momentum, eps):
+    _only_first_used(node)
+    consts = [
+        ctx.constant(v) if v is not None else None
+        for v in (weight, bias, running_mean, running_var)
+    ]
+    if consts[2] is None or consts[3] is None:
+        raise Unsupported("batch norm statistics that are not constants")
+    scale = torch.rsqrt(consts[3].float() + eps)
+    if consts[0] is not None:
+        scale = scale * consts[0]
+    shift = -consts[2] * scale
+    if consts[1] is not None:
+        shift = shift + consts[1]
+    x = ctx.lazy(x)
+    view = (-1,) + (1,) * (x.ndim - 2)
+    s = ctx.add_constant(scale.reshape(view), f"{node.name}_scale")
+    t = ctx.add_constant(shift.reshape(view), f"{node.name}_shift")
+    return (
+        ctx.pointwise(
+            lambda v, a, c: v * a + c,
+            [x, s, t],
+            shape=ctx.shape_of(node, 0),
+            dtype=ctx.dtype_of(node, 0),
+        ),
+        None,
+        None,
+    )
+
+
+def _pair(v):
+    return list(v) * 2 if len(v) == 1 else list(v)
+
+
+def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
+    x = ctx.buffer(x)
+    if x.ndim != 4:
+        raise Unsupported("a pool over other than NCHW")
+    kh, kw = _pair(kernel)
+    sh, sw = _pair(stride or kernel)
+    ph, pw = _pair(padding or [0])
+    dh, dw = _pair(dilation or [1])
+    H, W = x.shape[2], x.shape[3]
+    shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else ctx.shape_of(node, 0)
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def body(n, c, y, xx):
+        iy = y * sh - ph + ry.var * dh
+        ix = xx * sw - pw + rx.var * dw
+        inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
+        cy = te.max(te.min(iy, H - 1), 0)
+        cx = te.max(te.min(ix, W - 1), 0)
+        v = x.at((n, c, cy, cx))
+        if ph == 0 and pw == 0:
+            return combine(v, axis=[ry, rx])
+        return combine(v, axis=[ry, rx], where=inside)
+
+    stage = te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}"))
+    return x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W)
+
+
+@lowers(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
+def max_pool2d(ctx, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if node.target is aten.max_pool2d_with_indices.default:
+        _only_first_used(node)
+    padding = padding if isinstance(padding, (list, tuple)) else [padding]
+    dilation = dilation if isinstance(dilation, (list, tuple)) else [dilation]
+    x, stage, shape, _ = _window(ctx, node, x, kernel, stride, padding, dilation, te.max, "maxpool")
+    anchor = _anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
+    value = ctx.anchored(anchor, lambda ia: stage[tuple(ia)], x.dtype)
+    return (value, None) if node.target is aten.max_pool2d_with_indices.default else value
+
+
+@lowers(aten.avg_pool2d.default)
+def avg_pool2d(
+    ctx,
+    node,
+    x,
+    kernel,
+    stride=(),
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
+    padding = padding if isinstance(padding, (list, tuple)) else [padding]
+    x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W) = _window(
+        ctx, node, x, kernel, stride, padding, [1], te.sum, "avgpool"
+    )
+    dtype = x.dtype
+
+    def count(ia):
+        if divisor_override:
+            return te.const(float(divisor_override), dtype)
+        if ph == 0 and pw == 0 and not ceil_mode:
+            return te.const(float(kh * kw), dtype)
+        y0, x0 = ia[2] * sh - ph, ia[3] * sw - pw
+        y1, x1 = te.min(y0 + kh, H + ph), te.min(x0 + kw, W + pw)
+        if not count_include_pad:
+            y0, x0, y1, x1 = te.max(y0, 0), te.max(x0, 0), te.min(y1, H), te.min(x1, W)
+        return ((y1 - y0) * (x1 - x0)).astype(dtype)
+
+    anchor = _anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] / count(ia), dtype)
+
+
+@lowers(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(ctx, node, x, output_size):
+    x = ctx.lazy(x)
+    oh, ow = _pair(list(output_size))
+    H, W = x.shape[-2], x.shape[-1]
+    if not (isinstance(H, int) and isinstance(W, int)) or H % oh or W % ow:
+        raise Unsupported("an adaptive pool whose windows differ in size")
+    kernel = [H // oh, W // ow]
+    return avg_pool2d(ctx, node, x, kernel, kernel, [0], False, True, None)

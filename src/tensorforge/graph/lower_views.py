@@ -1,0 +1,174 @@
+"""View and layout operators as index expressions (no copies): reshape, permute, expand, slice,
+select, split, cat, squeeze/unsqueeze.
+
+A reshape of a value that reads an anchor keeps it (the row-major order is unchanged: the anchor's
+consumers still compute in its space); any other view of one materializes it first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.registry import lowers
+from tensorforge.graph.values import Lazy, Unsupported, broadcast_index, read_buffer, reshape_index
+
+aten = torch.ops.aten
+
+
+def _no_logical(idx):
+    raise AssertionError("an anchored value is read in its anchor's space")
+
+
+def _view(x: Lazy, shape: tuple, at) -> Lazy:
+    return Lazy(shape, x.dtype, at, x.reads, x.nodes, x.cost)
+
+
+@lowers(
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.unsqueeze.default,
+    aten.flatten.using_ints,
+)
+def reshape(ctx, node, x, *rest):
+    x = ctx.lazy(x)
+    out = ctx.shape_of(node)
+    if x.anchor is not None:
+        old, in_shape = x.to_logical, x.shape
+        return Lazy(
+            out,
+            x.dtype,
+            _no_logical,
+            x.reads,
+            x.nodes,
+            x.cost,
+            x.anchor,
+            x.at_anchor,
+            lambda ia: reshape_index(old(ia), in_shape, out),
+        )
+    if x.source is not None:
+        return read_buffer(x.source, out)
+    return _view(x, out, lambda idx: x.at(reshape_index(idx, out, x.shape)))
+
+
+@lowers(aten.permute.default)
+def permute(ctx, node, x, dims):
+    x = ctx.no_anchor(x)
+    dims = [d % x.ndim for d in dims]
+    inverse = [dims.index(k) for k in range(x.ndim)]
+    return _view(
+        x, ctx.shape_of(node), lambda idx: x.at(tuple(idx[inverse[k]] for k in range(x.ndim)))
+    )
+
+
+@lowers(aten.t.default, aten.transpose.int)
+def transpose(ctx, node, x, d0=0, d1=1):
+    x = ctx.no_anchor(x)
+    if x.ndim < 2:
+        return x
+    dims = list(range(x.ndim))
+    d0, d1 = d0 % x.ndim, d1 % x.ndim
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return _view(
+        x, ctx.shape_of(node), lambda idx: x.at(tuple(idx[dims[k]] for k in range(x.ndim)))
+    )
+
+
+@lowers(aten.expand.default)
+def expand(ctx, node, x, size, implicit=False):
+    x = ctx.no_anchor(x)
+    out = ctx.shape_of(node)
+    return _view(x, out, lambda idx: x.at(broadcast_index(idx, x.shape, out)))
+
+
+@lowers(aten.slice.Tensor)
+def slice_(ctx, node, x, dim=0, start=None, end=None, step=1):
+    x = ctx.no_anchor(x)
+    dim = dim % x.ndim
+    size = x.shape[dim]
+    start = 0 if start is None else start
+    if isinstance(start, int) and start < 0:
+        if not isinstance(size, int):
+            raise Unsupported("a negative slice start on a symbolic size")
+        start = max(start + size, 0)
+    if isinstance(start, int) and isinstance(size, int):
+        start = min(start, size)
+    out = ctx.shape_of(node)
+
+    def at(idx):
+        inner = list(idx)
+        inner[dim] = idx[dim] * step + start if step != 1 else idx[dim] + start
+        return x.at(tuple(inner))
+
+    return _view(x, out, at)
+
+
+@lowers(aten.select.int)
+def select(ctx, node, x, dim, index):
+    x = ctx.no_anchor(x)
+    dim = dim % x.ndim
+    if isinstance(index, int) and index < 0:
+        if not isinstance(x.shape[dim], int):
+            raise Unsupported("a negative select index on a symbolic size")
+        index += x.shape[dim]
+    return _view(
+        x, ctx.shape_of(node), lambda idx: x.at(tuple(idx[:dim]) + (index,) + tuple(idx[dim:]))
+    )
+
+
+@lowers(aten.split.Tensor, aten.split_with_sizes.default)
+def split(ctx, node, x, sizes, dim=0):
+    x = ctx.no_anchor(x)
+    dim = dim % x.ndim
+    results, offset = [], 0
+    for k in range(len(node.meta["val"])):
+        shape = ctx.shape_of(node, k)
+        results.append(_offset_view(x, shape, dim, offset))
+        offset = offset + shape[dim]
+    return tuple(results)
+
+
+def _offset_view(x: Lazy, shape, dim: int, offset) -> Lazy:
+    def at(idx):
+        inner = list(idx)
+        inner[dim] = idx[dim] + offset
+        return x.at(tuple(inner))
+
+    return _view(x, shape, at)
+
+
+@lowers(aten.cat.default)
+def cat(ctx, node, tensors, dim=0):
+    out = ctx.shape_of(node)
+    dim = dim % len(out)
+    dtype = ctx.dtype_of(node)
+    parts = [ctx.no_anchor(t) for t in tensors]
+    parts = [p for p in parts if not (isinstance(p.shape[dim], int) and p.shape[dim] == 0)]
+    if not parts:
+        raise Unsupported("cat of empty tensors")
+    if any(p.ndim != len(out) for p in parts):
+        raise Unsupported("cat of tensors of different ranks")
+    offsets, offset = [], 0
+    for p in parts:
+        offsets.append(offset)
+        offset = offset + p.shape[dim]
+
+    def at(idx):
+        i = idx[dim]
+        value = None
+        for p, start in zip(parts, offsets):
+            inner = list(idx)
+            # clamped: a select may read both sides, so neither may leave its part
+            inner[dim] = te.max(te.min(i - start, p.shape[dim] - 1), 0)
+            here = p.at(tuple(inner))
+            here = here if here.dtype == dtype else here.astype(dtype)
+            value = here if value is None else te.if_then_else(i >= start, here, value)
+        return value
+
+    reads = frozenset().union(*[p.reads for p in parts])
+    nodes = tuple(n for p in parts for n in p.nodes) + (node.name,)
+    return Lazy(out, dtype, at, reads, nodes, 1 + sum(p.cost for p in parts))

@@ -1,0 +1,453 @@
+"""ATen graph -> a program of kernels and eager steps: walk the nodes, compose lazies, decide
+what to materialize.
+
+Each node's value is a `Lazy` (values.py) until something needs it in memory: a graph output, an
+operand a schedule wants contiguous (matmul, convolution), a reduction reading an unscheduled
+anchor, an eager fallback, or a value whose recomputation in every consumer would cost more than
+writing it once and reading it back (`worth_materializing`). Materializing makes one kernel:
+the value's index function as one te compute, its anchor (if any) scheduled inside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+
+from tensorforge import te
+from tensorforge.graph import symbols as sym
+from tensorforge.graph.registry import lowering_for
+from tensorforge.graph.values import Buffer, Lazy, Unsupported, broadcast_index, read_buffer
+
+TORCH_TO_TE = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.float16: "float16",
+    torch.int8: "int8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+TE_TO_TORCH = {v: k for k, v in TORCH_TO_TE.items()}
+
+# A value read by several consumers is recomputed in each while it costs at most this many
+# operations (a few adds and multiplies): cheaper than a store and a load per element. Past it, or
+# with a transcendental inside (exp, erf count 8), it is written once (see worth_materializing).
+INLINE_COST = 6
+MAX_COST = 96
+NATIVE = "native"  # pointwise(compute=NATIVE): operands keep their dtypes (where, masked_fill)  # any value past this is materialized, so kernels stay a readable size
+
+
+@dataclass
+class KernelSpec:
+    """One kernel to build: `out` (a te compute) written into `buffer`, reading `reads`."""
+
+    name: str
+    out: te.Tensor
+    buffer: Buffer
+    reads: list[Buffer]
+    anchor: object
+    nodes: tuple[str, ...]
+
+
+@dataclass
+class EagerSpec:
+    """One node run by torch: `args`/`kwargs` hold `BufferArg`s, sizes (ints or te exprs) and
+    literals; the results land in `outputs` (None where a result is not a tensor kept)."""
+
+    name: str
+    target: object
+    args: tuple
+    kwargs: dict
+    outputs: list
+    reason: str
+
+
+@dataclass(frozen=True)
+class BufferArg:
+    buffer: Buffer
+    shape: tuple
+
+
+@dataclass
+class Program:
+    """What lowering produced: steps in order, the graph's inputs, outputs and constants."""
+
+    steps: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)  # per graph input: Buffer, a symbol name, or None
+    outputs: list = field(default_factory=list)  # per graph output: BufferArg, size, or literal
+    constants: dict = field(default_factory=dict)  # Buffer -> torch.Tensor
+    symbols: sym.Symbols = field(default_factory=sym.Symbols)
+    fallbacks: list = field(default_factory=list)  # (node name, reason)
+    folded: list = field(default_factory=list)  # nodes computed once at compile time
+
+
+def te_dtype(dtype: torch.dtype) -> str:
+    try:
+        return TORCH_TO_TE[dtype]
+    except KeyError:
+        raise Unsupported(f"dtype {dtype}") from None
+
+
+class Lowerer:
+    """Lowers one ATen FX graph; `constants` maps placeholder positions to the tensors they hold."""
+
+    def __init__(self, gm: torch.fx.GraphModule, constants: dict[int, torch.Tensor], target):
+        self.gm = gm
+        self.constant_inputs = constants
+        self.target = target
+        self.program = Program()
+        self.env: dict[torch.fx.Node, object] = {}
+        self._names: set[str] = set()
+        self.strict = os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0")
+        self.node: torch.fx.Node | None = None
+        self.replaced: dict[torch.fx.Node, object] = {}  # nodes a neighbour's lowering absorbed
+
+    # -- the walk ---------------------------------------------------------------------------
+    def run(self) -> Program:
+        placeholders = 0
+        for node in self.gm.graph.nodes:
+            self.node = node
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node, placeholders)
+                placeholders += 1
+            elif node.op == "get_attr":
+                tensor = getattr(self.gm, node.target)
+                self.env[node] = self.add_constant(tensor, node.name)
+            elif node.op == "call_function" and node.users:  # (a functional graph: dead is dead)
+                self.env[node] = self._call(node)
+            elif node.op == "output":
+                self.program.outputs = [
+                    self._output(v) for v in _as_list(self._values(node.args[0]))
+                ]
+        return self.program
+
+    def _placeholder(self, node: torch.fx.Node, position: int):
+        val = node.meta.get("val")
+        if position in self.constant_inputs:
+            self.program.inputs.append(None)
+            return self.add_constant(self.constant_inputs[position], node.name)
+        if isinstance(val, torch.Tensor):
+            shape = self.program.symbols.shape(val.shape)
+            buf = Buffer(self.unique(node.name), shape, te_dtype(val.dtype), "input", node.name)
+            self.program.inputs.append(buf)
+            return read_buffer(buf)
+        if sym.is_symbolic(val):
+            size = self.program.symbols.size(val)
+            self.program.inputs.append(size.name if isinstance(size, te.Var) else None)
+            return size
+        self.program.inputs.append(None)
+        return val
+
+    def _call(self, node: torch.fx.Node):
+        if node.target is operator.getitem:
+            return self.env[node.args[0]][node.args[1]]
+        if node in self.replaced:
+            return self.replaced[node]
+        val = node.meta.get("val")
+        if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+            return self.program.symbols.size(val)
+        args, kwargs = self._values(node.args), self._values(node.kwargs)
+        folded = self._fold_constants(node, args, kwargs)
+        if folded is not None:
+            return folded
+        lowering = lowering_for(node.target)
+        if lowering is None:
+            return self.eager(node, args, kwargs, "no lowering for this operator")
+        try:
+            value = lowering(self, node, *args, **kwargs)
+        except Unsupported as why:
+            return self.eager(node, args, kwargs, str(why))
+        except Exception as err:  # a lowering bug must not break the user's model
+            if self.strict:
+                raise
+            return self.eager(node, args, kwargs, f"lowering failed: {type(err).__name__}: {err}")
+        return self._settle(node, value)
+
+    def _values(self, tree):
+        return torch.fx.node.map_arg(tree, lambda n: self.env[n])
+
+    def _settle(self, node: torch.fx.Node, value):
+        """Materialize what the node's consumers should read from memory."""
+        if not isinstance(value, Lazy):
+            return value
+        users = len(node.users)
+        if value.name is None:
+            value = dataclasses.replace(value, name=node.name)
+        if worth_materializing(value, users):
+            return self.materialize(value, node=node.name)
+        return value
+
+    # -- materializing ----------------------------------------------------------------------
+    def unique(self, name: str) -> str:
+        base = "".join(c if c.isalnum() else "_" for c in name) or "t"
+        candidate, k = base, 1
+        while candidate in self._names:
+            candidate, k = f"{base}_{k}", k + 1
+        self._names.add(candidate)
+        return candidate
+
+    def materialize(self, value: Lazy, kind: str = "temp", node: str | None = None) -> Lazy:
+        """The value in memory: a kernel writes it into a new buffer (nothing if it is one)."""
+        if value.source is not None and value.anchor is None:
+            return value
+        if value.anchor is not None:
+            shape, at = value.anchor.info["shape"], value.at_anchor
+        else:
+            shape, at = value.shape, value.at
+        node = node or value.name
+        name = self.unique(node or (value.nodes[-1] if value.nodes else "t"))
+        buf = Buffer(name, shape, value.dtype, kind, node if _same(shape, value.shape) else None)
+        dtype = value.dtype
+        out = te.compute(shape, lambda *i: _typed(at(tuple(i)), dtype), name=f"{name}_out")
+        reads = set(value.reads)
+        if value.anchor is not None:
+            reads |= value.anchor.reads
+        spec = KernelSpec(
+            name=f"k{len(self.program.steps)}_{name}",
+            out=out,
+            buffer=buf,
+            reads=sorted(reads, key=lambda b: b.name),
+            anchor=value.anchor,
+            nodes=tuple(dict.fromkeys(value.nodes + (value.anchor.nodes if value.anchor else ()))),
+        )
+        self.program.steps.append(spec)
+        return read_buffer(buf, value.shape)
+
+    def lazy(self, value) -> Lazy:
+        if not isinstance(value, Lazy):
+            raise Unsupported(f"expected a tensor, got {type(value).__name__}")
+        return value
+
+    def buffer(self, value) -> Lazy:
+        """The value in memory, contiguous with its own shape (a matmul or conv operand)."""
+        value = self.materialize(self.lazy(value))
+        if tuple(value.source.shape) != tuple(value.shape):  # a reshape of the buffer: fine to
+            return value  # read through it as long as rows stay rows (the caller checks)
+        return value
+
+    def no_anchor(self, value) -> Lazy:
+        """The value without an unscheduled anchor (reductions read their inputs this way)."""
+        value = self.lazy(value)
+        return self.materialize(value) if value.anchor is not None else value
+
+    def add_constant(self, tensor: torch.Tensor, name: str) -> Lazy:
+        tensor = tensor.detach().contiguous()
+        shape = tuple(int(s) for s in tensor.shape)
+        buf = Buffer(self.unique(name), shape, te_dtype(tensor.dtype), "constant", name)
+        self.program.constants[buf] = tensor
+        return read_buffer(buf)
+
+    def constant(self, value) -> torch.Tensor | None:
+        """The tensor a constant value holds (None if it is not a constant)."""
+        if not isinstance(value, Lazy) or value.source is None or value.anchor is not None:
+            return None
+        if value.source.kind != "constant":
+            return None
+        return self.program.constants[value.source].reshape(
+            tuple(int(s) for s in value.shape) if _static(value.shape) else (-1,)
+        )
+
+    def _fold_constants(self, node: torch.fx.Node, args, kwargs):
+        """Run a node whose tensor inputs are all constants once, now (weight transposes,
+        batch-norm scale arithmetic): its result is a constant too."""
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return None
+        if torch.Tag.nondeterministic_seeded in node.target.tags:
+            return None
+        leaves = []
+        torch.utils._pytree.tree_map(leaves.append, (args, kwargs))
+        tensors = [v for v in leaves if isinstance(v, Lazy)]
+        if not tensors or any(self.constant(v) is None for v in tensors):
+            return None
+        if any(isinstance(v, te.Expr) for v in leaves):
+            return None
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.numel() > 1 << 22:
+            return None
+
+        def real(v):
+            return self.constant(v) if isinstance(v, Lazy) else v
+
+        real_args, real_kwargs = torch.utils._pytree.tree_map(real, (args, kwargs))
+        with torch.no_grad():
+            result = node.target(*real_args, **real_kwargs)
+        self.program.folded.append(node.name)
+        return self.add_constant(result, node.name)
+
+    # -- element-wise -----------------------------------------------------------------------
+    def pointwise(self, fn, operands, shape=None, dtype: str | None = None, compute=None) -> Lazy:
+        """`fn(*exprs)` per element over operands broadcast to `shape` (the node's by default);
+        Python numbers and size expressions enter as constants of the `compute` dtype (the
+        result's by default). An operand reading an anchor makes this its epilogue."""
+        node = self.node
+        shape = self.shape_of(node) if shape is None else tuple(shape)
+        dtype = dtype or self.dtype_of(node)
+        compute = compute or dtype
+        anchored = None
+        ops = []
+        for op in operands:
+            if isinstance(op, Lazy) and op.anchor is not None:
+                if anchored is None and _same(op.shape, shape):
+                    anchored = op
+                elif anchored is None or op.anchor is not anchored.anchor:
+                    op = self.materialize(op)
+            ops.append(op)
+        cost = 1 + sum(op.cost for op in ops if isinstance(op, Lazy))
+        reads = frozenset().union(*[op.reads for op in ops if isinstance(op, Lazy)])
+        nodes = tuple(dict.fromkeys(n for op in ops if isinstance(op, Lazy) for n in op.nodes))
+        nodes = nodes + (node.name,) if node is not None else nodes
+
+        native = compute == NATIVE  # each operand keeps its own dtype
+
+        def cast(e):
+            return e if native else _typed(e, compute)
+
+        def scalar(op):
+            return cast(op if isinstance(op, te.Expr) else te.const(op, compute))
+
+        def at(idx):
+            exprs = [
+                cast(op.at(broadcast_index(idx, op.shape, shape)))
+                if isinstance(op, Lazy)
+                else scalar(op)
+                for op in ops
+            ]
+            return _typed(fn(*exprs), dtype)
+
+        if anchored is None:
+            return Lazy(shape, dtype, at, reads, nodes, cost)
+        anchor, to_logical = anchored.anchor, anchored.to_logical
+
+        def at_anchor(ia):
+            logical = to_logical(ia)
+            exprs = []
+            for op in ops:
+                if isinstance(op, Lazy) and op.anchor is anchor:
+                    exprs.append(cast(op.at_anchor(ia)))
+                elif isinstance(op, Lazy):
+                    exprs.append(cast(op.at(broadcast_index(logical, op.shape, shape))))
+                else:
+                    exprs.append(scalar(op))
+            return _typed(fn(*exprs), dtype)
+
+        return Lazy(
+            shape, dtype, _no_logical, reads, nodes, cost, anchor, at_anchor, to_logical, None
+        )
+
+    def anchored(self, anchor, at_anchor, dtype: str, nodes=()) -> Lazy:
+        """A value computed in `anchor`'s space (its `info["shape"]`, also the logical shape)."""
+        shape = anchor.info["shape"]
+        return Lazy(
+            shape,
+            dtype,
+            _no_logical,
+            frozenset(),
+            tuple(nodes) + anchor.nodes,
+            4,
+            anchor,
+            at_anchor,
+            lambda ia: tuple(ia),
+            None,
+        )
+
+    # -- facts about nodes ------------------------------------------------------------------
+    def shape_of(self, node: torch.fx.Node, index: int | None = None) -> tuple:
+        val = node.meta["val"]
+        if index is not None:
+            val = val[index]
+        return self.program.symbols.shape(val.shape)
+
+    def dtype_of(self, node: torch.fx.Node, index: int | None = None) -> str:
+        val = node.meta["val"]
+        if index is not None:
+            val = val[index]
+        return te_dtype(val.dtype)
+
+    # -- eager fallback ---------------------------------------------------------------------
+    def eager(self, node: torch.fx.Node, args, kwargs, reason: str):
+        """Run the node in torch inside the compiled graph; its results become buffers."""
+
+        def arg(v):
+            if isinstance(v, Lazy):
+                v = self.materialize(v)
+                return BufferArg(v.source, tuple(v.shape))
+            return v
+
+        args, kwargs = torch.utils._pytree.tree_map(arg, (args, kwargs))
+        val = node.meta.get("val")
+        flat = list(val) if isinstance(val, (tuple, list)) else [val]
+        outputs, values = [], []
+        for k, v in enumerate(flat):
+            if isinstance(v, torch.Tensor) and v.dtype in TORCH_TO_TE:
+                shape = self.program.symbols.shape(v.shape)
+                name = self.unique(node.name if len(flat) == 1 else f"{node.name}_{k}")
+                buf = Buffer(name, shape, TORCH_TO_TE[v.dtype], "eager", node.name)
+                outputs.append(buf)
+                values.append(read_buffer(buf))
+            else:
+                outputs.append(None)
+                values.append(None)
+        spec = EagerSpec(node.name, node.target, args, kwargs, outputs, reason)
+        self.program.steps.append(spec)
+        self.program.fallbacks.append((node.name, str(node.target), reason))
+        return tuple(values) if isinstance(val, (tuple, list)) else values[0]
+
+    def _output(self, value):
+        if isinstance(value, Lazy):
+            if value.source is not None and value.anchor is None:
+                if value.source.kind == "temp":
+                    value.source.kind = (
+                        "output"  # written by its kernel straight into a fresh tensor
+                    )
+                return BufferArg(value.source, tuple(value.shape))
+            value = self.materialize(
+                value, kind="output", node=value.nodes[-1] if value.nodes else None
+            )
+            return BufferArg(value.source, tuple(value.shape))
+        return value
+
+
+def worth_materializing(value: Lazy, users: int) -> bool:
+    """Write a value to memory rather than recompute it in each of its `users`?
+
+    Inlining saves a store and a load per element (8 bytes for float32) and costs `users - 1`
+    recomputations of the value. An anchor (a reduction) is never recomputed; a cheap element-wise
+    value (cost <= INLINE_COST) is; anything bigger than MAX_COST is written out regardless.
+    """
+    if value.source is not None and value.anchor is None:
+        return False
+    if value.cost > MAX_COST:
+        return True
+    if users <= 1:
+        return False
+    return value.anchor is not None or value.cost > INLINE_COST
+
+
+def _typed(e, dtype: str):
+    e = te.const(e, dtype) if not isinstance(e, te.Expr) else e
+    return e if e.dtype == dtype else e.astype(dtype)
+
+
+def _no_logical(idx):
+    raise AssertionError("an anchored value is read in its anchor's space")
+
+
+def _same(a, b) -> bool:
+    from tensorforge.graph.values import same_shape
+
+    return same_shape(a, b)
+
+
+def _static(shape) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]

@@ -1,0 +1,35 @@
+"""The backend's options (API.md §9): `torch.compile(m, backend="tensorforge", options={...})`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from tensorforge.errors import ArgumentError
+
+
+@dataclass(frozen=True)
+class Options:
+    """target: "llvm" (the host CPU) or "cuda" (default: where the inputs live);
+    tuning_log: a tuning log applied while the kernels are built; check: compare every kernel
+    with eager torch and report the largest error; report: print the kernels (fused operators,
+    schedule source, time) and the fallbacks after the first call."""
+
+    target: str | None = None
+    tuning_log: str | None = None
+    check: bool = False
+    report: bool = False
+    tolerance: float = (
+        1e-4  # check: relative (max abs error / max abs value) past which a kernel is named
+    )
+
+    @staticmethod
+    def of(options: dict | None) -> Options:
+        options = dict(options or {})
+        known = {f.name for f in fields(Options)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ArgumentError(
+                f"torch.compile(backend='tensorforge'): unknown option(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        return Options(**options)

@@ -1,0 +1,215 @@
+"""The compiled callable: kernels built, intermediates planned, one call runs the whole graph.
+
+Inputs and outputs are torch tensors whose memory the kernels read and write directly (their
+addresses, as DLPack would share them: no copies). Intermediates live in a few byte arenas
+reused by liveness: a buffer's arena is free again after the last step that reads it. Symbolic
+sizes are bound from each call's inputs, so a new batch size reuses every kernel; only the
+arena plan is made again for it (and kept).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from tensorforge import build as tf_build
+from tensorforge.graph import symbols as sym
+from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg, EagerSpec, KernelSpec, Program
+from tensorforge.graph.schedules import schedule_kernel
+
+
+@dataclass
+class BuiltKernel:
+    spec: KernelSpec
+    call: object  # executable.call(raw_args)
+    plan: list  # per kernel parameter: a Buffer, or a symbol name
+    source: str  # the schedule rule that made it
+    module: object
+
+
+def build_kernels(program: Program, target) -> list:
+    """Build every kernel of the program (through the compiled-code caches)."""
+    names = program.symbols.var_names()
+    variables = {v.name: v for v in program.symbols.vars.values()}
+    built = []
+    for spec in program.steps:
+        if not isinstance(spec, KernelSpec):
+            built.append(spec)
+            continue
+        s, source = schedule_kernel(spec, target)
+        args = [b.placeholder for b in spec.reads] + [spec.out] + [variables[n] for n in names]
+        module = tf_build(s, args, target=target, name=spec.name)
+        function = module[module.entry_name]
+        by_name = {b.name: b for b in spec.reads}
+        by_name[spec.out.name] = spec.buffer
+        plan = [by_name.get(p.name, p.name) for p in function.source.params]
+        built.append(BuiltKernel(spec, function.executable.call, plan, source, module))
+    return built
+
+
+class CompiledGraph:
+    """`f(args)` -> list of outputs, for the ATen graph `program` was lowered from."""
+
+    _boxed_call = True  # aot_autograd passes the arguments as one list
+
+    def __init__(self, program: Program, steps: list, target, device: torch.device):
+        self.program = program
+        self.steps = steps
+        self.target = target
+        self.device = device
+        self._arenas: dict[tuple, dict] = {}
+        self._last_use = self._liveness()
+        self._shape_symbols = [
+            (k, d, size.name)
+            for k, buf in enumerate(program.inputs)
+            if buf is not None and not isinstance(buf, str)
+            for d, size in enumerate(buf.shape)
+            if isinstance(size, sym_var_type())
+        ]
+        self.timings: list[float] | None = None
+        self.reuse = True
+
+    # -- planning ---------------------------------------------------------------------------
+    def _liveness(self) -> dict:
+        last = {}
+        for t, step in enumerate(self.steps):
+            for buf in _reads_of(step):
+                if buf.kind == "temp":
+                    last[buf] = t
+        return last
+
+    def _plan(self, bindings: dict[str, int]) -> dict:
+        """A tensor for each temp buffer at these sizes, sharing arenas by liveness."""
+        arenas: list[torch.Tensor] = []
+        free: list[int] = []
+        views = {}
+        for t, step in enumerate(self.steps):
+            for buf in _writes_of(step):
+                if buf.kind != "temp":
+                    continue
+                shape = [sym.evaluate(s, bindings) for s in buf.shape]
+                dtype = TE_TO_TORCH[buf.dtype]
+                nbytes = max(1, _numel(shape) * torch.empty((), dtype=dtype).element_size())
+                fits = [a for a in free if arenas[a].numel() >= nbytes] if self.reuse else []
+                if fits:
+                    a = min(fits, key=lambda k: arenas[k].numel())
+                    free.remove(a)
+                else:
+                    arenas.append(torch.empty(nbytes, dtype=torch.uint8, device=self.device))
+                    a = len(arenas) - 1
+                views[buf] = (a, arenas[a][:nbytes].view(dtype).view(shape))
+            for buf in _reads_of(step):
+                if self._last_use.get(buf) == t and buf in views:
+                    free.append(views[buf][0])
+        return {buf: view for buf, (_, view) in views.items()}
+
+    # -- running ----------------------------------------------------------------------------
+    def __call__(self, args: list) -> list:
+        args = list(args)
+        bindings = self._bind(args)
+        key = tuple(sorted(bindings.items()))
+        temps = self._arenas.get(key)
+        if temps is None:
+            temps = self._arenas[key] = self._plan(bindings)
+        tensors = dict(temps)
+        for buf, tensor in self.program.constants.items():
+            tensors[buf] = tensor
+        for k, buf in enumerate(self.program.inputs):
+            if buf is not None and not isinstance(buf, str):
+                tensors[buf] = args[k].contiguous()
+        timings = self.timings
+        for step in self.steps:
+            start = time.perf_counter() if timings is not None else 0.0
+            if isinstance(step, BuiltKernel):
+                for buf in (step.spec.buffer,):
+                    if buf not in tensors:
+                        tensors[buf] = _empty(buf, bindings, self.device)
+                step.call(
+                    [
+                        tensors[p].data_ptr() if not isinstance(p, str) else bindings[p]
+                        for p in step.plan
+                    ]
+                )
+            else:
+                self._eager(step, tensors, bindings)
+            if timings is not None:
+                timings.append(time.perf_counter() - start)
+        self.last_tensors = tensors if timings is not None else None
+        return [self._result(v, tensors, bindings) for v in self.program.outputs]
+
+    def _bind(self, args: list) -> dict[str, int]:
+        bindings = {}
+        for k, item in enumerate(self.program.inputs):
+            if isinstance(item, str):
+                bindings[item] = int(args[k])
+        for k, d, name in self._shape_symbols:
+            bindings[name] = int(args[k].shape[d])
+        return bindings
+
+    def _eager(self, step: EagerSpec, tensors: dict, bindings: dict) -> None:
+        def value(v):
+            if isinstance(v, BufferArg):
+                return _shaped(tensors[v.buffer], v.shape, bindings)
+            if not isinstance(v, (int, float, bool, str)) and sym.is_size_expr(v):
+                return sym.evaluate(v, bindings)
+            return v
+
+        args, kwargs = torch.utils._pytree.tree_map(value, (step.args, step.kwargs))
+        result = step.target(*args, **kwargs)
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        for buf, r in zip(step.outputs, results):
+            if buf is not None:
+                tensors[buf] = r.contiguous()
+
+    def _result(self, value, tensors: dict, bindings: dict):
+        if isinstance(value, BufferArg):
+            return _shaped(tensors[value.buffer], value.shape, bindings)
+        if sym.is_size_expr(value):
+            return sym.evaluate(value, bindings)
+        return value
+
+
+def sym_var_type():
+    from tensorforge.te.expr import Var
+
+    return Var
+
+
+def _shaped(tensor: torch.Tensor, shape: tuple, bindings: dict) -> torch.Tensor:
+    sizes = [sym.evaluate(s, bindings) for s in shape]
+    return tensor if list(tensor.shape) == sizes else tensor.view(sizes)
+
+
+def _empty(buf, bindings: dict, device) -> torch.Tensor:
+    shape = [sym.evaluate(s, bindings) for s in buf.shape]
+    return torch.empty(shape, dtype=TE_TO_TORCH[buf.dtype], device=device)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _reads_of(step) -> list:
+    if isinstance(step, BuiltKernel):
+        step = step.spec
+    if isinstance(step, KernelSpec):
+        return list(step.reads)
+    found = []
+    torch.utils._pytree.tree_map(
+        lambda v: found.append(v.buffer) if isinstance(v, BufferArg) else None,
+        (step.args, step.kwargs),
+    )
+    return found
+
+
+def _writes_of(step) -> list:
+    if isinstance(step, BuiltKernel):
+        return [step.spec.buffer]
+    if isinstance(step, KernelSpec):
+        return [step.buffer]
+    return [b for b in step.outputs if b is not None]

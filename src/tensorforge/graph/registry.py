@@ -1,0 +1,30 @@
+"""The table of ATen lowerings: `@lowers(aten.relu.default, ...)` registers `fn(ctx, node, *args)`.
+
+`ctx` is the `Lowerer` (lowerer.py): it turns values into what a lowering needs (`ctx.lazy`,
+`ctx.buffer`, `ctx.constant`), combines element-wise operands (`ctx.pointwise`) and sizes
+(`ctx.shape_of(node)`, from the node's fake tensor). Arguments arrive with graph nodes replaced by
+their values; a lowering returns a `Lazy` (or a tuple of them) or raises `Unsupported`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+LOWERINGS: dict[object, Callable] = {}
+
+
+def lowers(*ops) -> Callable:
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+
+    return register
+
+
+def lowering_for(target) -> Callable | None:
+    """The lowering of an OpOverload, or of its packet (all overloads) when only that is listed."""
+    fn = LOWERINGS.get(target)
+    if fn is None:
+        fn = LOWERINGS.get(getattr(target, "overloadpacket", None))
+    return fn

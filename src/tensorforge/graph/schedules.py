@@ -1,0 +1,181 @@
+"""A schedule for each kernel the graph layer makes: the anchor's own (matmul, conv2d, row
+operators, reductions, windows) with the element-wise epilogue as the stage it is computed in,
+or a rule-based one for element-wise kernels (CPU: parallel chunks, vectors with tails; CUDA:
+blocks of threads, a few contiguous elements each).
+
+The kernel's output stage is the epilogue; the anchor's reduction stages are computed at its
+loops (`compute_at`), so the epilogue reads each result while it is in registers or cache.
+"""
+
+from __future__ import annotations
+
+from tensorforge import te
+from tensorforge.graph.lower_linalg import matmul_tiles
+from tensorforge.graph.values import numel
+
+PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, one thread: waking the pool costs more
+CHUNK = 4096  # elements each parallel iteration of an element-wise kernel walks
+CUDA_THREADS = 256
+
+SOURCES = {
+    None: "rule-based element-wise",
+    "matmul": "matmul: register-tiled panels (ops/matmul schedule)",
+    "conv2d": "conv2d: direct, register-tiled (ops/conv2d schedule)",
+    "softmax": "row operator: one row per task (ops/softmax schedule)",
+    "layer_norm": "row operator: one row per task (ops/layer_norm schedule)",
+    "reduce": "reduction: computed at its epilogue's elements",
+    "window": "window reduction: computed at its epilogue's elements",
+}
+
+
+def schedule_kernel(spec, target):
+    """The schedule of one KernelSpec, and the name of the rule that made it."""
+    out = spec.out
+    s = te.create_schedule(out.op)
+    anchor = spec.anchor
+    kind = anchor.kind if anchor is not None else None
+    if target.kind == "cuda":
+        _cuda(s, out, anchor)
+    elif kind is None:
+        _elementwise(s, out, target)
+    elif kind == "matmul":
+        _matmul(s, out, anchor, target)
+    elif kind == "conv2d":
+        _conv2d(s, out, anchor, target)
+    elif kind in ("softmax", "layer_norm"):
+        _rows(s, out, anchor, target)
+    else:
+        _reduction(s, out, anchor, target)
+    return s, SOURCES[kind]
+
+
+def _static_numel(tensor) -> int | None:
+    sizes = [getattr(e, "value", None) for e in tensor.shape]
+    return None if any(not isinstance(v, int) for v in sizes) else numel(sizes)
+
+
+def _worth_threads(tensor) -> bool:
+    size = _static_numel(tensor)
+    return size is None or size >= PARALLEL_MIN_ELEMENTS
+
+
+def _elementwise(s, out, target) -> None:
+    axes = s[out].op.axis
+    if not axes:
+        return
+    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
+    width = target.vector_lanes(out.dtype if out.dtype != "bool" else "int8") * 2
+    chunk, step = s[out].split(fused, factor=CHUNK)
+    _, vector = s[out].split(step, factor=width)
+    s[out].vectorize(vector)
+    if _worth_threads(out):
+        s[out].parallel(chunk)
+
+
+def _matmul(s, out, anchor, target) -> None:
+    """ops/matmul's panel schedule: nr-column panels, mr-row tiles accumulated in registers over
+    all of k, the epilogue applied to each tile as it is stored."""
+    (C,) = anchor.info["stages"]
+    mr, nr = anchor.info.get("mr"), anchor.info.get("nr")
+    if mr is None:
+        mr, nr = matmul_tiles(target, out.dtype)
+    *batch, i, j = s[out].op.axis
+    n = anchor.info["shape"][-2]
+    if isinstance(n, int):
+        mr = max(1, min(mr, n))
+    jo, ji = s[out].split(j, factor=nr)
+    io, ii = s[out].split(i, factor=mr)
+    s[out].reorder(*batch, jo, io, ii, ji)
+    s[out].vectorize(ji)
+    outer = s[out].fuse(*batch, jo) if batch else jo
+    if _worth_threads(out) or anchor.info.get("k", 1) >= 256:
+        s[out].parallel(outer)
+    s[C].compute_at(s[out], io)
+    *cb, ci, cj = s[C].op.axis
+    (ck,) = s[C].op.reduce_axis
+    ko, ki = s[C].split(ck, factor=4)
+    s[C].reorder(*cb, ko, ki, ci, cj)
+    s[C].unroll(ki)
+    s[C].unroll(ci)
+    s[C].vectorize(cj)
+
+
+def _conv2d(s, out, anchor, target) -> None:
+    """ops/conv2d's direct schedule: an f_block x (x_vectors vectors) tile of outputs in
+    registers, output rows in parallel."""
+    (conv,) = anchor.info["stages"]
+    lanes = target.vector_lanes(out.dtype)
+    _, F, _, OW = anchor.info["shape"]
+    f_block = next((b for b in (4, 2, 1) if isinstance(F, int) and F % b == 0), 1)
+    row_vectors = -(-OW // lanes) if isinstance(OW, int) else 3
+    x_vectors = row_vectors if row_vectors <= 4 else 3
+    b, f, y, x = s[out].op.axis
+    fo, fi = s[out].split(f, factor=f_block)
+    xo, xi = s[out].split(x, factor=lanes * x_vectors)
+    s[out].reorder(b, y, fo, xo, fi, xi)
+    s[out].vectorize(xi)
+    rows = s[out].fuse(b, y)
+    s[out].parallel(rows)
+    s[conv].compute_at(s[out], xo)
+    cb, cf, cy, cx = s[conv].op.axis
+    rc, ry, rx = s[conv].op.reduce_axis
+    s[conv].reorder(cb, cy, rc, ry, rx, cf, cx)
+    s[conv].unroll(cf)
+    cxo, cxi = s[conv].split(cx, factor=lanes)
+    s[conv].unroll(cxo)
+    s[conv].vectorize(cxi)
+
+
+def _rows(s, out, anchor, target) -> None:
+    """Softmax, log-softmax, layer norm: a row per parallel task, its statistics computed at
+    the row, the epilogue vectorized along it."""
+    lanes = target.vector_lanes(out.dtype)
+    *rows, j = s[out].op.axis
+    _, ji = s[out].split(j, factor=lanes)
+    s[out].vectorize(ji)
+    if not rows:
+        return
+    row = s[out].fuse(*rows) if len(rows) > 1 else rows[0]
+    if _worth_threads(out):
+        s[out].parallel(row)
+    for stage in reversed(anchor.info["stages"]):
+        s[stage].compute_at(s[out], row)
+        if not stage.op.reduce_axis:  # a row of element-wise values (softmax's exps)
+            _, sj = s[stage].split(s[stage].op.axis[-1], factor=lanes)
+            s[stage].vectorize(sj)
+
+
+def _reduction(s, out, anchor, target) -> None:
+    """Reductions and windows: each output element's reduction computed right where the
+    epilogue needs it; outputs in parallel chunks."""
+    axes = s[out].op.axis
+    if not axes:
+        return
+    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
+    chunk, inner = s[out].split(fused, factor=64)
+    if _worth_threads(out) or len(anchor.info["stages"][0].op.reduce_axis) > 1:
+        s[out].parallel(chunk)
+    for stage in reversed(anchor.info["stages"]):
+        s[stage].compute_at(s[out], inner)
+
+
+def _cuda(s, out, anchor) -> None:
+    """CUDA: each thread computes elements of the output; anchor stages at that thread (a row
+    operator's statistics once per row block)."""
+    axes = s[out].op.axis
+    if not axes:
+        return
+    if anchor is not None and anchor.kind in ("softmax", "layer_norm") and len(axes) > 1:
+        *rows, j = axes
+        row = s[out].fuse(*rows) if len(rows) > 1 else rows[0]
+        s[out].bind(row, te.thread_axis("blockIdx.x"))
+        for stage in reversed(anchor.info["stages"]):
+            s[stage].compute_at(s[out], row)
+        return
+    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
+    block, thread = s[out].split(fused, factor=CUDA_THREADS)
+    s[out].bind(block, te.thread_axis("blockIdx.x"))
+    s[out].bind(thread, te.thread_axis("threadIdx.x"))
+    if anchor is not None:
+        for stage in reversed(anchor.info["stages"]):
+            s[stage].compute_at(s[out], thread)

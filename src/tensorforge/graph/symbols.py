@@ -1,0 +1,120 @@
+"""Symbolic sizes: torch's SymInts (sympy expressions over s0, s1, ...) as te.var expressions.
+
+A graph compiled with `dynamic=True` or `torch._dynamo.mark_dynamic` sees sizes such as `s0` or
+`8*s0`. Each symbol becomes one `te.var` (a kernel scalar argument), so a new batch size runs the
+same kernels; the runtime binds each symbol from the inputs of every call.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from tensorforge import te
+
+
+class Symbols:
+    """The te.var of each sympy symbol, and how to evaluate size expressions at run time."""
+
+    def __init__(self) -> None:
+        self.vars: dict[sympy.Symbol, te.Var] = {}
+
+    def size(self, value):
+        """An int, or a te expression for a SymInt (or a sympy expression)."""
+        if isinstance(value, int):
+            return value
+        expr = _sympy_of(value)
+        if expr.is_Integer:
+            return int(expr)
+        return self._to_te(expr)
+
+    def shape(self, sizes) -> tuple:
+        return tuple(self.size(s) for s in sizes)
+
+    def var_names(self) -> list[str]:
+        return sorted(v.name for v in self.vars.values())
+
+    def _to_te(self, expr):
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Symbol:
+            if expr not in self.vars:
+                self.vars[expr] = te.var(str(expr))
+            return self.vars[expr]
+        args = [self._to_te(a) for a in expr.args]
+        name = type(expr).__name__
+        if isinstance(expr, sympy.Add):
+            return _fold(args, lambda a, b: a + b)
+        if isinstance(expr, sympy.Mul):
+            return _fold(args, lambda a, b: a * b)
+        if name in ("FloorDiv", "floor_div"):
+            return args[0] // args[1]
+        if name in ("Mod", "PythonMod"):
+            return args[0] % args[1]
+        if name in ("CeilDiv",):
+            return (args[0] + args[1] - 1) // args[1]
+        if name == "Max":
+            return _fold(args, te.max)
+        if name == "Min":
+            return _fold(args, te.min)
+        raise NotImplementedError(f"size expression {expr} ({name})")
+
+
+def _fold(args, combine):
+    result = args[0]
+    for a in args[1:]:
+        result = combine(result, a)
+    return result
+
+
+def _sympy_of(value):
+    node = getattr(value, "node", None)
+    if node is not None and hasattr(node, "expr"):
+        return sympy.sympify(node.expr)
+    return sympy.sympify(value)
+
+
+def is_symbolic(value) -> bool:
+    """Is this a SymInt whose value is not a known constant?"""
+    if isinstance(value, int):
+        return False
+    return hasattr(value, "node") and not _sympy_of(value).is_Integer
+
+
+def evaluate(expr, bindings: dict[str, int]) -> int:
+    """The value of a size (int, SymInt or te expression) once the symbols are bound."""
+    if isinstance(expr, int):
+        return expr
+    if hasattr(expr, "node"):
+        expr = _sympy_of(expr)
+    if isinstance(expr, sympy.Basic):
+        return int(expr.xreplace({s: bindings[str(s)] for s in expr.free_symbols}))
+    return _eval_te(expr, bindings)
+
+
+def _eval_te(e, bindings: dict[str, int]) -> int:
+    from tensorforge.te import expr as x
+
+    if isinstance(e, int):
+        return e
+    if isinstance(e, x.Const):
+        return int(e.value)
+    if isinstance(e, x.Var):
+        return bindings[e.name]
+    ops = {
+        x.Add: lambda a, b: a + b,
+        x.Sub: lambda a, b: a - b,
+        x.Mul: lambda a, b: a * b,
+        x.FloorDiv: lambda a, b: a // b,
+        x.FloorMod: lambda a, b: a % b,
+        x.Min: min,
+        x.Max: max,
+    }
+    for cls, fn in ops.items():
+        if type(e) is cls:
+            return fn(_eval_te(e.a, bindings), _eval_te(e.b, bindings))
+    raise NotImplementedError(f"cannot evaluate size {e}")
+
+
+def is_size_expr(value) -> bool:
+    """A size computed from symbols (a te expression), as opposed to a literal."""
+    return isinstance(value, te.Expr)

@@ -1,0 +1,38 @@
+"""IR arguments of calls out of generated code (te.extern, tensorize): buffer addresses."""
+
+from __future__ import annotations
+
+from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.te.expr import Expr, node
+from tensorforge.te.extern_call import HANDLE
+from tensorforge.te.printer import expr_to_str
+
+
+@node
+class AddressOf(Expr):
+    """The address of the element `load` reads (a pointer argument of an extern call).
+
+    It wraps a load so storage flattening turns its n-d index into the flat offset."""
+
+    load: BufferLoad
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return HANDLE
+
+    def print_parts(self) -> str:
+        return f"&{expr_to_str(self.load)}"
+
+
+@node
+class WholeBuffer(Expr):
+    """All of `buffer` (its address and shape): a packed function's NDArray argument."""
+
+    buffer: Buffer
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return HANDLE
+
+    def print_parts(self) -> str:
+        return f"{self.buffer.name}"

@@ -1,0 +1,252 @@
+"""The first guess with no measurement: the sketch rules' decisions taken by a model of the target.
+
+In the spirit of Mullapudi2016 and TVM's rule-based schedules: the register tile is sized to the
+vector registers (accumulators + one vector operand + one broadcast fit, FMAs per load as high as
+possible, little waste at the edges), the reduction block and the accumulator tile to L1 and L2,
+the parallel loop to the cores; vector partials for row reductions; costly intermediates computed
+once per row rather than inlined into each reader.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tensorforge.te.tensor import ComputeOp
+from tensorforge.te.visit import walk
+from tensorforge.tune.auto.decisions import Decisions, divisors
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the model knows of the target."""
+
+    lanes_bits: int  # vector register width
+    registers: int  # vector registers
+    l1: int  # bytes per core
+    l2: int
+    cores: int
+    gpu: bool = False
+
+    @staticmethod
+    def of(target: Any) -> Machine:
+        if target.kind == "cuda":
+            return Machine(128, 255, 48 * 1024, 256 * 1024, 132, gpu=True)
+        bits = target.vector_bits
+        l1, l2 = _cache_sizes()
+        return Machine(bits, 32 if bits >= 512 else 16, l1, l2, os.cpu_count() or 1)
+
+
+@functools.cache
+def _cache_sizes() -> tuple[int, int]:
+    """L1 data and L2 sizes of this machine (Linux sysfs), or common values."""
+    sizes = {1: 32 * 1024, 2: 512 * 1024}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            path = os.path.join(base, entry)
+            with open(os.path.join(path, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(path, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(path, "size")) as f:
+                text = f.read().strip()
+            if kind == "Instruction" or level not in sizes:
+                continue
+            scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
+            sizes[level] = int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return sizes[1], sizes[2]
+
+
+class AnalyticPolicy:
+    """Answers the sketch rules' decisions from the machine model (decisions.Policy)."""
+
+    def __init__(self, target: Any):
+        self.target = target
+        self.machine = Machine.of(target)
+
+    # -- choices --------------------------------------------------------------------------------
+    def choice(self, key: str, options: Sequence[Any], hint: dict) -> Any:
+        kind = key.split(":", 1)[0]
+        if kind == "inline":  # inline cheap things; compute costly shared ones (and padding) once
+            return False
+        if kind == "cw":
+            return True
+        if kind == "pack":  # rows 2 KiB or more apart alias in L1: copy the panel contiguous
+            return hint.get("row_elements", 0) * 4 >= 2048
+        if kind == "loc":  # rows next to their readers; a padded input whole, before its reader
+            opts = hint.get("options") or []
+            if not opts:
+                return -1
+            return -1 if hint.get("feeds_tiling") and not hint.get("reduction") else 0
+        if kind == "rf":
+            extent, lanes = hint.get("extent", 1), hint.get("lanes", 1)
+            for width in (4 * lanes, 2 * lanes, lanes):
+                if width in options and extent >= 2 * width:
+                    return width
+            return 0
+        if kind == "par":
+            extents = [_extent_of(iv) for iv in hint.get("extents", [])]
+            want = 4 * self.machine.cores
+            for n in range(1, len(extents) + 1):
+                if math.prod(extents[:n]) >= want:
+                    return n
+            return len(extents)
+        if kind == "unroll":
+            return 16 if 16 in options else options[0]
+        if kind in ("threads", "vthread"):
+            return options[len(options) // 2]
+        return None
+
+    # -- tiles ----------------------------------------------------------------------------------
+    def tile(self, key: str, extents: Sequence[int], levels: int, hint: dict) -> Any:
+        kind = key.split(":", 1)[0]
+        if kind == "vec":
+            (extent,) = extents
+            lanes = hint.get("lanes", 1)
+            return [[_fit(extent, 4 * lanes, lanes)]]
+        if kind == "tile" and levels == 4 and not self.machine.gpu:
+            return self.cpu_tiles(hint)
+        if kind == "rtile" and levels == 2 and not self.machine.gpu:
+            return self.cpu_reduce_tiles(hint)
+        if kind == "gtile" and self.machine.gpu:
+            return self.gpu_tiles(extents, levels, hint)
+        if kind == "grtile" and self.machine.gpu:
+            return [[min(e, 8) if e % min(e, 8) == 0 else 1] * (levels - 1) for e in extents]
+        return None
+
+    def cpu_tiles(self, hint: dict) -> list[list[int]]:
+        """S0 S1 S2 S3 per spatial axis: S3 the register tile (rows x vectors), S2 the L2 block."""
+        spatial, lanes, op = hint["spatial"], hint["lanes"], hint["op"]
+        n = len(spatial)
+        row = _row_axis(op)
+        last = spatial[-1]
+        best, best_score = (1, 1), -1.0
+        rows_extent = spatial[row] if row is not None else 1
+        for mr in range(1, min(rows_extent, 14) + 1):
+            for v in range(1, 5):
+                if mr * v + v + 1 > self.machine.registers - 1 or (row is None and mr > 1):
+                    continue
+                nr = min(v * lanes, last)
+                if nr < v * lanes and v > 1:
+                    continue
+                flops_per_load = mr * v / (mr + v)
+                waste = (rows_extent / _round_up(rows_extent, mr)) * (last / _round_up(last, nr))
+                # a tile that does not divide its extent guards every row of the inner loops,
+                # which keeps the accumulators out of registers: worth a weaker micro-kernel
+                uneven = (rows_extent % mr != 0) + (last % nr != 0)
+                score = flops_per_load * waste * 0.6**uneven
+                if score > best_score + 1e-9:
+                    best, best_score = (mr, nr), score
+        mr, nr = best
+        tiles = [[1, 1, 1] for _ in range(n)]
+        tiles[-1][2] = nr
+        l2_floats = self.machine.l2 // 4
+        tiles[-1][1] = _fit_blocks(last, nr, max(1, 256 // nr))
+        if row is not None and row != n - 1:
+            tiles[row][2] = mr
+            block_rows = max(1, min(48, l2_floats // 8 // max(1, tiles[-1][1] * nr)) // mr)
+            tiles[row][1] = _fit_blocks(spatial[row], mr, block_rows)
+        return tiles
+
+    def cpu_reduce_tiles(self, hint: dict) -> list[list[int]]:
+        """R1 per reduction axis: small axes whole, the rest blocked so a B panel fits in L1."""
+        reduce, lanes = hint["reduce"], hint["lanes"]
+        budget = max(1, self.machine.l1 // 2 // (4 * 2 * lanes))  # k steps of a 2-vector panel
+        tiles = []
+        for extent in reversed(reduce):
+            if extent <= 8:
+                inner = extent
+            else:
+                inner = _best_divisor(extent, budget) or min(extent, budget)
+            budget = max(1, budget // inner)
+            tiles.append([inner])
+        return list(reversed(tiles))
+
+    def gpu_tiles(self, extents: Sequence[int], levels: int, hint: dict) -> list[list[int]]:
+        """Per spatial axis: vthread 1, threads ~8-16, register tile 2-4 (SSSSS on GPU)."""
+        out = []
+        for k, extent in enumerate(extents):
+            last = k == len(extents) - 1
+            threads = _best_divisor(extent, 16 if last else 8) or 1
+            reg = _best_divisor(max(1, extent // threads), 4) or 1
+            factors = [1] * (levels - 1)
+            factors[-2 if levels > 2 else -1] = threads
+            if levels > 2:
+                factors[-1] = reg
+            if math.prod(factors) > extent:
+                factors = [1] * (levels - 1)
+            out.append(factors)
+        return out
+
+
+def _extent_of(iv: Any) -> int:
+    value = getattr(getattr(iv, "dom", None), "extent", None)
+    value = getattr(value, "value", None)
+    return value if isinstance(value, int) else 1
+
+
+def _round_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def _fit(extent: int, want: int, step: int) -> int:
+    """A vector-friendly inner extent: `want` (a multiple of `step`) or less, not above extent."""
+    if extent <= want:
+        return extent
+    for size in range(want, step - 1, -step):
+        if extent % size == 0:
+            return size
+    return want
+
+
+def _fit_blocks(extent: int, tile: int, want: int) -> int:
+    """How many `tile`s a block holds: up to `want`, preferring a count that divides evenly."""
+    count = max(1, extent // tile)  # blocks never reach past the extent
+    if count <= want:
+        return count
+    return _best_divisor(count, want) or want
+
+
+def _best_divisor(n: int, at_most: int) -> int | None:
+    """The largest divisor of n not above at_most, if it is at least half of at_most."""
+    good = [d for d in divisors(n) if d <= at_most]
+    best = max(good) if good else None
+    return best if best is not None and best * 2 >= min(at_most, n) else None
+
+
+def _row_axis(op: ComputeOp) -> int | None:
+    """The spatial axis (other than the last) to unroll rows of the register tile along: one along
+    which an operand that is broadcast across the last axis varies, while the vector operand does
+    not (matmul: i, for A[i, k]; conv NCHW: f, for weight[f, ...])."""
+    from tensorforge.te.expr import TensorRead
+
+    spatial = [iv.var for iv in op.axis]
+    if len(spatial) < 2:
+        return None
+    reads = [n for b in op.body for n in walk(b) if isinstance(n, TensorRead)]
+
+    def uses(read: Any, var: Any) -> bool:
+        return any(n is var for index in read.indices for n in walk(index))
+
+    last = spatial[-1]
+    broadcast = [r for r in reads if not uses(r, last)]
+    vector = [r for r in reads if uses(r, last)]
+    for k in range(len(spatial) - 2, -1, -1):
+        var = spatial[k]
+        if any(uses(r, var) for r in broadcast) and not any(uses(r, var) for r in vector):
+            return k
+    return None
+
+
+def first_guess(task: Any) -> Any:
+    """The analytic model's trace for `task` (no measurement)."""
+    decisions = Decisions(0, policy=AnalyticPolicy(task.target_obj))
+    trace, _, _ = task.generate(decisions)
+    return trace

@@ -1,0 +1,303 @@
+"""Evolutionary search over the sketch rules' decisions, ranked by xgboost cost models.
+
+Each batch:
+1. refit two models on every measured schedule (throughput relative to the best): one on the
+   decisions as numbers (cheap for any candidate), one on those plus the lowered IR's features;
+2. evolve a population (the best measured schedules and fresh random ones) for a few
+   generations: children by mutation (one tile size moved between levels, an unroll, parallel,
+   compute-location, rfactor or inlining choice redrawn) or crossover (each stage's decisions from
+   either parent; the rules repair whatever no longer fits), parents drawn by the decision
+   model's score;
+3. lower the best-scored `shortlist` x batch unmeasured children, drop those whose lowered IR
+   equals one already measured or chosen, rank the rest by the IR model;
+4. measure the top of that ranking, plus `epsilon` of the batch drawn at random.
+Before there is anything to learn from, batches are random (the first holds the analytic first
+guess). `model=False` keeps every batch random: the baseline the guided search is compared with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tensorforge.tune.auto.decisions import Decisions, mutate_tile
+from tensorforge.tune.auto.task import ScheduleTrace, SearchTask
+from tensorforge.tune.measure import MeasureResult
+
+
+class EvolutionarySearch:
+    def __init__(
+        self,
+        task: SearchTask,
+        seed: int | None = 0,
+        model: bool = True,
+        population: int = 64,
+        generations: int = 4,
+        mutation_prob: float = 0.85,
+        epsilon: float = 0.1,
+        shortlist: int = 2,
+        first_guess: bool = True,
+    ):
+        self.task = task
+        self.rng = np.random.default_rng(seed)
+        self.use_model = model
+        self.population = population
+        self.generations = generations
+        self.mutation_prob = mutation_prob
+        self.epsilon = epsilon
+        self.shortlist = shortlist
+        self.first_guess = first_guess
+        self.measured: dict[int, float] = {}  # trace index -> seconds (inf for failures)
+        self.ir_seen: set[str] = set()  # lowered-IR hashes measured or chosen
+        self.history: list[tuple[ScheduleTrace, MeasureResult]] = []
+        self.ir_features: dict[int, np.ndarray] = {}  # trace index -> IR features
+        self.schema: dict[str, int] = {}  # decision key -> its width in the feature vector
+        self.best: tuple[float, ScheduleTrace | None] = (math.inf, None)
+        self._models: tuple[Any, Any] | None = None
+        self._fitted_on = 0
+        self._fit_width = 0
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def update(self, traces: Sequence[ScheduleTrace], results: Sequence[MeasureResult]) -> None:
+        for trace, res in zip(traces, results):
+            self.measured[trace.index] = res.cost
+            self.history.append((trace, res))
+            if res.ok and res.cost < self.best[0]:
+                self.best = (res.cost, trace)
+
+    def take_features(self, reported: dict[int, Any]) -> None:
+        """IR features the measurement builds extracted (keyed by trace index)."""
+        for index, feats in reported.items():
+            if feats is not None:
+                self.ir_features[index] = np.asarray(feats, dtype=np.float64)
+
+    # -- candidates -----------------------------------------------------------------------------
+    def _make(self, fixed: dict | None, seed: int | None = None) -> ScheduleTrace | None:
+        rng = np.random.default_rng(seed) if seed is not None else self.rng
+        try:
+            trace, _, _ = self.task.generate(Decisions(rng, fixed))
+        except Exception:  # noqa: BLE001 - a rule that cannot apply: drop the candidate
+            return None
+        return trace
+
+    def random_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
+        out: list[ScheduleTrace] = []
+        if self.first_guess and not self.history and not taken:
+            from tensorforge.tune.auto.analytic import first_guess
+
+            guess = first_guess(self.task)
+            out.append(guess)
+            taken.add(guess.index)
+        for _ in range(20 * n):
+            if len(out) >= n:
+                break
+            trace = self._make(None)
+            if trace is not None and trace.index not in taken and trace.index not in self.measured:
+                out.append(trace)
+                taken.add(trace.index)
+        return out
+
+    def mutate(self, trace: ScheduleTrace) -> ScheduleTrace | None:
+        decisions = dict(trace.decisions)
+        if not decisions:
+            return self._make(None)
+        keys = sorted(decisions)
+        key = keys[int(self.rng.integers(len(keys)))]
+        value = decisions[key]
+        if isinstance(value, list) and value and isinstance(value[0], list):
+            extents = self._extents_of(key, value)
+            decisions[key] = mutate_tile(self.rng, value, extents)
+        else:
+            del decisions[key]  # redrawn by the rules among the options legal now
+        return self._make(decisions)
+
+    def _extents_of(self, key: str, value: list) -> list[int]:
+        extents = getattr(self, "_extents", {}).get(key)
+        if extents is None:
+            extents = _tile_extents(self.task, key)
+            self.__dict__.setdefault("_extents", {})[key] = extents
+        return extents or [max(1, math.prod(f)) for f in value]
+
+    def crossover(self, a: ScheduleTrace, b: ScheduleTrace) -> ScheduleTrace | None:
+        """Each stage's decisions (keys share the stage's name) from one parent or the other."""
+        stages = sorted({k.split(":", 1)[1] for k in (*a.decisions, *b.decisions)})
+        from_b = {st for st in stages if self.rng.random() < 0.5}
+        merged = {}
+        for k, v in a.decisions.items():
+            if k.split(":", 1)[1] not in from_b:
+                merged[k] = v
+        for k, v in b.decisions.items():
+            if k.split(":", 1)[1] in from_b:
+                merged[k] = v
+        return self._make(merged)
+
+    # -- features and models --------------------------------------------------------------------
+    def _grow_schema(self, trace: ScheduleTrace) -> None:
+        for key, value in trace.decisions.items():
+            if key not in self.schema:
+                self.schema[key] = len(_flatten(value))
+
+    def decision_vector(self, trace: ScheduleTrace, width: int) -> np.ndarray:
+        """The decisions as numbers, in schema order, NaN where absent; cut or padded to width."""
+        out: list[float] = []
+        for key, size in self.schema.items():
+            value = trace.decisions.get(key)
+            numbers = _flatten(value) if value is not None else []
+            out.extend((numbers + [math.nan] * size)[:size])
+            if len(out) >= width:
+                break
+        out = (out + [math.nan] * width)[:width]
+        return np.asarray(out, dtype=np.float64)
+
+    def _full_vector(self, trace: ScheduleTrace) -> np.ndarray:
+        return np.concatenate(
+            [self.decision_vector(trace, self._fit_width), self.ir_features[trace.index]]
+        )
+
+    def _fit(self) -> bool:
+        if not self.use_model:
+            return False
+        if self._models is not None and len(self.history) == self._fitted_on:
+            return True
+        best = self.best[0]
+        if not math.isfinite(best):
+            return False
+        ys = np.array([best / r.cost if r.ok else 0.0 for _, r in self.history])
+        if len(np.unique(ys)) < 2:
+            return self._models is not None
+        from tensorforge.tune.tuner.cost_model import XGBCostModel
+
+        for trace, _ in self.history:
+            self._grow_schema(trace)
+        self._fit_width = sum(self.schema.values())
+        seed = int(self.rng.integers(2**31))
+        decision_model = XGBCostModel(seed=seed, num_boost_round=40)
+        xs = np.stack([self.decision_vector(t, self._fit_width) for t, _ in self.history])
+        decision_model.fit(xs, ys)
+        ir_model = None
+        with_ir = [(t, y) for (t, _), y in zip(self.history, ys) if t.index in self.ir_features]
+        if len(with_ir) >= 8 and len({y for _, y in with_ir}) > 1:
+            ir_model = XGBCostModel(seed=seed, num_boost_round=40)
+            ir_model.fit(
+                np.stack([self._full_vector(t) for t, _ in with_ir]),
+                np.array([y for _, y in with_ir]),
+            )
+        self._models = (decision_model, ir_model)
+        self._fitted_on = len(self.history)
+        return True
+
+    def _score(self, traces: Sequence[ScheduleTrace]) -> np.ndarray:
+        assert self._models is not None
+        xs = np.stack([self.decision_vector(t, self._fit_width) for t in traces])
+        return self._models[0].predict(xs)
+
+    # -- proposing ------------------------------------------------------------------------------
+    def next_batch(self, n: int) -> list[ScheduleTrace]:
+        taken = set(self.measured)
+        if not self._fit():
+            return self.random_batch(n, taken)
+        n_random = max(1, int(round(self.epsilon * n))) if self.epsilon > 0 and n >= 4 else 0
+        children = self.evolve()
+        fresh = [c for c in children if c.index not in taken]
+        if not fresh:
+            return self.random_batch(n, taken)
+        scores = self._score(fresh)
+        order = np.argsort(-scores, kind="stable")
+        short = [fresh[k] for k in order[: self.shortlist * (n - n_random)]]
+        picks = self._rank_by_ir(short, n - n_random)
+        for t in picks:
+            taken.add(t.index)
+        return picks + self.random_batch(n - len(picks), taken)
+
+    def evolve(self) -> list[ScheduleTrace]:
+        ranked = sorted((r.cost, t.index, t) for t, r in self.history if r.ok)
+        elite = [t for _, _, t in ranked[: self.population // 2]]
+        population = elite + self.random_batch(self.population - len(elite), set(self.measured))
+        seen = {t.index: t for t in population}
+        for _ in range(self.generations):
+            if not population:
+                break
+            scores = self._score(population)
+            weights = np.exp((scores - scores.max()) * 4.0)
+            weights /= weights.sum()
+            children = []
+            for _ in range(self.population):
+                a = population[int(self.rng.choice(len(population), p=weights))]
+                if self.rng.random() < self.mutation_prob or len(population) < 2:
+                    child = self.mutate(a)
+                else:
+                    b = population[int(self.rng.choice(len(population), p=weights))]
+                    child = self.crossover(a, b)
+                if child is not None and child.index not in seen:
+                    seen[child.index] = child
+                    children.append(child)
+            pool = population + children
+            pool_scores = self._score(pool)
+            keep = np.argsort(-pool_scores, kind="stable")[: self.population]
+            population = [pool[k] for k in keep]
+        return list(seen.values())
+
+    def _rank_by_ir(self, short: list[ScheduleTrace], n: int) -> list[ScheduleTrace]:
+        """Lower the shortlist; drop duplicates of measured IR; rank by the IR model if any."""
+        from tensorforge.tune.tuner.features import ir_features
+
+        kept = []
+        for trace in short:
+            try:
+                func = self.lower(trace)
+            except Exception:  # noqa: BLE001 - a candidate that cannot lower is dropped
+                continue
+            digest = ir_hash(func)
+            if digest in self.ir_seen:
+                continue
+            self.ir_seen.add(digest)
+            try:
+                self.ir_features[trace.index] = np.asarray(ir_features(func), dtype=np.float64)
+            except Exception:  # noqa: BLE001 - the IR model then skips this one
+                pass
+            kept.append(trace)
+        ir_model = self._models[1] if self._models else None
+        if ir_model is not None and kept and all(t.index in self.ir_features for t in kept):
+            scores = ir_model.predict(np.stack([self._full_vector(t) for t in kept]))
+            kept = [kept[k] for k in np.argsort(-scores, kind="stable")]
+        return kept[:n]
+
+    def lower(self, trace: ScheduleTrace) -> Any:
+        import tensorforge as tf
+
+        s, tensors = self.task.instantiate(trace)
+        with self.task.target_obj:
+            return tf.lower(s, tensors, name="main")
+
+
+def ir_hash(func: Any) -> str:
+    return hashlib.sha256(str(func).encode()).hexdigest()
+
+
+def _flatten(value: Any) -> list[float]:
+    if isinstance(value, bool):
+        return [float(value)]
+    if isinstance(value, (int, float)):
+        return [math.log2(1 + value) if value >= 0 else -1.0]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flatten(v)]
+    return [math.nan]
+
+
+def _tile_extents(task: SearchTask, key: str) -> list[int] | None:
+    """The loop extents a tile decision splits (read off the computation by stage key)."""
+    _, stage_key = key.split(":", 1)
+    number = int(stage_key.split(".", 1)[0])
+    s, _ = task.fresh()
+    op = s.stages[number].op
+    ext = lambda iv: getattr(iv.dom.extent, "value", 1)  # noqa: E731
+    kind = key.split(":", 1)[0]
+    if kind in ("rtile", "grtile"):
+        return [ext(iv) for iv in op.reduce_axis]
+    if kind == "vec":
+        return [ext(op.axis[-1])]
+    return [ext(iv) for iv in op.axis]

@@ -1,0 +1,450 @@
+"""Sketch rules: how each stage of a te DAG is scheduled, from its computation alone.
+
+`generate(s, target, decisions)` walks the stages consumers-first and applies one rule per stage,
+recording every primitive call (trace.Recorder). The rules, after Ansor's:
+
+- an injective (element-wise, broadcast) stage that is not an output is inlined into its
+  consumers; where it is costly (it calls exp, erf...) and read by several stages, or feeds a tiled
+  reduction, inlining is a decision and the alternative is a compute location;
+- a reduction with data reuse (an input read without some spatial axis: matmul, conv) gets
+  multi-level tiling: `SSRSRS` on CPU, `SSSRRSRS` on GPU. Its single element-wise consumer, if
+  any, is tiled with the outer levels and the reduction computed inside it (consumer fusion);
+  otherwise a `cache_write` stage plays that part (a decision on CPU, always on GPU);
+- a reduction without reuse (row max, row sum) is reduced in vector partials (`rfactor`) or
+  plainly (a decision; on GPU across threads), at a compute location inside its consumer;
+- the remaining root stages (outputs, kept intermediates) get fused parallel outer loops and a
+  vectorized inner loop (CPU), or blocks and threads (GPU);
+- annotation: tile sizes, the parallel extent, vectorization, unrolling, thread binding, all
+  decisions (decisions.py), so that every schedule drawn is legal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tensorforge.te.expr import Call, TensorRead
+from tensorforge.te.tensor import ComputeOp, IterKind, PlaceholderOp
+from tensorforge.te.visit import walk
+from tensorforge.tune.auto.decisions import Decisions
+from tensorforge.tune.auto.trace import Recorder
+
+UNROLL_STEPS = (0, 16, 64, 512)  # auto_unroll_max_step choices (Ansor's CPU set)
+
+
+# -- analysis of the computation ------------------------------------------------------------------
+
+
+def is_injective(op: Any) -> bool:
+    return isinstance(op, ComputeOp) and not op.is_reduction and op.num_outputs == 1
+
+
+def _reads(op: Any) -> list[TensorRead]:
+    return [n for b in op.body for n in walk(b) if isinstance(n, TensorRead)]
+
+
+def has_reuse(op: Any) -> bool:
+    """A reduction some of whose inputs are read without one of its spatial axes (each element
+    of them then serves several outputs: tiling pays)."""
+    if not (isinstance(op, ComputeOp) and op.is_reduction):
+        return False
+    spatial = {iv.var for iv in op.axis}
+    for read in _reads(op):
+        used = {n for index in read.indices for n in walk(index) if n in spatial}
+        if spatial - used:
+            return True
+    return False
+
+
+def is_costly(op: Any) -> bool:
+    """Calls a math function (exp, erf, ...): recomputing it in every reader is not free."""
+    return any(isinstance(n, Call) for b in op.body for n in walk(b))
+
+
+def reads_elementwise(consumer: Any, producer: Any) -> bool:
+    """Does `consumer` read `producer` only at its own indices (same shape, no broadcast)?"""
+    own = tuple(iv.var for iv in consumer.axis)
+    reads = [r for r in _reads(consumer) if r.tensor.op is producer]
+    return bool(reads) and all(
+        len(r.indices) == len(own) and all(a is b for a, b in zip(r.indices, own)) for r in reads
+    )
+
+
+def _extent(iv: Any) -> int:
+    value = getattr(iv.dom.extent, "value", None)
+    return value if isinstance(value, int) else 1
+
+
+def _extent_of_dim(t: Any, dim: int) -> int:
+    value = getattr(t.shape[dim], "value", None)
+    return value if isinstance(value, int) else 1
+
+
+# -- the plan: which rule each stage gets ----------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    keys: dict[int, str] = field(default_factory=dict)  # id(op) -> decision key prefix
+    inline: set[int] = field(default_factory=set)
+    fused_into: dict[int, Any] = field(default_factory=dict)  # id(reduction op) -> consumer op
+    fused_consumers: set[int] = field(default_factory=set)
+
+
+def _plan(s: Any, d: Decisions) -> Plan:
+    plan = Plan()
+    ops = [st.op for st in s.stages]
+    for k, op in enumerate(ops):
+        plan.keys[id(op)] = f"{k}.{op.name}"
+    readers: dict[int, list[Any]] = {id(op): [] for op in ops}
+    for op in ops:
+        for t in op.input_tensors:
+            if op not in readers[id(t.op)]:
+                readers[id(t.op)].append(op)
+    outputs = {id(op) for op in s.outputs}
+    for op in reversed(ops):  # consumers first
+        if not is_injective(op) or id(op) in outputs or not readers[id(op)]:
+            continue
+        key = plan.keys[id(op)]
+        feeds_tiling = any(has_reuse(r) for r in readers[id(op)])
+        if (is_costly(op) and len(readers[id(op)]) > 1) or feeds_tiling:
+            if d.choice(f"inline:{key}", [True, False], {"op": op}):
+                plan.inline.add(id(op))
+        else:
+            plan.inline.add(id(op))
+
+    def effective_readers(op: Any) -> list[Any]:
+        out = []
+        for r in readers[id(op)]:
+            more = effective_readers(r) if id(r) in plan.inline else [r]
+            out.extend(x for x in more if x not in out)
+        return out
+
+    def elementwise_chain(consumer: Any, producer: Any) -> bool:
+        """`consumer` reads `producer` element for element, through inlined stages."""
+        for t in {id(t.op): t.op for t in consumer.input_tensors}.values():
+            if t is producer:
+                if not reads_elementwise(consumer, producer):
+                    return False
+            elif id(t) in plan.inline and _depends_on(t, producer):
+                if not (reads_elementwise(consumer, t) and elementwise_chain(t, producer)):
+                    return False
+        return True
+
+    for op in ops:
+        if not has_reuse(op) or op.num_outputs != 1:
+            continue
+        users = effective_readers(op)
+        if len(users) != 1:
+            continue
+        user = users[0]
+        if (
+            is_injective(user)
+            and (id(user) in outputs or id(user) not in plan.inline)
+            and id(user) not in plan.fused_consumers
+            and [_extent(iv) for iv in user.axis] == [_extent(iv) for iv in op.axis]
+            and elementwise_chain(user, op)
+        ):
+            plan.fused_into[id(op)] = user
+            plan.fused_consumers.add(id(user))
+    return plan
+
+
+def _depends_on(op: Any, producer: Any) -> bool:
+    stack, seen = [op], set()
+    while stack:
+        x = stack.pop()
+        if x is producer:
+            return True
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        stack.extend(t.op for t in x.input_tensors)
+    return False
+
+
+# -- applying the rules ----------------------------------------------------------------------------
+
+
+class SketchBuilder:
+    """Applies the rules of one target kind to a fresh schedule, drawing from `decisions`."""
+
+    def __init__(self, s: Any, target: Any, decisions: Decisions):
+        self.s = s
+        self.target = target
+        self.d = decisions
+        self.rec = Recorder(s)
+        self.gpu = target.kind == "cuda"
+        self.plan = _plan(s, decisions)
+
+    def key(self, op: Any) -> str:
+        return self.plan.keys[id(op)]
+
+    def lanes(self, stage: Any) -> int:
+        return self.target.vector_lanes(stage.op.output(0).dtype)
+
+    def run(self) -> list:
+        original = list(self.s.stages)
+        for stage in reversed(original):
+            op = stage.op
+            if isinstance(op, PlaceholderOp) or id(op) in self.plan.fused_consumers:
+                continue
+            if id(op) in self.plan.inline:
+                self.rec.compute_inline(stage)
+            elif has_reuse(op) and op.num_outputs == 1:
+                self.multi_level_tiling(stage)
+            elif isinstance(op, ComputeOp) and op.is_reduction:
+                self.simple_reduction(stage)
+            elif isinstance(op, ComputeOp):
+                self.elementwise(stage)
+        return self.rec.steps
+
+    # -- placement ------------------------------------------------------------------------------
+    def is_placed(self, stage: Any) -> bool:
+        return stage.is_output or not self.s.consumers_of(stage)
+
+    def locate(self, stages: list[Any], key: str) -> bool:
+        """Choose where `stages` (a stage and the partial stages feeding it) are computed: at
+        root, or inside a loop of the stage their consumers live in. True if attached."""
+        main = stages[-1]
+        if self.is_placed(main):
+            return False
+        options = self.location_options(main)
+        hint = {
+            "options": options,
+            "reduction": main.op.is_reduction,
+            "feeds_tiling": any(has_reuse(c.op) for c in self.s.consumers_of(main)),
+        }
+        choice = self.d.choice(f"loc:{key}", list(range(-1, len(options))), hint)
+        if choice < 0:
+            return False
+        target, axis = options[choice]
+        for st in reversed(stages):  # the final stage first: then the partials' reader is inside
+            self.rec.compute_at(st, target, axis)
+        return True
+
+    def location_options(self, stage: Any) -> list[tuple[Any, Any]]:
+        """(stage, loop) pairs `stage` may be computed at: the loops of the root stage holding
+        all its consumers, outside where any of them is attached, and not vectorized or bound
+        to threads; and likewise the loops of a single consumer itself."""
+        consumers = self.s.consumers_of(stage)
+        roots = {id(self._root_of(c)): self._root_of(c) for c in consumers}
+        if len(roots) != 1:
+            return []
+        targets = [next(iter(roots.values()))]
+        if len(consumers) == 1 and consumers[0] is not targets[0]:
+            targets.append(consumers[0])
+        options = []
+        for target in targets:
+            limit = len(target.leaf_iter_vars)
+            for c in consumers:
+                child = self._child_of(c, target)
+                if child is not None and child is not target and child.attach_ivar is not None:
+                    limit = min(limit, target.leaf_iter_vars.index(child.attach_ivar) + 1)
+            for iv in target.leaf_iter_vars[:limit]:
+                attr = target.iter_attrs.get(iv)
+                kind = attr.kind.value if attr is not None else "serial"
+                if kind in ("vectorized", "thread_binding") or iv.kind is IterKind.REDUCE:
+                    break
+                options.append((target, iv))
+        return options
+
+    @staticmethod
+    def _root_of(stage: Any) -> Any:
+        while stage.attach_type == "scope":
+            stage = stage.attach_stage
+        return stage
+
+    @staticmethod
+    def _child_of(stage: Any, target: Any) -> Any:
+        """`stage` or its ancestor attached directly inside `target` (None if not inside it)."""
+        while stage is not None and stage is not target:
+            if stage.attach_stage is target:
+                return stage
+            stage = stage.attach_stage
+        return stage
+
+    # -- rules ----------------------------------------------------------------------------------
+    def elementwise(self, stage: Any) -> None:
+        key = self.key(stage.op)
+        attached = self.locate([stage], key)
+        axes = list(stage.leaf_iter_vars)
+        if self.gpu:
+            if not attached:
+                self.gpu_elementwise(stage, key, axes)
+            return
+        lanes = self.lanes(stage)
+        extent = _extent(axes[-1])
+        ((vec,),) = self.d.tile(f"vec:{key}", [extent], 2, {"role": "vector", "lanes": lanes})
+        if vec > 1:
+            _, inner = self.rec.split(stage, axes[-1], vec)
+            self.rec.annotate("vectorize", stage, inner)
+        if not attached:
+            self.parallel_outer(stage, key, axes[:-1] if len(axes) > 1 else [])
+
+    def parallel_outer(self, stage: Any, key: str, axes: list[Any]) -> None:
+        """Fuse the leading `n` of `axes` (a decision) and run that loop in parallel."""
+        if not axes:
+            return
+        n = self.d.choice(f"par:{key}", list(range(len(axes) + 1)), {"extents": axes})
+        if n > 0:
+            fused = self.rec.fuse(stage, axes[:n])
+            self.rec.annotate("parallel", stage, fused)
+
+    def simple_reduction(self, stage: Any) -> None:
+        """A reduction without reuse: vector partials via rfactor (a decision), then placed."""
+        key = self.key(stage.op)
+        op = stage.op
+        stages = [stage]
+        red = op.reduce_axis[-1]
+        lanes = self.lanes(stage)
+        if self.gpu:
+            self.gpu_reduction(stage, key)
+            return
+        width = self.d.choice(
+            f"rf:{key}", [0, lanes, 2 * lanes, 4 * lanes], {"extent": _extent(red), "lanes": lanes}
+        )
+        if width and _extent(red) >= width and op.num_outputs == 1:
+            _, ki = self.rec.split(stage, red, width)
+            partial = self.rec.rfactor(stage, ki, len(op.axis))
+            *data, lane = partial.leaf_iter_vars[: len(partial.op.axis)]
+            reduce_leaves = partial.leaf_iter_vars[len(partial.op.axis) :]
+            acc, vec = self.rec.split(partial, lane, lanes)
+            self.rec.reorder(partial, [*data, *reduce_leaves, acc, vec])
+            if width > lanes:
+                self.rec.annotate("unroll", partial, acc)
+            self.rec.annotate("vectorize", partial, vec)
+            stages = [partial, stage]
+        if not self.locate(stages, key) and len(stages) == 2:
+            final = stages[1]
+            spatial = [iv for iv in final.leaf_iter_vars if iv.kind is not IterKind.REDUCE]
+            if spatial:
+                self.rec.compute_at(stages[0], final, spatial[-1])
+                self.parallel_outer(final, key, spatial[:1])
+        elif len(stages) == 1 and self.is_placed(stage):
+            spatial = [iv for iv in stage.leaf_iter_vars if iv.kind is not IterKind.REDUCE]
+            self.parallel_outer(stage, key, spatial[:1])
+
+    def multi_level_tiling(self, stage: Any) -> None:
+        """SSRSRS (CPU) / SSSRRSRS (GPU) tiling, with a fused consumer or a cache_write stage
+        holding the outer spatial levels."""
+        op = stage.op
+        key = self.key(op)
+        if self.gpu:
+            self.gpu_tiling(stage, key)
+            return
+        consumer = self.plan.fused_into.get(id(op))
+        outer = None
+        inner = stage
+        if consumer is not None:
+            outer = self.s[consumer]
+        elif self.d.choice(f"cw:{key}", [True, False], {}):
+            inner = self.rec.cache_write(stage, "local")
+            outer = stage
+        spatial = [_extent(iv) for iv in op.axis]
+        reduce = [_extent(iv) for iv in op.reduce_axis]
+        lanes = self.lanes(stage)
+        hint = {"spatial": spatial, "reduce": reduce, "lanes": lanes, "op": op}
+        s_tiles = self.d.tile(f"tile:{key}", spatial, 4, hint)
+        r_tiles = self.d.tile(f"rtile:{key}", reduce, 2, hint)
+        unroll = self.d.choice(f"unroll:{key}", list(UNROLL_STEPS), hint)
+        sp_axes = list(inner.leaf_iter_vars[: len(op.axis)])
+        red_axes = list(inner.leaf_iter_vars[len(op.axis) :])
+        if outer is not None:
+            o_axes = list(outer.leaf_iter_vars[: len(op.axis)])
+            levels = [
+                self.rec.split_many(outer, a, [t[0], t[1] * t[2]]) for a, t in zip(o_axes, s_tiles)
+            ]
+            self.rec.reorder(outer, [lv[k] for k in range(3) for lv in levels])
+            self.parallel_outer(outer, key, [lv[0] for lv in levels])
+            if levels[-1][2] is not levels[-1][1] and s_tiles[-1][1] * s_tiles[-1][2] > 1:
+                self.rec.annotate("vectorize", outer, levels[-1][2])
+            self.rec.compute_at(inner, outer, levels[-1][1])
+            s_levels = [self.rec.split_many(inner, a, [t[2]]) for a, t in zip(sp_axes, s_tiles)]
+            r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]
+            packable = self.packable(op) if r_levels else []
+            rows = max((_extent_of_dim(t, -1) for t in packable), default=0)
+            pack = bool(packable) and self.d.choice(
+                f"pack:{key}", [False, True], {**hint, "row_elements": rows}
+            )
+            s2 = [lv[0] for lv in s_levels]
+            if pack:  # the last axis's block loop first: its packed panel serves the others
+                s2 = s2[-1:] + s2[:-1]
+            order = [lv[0] for lv in r_levels] + s2
+            order += [lv[1] for lv in r_levels] + [lv[1] for lv in s_levels]
+            self.rec.reorder(inner, order)
+            if pack:
+                self.pack(inner, packable, s2[0])
+            innermost = [lv[1] for lv in s_levels]
+        else:
+            s_levels = [self.rec.split_many(inner, a, t) for a, t in zip(sp_axes, s_tiles)]
+            r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]
+            order = (
+                [lv[0] for lv in s_levels]
+                + [lv[1] for lv in s_levels]
+                + [lv[0] for lv in r_levels]
+                + [lv[2] for lv in s_levels]
+                + [lv[1] for lv in r_levels]
+                + [lv[3] for lv in s_levels]
+            )
+            self.rec.reorder(inner, order)
+            if self.is_placed(inner):
+                self.parallel_outer(inner, key, [lv[0] for lv in s_levels])
+            else:
+                self.locate([inner], key)
+            innermost = [lv[3] for lv in s_levels]
+        if s_tiles[-1][-1] > 1:
+            self.rec.annotate("vectorize", inner, innermost[-1])
+        for iv, t in zip(innermost[:-1], s_tiles[:-1]):
+            if 1 < t[-1] <= 16:
+                self.rec.annotate("unroll", inner, iv)
+        if unroll:
+            first = inner.leaf_iter_vars[0]
+            self.rec.pragma(inner, first, "auto_unroll_max_step", unroll)
+
+    def packable(self, op: Any) -> list[Any]:
+        """Inputs of a tiled reduction read as vectors along its last axis but not along some
+        other spatial axis (matmul's B): worth copying, block by block, into a contiguous panel
+        (their rows may be far apart in memory, thrashing a cache set per row)."""
+        spatial = [iv.var for iv in op.axis]
+        out = []
+        for t in {id(t.op): t for t in op.input_tensors}.values():
+            reads = [r for r in _reads(op) if r.tensor.op is t.op]
+            last_index = [r.indices[-1] for r in reads if r.indices]
+            uses_last = all(any(n is spatial[-1] for n in walk(i)) for i in last_index)
+            used = {n for r in reads for index in r.indices for n in walk(index) if n in spatial}
+            inlined = t.op in self.s and self.s[t].attach_type == "inline"
+            if reads and last_index and uses_last and set(spatial) - used and not inlined:
+                out.append(t)
+        return out
+
+    def pack(self, inner: Any, tensors: list[Any], loop: Any) -> None:
+        """cache_read each of `tensors` for `inner` into a local panel filled at `loop`."""
+        for t in tensors:
+            source = self.s[t]
+            cache = self.rec.cache_read(source, "local", [inner])
+            self.rec.compute_at(cache, inner, loop)
+            axes = cache.leaf_iter_vars
+            if axes:
+                self.rec.annotate("vectorize", cache, axes[-1])
+
+    # -- GPU rules (sketch_gpu.py) ----------------------------------------------------------------
+    def gpu_elementwise(self, stage: Any, key: str, axes: list[Any]) -> None:
+        from tensorforge.tune.auto.sketch_gpu import gpu_elementwise
+
+        gpu_elementwise(self, stage, key, axes)
+
+    def gpu_reduction(self, stage: Any, key: str) -> None:
+        from tensorforge.tune.auto.sketch_gpu import gpu_reduction
+
+        gpu_reduction(self, stage, key)
+
+    def gpu_tiling(self, stage: Any, key: str) -> None:
+        from tensorforge.tune.auto.sketch_gpu import gpu_tiling
+
+        gpu_tiling(self, stage, key)
+
+
+def generate(s: Any, target: Any, decisions: Decisions) -> list:
+    """Apply the sketch rules to the fresh schedule `s`; returns the steps (s is scheduled)."""
+    return SketchBuilder(s, target, decisions).run()

@@ -1,0 +1,176 @@
+"""The tuning loop of one SearchTask: batches from the search, measured in isolated processes,
+logged as they land, resumable from the log, interruptible with Ctrl-C."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tensorforge.tune.auto.search import EvolutionarySearch, ir_hash
+from tensorforge.tune.auto.task import ScheduleTrace, SearchTask
+from tensorforge.tune.measure import MeasureInput, MeasureOption, Measurer, MeasureResult
+from tensorforge.tune.records import Record, load_records
+from tensorforge.tune.template import TuneError
+
+logger = logging.getLogger("tensorforge.tune")
+
+
+def build_report(func: Any) -> tuple[str, Any]:
+    """What each candidate's build reports: its lowered IR's hash and features."""
+    from tensorforge.tune.tuner.features import ir_features
+
+    try:
+        feats = ir_features(func)
+    except Exception:  # noqa: BLE001 - features are optional
+        feats = None
+    return ir_hash(func), feats
+
+
+def task_records(task: SearchTask, log: str | os.PathLike | None) -> list[Record]:
+    """The log's records of this task (same workload, arguments, computation and target)."""
+    if log is None or not os.path.exists(log):
+        return []
+    return [r for r in load_records(log) if r.key == task.key]
+
+
+def best_record(task: SearchTask, log: str | os.PathLike) -> Record:
+    records = [r for r in task_records(task, log) if r.result.ok]
+    if not records:
+        why = "no successful record" if os.path.exists(log) else "the log does not exist"
+        raise TuneError(f"{task}: {why} in {os.fspath(log)!r}; tune first (task.tune(...))")
+    return min(records, key=lambda r: r.cost)
+
+
+class TaskTuner:
+    """Tunes one task: keeps the search state between calls (the task scheduler calls it in
+    slices)."""
+
+    def __init__(
+        self,
+        task: SearchTask,
+        seed: int | None = 0,
+        model: bool = True,
+        batch_size: int = 16,
+        **search_options: Any,
+    ):
+        self.task = task
+        self.search = EvolutionarySearch(task, seed=seed, model=model, **search_options)
+        self.batch_size = batch_size
+        self.trials = 0
+        self.time_total = 0.0
+        self.time_measure = 0.0
+        self._loaded: set[str] = set()
+        self.interrupted = False  # Ctrl-C stopped the last run
+
+    @property
+    def best_cost(self) -> float:
+        return self.search.best[0]
+
+    @property
+    def best_trace(self) -> ScheduleTrace | None:
+        return self.search.best[1]
+
+    def resume(self, log: str | os.PathLike | None) -> int:
+        """Feed the log's records of this task to the search (each once); returns how many."""
+        if log is None or os.fspath(log) in self._loaded:
+            return 0
+        self._loaded.add(os.fspath(log))
+        traces, results = [], []
+        for rec in task_records(self.task, log):
+            try:
+                trace = ScheduleTrace.from_json(rec.config)
+            except (KeyError, TypeError, ValueError):
+                continue
+            if trace.index not in self.search.measured:
+                traces.append(trace)
+                results.append(rec.result)
+        self.search.update(traces, results)
+        return len(traces)
+
+    def run(
+        self,
+        trials: int,
+        option: MeasureOption,
+        callbacks: Sequence[Callable[..., Any]] = (),
+    ) -> int:
+        """Measure up to `trials` new schedules; returns how many were measured."""
+        measurer = Measurer(self.task, option, build_report)
+        done = 0
+        start = time.perf_counter()
+        try:
+            while done < trials:
+                batch = self.search.next_batch(min(self.batch_size, trials - done))
+                if not batch:
+                    break
+                inputs = [MeasureInput(self.task, t) for t in batch]
+
+                def report(position: int, result: MeasureResult, inputs=inputs) -> None:
+                    for callback in callbacks:
+                        callback(self, [inputs[position]], [result])
+
+                t0 = time.perf_counter()
+                results = measurer.measure(batch, report)
+                self.time_measure += time.perf_counter() - t0
+                for trace, reported in [(t, measurer.features.pop(t.index, None)) for t in batch]:
+                    if reported is not None:
+                        digest, feats = reported
+                        self.search.ir_seen.add(digest)
+                        self.search.take_features({trace.index: feats})
+                self.search.update(batch, results)
+                done += len(batch)
+                self.trials += len(batch)
+        finally:
+            self.time_total += time.perf_counter() - start
+        return done
+
+    @property
+    def measure_fraction(self) -> float:
+        return self.time_measure / self.time_total if self.time_total else 0.0
+
+
+def tune(
+    task: SearchTask,
+    trials: int,
+    log: str | os.PathLike | None = None,
+    seed: int | None = 0,
+    measure_option: MeasureOption | None = None,
+    progress: bool = True,
+    model: bool = True,
+    tuner: TaskTuner | None = None,
+) -> TaskTuner:
+    """Tune `task` for `trials` more measurements (see SearchTask.tune)."""
+    from tensorforge.tune.callbacks import log_to_file, progress_bar
+    from tensorforge.tune.measure import measure_option as make_option
+
+    option = measure_option or make_option(number=3, repeat=3, timeout=20)
+    tuner = tuner or TaskTuner(task, seed=seed, model=model)
+    resumed = tuner.resume(log)
+    if resumed:
+        logger.info("%s: resumed from %d logged trials", task, resumed)
+    callbacks: list[Any] = []
+    if log is not None:
+        callbacks.append(log_to_file(log))
+    if progress:
+        callbacks.append(progress_bar(total=trials, prefix=f"{task.workload_name} "))
+    try:
+        tuner.run(trials, option, callbacks)
+    except KeyboardInterrupt:
+        tuner.interrupted = True
+        where = f"{os.fspath(log)!r}; run again with the same log to resume" if log else "no log"
+        print(
+            f"\ninterrupted after {tuner.trials} trials: every measured trial is in {where}",
+            file=sys.stderr,
+        )
+    finally:
+        for callback in callbacks:
+            close = getattr(callback, "close", None)
+            if close is not None:
+                close()
+    if math.isfinite(tuner.best_cost):
+        logger.info("%s: best %.3g ms", task, tuner.best_cost * 1e3)
+    return tuner

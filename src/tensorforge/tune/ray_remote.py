@@ -1,0 +1,345 @@
+"""What runs on a Ray cluster's workers: builds anywhere, measurements on the device's own actor.
+
+Nothing here imports ray at module level; `ray_runner` wraps these functions as Ray tasks and
+actors. Each build and each measurement runs in a child process of the Ray worker
+(`workers.call_in_child`), so a kernel that crashes or hangs costs one trial, not the worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from tensorforge.tune.measure import (
+    InstantiationError,
+    MeasureErrorNo,
+    WrongAnswer,
+    check_outputs,
+    default_builder,
+    make_host_arrays,
+    to_numpy,
+)
+from tensorforge.tune.template import ArgSpec, Task, get_template, template
+from tensorforge.tune.workers import call_in_child, format_exception
+
+
+def target_resource(target: str) -> str:
+    """The Ray custom resource a node offers when it can measure for `target` (one per device).
+
+    Ray resource names cannot hold the commas and spaces of a full target string, so the name is
+    the kind and a hash of the full string: `tensorforge:llvm:3f2a...`. `tensorforge ray-resources`
+    prints the names (and the target strings they stand for) a machine should offer.
+    """
+    kind = target.split()[0] if target.strip() else "llvm"
+    digest = hashlib.sha1(target.encode()).hexdigest()[:16]
+    return f"tensorforge:{kind}:{digest}"
+
+
+# -- tasks travel as specs: template by name, or by value when the worker cannot import it -------
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A picklable recipe for a Task on another machine."""
+
+    name: str
+    args: tuple
+    target: str
+    module: str | None
+    template_by_value: bytes | None = field(default=None, repr=False)
+
+    @staticmethod
+    def of(task: Task) -> TaskSpec:
+        from ray import cloudpickle
+
+        func = task.template.func
+        module = getattr(func, "__module__", None)
+        by_value = None
+        if not (module or "").startswith("tensorforge."):
+            # A template from a script, a notebook or a test module: the worker may not be able
+            # to import it, so its code travels along.
+            owner = sys.modules.get(module or "")
+            registered = False
+            if owner is not None and module != "__main__":
+                try:
+                    cloudpickle.register_pickle_by_value(owner)
+                    registered = True
+                except ValueError:
+                    registered = False
+            try:
+                by_value = cloudpickle.dumps(func)
+            finally:
+                if registered:
+                    cloudpickle.unregister_pickle_by_value(owner)
+        return TaskSpec(task.name, tuple(task.args), task.target, module, by_value)
+
+    def task(self) -> Task:
+        cached = _TASKS.get(self)
+        if cached is None:
+            cached = _TASKS[self] = Task(self._template(), self.args, self.target)
+        return cached
+
+    def _template(self) -> Any:
+        from tensorforge.tune.template import _TEMPLATES, _template_by_name
+
+        if self.template_by_value is None:
+            return _template_by_name(self.name, self.module)
+        if self.name not in _TEMPLATES:
+            from ray import cloudpickle
+
+            template(self.name)(cloudpickle.loads(self.template_by_value))
+        return get_template(self.name)
+
+
+_TASKS: dict[TaskSpec, Task] = {}
+
+
+# -- builds ------------------------------------------------------------------------------------------
+
+
+def _build_in_child(spec: TaskSpec, config_index: int, feature_fn: Any) -> dict:
+    os.environ["TENSORFORGE_CACHE"] = "0"
+    task = spec.task()
+    start = time.perf_counter()
+    try:
+        mod, features = default_builder(task, task.config_space.get(config_index), feature_fn)
+    except InstantiationError as e:
+        return _error(MeasureErrorNo.INSTANTIATION_ERROR, str(e))
+    except Exception as e:  # noqa: BLE001 - any compiler failure is this candidate's result
+        return _error(MeasureErrorNo.COMPILE_ERROR, format_exception(e))
+    with tempfile.TemporaryDirectory(prefix="tf-ray-build-") as tmp:
+        path = os.path.join(tmp, "kernel.tflib")
+        mod.export_library(path)
+        with open(path, "rb") as f:
+            blob = f.read()
+    return {
+        "status": "built",
+        "artifact": blob,
+        "features": features,
+        "build_cost": time.perf_counter() - start,
+        "host": socket.gethostname(),
+    }
+
+
+def build_candidate(spec: TaskSpec, config_index: int, feature_fn: Any, timeout: float) -> dict:
+    """Build one config into an exported module (bytes) in a child process; never raises."""
+    start = time.perf_counter()
+    try:
+        return call_in_child(partial(_build_in_child, spec, config_index, feature_fn), timeout)
+    except TimeoutError:
+        return _error(
+            MeasureErrorNo.BUILD_TIMEOUT,
+            f"building took longer than the timeout of {timeout} s",
+            time.perf_counter() - start,
+        )
+    except RuntimeError as e:  # the child died (a signal) or could not report
+        return _error(MeasureErrorNo.CRASH, str(e), time.perf_counter() - start)
+
+
+def _error(error_no: int, message: str, build_cost: float = 0.0) -> dict:
+    return {
+        "status": "error",
+        "error_no": int(error_no),
+        "error_msg": message,
+        "build_cost": build_cost,
+    }
+
+
+# -- measurement ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How an actor times a kernel: warm-up, then repeats until the spread is small enough."""
+
+    number: int = 5
+    min_repeat: int = 3
+    max_repeat: int = 20
+    min_repeat_ms: float = 0.0
+    cv_threshold: float = 0.03  # coefficient of variation (stdev / mean) to stop at
+    warmup: int = 1
+
+
+def coefficient_of_variation(costs: list[float]) -> float:
+    if len(costs) < 2:
+        return math.inf
+    mean = statistics.fmean(costs)
+    return statistics.stdev(costs) / mean if mean > 0 else math.inf
+
+
+def _load_artifact(blob: bytes) -> Any:
+    from tensorforge.runtime.export import load_module
+
+    handle, path = tempfile.mkstemp(prefix="tf-ray-kernel-", suffix=".tflib")
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(blob)
+        return load_module(path)
+    finally:
+        os.unlink(path)
+
+
+def _device_arrays(target_kind: str, host: list[np.ndarray]) -> tuple[Any, list[Any]]:
+    import tensorforge as tf
+
+    dev = tf.cuda(0) if target_kind == "cuda" else tf.cpu(0)
+    return dev, [tf.nd.array(a, dev) for a in host]
+
+
+def _measure_in_child(
+    blob: bytes,
+    specs: tuple[ArgSpec, ...],
+    target_kind: str,
+    protocol: Protocol,
+    reference: Any,
+    want_outputs: bool,
+) -> dict:
+    mod = _load_artifact(blob)
+    dev, arrays = _device_arrays(target_kind, make_host_arrays(specs))
+    if reference is not None or want_outputs:
+        mod(*arrays)
+        outputs = [np.array(to_numpy(a)) for s, a in zip(specs, arrays) if s.is_output]
+        if want_outputs:
+            return {"status": "outputs", "outputs": outputs}
+        check_outputs(specs, [to_numpy(a) for a in arrays], reference)
+    entry = getattr(mod, "entry_name", None) or "main"
+    timer = mod.time_evaluator(
+        entry, dev, number=protocol.number, repeat=1, min_repeat_ms=protocol.min_repeat_ms
+    )
+    for _ in range(protocol.warmup):
+        timer(*arrays)
+    costs: list[float] = []
+    while len(costs) < protocol.max_repeat:
+        costs.append(float(timer(*arrays).results[0]))
+        if (
+            len(costs) >= protocol.min_repeat
+            and coefficient_of_variation(costs) <= protocol.cv_threshold
+        ):
+            break
+    return {"status": "ran", "costs": costs, "cv": coefficient_of_variation(costs)}
+
+
+def device_facts(target_kind: str) -> dict:
+    """The measuring device's name and clocks where readable (recorded with every result)."""
+    facts: dict[str, Any] = {"host": socket.gethostname()}
+    if target_kind == "cuda":
+        facts.update(_cuda_facts())
+    else:
+        facts["device"] = _cpu_name()
+        mhz = _cpu_mhz()
+        if mhz:
+            facts["clock_mhz"] = mhz
+    return facts
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_mhz() -> float | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            values = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
+    except (OSError, ValueError):
+        return None
+    return round(statistics.fmean(values), 1) if values else None
+
+
+def _cuda_facts() -> dict:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
+    query = "name,clocks.sm,clocks.mem,clocks.max.sm"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", visible],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        name, sm, mem, max_sm = (part.strip() for part in out.splitlines()[0].split(","))
+        return {
+            "device": name,
+            "gpu_index": visible,
+            "clock_sm_mhz": float(sm),
+            "clock_mem_mhz": float(mem),
+            "clock_sm_max_mhz": float(max_sm),
+        }
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {"device": "cuda", "gpu_index": visible}
+
+
+class MeasureActorBody:
+    """One per device: measurements on it run one at a time (Ray actors run calls in order)."""
+
+    def __init__(self, target: str):
+        self.target = target
+        self.kind = target.split()[0]
+
+    def where(self) -> dict:
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+    def measure(
+        self,
+        blob: bytes,
+        specs: tuple[ArgSpec, ...],
+        protocol: Protocol,
+        timeout: float,
+        reference: Any = None,
+        want_outputs: bool = False,
+    ) -> dict:
+        """Time one built kernel (or, with `want_outputs`, return its outputs); never raises."""
+        import ray
+
+        method = "forkserver" if self.kind == "cuda" else "fork"
+        start = time.perf_counter()
+        meta = {
+            **device_facts(self.kind),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "worker_pid": os.getpid(),
+        }
+        job = partial(_measure_in_child, blob, specs, self.kind, protocol, reference, want_outputs)
+        try:
+            out = call_in_child(job, timeout, method=method)
+        except TimeoutError:
+            out = {
+                "status": "error",
+                "error_no": int(MeasureErrorNo.RUN_TIMEOUT),
+                "error_msg": f"running took longer than the timeout of {timeout} s",
+            }
+        except RuntimeError as e:
+            message = str(e)
+            error_no = (
+                MeasureErrorNo.WRONG_ANSWER
+                if WrongAnswer.__name__ in message
+                else (
+                    MeasureErrorNo.CRASH
+                    if "crashed with" in message or "exited with status" in message
+                    else MeasureErrorNo.RUNTIME_ERROR
+                )
+            )
+            out = {"status": "error", "error_no": int(error_no), "error_msg": message}
+        out["meta"] = meta
+        out["run_cost"] = time.perf_counter() - start
+        return out

@@ -1,0 +1,52 @@
+"""Small models end to end through torch.compile(backend=tensorforge), against eager torch."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensorforge.graph import backend  # noqa: E402
+from tests.graph.models import MLP, Block, SmallCNN, randomize_batch_norms  # noqa: E402
+
+
+def relative_error(got, expected) -> float:
+    return ((got - expected).abs().max() / expected.abs().max()).item()
+
+
+def compiled_and_eager(model, x, **options):
+    torch.manual_seed(0)
+    model = model.eval()
+    with torch.no_grad():
+        torch._dynamo.reset()
+        fast = torch.compile(model, backend=backend, options=options or None)
+        return fast, fast(x), model(x)
+
+
+def test_mlp_matches_eager():
+    torch.manual_seed(0)
+    fast, got, expected = compiled_and_eager(MLP(), torch.randn(5, 37))
+    assert relative_error(got, expected) < 1e-5
+
+
+def test_small_cnn_with_batch_norm_matches_eager():
+    torch.manual_seed(0)
+    model = randomize_batch_norms(SmallCNN())
+    fast, got, expected = compiled_and_eager(model, torch.randn(2, 3, 15, 13))
+    assert relative_error(got, expected) < 1e-5
+
+
+def test_transformer_block_matches_eager():
+    torch.manual_seed(0)
+    fast, got, expected = compiled_and_eager(Block(), torch.randn(2, 7, 32))
+    assert relative_error(got, expected) < 1e-5
+
+
+def test_an_unsupported_operator_runs_eagerly_inside_the_graph(capsys):
+    class WithSine(torch.nn.Module):
+        def forward(self, x):
+            return torch.sin(x * 2.0).cumsum(-1) + 1.0
+
+    x = torch.randn(3, 11)
+    fast, got, expected = compiled_and_eager(WithSine(), x, report=True)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    report = capsys.readouterr().err
+    assert "EAGER aten.sin" in report and "EAGER aten.cumsum" in report

@@ -1,0 +1,124 @@
+"""The search loop: logs, resume without re-measuring, dedup, determinism, Ctrl-C, apply/print.
+
+Candidates are lowered (for their IR features) but not compiled: a fake runner gives each a
+synthetic time from its decisions, so these tests run fast and need no quiet machine."""
+
+import json
+import math
+
+from auto_workloads import CASES
+
+from tensorforge import tune
+from tensorforge.tune.auto import SearchTask, tuning
+
+
+def fake_builder(task, config, feature_fn):
+    import tensorforge as tf
+
+    s, tensors = task.instantiate(config)
+    func = tf.lower(s, tensors)
+    return config, (feature_fn(func) if feature_fn else None)
+
+
+def synthetic_seconds(trace):
+    """Faster with a wider inner tile and a cache stage: something for the model to learn."""
+    tiles = trace.decisions.get("tile:2.C", [[1, 1, 1], [1, 1, 1]])
+    inner = math.prod(t[-1] for t in tiles) * tiles[-1][-2]
+    return 1e-3 / (1 + math.log2(inner)) * (0.7 if trace.decisions.get("cw:2.C") else 1.0)
+
+
+def fake_runner(task, mod, option, reference):
+    return [synthetic_seconds(mod)]
+
+
+OPTION = tune.measure_option(builder=fake_builder, runner=fake_runner, n_parallel=2, timeout=30)
+SMALL = {
+    "measure_option": OPTION,
+    "progress": False,
+    "population": 16,
+    "generations": 2,
+    "batch_size": 8,
+    "shortlist": 2,
+}
+
+
+def _task():
+    func, _, _ = CASES["matmul"]
+    return SearchTask(func, (12, 5, 16), "llvm")
+
+
+def _records(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def test_tune_logs_resumes_and_applies_best(tmp_path):
+    task = _task()
+    log = tmp_path / "mm.jsonl"
+    tuner = task.tune(16, log=log, seed=1, **SMALL)
+    assert tuner.trials == 16 and len(_records(log)) == 16
+    again = task.tune(8, log=log, seed=2, **SMALL)
+    records = _records(log)
+    assert again.trials == 8 and len(records) == 24
+    indices = [r["config"]["index"] for r in records]
+    assert len(set(indices)) == len(indices)  # nothing measured twice, across the resume
+    best = min(records, key=lambda r: r["result"]["costs"][0])
+    assert task.best_trace(log).index == best["config"]["index"]
+    assert math.isclose(again.best_cost, best["result"]["costs"][0])
+    s, tensors = task.apply_best(log)
+    import tensorforge as tf
+
+    tf.lower(s, tensors)
+    assert "s = te.create_schedule([C.op])" in task.print_best(log)
+
+
+def test_same_seed_same_search(tmp_path):
+    task = _task()
+    first = task.tune(16, log=tmp_path / "a.jsonl", seed=7, **SMALL)
+    second = task.tune(16, log=tmp_path / "b.jsonl", seed=7, **SMALL)
+    a = [r["config"]["index"] for r in _records(tmp_path / "a.jsonl")]
+    b = [r["config"]["index"] for r in _records(tmp_path / "b.jsonl")]
+    assert a == b and first.best_cost == second.best_cost
+
+
+def test_ctrl_c_leaves_the_log_resumable(tmp_path, monkeypatch, capsys):
+    task = _task()
+    log = tmp_path / "mm.jsonl"
+    real = tuning.Measurer.measure
+    calls = []
+
+    def interrupted(self, configs, on_result=None):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, configs, on_result)
+
+    monkeypatch.setattr(tuning.Measurer, "measure", interrupted)
+    tuner = task.tune(64, log=log, seed=0, **SMALL)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted after 8 trials" in err[0] and "resume" in err[0]
+    assert tuner.trials == 8 and len(_records(log)) == 8
+    monkeypatch.setattr(tuning.Measurer, "measure", real)
+    resumed = task.tune(4, log=log, seed=0, **SMALL)
+    assert len(_records(log)) == 12 and resumed.search.best[0] <= tuner.best_cost
+
+
+def test_random_search_without_model(tmp_path):
+    task = _task()
+    tuner = task.tune(8, log=tmp_path / "r.jsonl", seed=0, model=False, **SMALL)
+    assert tuner.trials == 8 and tuner.search._models is None
+
+
+def test_task_scheduler_gives_trials_where_time_goes(tmp_path):
+    from tensorforge.tune.auto import TaskScheduler
+
+    func, _, _ = CASES["matmul"]
+    heavy, light = SearchTask(func, (12, 5, 16)), SearchTask(func, (4, 3, 8))
+    log = tmp_path / "model.jsonl"
+    options = {k: v for k, v in SMALL.items() if k not in ("progress", "batch_size")}
+    sched = TaskScheduler([heavy, light], weights=[100, 1], log=log, slice_trials=8, **options)
+    sched.tune(32, progress=False)
+    assert sum(sched.allocation) == 32
+    assert sched.allocation[0] > sched.allocation[1] >= 8  # warm-up slice, then by weight
+    keys = {(r["args"][0]) for r in _records(log)}
+    assert keys == {12, 4}
+    assert math.isfinite(sched.total_cost)
