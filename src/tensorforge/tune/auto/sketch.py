@@ -75,6 +75,11 @@ def _extent(iv: Any) -> int:
     return value if isinstance(value, int) else 1
 
 
+def _extent_of_dim(t: Any, dim: int) -> int:
+    value = getattr(t.shape[dim], "value", None)
+    return value if isinstance(value, int) else 1
+
+
 # -- the plan: which rule each stage gets ----------------------------------------------------------
 
 
@@ -86,7 +91,7 @@ class Plan:
     fused_consumers: set[int] = field(default_factory=set)
 
 
-def _plan(s: Any, d: Decisions) -> Plan:
+def _plan(s: Any, d: Decisions, gpu: bool = False) -> Plan:
     plan = Plan()
     ops = [st.op for st in s.stages]
     for k, op in enumerate(ops):
@@ -102,7 +107,9 @@ def _plan(s: Any, d: Decisions) -> Plan:
             continue
         key = plan.keys[id(op)]
         feeds_tiling = any(has_reuse(r) for r in readers[id(op)])
-        if (is_costly(op) and len(readers[id(op)]) > 1) or feeds_tiling:
+        # NOTE: on GPU every injective stage is inlined: a stage kept at root would be a kernel
+        # of its own, writing an intermediate the build cannot yet allocate between kernels
+        if not gpu and ((is_costly(op) and len(readers[id(op)]) > 1) or feeds_tiling):
             if d.choice(f"inline:{key}", [True, False], {"op": op}):
                 plan.inline.add(id(op))
         else:
@@ -170,7 +177,7 @@ class SketchBuilder:
         self.d = decisions
         self.rec = Recorder(s)
         self.gpu = target.kind == "cuda"
-        self.plan = _plan(s, decisions)
+        self.plan = _plan(s, decisions, self.gpu)
 
     def key(self, op: Any) -> str:
         return self.plan.keys[id(op)]
@@ -202,7 +209,7 @@ class SketchBuilder:
         """Choose where `stages` (a stage and the partial stages feeding it) are computed: at
         root, or inside a loop of the stage their consumers live in. True if attached."""
         main = stages[-1]
-        if self.is_placed(main):
+        if self.is_placed(main) or self.gpu:  # on GPU every stage not inlined is a kernel
             return False
         options = self.location_options(main)
         hint = {
@@ -357,13 +364,19 @@ class SketchBuilder:
             self.rec.compute_at(inner, outer, levels[-1][1])
             s_levels = [self.rec.split_many(inner, a, [t[2]]) for a, t in zip(sp_axes, s_tiles)]
             r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]
-            order = (
-                [lv[0] for lv in r_levels]
-                + [lv[0] for lv in s_levels]
-                + [lv[1] for lv in r_levels]
-                + [lv[1] for lv in s_levels]
+            packable = self.packable(op) if r_levels else []
+            rows = max((_extent_of_dim(t, -1) for t in packable), default=0)
+            pack = bool(packable) and self.d.choice(
+                f"pack:{key}", [False, True], {**hint, "row_elements": rows}
             )
+            s2 = [lv[0] for lv in s_levels]
+            if pack:  # the last axis's block loop first: its packed panel serves the others
+                s2 = s2[-1:] + s2[:-1]
+            order = [lv[0] for lv in r_levels] + s2
+            order += [lv[1] for lv in r_levels] + [lv[1] for lv in s_levels]
             self.rec.reorder(inner, order)
+            if pack:
+                self.pack(inner, packable, s2[0])
             innermost = [lv[1] for lv in s_levels]
         else:
             s_levels = [self.rec.split_many(inner, a, t) for a, t in zip(sp_axes, s_tiles)]
@@ -390,6 +403,32 @@ class SketchBuilder:
         if unroll:
             first = inner.leaf_iter_vars[0]
             self.rec.pragma(inner, first, "auto_unroll_max_step", unroll)
+
+    def packable(self, op: Any) -> list[Any]:
+        """Inputs of a tiled reduction read as vectors along its last axis but not along some
+        other spatial axis (matmul's B): worth copying, block by block, into a contiguous panel
+        (their rows may be far apart in memory, thrashing a cache set per row)."""
+        spatial = [iv.var for iv in op.axis]
+        out = []
+        for t in {id(t.op): t for t in op.input_tensors}.values():
+            reads = [r for r in _reads(op) if r.tensor.op is t.op]
+            last_index = [r.indices[-1] for r in reads if r.indices]
+            uses_last = all(any(n is spatial[-1] for n in walk(i)) for i in last_index)
+            used = {n for r in reads for index in r.indices for n in walk(index) if n in spatial}
+            inlined = t.op in self.s and self.s[t].attach_type == "inline"
+            if reads and last_index and uses_last and set(spatial) - used and not inlined:
+                out.append(t)
+        return out
+
+    def pack(self, inner: Any, tensors: list[Any], loop: Any) -> None:
+        """cache_read each of `tensors` for `inner` into a local panel filled at `loop`."""
+        for t in tensors:
+            source = self.s[t]
+            cache = self.rec.cache_read(source, "local", [inner])
+            self.rec.compute_at(cache, inner, loop)
+            axes = cache.leaf_iter_vars
+            if axes:
+                self.rec.annotate("vectorize", cache, axes[-1])
 
     # -- GPU rules (sketch_gpu.py) ----------------------------------------------------------------
     def gpu_elementwise(self, stage: Any, key: str, axes: list[Any]) -> None:
