@@ -119,3 +119,16 @@ def test_module_save_and_load(tmp_path):
         mod.save(str(tmp_path / "addone.txt"))
     with pytest.raises(tf.ArgumentError, match="cuda format"):
         mod.save(str(tmp_path / "addone.cu"))
+
+
+def test_llvm_pure_intrin_in_a_compute():
+    n = 23
+    A = te.placeholder((n,), name="A")
+    B = te.compute(
+        (n,), lambda i: tf.tir.call_llvm_pure_intrin("float32", "llvm.fma.f32", 3, A[i], 2.0, 1.0)
+    )
+    f = tf.build(te.create_schedule(B.op), [A, B])
+    a = np.random.default_rng(4).uniform(size=n).astype("float32")
+    b = tf.nd.empty((n,), "float32")
+    f(tf.nd.array(a), b)
+    tf.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)

@@ -65,6 +65,20 @@ CASES = {
         [(13, 2311), (2311, 41)],
         matmul_ref,
     ),
+    "dense": (  # B as a linear layer's (out, in) weight: C = A @ B.T
+        "builtin/matmul",
+        [29, 43, 31, "float32", True, True],
+        lambda: ops.schedule_matmul(29, 43, 31, transpose_b=True),
+        [(29, 31), (43, 31)],
+        lambda a, b: a @ b.T,
+    ),
+    "dense_long_k": (
+        "builtin/matmul",
+        [7, 19, 2053, "float32", False, True],
+        lambda: ops.schedule_matmul(7, 19, 2053, parallel=False, transpose_b=True),
+        [(7, 2053), (19, 2053)],
+        lambda a, b: a @ b.T,
+    ),
     "matmul_ones": (
         "builtin/matmul",
         [1, 1, 7, "float32"],
@@ -170,6 +184,7 @@ def test_the_default_knobs_are_the_target_heuristics():
     for cpu in ("skylake-avx512", "haswell"):
         target = tf.Target(f"llvm -mcpu={cpu}")
         task = tune.create_task("builtin/matmul", [512, 512, 512, "float32"], target)
+        assert task.flop == 2 * 512**3  # the product's work, not the packing's
         knobs = task.config_space.default().knobs
         tiles = ops.MatmulTiles.for_target(target)
         lanes = target.vector_lanes("float32")
@@ -225,6 +240,7 @@ def test_cuda_templates_compile(tmp_path):
     assert "__shared__" in tf.build(s, tensors, target=target).get_source("cuda")
     for name, args, needle in [
         ("builtin/matmul_cuda", [96, 160, 40, "float32"], "__shared__"),
+        ("builtin/matmul_cuda", [64, 100, 24, "float32", True], "__shared__"),
         ("builtin/softmax", [7, 300, "float32"], "__shfl_down_sync"),
         ("builtin/row_reduce", [7, 300, "max", "float32"], "__shfl_down_sync"),
         ("builtin/elementwise", [7, 300, 2.0, "float32"], "blockIdx.x"),

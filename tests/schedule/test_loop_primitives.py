@@ -2,6 +2,7 @@
 
 import pytest
 
+import tensorforge as tf
 from tensorforge import te
 from tensorforge.testing import check_against_numpy
 
@@ -102,3 +103,38 @@ def test_pragma_auto_unroll():
     s, A, B = add_2d(8, 6)
     s[B].pragma(B.op.axis[0], "auto_unroll_max_step", 64)
     check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+
+
+def test_vectorize_past_the_lane_limit_is_refused_at_the_primitive():
+    from tensorforge.schedule.stage import MAX_VECTOR_LANES
+
+    A = te.placeholder((2**20,), name="A")
+    B = te.compute(A.shape, lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    with pytest.raises(
+        tf.ScheduleError,
+        match=rf"vectorize: axis 'i' of stage 'B' has 1048576 lanes; at most {MAX_VECTOR_LANES}",
+    ):
+        s[B].vectorize(B.op.axis[0])
+    _, wide = s[B].split(B.op.axis[0], factor=MAX_VECTOR_LANES + 1)
+    with pytest.raises(tf.ScheduleError, match=r"has 1025 lanes"):
+        s[B].vectorize(wide)
+
+
+def test_vectorize_at_the_lane_limit_is_accepted():
+    A = te.placeholder((3, 1024), name="A")
+    B = te.compute(A.shape, lambda i, j: A[i, j] * 3.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].vectorize(B.op.axis[1])
+    check_against_numpy(s, [A], [B], lambda a: a * 3.0)
+
+
+def test_vectorize_of_an_attached_stage_past_the_lane_limit_is_refused_at_lowering():
+    A = te.placeholder((4, 2000), name="A")
+    B = te.compute(A.shape, lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute(A.shape, lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])  # B's region: one row of 2000
+    s[B].vectorize(B.op.axis[1])
+    with pytest.raises(tf.ScheduleError, match=r"axis 'j' of stage 'B' has 2000 lanes"):
+        tf.lower(s, [A, C])

@@ -17,6 +17,8 @@ class Param:
     kind is "buffer" (a pointer to `dtype` elements of `shape`) or "scalar" (a number of
     `dtype`). A shape entry is an int, or the name of a scalar parameter (a symbolic size) that
     the runtime binds from the array's shape; such scalars have `bound_from_shape=True`.
+    `written` marks a buffer the kernel stores to (an output): the call refuses to let it share
+    memory with another argument.
     """
 
     name: str
@@ -24,6 +26,7 @@ class Param:
     dtype: str
     shape: tuple[int | str, ...] = ()
     bound_from_shape: bool = False
+    written: bool = False
 
 
 @dataclass(frozen=True)

@@ -245,7 +245,8 @@ class _KernelWriter:
                 const = "" if id(p) in stored or p.name in stored_names else "const "
                 decls.append(f"{const}{ctype(p.dtype)}* __restrict__ {name}")
                 shape = tuple(_shape_entry(s) for s in p.shape)
-                params.append(Param(p.name, "buffer", p.dtype, shape))
+                written = id(p) in stored or p.name in stored_names
+                params.append(Param(p.name, "buffer", p.dtype, shape, written=written))
             elif isinstance(p, E.Var):
                 name = self.names.bind(p)
                 assert isinstance(name, str)

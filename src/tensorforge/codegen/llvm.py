@@ -125,6 +125,7 @@ def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
     shape_names = {
         e.name for p in func.params if isinstance(p, Buffer) for e in p.shape if isinstance(e, Var)
     }
+    stored = {id(n.buffer) for n in walk(func.body) if isinstance(n, BufferStore)}
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
@@ -132,7 +133,7 @@ def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
                 int(e.value) if isinstance(e, Const) else e.name if isinstance(e, Var) else str(e)
                 for e in p.shape
             )
-            params.append(Param(p.name, "buffer", p.dtype, shape))
+            params.append(Param(p.name, "buffer", p.dtype, shape, written=id(p) in stored))
         else:
             params.append(
                 Param(p.name, "scalar", p.dtype, (), bound_from_shape=p.name in shape_names)

@@ -72,6 +72,10 @@ def conv2d_template(
     parallel: bool = True,
 ):
     """NCHW convolution on the current CPU target; the default config is `schedule_conv2d`'s."""
+    cfg = tune.get_config()
+    out_h = (height + 2 * pad - kernel_h) // stride + 1
+    out_w = (width + 2 * pad - kernel_w) // stride + 1
+    cfg.add_flop(2.0 * batch * filters * out_h * out_w * channels * kernel_h * kernel_w)
     return _schedule(
         batch,
         channels,
@@ -84,7 +88,7 @@ def conv2d_template(
         stride,
         current_target(),
         parallel,
-        tune.get_config(),
+        cfg,
     )
 
 

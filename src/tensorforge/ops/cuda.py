@@ -40,12 +40,13 @@ def default_block(n: int, m: int) -> int:
 
 
 @tune.template("builtin/matmul_cuda")
-def matmul_cuda_template(n: int, m: int, k: int, dtype: str = "float32"):
+def matmul_cuda_template(n: int, m: int, k: int, dtype: str = "float32", transpose_b: bool = False):
     """`schedule_matmul_cuda`'s decisions as knobs, each defaulting to its default argument.
 
     Configs whose blocks need more threads or shared memory than the GPU has fail to build or
     run, and are recorded as such."""
     cfg = tune.get_config()
+    cfg.add_flop(2.0 * n * m * k)
     return _schedule_matmul_cuda(
         n,
         m,
@@ -57,6 +58,7 @@ def matmul_cuda_template(n: int, m: int, k: int, dtype: str = "float32"):
         vector=choose(cfg, "vector", 4, (2, 4)),
         unroll=choose(cfg, "unroll", True, (False,)),
         double_buffer=choose(cfg, "double_buffer", False, (True,)),
+        transpose_b=transpose_b,
     )
 
 
@@ -71,19 +73,20 @@ def schedule_matmul_cuda(
     vector: int | None = None,
     unroll: bool | None = None,
     double_buffer: bool | None = None,
+    transpose_b: bool = False,
 ):
     """The default CUDA GEMM schedule (template "builtin/matmul_cuda" called plainly: its
     default config, or the best logged one under `tune.apply_history_best`); any argument
     given replaces that knob's choice. Returns (schedule, [A, B, C])."""
     given = (block, thread_tile, k_tile, vector, unroll, double_buffer)
     if all(v is None for v in given):
-        return matmul_cuda_template(n, m, k, dtype)
+        return matmul_cuda_template(n, m, k, dtype, *((True,) if transpose_b else ()))
     defaults = (default_block(n, m), 8, 16, 4, True, False)
     block, thread_tile, k_tile, vector, unroll, double_buffer = (
         d if v is None else v for v, d in zip(given, defaults)
     )
     return _schedule_matmul_cuda(
-        n, m, k, dtype, block, thread_tile, k_tile, vector, unroll, double_buffer
+        n, m, k, dtype, block, thread_tile, k_tile, vector, unroll, double_buffer, transpose_b
     )
 
 
@@ -98,8 +101,9 @@ def _schedule_matmul_cuda(
     vector: int,
     unroll: bool,
     double_buffer: bool,
+    transpose_b: bool = False,
 ):
-    """The classic shared-memory GEMM.
+    """The classic shared-memory GEMM (with `transpose_b`, B is (m, k) and C = A @ B.T).
 
     A block computes a `block` x `block` tile of C with (block/thread_tile)^2 threads, each holding
     a `thread_tile` x `thread_tile` accumulator in registers. The k loop walks `k_tile`-deep slices
@@ -113,9 +117,9 @@ def _schedule_matmul_cuda(
     declared in that thread-major column order (`Cp`) and the output stage un-permutes it.
     """
     A = te.placeholder((n, k), dtype=dtype, name="A")
-    B = te.placeholder((k, m), dtype=dtype, name="B")
+    B = te.placeholder((m, k) if transpose_b else (k, m), dtype=dtype, name="B")
     At = te.compute((k, n), lambda kk, i: A[i, kk], name="At")  # staged transposed
-    Bs = te.compute((k, m), lambda kk, j: B[kk, j], name="Bs")
+    Bs = te.compute((k, m), lambda kk, j: B[j, kk] if transpose_b else B[kk, j], name="Bs")
     strips = m % block == 0 and thread_tile == 2 * vector  # two strips of `vector` columns
     threads = block // thread_tile
     half = block // 2

@@ -114,21 +114,24 @@ def matmul(
     dtype: str = "float32",
     tiles: MatmulTiles | None = None,
     pack_a: bool = False,
+    transpose_b: bool = False,
 ):
-    """C = A @ B. With `tiles`, B is first re-laid out into zero-padded column panels
+    """C = A @ B, or with `transpose_b` C = A @ B.T for B of shape (m, k) (a dense / linear
+    layer's weight). With `tiles`, B is first re-laid out into zero-padded column panels
     `packedB[panel][k][nr]` (and with `pack_a`, A into row panels `packedA[panel][k][mr]`),
     padded to whole blocks.
 
     Returns (A, B, packedA, packedB, C); the packed stages not made are None.
     """
     A = te.placeholder((n, k), dtype=dtype, name="A")
-    B = te.placeholder((k, m), dtype=dtype, name="B")
+    B = te.placeholder((m, k) if transpose_b else (k, m), dtype=dtype, name="B")
+    b_of = (lambda kk, j: B[j, kk]) if transpose_b else (lambda kk, j: B[kk, j])
     if tiles is None:
-        return A, B, None, None, product(n, m, k, lambda i, r: A[i, r], lambda r, j: B[r, j])
+        return A, B, None, None, product(n, m, k, lambda i, r: A[i, r], b_of)
     mr, nr, zero = tiles.mr, tiles.nr, te.const(0, dtype)
     packedB = te.compute(
         (_round_up(m, tiles.nb) // nr, k, nr),  # whole blocks: the block loops need no guards
-        lambda p, kk, x: te.if_then_else(p * nr + x < m, B[kk, te.min(p * nr + x, m - 1)], zero),
+        lambda p, kk, x: te.if_then_else(p * nr + x < m, b_of(kk, te.min(p * nr + x, m - 1)), zero),
         name="packedB",
     )
     b_at = lambda kk, j: packedB[j // nr, kk, j % nr]  # noqa: E731
@@ -144,17 +147,27 @@ def matmul(
 
 
 @tune.template("builtin/matmul")
-def matmul_template(n: int, m: int, k: int, dtype: str = "float32", parallel: bool = True):
-    """C[n, m] = A[n, k] @ B[k, m] on the current target; every blocking decision a knob.
+def matmul_template(
+    n: int,
+    m: int,
+    k: int,
+    dtype: str = "float32",
+    parallel: bool = True,
+    transpose_b: bool = False,
+):
+    """C[n, m] = A[n, k] @ B[k, m] (B[m, k].T with `transpose_b`) on the current target; every
+    blocking decision a knob.
 
     The default config is `schedule_matmul`'s schedule (see MatmulTiles.define)."""
     target = current_target()
     if is_gpu(target):
         from tensorforge.ops.cuda import matmul_cuda_template
 
-        return matmul_cuda_template.func(n, m, k, dtype)
-    tiles = MatmulTiles.define(tune.get_config(), target, n, m, k, dtype)
-    return _schedule_cpu(n, m, k, dtype, parallel, tiles)
+        return matmul_cuda_template.func(n, m, k, dtype, transpose_b)  # counts its flop
+    cfg = tune.get_config()
+    cfg.add_flop(2.0 * n * m * k)  # the product's, not the packing's index arithmetic
+    tiles = MatmulTiles.define(cfg, target, n, m, k, dtype)
+    return _schedule_cpu(n, m, k, dtype, parallel, tiles, transpose_b)
 
 
 def schedule_matmul(
@@ -165,22 +178,28 @@ def schedule_matmul(
     target: Target | None = None,
     parallel: bool = True,
     tiles: MatmulTiles | None = None,
+    transpose_b: bool = False,
 ):
     """The project's best GEMM schedule for `target` (default: the current one, else this CPU).
 
     It is template "builtin/matmul" called plainly: its default config, or the best logged
     config inside `tune.apply_history_best`. Given `tiles`, those tiles on the CPU instead.
-    Returns (schedule, [A, B, C])."""
+    With `transpose_b`, B is (m, k) and C = A @ B.T. Returns (schedule, [A, B, C])."""
     if tiles is not None:
-        return _schedule_cpu(n, m, k, dtype, parallel, tiles)
+        return _schedule_cpu(n, m, k, dtype, parallel, tiles, transpose_b)
+    args = workload((n, m, k, dtype), parallel)
+    if transpose_b:
+        args = (n, m, k, dtype, parallel, True)
     with target_scope(target):
-        return matmul_template(*workload((n, m, k, dtype), parallel))
+        return matmul_template(*args)
 
 
-def _schedule_cpu(n: int, m: int, k: int, dtype: str, parallel: bool, tiles: MatmulTiles):
+def _schedule_cpu(
+    n: int, m: int, k: int, dtype: str, parallel: bool, tiles: MatmulTiles, transpose_b: bool
+):
     tiles = tiles.fitted(n, m, k, _itemsize(dtype))
     blocked = tiles.pack_a
-    A, B, packedA, packedB, C = matmul(n, m, k, dtype, tiles, pack_a=blocked)
+    A, B, packedA, packedB, C = matmul(n, m, k, dtype, tiles, blocked, transpose_b)
     s = te.create_schedule(C.op)
     CC = s.cache_write(C, "local")
     # with enough column blocks to share out, each thread packs the B panel of its column block

@@ -64,6 +64,12 @@ class Signature:
                 self.layout.append(user_index)
                 user_index += 1
         self.has_bound_sizes = len(self.user_params) != len(self.params)
+        # (output, other buffer) positions whose memory must not overlap: a kernel reading an
+        # input while writing an output over it gives a silently wrong result.
+        buffers = [i for i, p in enumerate(self.user_params) if p.kind == "buffer"]
+        self.alias_pairs = tuple(
+            (w, o) for w in buffers if self.user_params[w].written for o in buffers if o != w
+        )
 
     def convert(self, args: Sequence[object]) -> list:
         """The raw arguments for `args` (in the user's parameter order); ArgumentError if wrong."""
@@ -71,9 +77,32 @@ class Signature:
             raise self._count_error(len(args))
         env: dict[str, Binding] = {}
         values = [slot.convert(arg, env) for slot, arg in zip(self.slots, args)]
+        if self.alias_pairs:
+            self._check_aliasing(args, values)
         if not self.has_bound_sizes:
             return values
         return [values[item] if type(item) is int else item.value(env) for item in self.layout]
+
+    def _check_aliasing(self, args: Sequence[object], addresses: list) -> None:
+        """ArgumentError if an output's memory overlaps another buffer argument's."""
+        sizes: dict[int, int] = {}
+        for w, o in self.alias_pairs:
+            if w > o and (o, w) in self.alias_pairs:
+                continue  # two outputs: checked once
+            for i in (w, o):
+                if i not in sizes:
+                    sizes[i] = _nbytes(args[i], self.slots[i])
+            if not sizes[w] or not sizes[o]:
+                continue
+            a, b = addresses[w], addresses[o]
+            if a < b + sizes[o] and b < a + sizes[w]:
+                out, other = self.user_params[w].name, self.user_params[o].name
+                same = "are the same array" if a == b and sizes[w] == sizes[o] else "overlap"
+                raise ArgumentError(
+                    f"{self.function}: output '{out}' and argument '{other}' {same}; the "
+                    f"kernel would read '{other}' while writing '{out}' over it, so pass a "
+                    f"separate output array (e.g. np.empty_like({other}))"
+                )
 
     def _count_error(self, got: int) -> ArgumentError:
         names = ", ".join(p.name for p in self.user_params)
@@ -358,6 +387,18 @@ def _not_an_array(arg: object) -> str:
     if isinstance(arg, (list, tuple)):
         message += "; convert it with np.asarray(..., dtype=...)"
     return message
+
+
+def _nbytes(arg: object, slot: _Slot) -> int:
+    """Bytes a buffer argument spans (its shape was already checked, so it is a dense array)."""
+    shape = getattr(arg, "shape", None)
+    if shape is None:
+        interface = getattr(arg, "__cuda_array_interface__", None)
+        shape = interface["shape"] if interface else ()
+    count = 1
+    for d in shape:
+        count *= int(d)
+    return count * getattr(slot, "dtype", np.dtype("uint8")).itemsize
 
 
 def _is_c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:

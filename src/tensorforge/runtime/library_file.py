@@ -159,6 +159,7 @@ def source_from_json(data: dict, text: str) -> KernelSource:
                 dtype=p["dtype"],
                 shape=tuple(p["shape"]),
                 bound_from_shape=bool(p["bound_from_shape"]),
+                written=bool(p.get("written", False)),
             )
             for p in data["params"]
         )

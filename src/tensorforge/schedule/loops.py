@@ -26,7 +26,7 @@ from tensorforge.ir.stmt import (
     ThreadAllReduce,
     seq,
 )
-from tensorforge.schedule import opaque_ops
+from tensorforge.schedule import opaque_ops, tensorize
 from tensorforge.schedule.bounds import StageBounds
 from tensorforge.schedule.iter_math import (
     iter_extents,
@@ -36,7 +36,7 @@ from tensorforge.schedule.iter_math import (
 )
 from tensorforge.schedule.prefetch import prefetch_nest
 from tensorforge.schedule.relations import Relation, Tail
-from tensorforge.schedule.stage import Stage
+from tensorforge.schedule.stage import Stage, check_vector_lanes
 from tensorforge.te.expr import EQ, GE, LT, And, Const, Expr, Reduce, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
 from tensorforge.te.tensor import IterKind, IterVar, Tensor
@@ -86,6 +86,8 @@ class NestBuilder:
                     f"vectorize: axis '{iv.name}' of stage '{stage.name}' has non-constant extent "
                     f"{info.extents[iv]}; vectorize an axis of constant extent (split it first)"
                 )
+            if attr and attr.kind is LoopKind.VECTORIZED:
+                check_vector_lanes(stage, iv, info.extents[iv])
         return _StageNest(self, info).build(0, Env())
 
     def with_range(self, var: Var, lo: Expr, extent: Expr, fn: Callable[[], Stmt]) -> Stmt:
@@ -135,6 +137,10 @@ class _StageNest:
 
     # -- the recursive walk over leaf loops ---------------------------------------------------
     def build(self, level: int, env: Env) -> Stmt:
+        if level < len(self.leaves) and (
+            intrin := tensorize.intrin_at(self.stage, self.leaves[level])
+        ):
+            return tensorize.emit(self, level, env, intrin)
         if level == len(self.leaves):
             return self.cross_thread_update(env) if self.thread_reduce else self.update(env)
         iv = self.leaves[level]

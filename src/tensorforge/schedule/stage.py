@@ -6,6 +6,7 @@ import numbers
 from typing import TYPE_CHECKING, Any
 
 from tensorforge.errors import ScheduleError
+from tensorforge.ir.arith import simplify_expr
 from tensorforge.ir.stmt import LoopKind
 from tensorforge.schedule.relations import TAIL_MODES, Fuse, IterAttr, Relation, Split
 from tensorforge.te import dtype as dt
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
     from tensorforge.schedule.schedule import Schedule
 
 SCOPES = ("global", "shared", "local")
+# NOTE: the widest loop `vectorize` accepts. One vector instruction holds at most 64 bytes (16
+# float32 lanes on AVX-512); past a few hundred lanes LLVM only slows down (2**18 lanes took
+# 132 s to build) and at 2**20 it aborts the process, so wider loops are refused, not tried.
+MAX_VECTOR_LANES = 1024
 
 
 class Stage:
@@ -208,13 +213,25 @@ class Stage:
         self._annotate("unroll", axis, LoopKind.UNROLLED)
 
     def vectorize(self, axis: IterVar) -> None:
+        """Run loop `axis` as vector instructions: a spatial axis of constant extent of at most
+        MAX_VECTOR_LANES (1024) lanes; split a wider one and vectorize the inner part."""
         self._check_leaf("vectorize", axis)
         if axis.kind is IterKind.REDUCE:
             raise ScheduleError(
                 f"vectorize: '{axis.name}' of stage '{self.name}' is a reduction axis; vectorize a "
                 f"spatial axis (or rfactor the reduction first)"
             )
+        if self.attach_type == "root":  # else its extent is the region bound inference finds
+            check_vector_lanes(self, axis, self._extent_over_domain(axis))
         self._annotate("vectorize", axis, LoopKind.VECTORIZED)
+
+    def _extent_over_domain(self, axis: IterVar) -> Expr:
+        """The extent of loop `axis` when the stage computes its whole domain."""
+        root = list(self.op.axis) + list(self.op.reduce_axis)
+        extents: dict[IterVar, Expr] = {iv: iv.dom.extent for iv in root}
+        for rel in self.relations:
+            extents.update(rel.derived_extents(extents))
+        return simplify_expr(extents[axis])
 
     def parallel(self, axis: IterVar) -> None:
         self._check_leaf("parallel", axis)
@@ -265,6 +282,12 @@ class Stage:
                 f"known: {', '.join(known)}"
             )
         self.attr(axis).pragmas.append((name, value))
+
+    def tensorize(self, axis: IterVar, intrin: Any) -> None:
+        """Replace the loop nest under `axis` by a te.decl_tensor_intrin's calls."""
+        from tensorforge.schedule.tensorize import tensorize
+
+        tensorize(self, axis, intrin)
 
     # -- placement ------------------------------------------------------------------------------
     def compute_at(self, parent: Stage, axis: IterVar) -> None:
@@ -428,6 +451,16 @@ class Stage:
             if t.op in self.schedule and self.schedule[t.op].attach_type == "inline":
                 pending += t.op.input_tensors
         return reads
+
+
+def check_vector_lanes(stage: Stage, axis: IterVar, extent: Expr) -> None:
+    """A vectorized loop of a constant extent past MAX_VECTOR_LANES is refused."""
+    if isinstance(extent, Const) and extent.value > MAX_VECTOR_LANES:
+        raise ScheduleError(
+            f"vectorize: axis '{axis.name}' of stage '{stage.name}' has {extent.value} lanes; at "
+            f"most {MAX_VECTOR_LANES} are supported (split it, e.g. factor=16, and vectorize the "
+            f"inner axis)"
+        )
 
 
 def as_stage_key(x: Any) -> Operation:

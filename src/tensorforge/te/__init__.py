@@ -52,6 +52,7 @@ from tensorforge.te.tensor import (
     thread_axis,
     var,
 )
+from tensorforge.te.tensor_intrin import TensorIntrin, decl_tensor_intrin
 from tensorforge.te.tvm_compat import (
     floordiv,
     floormod,

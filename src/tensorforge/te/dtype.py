@@ -117,5 +117,32 @@ def promote(a: str, b: str) -> str:
     return f"int{width}"
 
 
+def int_range(dtype: str) -> tuple[int, int]:
+    """The smallest and largest value the integer `dtype` holds."""
+    bits = bits_of(dtype)
+    if is_unsigned(dtype):
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def check_fits(value: object, dtype: str, what: str = "constant") -> None:
+    """Raise ExprError when the Python number `value` does not fit `dtype` (nothing wraps)."""
+    if is_int(dtype) and isinstance(value, int):
+        lo, hi = int_range(dtype)
+        if not lo <= value <= hi:
+            raise ExprError(
+                f"{what} {value} does not fit {element_of(dtype)} (range [{lo}, {hi}]); "
+                f"give a dtype that holds it"
+            )
+    elif is_float(dtype) and isinstance(value, float) and np.isfinite(value):
+        with np.errstate(over="ignore"):
+            stored = numpy_dtype(dtype).type(value)
+        if not np.isfinite(stored):
+            raise ExprError(
+                f"{what} {value} does not fit {element_of(dtype)} (it would become inf); "
+                f"use a wider dtype"
+            )
+
+
 def numpy_dtype(dtype: str) -> np.dtype:
     return np.dtype(element_of(dtype))

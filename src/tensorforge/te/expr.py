@@ -344,11 +344,15 @@ class Reduce(Expr):
 
 
 def const(value: Any, dtype: str | None = None) -> Const:
-    """A typed constant; without a dtype, ints are int32, floats float32 and bools bool."""
+    """A typed constant; without a dtype, ints are int32 (int64 past int32's range, as in TVM),
+    floats float32 and bools bool. A value that does not fit `dtype` raises ExprError."""
     if dtype is None:
-        dtype = (
-            "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32"
-        )
+        if isinstance(value, bool):
+            dtype = "bool"
+        elif isinstance(value, int):
+            dtype = "int32" if -(2**31) <= value < 2**31 else "int64"
+        else:
+            dtype = "float32"
     dtype = dt.check_dtype(dtype, "const") if "x" not in dtype else dtype
     if dt.is_bool(dtype):
         value = bool(value)
@@ -356,6 +360,7 @@ def const(value: Any, dtype: str | None = None) -> Const:
         value = int(value)
     else:
         value = float(value)
+    dt.check_fits(value, dtype, "const")
     return Const(value, dtype)
 
 
@@ -368,7 +373,7 @@ def as_expr(value: Any, like: str | None = None) -> Expr:
     if isinstance(value, int):
         if like is not None and not dt.is_bool(like):
             return const(value, dt.element_of(like))
-        return const(value, "int32")
+        return const(value)
     if isinstance(value, float):
         if like is not None and dt.is_float(like):
             return const(value, dt.element_of(like))
@@ -391,10 +396,12 @@ def _operands(a: Any, b: Any) -> tuple[Expr, Expr]:
         b = as_expr(b)
         if isinstance(a, float) and not dt.is_float(b.dtype):
             b = Cast("float32", b)
+        _check_python_number(a, b)
         a = as_expr(a, b.dtype)
     elif not b_is_expr:
         if isinstance(b, float) and not dt.is_float(a.dtype):
             a = Cast("float32", a)
+        _check_python_number(b, a)
         b = as_expr(b, a.dtype)
     if a.dtype != b.dtype:
         target = dt.promote(dt.element_of(a.dtype), dt.element_of(b.dtype))
@@ -403,6 +410,19 @@ def _operands(a: Any, b: Any) -> tuple[Expr, Expr]:
         if dt.element_of(b.dtype) != target:
             b = Cast(dt.with_lanes(target, dt.lanes_of(b.dtype)), b)
     return a, b
+
+
+def _check_python_number(value: Any, beside: Expr) -> None:
+    """A Python int takes `beside`'s dtype: refuse one that does not fit it (it would wrap)."""
+    if isinstance(value, int) and not isinstance(value, bool) and dt.is_int(beside.dtype):
+        dtype = dt.element_of(beside.dtype)
+        lo, hi = dt.int_range(dtype)
+        if not lo <= value <= hi:
+            raise ExprError(
+                f"the constant {value} does not fit {dtype}, the dtype of {beside} it is "
+                f"combined with (range [{lo}, {hi}]); widen the expression first, e.g. "
+                f"({beside}).astype('int64')"
+            )
 
 
 def _binary(cls: type, a: Any, b: Any) -> Expr:

@@ -13,6 +13,7 @@ agree: a log from another machine (another CPU model or feature set) is never ap
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tensorforge.tune.measure import MeasureInput, MeasureResult
+from tensorforge.tune.measure import MeasureErrorNo, MeasureInput, MeasureResult
 from tensorforge.tune.space import ConfigEntity, ConfigSpace
 from tensorforge.tune.template import DispatchContext, WorkloadKey
 
@@ -66,6 +67,38 @@ class Record:
             "config": self.config,
             "result": self.result.to_json(),
         }
+
+
+# No kernel call returns in under a nanosecond (a call alone costs more), and no target does more
+# than these FLOP/s (the largest CPUs reach tens of TFLOP/s, the largest GPUs a few PFLOP/s).
+MIN_SECONDS = 1e-9
+PEAK_FLOPS = {"llvm": 1e14, "cuda": 1e16}
+
+
+def implausible(result: MeasureResult, flop: float, target: str) -> str | None:
+    """Why a successful measurement cannot be real (a broken timer, a kernel that did nothing
+    measurable), or None. Such a measurement is recorded as an error, never taken as the best."""
+    if not result.ok:
+        return None
+    seconds = min(result.costs)
+    if not math.isfinite(seconds) or seconds < MIN_SECONDS:
+        return f"impossible measurement: {seconds:.3g} s per call (the floor is {MIN_SECONDS:g} s)"
+    peak = PEAK_FLOPS.get(target.split()[0] if target else "", max(PEAK_FLOPS.values()))
+    if flop and flop / seconds > peak:
+        return (
+            f"impossible measurement: {seconds:.3g} s per call is {flop / seconds / 1e9:.3g} "
+            f"GFLOP/s, beyond any {target.split()[0] if target else 'target'}'s peak "
+            f"({peak / 1e9:.3g} GFLOP/s)"
+        )
+    return None
+
+
+def screened(result: MeasureResult, flop: float, target: str) -> MeasureResult:
+    """`result`, or a RUNTIME_ERROR saying why if its timing is impossible (see `implausible`)."""
+    reason = implausible(result, flop, target)
+    if reason is None:
+        return result
+    return dataclasses.replace(result, error_no=int(MeasureErrorNo.RUNTIME_ERROR), error_msg=reason)
 
 
 def make_record(inp: MeasureInput, result: MeasureResult) -> Record:
@@ -157,14 +190,14 @@ def open_log(path: str | os.PathLike) -> Any:
 
 
 def best_by_workload(records: Iterable[Record]) -> dict[WorkloadKey, Record]:
-    """The fastest successful record of each workload key.
+    """The fastest successful record of each workload key (impossible timings never count).
 
     Where a run re-measured its top candidates side by side (records marked `confirmed`), the
     best is chosen among those: a single lucky measurement does not win over them.
     """
     best: dict[WorkloadKey, tuple[bool, Record]] = {}
     for rec in records:
-        if not rec.result.ok:
+        if not rec.result.ok or implausible(rec.result, rec.flop, rec.target) is not None:
             continue
         key = rec.key
         confirmed = bool(rec.result.meta.get("confirmed"))
@@ -247,5 +280,7 @@ def apply_history_best(source: Any) -> ApplyHistoryBest:
 
 
 def best_cost(records: Iterable[Record]) -> float:
-    costs = [r.cost for r in records if r.result.ok]
+    costs = [
+        r.cost for r in records if r.result.ok and implausible(r.result, r.flop, r.target) is None
+    ]
     return min(costs) if costs else math.inf

@@ -32,12 +32,19 @@ def fake_runner(task, mod, option, reference):
 
 
 OPTION = tune.measure_option(builder=fake_builder, runner=fake_runner, n_parallel=2, timeout=30)
-SMALL = {"measure_option": OPTION, "progress": False, "population": 16, "generations": 2}
+SMALL = {
+    "measure_option": OPTION,
+    "progress": False,
+    "population": 16,
+    "generations": 2,
+    "batch_size": 8,
+    "shortlist": 2,
+}
 
 
 def _task():
     func, _, _ = CASES["matmul"]
-    return SearchTask(func, (48, 30, 64), "llvm")
+    return SearchTask(func, (12, 5, 16), "llvm")
 
 
 def _records(path):
@@ -66,8 +73,8 @@ def test_tune_logs_resumes_and_applies_best(tmp_path):
 
 def test_same_seed_same_search(tmp_path):
     task = _task()
-    first = task.tune(20, log=tmp_path / "a.jsonl", seed=7, **SMALL)
-    second = task.tune(20, log=tmp_path / "b.jsonl", seed=7, **SMALL)
+    first = task.tune(16, log=tmp_path / "a.jsonl", seed=7, **SMALL)
+    second = task.tune(16, log=tmp_path / "b.jsonl", seed=7, **SMALL)
     a = [r["config"]["index"] for r in _records(tmp_path / "a.jsonl")]
     b = [r["config"]["index"] for r in _records(tmp_path / "b.jsonl")]
     assert a == b and first.best_cost == second.best_cost
@@ -88,14 +95,30 @@ def test_ctrl_c_leaves_the_log_resumable(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tuning.Measurer, "measure", interrupted)
     tuner = task.tune(64, log=log, seed=0, **SMALL)
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "interrupted after 16 trials" in err[0] and "resume" in err[0]
-    assert tuner.trials == 16 and len(_records(log)) == 16
+    assert len(err) == 1 and "interrupted after 8 trials" in err[0] and "resume" in err[0]
+    assert tuner.trials == 8 and len(_records(log)) == 8
     monkeypatch.setattr(tuning.Measurer, "measure", real)
     resumed = task.tune(4, log=log, seed=0, **SMALL)
-    assert len(_records(log)) == 20 and resumed.search.best[0] <= tuner.best_cost
+    assert len(_records(log)) == 12 and resumed.search.best[0] <= tuner.best_cost
 
 
 def test_random_search_without_model(tmp_path):
     task = _task()
     tuner = task.tune(8, log=tmp_path / "r.jsonl", seed=0, model=False, **SMALL)
     assert tuner.trials == 8 and tuner.search._models is None
+
+
+def test_task_scheduler_gives_trials_where_time_goes(tmp_path):
+    from tensorforge.tune.auto import TaskScheduler
+
+    func, _, _ = CASES["matmul"]
+    heavy, light = SearchTask(func, (12, 5, 16)), SearchTask(func, (4, 3, 8))
+    log = tmp_path / "model.jsonl"
+    options = {k: v for k, v in SMALL.items() if k not in ("progress", "batch_size")}
+    sched = TaskScheduler([heavy, light], weights=[100, 1], log=log, slice_trials=8, **options)
+    sched.tune(32, progress=False)
+    assert sum(sched.allocation) == 32
+    assert sched.allocation[0] > sched.allocation[1] >= 8  # warm-up slice, then by weight
+    keys = {(r["args"][0]) for r in _records(log)}
+    assert keys == {12, 4}
+    assert math.isfinite(sched.total_cost)

@@ -91,3 +91,21 @@ def test_first_guess_is_quick_and_uses_the_machine():
     assert tiles[1][-1] % lanes == 0  # the register tile's columns are whole vectors
     assert tiles[0][-1] > 1  # and it has several rows
     assert trace.decisions["cw:2.C"] is True
+
+
+@pytest.mark.parametrize(
+    "name, fixed",
+    [
+        ("matmul", {"cw:2.C": True, "pack:2.C": True}),
+        ("matmul_bias_gelu", {"pack:2.C": True}),
+        ("conv2d", {"cw:3.conv": True, "pack:3.conv": True, "inline:1.padded": True}),
+    ],
+)
+def test_packed_panels_match_numpy(name, fixed):
+    """The packing rule (a cache_read panel per block of the last axis) on awkward sizes."""
+    func, args, reference = CASES[name]
+    task = SearchTask(func, args, "llvm")
+    trace = task.sample(1, fixed)
+    assert any(step.kind == "cache_read" for step in trace.steps)
+    s, tensors = task.instantiate(trace)
+    check(task, s, tensors, reference)

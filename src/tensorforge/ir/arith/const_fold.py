@@ -1,7 +1,8 @@
 """Fold operations on constants the way the kernel would compute them.
 
-Integers use Python's floor division and modulo (the IR's FloorDiv/FloorMod) and wrap to their
-width; floats are computed in their own precision through numpy (float32 `0.1 + 0.2` is the
+Integers use Python's floor division and modulo (the IR's FloorDiv/FloorMod); a result that
+does not fit its dtype is not folded (nothing wraps silently: index arithmetic that can pass 2**31
+is int64 before it gets here, see ir/arith/index_dtype.py); floats are computed in their own precision through numpy (float32 `0.1 + 0.2` is the
 float32 sum); casts from float to int truncate toward zero. Where the kernel's result would be
 undefined (integer division by zero, a NaN or out-of-range float cast to int) nothing is folded.
 """
@@ -84,7 +85,9 @@ def fold_binary(node: BinaryOp) -> Const | None:
         return None
     if dt.is_int(dtype):
         value = _fold_int(node, int(a.value), int(b.value))
-        return None if value is None else make_const(value, dtype)
+        if value is None or wrap_int(value, dtype) != value:
+            return None  # undefined or overflowing: left for the kernel, never wrapped here
+        return Const(value, dtype)
     if dt.is_float(dtype):
         return _fold_float(node, a.value, b.value, dtype)
     return None

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from tensorforge.ir.arith.const_fold import wrap_int
+from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Add, BinaryOp, Cast, Const, Expr, Mul, Sub, Var, structural_key
 
 
@@ -114,6 +115,12 @@ def linearize(e: Expr, cache: dict[int, tuple[Expr, LinearForm]] | None = None) 
     return form
 
 
+def fits(form: LinearForm, dtype: str) -> bool:
+    """Whether every constant of `form` (coefficients and offset) is a value of `dtype`."""
+    lo, hi = -(1 << (dt.bits_of(dtype) - 1)), (1 << (dt.bits_of(dtype) - 1)) - 1
+    return lo <= form.const <= hi and all(lo <= c <= hi for c in form.coefficients())
+
+
 def _name_key(term: Expr) -> str:
     if isinstance(term, Var):
         return term.name
@@ -184,4 +191,4 @@ def same_expr(a: Any, b: Any) -> bool:
     return all(same_expr(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
 
 
-__all__ = ["LinearForm", "is_index_dtype", "linearize", "same_expr", "term_key", "to_expr"]
+__all__ = ["LinearForm", "fits", "is_index_dtype", "linearize", "same_expr", "term_key", "to_expr"]

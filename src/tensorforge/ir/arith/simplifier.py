@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
 from tensorforge.ir.arith.interval import Analyzer, Interval, _decide_compare
-from tensorforge.ir.arith.linear import LinearForm, is_index_dtype, same_expr, to_expr
+from tensorforge.ir.arith.linear import LinearForm, fits, is_index_dtype, same_expr, to_expr
 from tensorforge.ir.expr import Broadcast, BufferLoad
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import (
@@ -95,6 +95,8 @@ class ExprSimplifier:
         under it are visited on their own, so a sum of n terms costs O(n), not O(n^2).
         """
         form = _merge_div_mod(self._sum_form(e), self)
+        if not fits(form, e.dtype):  # (i + 2**30) + 2**30 in int32: keep it, never wrap it
+            return map_children(e, self.visit)
         result = self.build(form, e.dtype)
         if same_expr(result, e):
             self.analyzer._forms[id(e)] = (e, form)
@@ -205,6 +207,8 @@ def _identity(node: Expr) -> Expr | None:
 
 def _rebuilt(node: Expr, form: LinearForm, s: ExprSimplifier) -> Expr | None:
     """The canonical expression of `form`, or None if that is `node` itself."""
+    if not fits(form, node.dtype):
+        return None
     result = s.build(form, node.dtype)
     return None if same_expr(result, node) else result
 

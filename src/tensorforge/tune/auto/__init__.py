@@ -7,6 +7,7 @@ improves on it with measurements (search.py, tuning.py), and the task scheduler 
 among many kernels (scheduler.py).
 """
 
+from tensorforge.tune.auto.scheduler import TaskScheduler
 from tensorforge.tune.auto.task import (
     ScheduleTrace,
     SearchTask,
@@ -15,4 +16,11 @@ from tensorforge.tune.auto.task import (
 )
 from tensorforge.tune.auto.trace import Step
 
-__all__ = ["ScheduleTrace", "SearchTask", "Step", "get_workload", "register_workload"]
+__all__ = [
+    "ScheduleTrace",
+    "SearchTask",
+    "Step",
+    "TaskScheduler",
+    "get_workload",
+    "register_workload",
+]

@@ -78,6 +78,8 @@ class AnalyticPolicy:
             return False
         if kind == "cw":
             return True
+        if kind == "pack":  # rows 2 KiB or more apart alias in L1: copy the panel contiguous
+            return hint.get("row_elements", 0) * 4 >= 2048
         if kind == "loc":  # rows next to their readers; a padded input whole, before its reader
             opts = hint.get("options") or []
             if not opts:
@@ -136,7 +138,10 @@ class AnalyticPolicy:
                     continue
                 flops_per_load = mr * v / (mr + v)
                 waste = (rows_extent / _round_up(rows_extent, mr)) * (last / _round_up(last, nr))
-                score = flops_per_load * waste
+                # a tile that does not divide its extent guards every row of the inner loops,
+                # which keeps the accumulators out of registers: worth a weaker micro-kernel
+                uneven = (rows_extent % mr != 0) + (last % nr != 0)
+                score = flops_per_load * waste * 0.6**uneven
                 if score > best_score + 1e-9:
                     best, best_score = (mr, nr), score
         mr, nr = best

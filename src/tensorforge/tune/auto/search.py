@@ -39,7 +39,7 @@ class EvolutionarySearch:
         generations: int = 4,
         mutation_prob: float = 0.85,
         epsilon: float = 0.1,
-        shortlist: int = 3,
+        shortlist: int = 2,
         first_guess: bool = True,
     ):
         self.task = task

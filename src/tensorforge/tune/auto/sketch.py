@@ -75,6 +75,11 @@ def _extent(iv: Any) -> int:
     return value if isinstance(value, int) else 1
 
 
+def _extent_of_dim(t: Any, dim: int) -> int:
+    value = getattr(t.shape[dim], "value", None)
+    return value if isinstance(value, int) else 1
+
+
 # -- the plan: which rule each stage gets ----------------------------------------------------------
 
 
@@ -357,13 +362,19 @@ class SketchBuilder:
             self.rec.compute_at(inner, outer, levels[-1][1])
             s_levels = [self.rec.split_many(inner, a, [t[2]]) for a, t in zip(sp_axes, s_tiles)]
             r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]
-            order = (
-                [lv[0] for lv in r_levels]
-                + [lv[0] for lv in s_levels]
-                + [lv[1] for lv in r_levels]
-                + [lv[1] for lv in s_levels]
+            packable = self.packable(op) if r_levels else []
+            rows = max((_extent_of_dim(t, -1) for t in packable), default=0)
+            pack = bool(packable) and self.d.choice(
+                f"pack:{key}", [False, True], {**hint, "row_elements": rows}
             )
+            s2 = [lv[0] for lv in s_levels]
+            if pack:  # the last axis's block loop first: its packed panel serves the others
+                s2 = s2[-1:] + s2[:-1]
+            order = [lv[0] for lv in r_levels] + s2
+            order += [lv[1] for lv in r_levels] + [lv[1] for lv in s_levels]
             self.rec.reorder(inner, order)
+            if pack:
+                self.pack(inner, packable, s2[0])
             innermost = [lv[1] for lv in s_levels]
         else:
             s_levels = [self.rec.split_many(inner, a, t) for a, t in zip(sp_axes, s_tiles)]
@@ -390,6 +401,32 @@ class SketchBuilder:
         if unroll:
             first = inner.leaf_iter_vars[0]
             self.rec.pragma(inner, first, "auto_unroll_max_step", unroll)
+
+    def packable(self, op: Any) -> list[Any]:
+        """Inputs of a tiled reduction read as vectors along its last axis but not along some
+        other spatial axis (matmul's B): worth copying, block by block, into a contiguous panel
+        (their rows may be far apart in memory, thrashing a cache set per row)."""
+        spatial = [iv.var for iv in op.axis]
+        out = []
+        for t in {id(t.op): t for t in op.input_tensors}.values():
+            reads = [r for r in _reads(op) if r.tensor.op is t.op]
+            last_index = [r.indices[-1] for r in reads if r.indices]
+            uses_last = all(any(n is spatial[-1] for n in walk(i)) for i in last_index)
+            used = {n for r in reads for index in r.indices for n in walk(index) if n in spatial}
+            inlined = t.op in self.s and self.s[t].attach_type == "inline"
+            if reads and last_index and uses_last and set(spatial) - used and not inlined:
+                out.append(t)
+        return out
+
+    def pack(self, inner: Any, tensors: list[Any], loop: Any) -> None:
+        """cache_read each of `tensors` for `inner` into a local panel filled at `loop`."""
+        for t in tensors:
+            source = self.s[t]
+            cache = self.rec.cache_read(source, "local", [inner])
+            self.rec.compute_at(cache, inner, loop)
+            axes = cache.leaf_iter_vars
+            if axes:
+                self.rec.annotate("vectorize", cache, axes[-1])
 
     # -- GPU rules (sketch_gpu.py) ----------------------------------------------------------------
     def gpu_elementwise(self, stage: Any, key: str, axes: list[Any]) -> None:

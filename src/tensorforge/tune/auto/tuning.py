@@ -65,6 +65,7 @@ class TaskTuner:
         self.time_total = 0.0
         self.time_measure = 0.0
         self._loaded: set[str] = set()
+        self.interrupted = False  # Ctrl-C stopped the last run
 
     @property
     def best_cost(self) -> float:
@@ -159,6 +160,7 @@ def tune(
     try:
         tuner.run(trials, option, callbacks)
     except KeyboardInterrupt:
+        tuner.interrupted = True
         where = f"{os.fspath(log)!r}; run again with the same log to resume" if log else "no log"
         print(
             f"\ninterrupted after {tuner.trials} trials: every measured trial is in {where}",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tensorforge.tune.measure import MeasureInput, MeasureOption, Measurer, MeasureResult
-from tensorforge.tune.records import Record, load_records
+from tensorforge.tune.records import Record, load_records, screened
 from tensorforge.tune.space import ConfigEntity
 from tensorforge.tune.template import Task
 
@@ -109,7 +109,7 @@ class Tuner:
             if config is None or config.index in self.visited:
                 continue
             inputs.append(MeasureInput(self.task, config))
-            results.append(rec.result)
+            results.append(self._screen(rec.result))
             self.visited.add(config.index)
         if len(inputs) >= min_seed_records and inputs:
             self.update(inputs, results)
@@ -146,10 +146,10 @@ class Tuner:
 
                 def report(position: int, result: MeasureResult, inputs=inputs) -> None:
                     for callback in callbacks:
-                        callback(self, [inputs[position]], [result])
+                        callback(self, [inputs[position]], [self._screen(result)])
 
                 t0 = time.perf_counter()
-                results = measurer.measure(configs, report)
+                results = [self._screen(r) for r in measurer.measure(configs, report)]
                 self.time_measure += time.perf_counter() - t0
                 self.update(inputs, results)
                 done += len(results)
@@ -173,6 +173,10 @@ class Tuner:
                 close = getattr(callback, "close", None)
                 if close is not None:
                     close()
+
+    def _screen(self, result: MeasureResult) -> MeasureResult:
+        """An impossible timing (1e-12 s, faster than the target's peak) becomes an error."""
+        return screened(result, float(self.task.flop or 0.0), self.task.target)
 
     @property
     def measure_fraction(self) -> float:

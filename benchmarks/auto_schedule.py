@@ -1,0 +1,337 @@
+"""Auto-scheduling (tune.auto) against the ops library's hand schedules, on this CPU, 1 thread.
+
+For each case: the hand schedule (or, for fused subgraphs, the best unfused pair of ops
+schedules), NumPy where it has the operator, the analytic first guess (trials=0) and the best
+schedule tuned so far (from a resumable log per case), all timed in this one process, as ratios.
+`--search-quality` compares the model-guided search with random search on one space.
+
+Run: TF_NUM_THREADS=1 nice python benchmarks/auto_schedule.py [--tune N] [--cases a,b]
+     [--logs DIR] [--small] [--search-quality N] [--json]
+Each `--tune N` adds N trials per case to its log (resumed), so a budget can be spent in slices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # NumPy on 1 thread too (before it loads)
+os.environ.setdefault("TF_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import tensorforge as tf  # noqa: E402
+from tensorforge import te, tune
+from tensorforge.ops.conv2d import conv2d_nchw, schedule_conv2d
+from tensorforge.ops.elementwise import schedule_elementwise
+from tensorforge.ops.layer_norm import layer_norm, schedule_layer_norm
+from tensorforge.ops.matmul import schedule_matmul
+from tensorforge.ops.softmax import schedule_softmax, softmax
+from tensorforge.tune import auto
+from tensorforge.tune.auto import analytic, tuning
+
+# -- workloads (the ops library's computations, and fused subgraphs it has no schedule for) -----
+
+
+@auto.register_workload(name="bench/gemm")
+def gemm(n, k, m):
+    A = te.placeholder((n, k), name="A")
+    B = te.placeholder((k, m), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    return [A, B, te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")]
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + te.erf(x * 0.7071067811865476))
+
+
+@auto.register_workload(name="bench/gemm_bias_gelu")
+def gemm_bias_gelu(n, k, m):
+    A, B, C = gemm(n, k, m)
+    bias = te.placeholder((m,), name="bias")
+    D = te.compute((n, m), lambda i, j: _gelu(C[i, j] + bias[j]), name="D")
+    return [A, B, bias, D]
+
+
+@auto.register_workload(name="bench/conv2d")
+def conv2d(b, c, h, w, f):
+    data, weight, _, out = conv2d_nchw(b, c, h, w, f)
+    return [data, weight, out]
+
+
+def _bn_relu(x, scale, shift):
+    return te.compute(
+        x.shape, lambda n, c, y, z: te.max(x[n, c, y, z] * scale[c] + shift[c], 0.0), name="bn"
+    )
+
+
+@auto.register_workload(name="bench/conv_bn_relu")
+def conv_bn_relu(b, c, h, w, f):
+    data, weight, conv = conv2d(b, c, h, w, f)
+    scale = te.placeholder((f,), name="scale")
+    shift = te.placeholder((f,), name="shift")
+    return [data, weight, scale, shift, _bn_relu(conv, scale, shift)]
+
+
+@auto.register_workload(name="bench/softmax")
+def softmax_workload(n, m):
+    return list(softmax(n, m))
+
+
+@auto.register_workload(name="bench/layer_norm")
+def layer_norm_workload(n, m):
+    return list(layer_norm(n, m))
+
+
+@auto.register_workload(name="bench/add_layer_norm")
+def add_layer_norm(n, m):
+    """Layer norm (as ops declares it) of a + residual, the add fused in."""
+    a = te.placeholder((n, m), name="a")
+    residual = te.placeholder((n, m), name="residual")
+    gamma = te.placeholder((m,), name="gamma")
+    beta = te.placeholder((m,), name="beta")
+    added = te.compute((n, m), lambda i, j: a[i, j] + residual[i, j], name="add")
+    k1 = te.reduce_axis((0, m), name="k1")
+    k2 = te.reduce_axis((0, m), name="k2")
+    total = te.compute((n,), lambda i: te.sum(added[i, k1], axis=k1), name="total")
+    squares = te.compute(
+        (n,), lambda i: te.sum(added[i, k2] * added[i, k2], axis=k2), name="squares"
+    )
+
+    def normalize(i, j):
+        mean = total[i] * (1.0 / m)
+        var = squares[i] * (1.0 / m) - mean * mean
+        return (added[i, j] - mean) * te.rsqrt(var + 1e-5) * gamma[j] + beta[j]
+
+    return [a, residual, gamma, beta, te.compute((n, m), normalize, name="y")]
+
+
+# -- hand schedules (one kernel, or the unfused pair: two kernels run one after the other) --------
+
+
+def _elementwise(shape, fcompute, n_inputs, name):
+    ins = [te.placeholder(shape, name=f"in{k}") for k in range(n_inputs)]
+    out = te.compute(shape, lambda *idx: fcompute(*[t[idx] for t in ins], *idx), name=name)
+    return schedule_elementwise(out, parallel=False), [*ins, out]
+
+
+def hand(case: str, args: tuple) -> list[tuple]:
+    """The ops schedules for `case`: a list of (schedule, tensors) run in sequence."""
+    if case == "gemm":
+        n, k, m = args
+        return [schedule_matmul(n, m, k, parallel=False)]
+    if case == "gemm_bias_gelu":
+        n, k, m = args
+        bias = te.placeholder((m,), name="bias")
+        c = te.placeholder((n, m), name="C")
+        d = te.compute((n, m), lambda i, j: _gelu(c[i, j] + bias[j]), name="D")
+        return [
+            schedule_matmul(n, m, k, parallel=False),
+            (schedule_elementwise(d, parallel=False), [c, bias, d]),
+        ]
+    if case == "conv2d":
+        return [schedule_conv2d(*args, parallel=False)]
+    if case == "conv_bn_relu":
+        b, c, h, w, f = args
+        x = te.placeholder((b, f, h, w), name="conv")
+        scale = te.placeholder((f,), name="scale")
+        shift = te.placeholder((f,), name="shift")
+        y = _bn_relu(x, scale, shift)
+        return [
+            schedule_conv2d(*args, parallel=False),
+            (schedule_elementwise(y, parallel=False), [x, scale, shift, y]),
+        ]
+    if case == "softmax":
+        return [schedule_softmax(*args, parallel=False)]
+    if case == "layer_norm":
+        return [schedule_layer_norm(*args, parallel=False)]
+    if case == "add_layer_norm":
+        n, m = args
+        return [
+            _elementwise((n, m), lambda a, r, i, j: a + r, 2, "add"),
+            schedule_layer_norm(n, m, parallel=False),
+        ]
+    raise KeyError(case)
+
+
+def numpy_reference(case: str, arrays: list[np.ndarray]):
+    if case == "gemm":
+        return lambda: np.matmul(arrays[0], arrays[1])
+    if case == "softmax":
+        x = arrays[0]
+
+        def run():
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+
+        return run
+    return None
+
+
+CASES = {  # name -> (workload, full-size args, small args)
+    "gemm": (gemm, (1024, 1024, 1024), (128, 128, 128)),
+    "conv2d": (conv2d, (1, 64, 56, 56, 64), (1, 8, 14, 14, 8)),
+    "softmax": (softmax_workload, (4096, 4096), (256, 256)),
+    "layer_norm": (layer_norm_workload, (4096, 4096), (256, 256)),
+    "gemm_bias_gelu": (gemm_bias_gelu, (1024, 1024, 1024), (128, 128, 128)),
+    "conv_bn_relu": (conv_bn_relu, (1, 64, 56, 56, 64), (1, 8, 14, 14, 8)),
+    "add_layer_norm": (add_layer_norm, (4096, 4096), (256, 256)),
+}
+
+
+# -- timing -------------------------------------------------------------------------------------
+
+
+def _arrays_for(tensors, rng):
+    out = []
+    for t in tensors:
+        shape = [int(e.value) for e in t.shape]
+        out.append(tf.nd.array(rng.uniform(-1, 1, shape).astype(t.dtype)))
+    return out
+
+
+def time_kernels(kernels: list[tuple], number: int, repeat: int) -> float:
+    """Seconds for the kernels run one after another (each timed on its own, summed)."""
+    total = 0.0
+    rng = np.random.default_rng(0)
+    for s, tensors in kernels:
+        mod = tf.build(s, tensors)
+        arrays = _arrays_for(tensors, rng)
+        timer = mod.time_evaluator(mod.entry_name, tf.cpu(0), number=number, repeat=repeat)
+        total += min(timer(*arrays).results)  # the least disturbed run (a shared machine)
+    return total
+
+
+def time_numpy(run, number: int, repeat: int) -> float:
+    run()
+    best = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            run()
+        best.append((time.perf_counter() - start) / number)
+    return float(min(best))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tune", type=int, default=0, help="more trials per case before timing")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--logs", default="auto_schedule_logs")
+    parser.add_argument("--small", action="store_true", help="small sizes (a smoke test)")
+    parser.add_argument("--search-quality", type=int, default=0, metavar="TRIALS")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--number", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3)
+    opts = parser.parse_args()
+    os.makedirs(opts.logs, exist_ok=True)
+    option = tune.measure_option(number=2, repeat=2, timeout=30, n_parallel=1)
+    rows = []
+    for case in opts.cases.split(","):
+        func, full, small = CASES[case]
+        args = small if opts.small else full
+        task = auto.SearchTask(func, args, "llvm")
+        log = os.path.join(opts.logs, f"{case}.jsonl")
+        if opts.tune:
+            task.tune(opts.tune, log=log, seed=len(rows), measure_option=option)
+        start = time.perf_counter()
+        guess = analytic.first_guess(task)
+        guess_s = time.perf_counter() - start
+        row = {"case": case, "args": list(args), "guess_seconds": guess_s}
+        row["hand"] = time_kernels(hand(case, args), opts.number, opts.repeat)
+        row["first_guess"] = time_kernels([task.instantiate(guess)], opts.number, opts.repeat)
+        trials = len(tuning.task_records(task, log))
+        row["trials"] = trials
+        row["tuned"] = (
+            time_kernels([task.apply_best(log)], opts.number, opts.repeat) if trials else None
+        )
+        if row["tuned"] is not None:
+            row["tuned"] = min(row["tuned"], row["first_guess"])  # trials=0 is a candidate too
+        tensors = task.fresh()[1]
+        run = numpy_reference(
+            case, [a.numpy() for a in _arrays_for(tensors, np.random.default_rng(0))]
+        )
+        row["numpy"] = time_numpy(run, opts.number, opts.repeat) if run else None
+        rows.append(row)
+        if opts.json:
+            print(json.dumps(row))
+    if opts.search_quality:
+        rows_sq = search_quality(opts.search_quality, opts.small, option)
+        if opts.json:
+            for r in rows_sq:
+                print(json.dumps(r))
+        print_search_quality(rows_sq)
+    print_table(rows)
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def print_table(rows: list[dict]) -> None:
+    print(
+        f"\n{'case':<16}{'trials':>7}{'hand ms':>10}{'guess ms':>10}{'tuned ms':>10}"
+        f"{'hand/tuned':>11}{'hand/guess':>11}{'guess/tuned':>12}{'numpy/tuned':>12}{'guess s':>8}"
+    )
+    for r in rows:
+        tuned = r["tuned"] or r["first_guess"]
+        print(
+            f"{r['case']:<16}{r['trials']:>7}{r['hand'] * 1e3:>10.3f}{r['first_guess'] * 1e3:>10.3f}"
+            f"{tuned * 1e3:>10.3f}{_ratio(r['hand'], tuned):>11}{_ratio(r['hand'], r['first_guess']):>11}"
+            f"{_ratio(tuned, r['first_guess']):>12}{_ratio(r['numpy'], tuned):>12}{r['guess_seconds']:>8.2f}"
+        )
+    print(
+        "(ratios > 1: the auto schedule is faster; guess/tuned: the first guess's share of the tuned speed)"
+    )
+
+
+# -- search quality -------------------------------------------------------------------------------
+
+
+def search_quality(trials: int, small: bool, option) -> list[dict]:
+    """Best time after each batch: model-guided vs random search, same task, same seeds."""
+    args = (128, 128, 128) if small else (256, 256, 256)
+    task = auto.SearchTask(gemm, args, "llvm")
+    out = []
+    for seed in (0, 1, 2):
+        for guided in (True, False):
+            tuner = task.tune(
+                trials,
+                log=None,
+                seed=seed,
+                measure_option=option,
+                model=guided,
+                progress=False,
+                first_guess=False,
+            )
+            curve, best = [], math.inf
+            for _, res in tuner.search.history:
+                best = min(best, res.cost)
+                curve.append(best)
+            out.append(
+                {
+                    "seed": seed,
+                    "guided": guided,
+                    "curve": curve,
+                    "measure_fraction": tuner.measure_fraction,
+                }
+            )
+    return out
+
+
+def print_search_quality(rows: list[dict]) -> None:
+    print("\nsearch quality (GEMM, best ms after n trials; guided vs random, 3 seeds)")
+    for r in rows:
+        marks = [len(r["curve"]) // 4, len(r["curve"]) // 2, len(r["curve"])]
+        values = " ".join(f"n={m}:{r['curve'][m - 1] * 1e3:.3f}" for m in marks if m > 0)
+        kind = "guided" if r["guided"] else "random"
+        print(
+            f"seed {r['seed']} {kind:<7} {values}  (measuring {r['measure_fraction']:.0%} of wall time)"
+        )
+
+
+if __name__ == "__main__":
+    main()

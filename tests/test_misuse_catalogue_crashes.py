@@ -1,0 +1,195 @@
+"""Mistakes that used to crash the process or give a silently wrong answer (issue 14, items 7-9).
+
+Each case runs in its own Python process, so a segfault or an abort fails the test instead of
+killing the test run: the process must exit normally and print the error (or result) expected.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+
+def run_case(code: str, timeout: float = 120) -> str:
+    """Run `code` (after `import tensorforge as tf`, `te`, `np`) in a fresh process; its stdout.
+
+    The process must exit with status 0: a crash (a signal, an abort) or an uncaught error fails.
+    """
+    script = "import numpy as np\nimport tensorforge as tf\nfrom tensorforge import te\n"
+    script += textwrap.dedent(code)
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    assert result.returncode == 0, (
+        f"exit status {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n"
+        f"{result.stderr[-3000:]}"
+    )
+    return result.stdout
+
+
+EXPECT_ERROR = """
+def expect(error, fn):
+    try:
+        fn()
+    except error as e:
+        print("ERROR", type(e).__name__, e)
+    else:
+        print("NO ERROR")
+"""
+
+
+# -- constants that do not fit their dtype ------------------------------------------------------
+
+
+def test_python_int_too_wide_for_int32_expression():
+    out = run_case(
+        EXPECT_ERROR
+        + """
+x = te.var("x")
+expect(tf.ExprError, lambda: x + 2**40)
+X = te.placeholder((2**31 + 16,), name="X")
+expect(tf.ExprError, lambda: te.compute((16,), lambda i: X[2**31 + i], name="Y"))
+"""
+    )
+    lines = out.splitlines()
+    assert lines[0].startswith("ERROR ExprError the constant 1099511627776 does not fit int32")
+    assert "x" in lines[0] and "astype('int64')" in lines[0]
+    assert lines[1].startswith("ERROR ExprError the constant 2147483648 does not fit int32")
+
+
+def test_const_out_of_range():
+    out = run_case(
+        EXPECT_ERROR
+        + """
+expect(tf.ExprError, lambda: te.const(300, "uint8"))
+expect(tf.ExprError, lambda: te.const(-1, "uint8"))
+expect(tf.ExprError, lambda: te.const(1e6, "float16"))
+print(te.const(255, "uint8"), te.const(-128, "int8"), te.const(float("inf"), "float16"))
+"""
+    )
+    lines = out.splitlines()
+    assert "const 300 does not fit uint8 (range [0, 255])" in lines[0]
+    assert "const -1 does not fit uint8" in lines[1]
+    assert "const 1000000.0 does not fit float16" in lines[2]
+    assert lines[3] == "uint8(255) int8(-128) float16(inf)"
+
+
+def test_constant_folder_never_wraps():
+    out = run_case(
+        """
+from tensorforge.ir.arith import simplify_expr
+i = te.var("i")
+print(simplify_expr(te.const(2**31 - 1) + te.const(1)))
+print(simplify_expr((i + 2**30) + 2**30))
+print(simplify_expr(te.const(2**30) * 4))
+"""
+    )
+    assert "-2147483648" not in out and "-" not in out.replace("\n", "")
+    assert "0" != out.splitlines()[2].strip()
+
+
+# -- an output aliasing an input -----------------------------------------------------------------
+
+
+def test_output_aliasing_an_input_is_refused():
+    out = run_case(
+        EXPECT_ERROR
+        + """
+n = 33
+A = te.placeholder((n,), name="A")
+B = te.placeholder((n,), name="B")
+C = te.compute((n,), lambda i: A[i] + B[(i + 1) % n], name="C")
+f = tf.build(te.create_schedule(C.op), [A, B, C])
+rng = np.random.default_rng(0)
+a = rng.random(n, dtype="float32")
+c = np.empty_like(a)
+f(a, a, c)  # two inputs may share memory
+np.testing.assert_allclose(c, a + np.roll(a, -1), rtol=1e-6)
+expect(tf.ArgumentError, lambda: f(a, a, a))
+big = rng.random(2 * n, dtype="float32")
+expect(tf.ArgumentError, lambda: f(a, big[:n], big[5 : 5 + n]))
+f(big[:n], a, big[n:])  # adjacent, not overlapping
+np.testing.assert_allclose(big[n:], big[:n] + np.roll(a, -1), rtol=1e-6)
+print("OK")
+"""
+    )
+    lines = out.splitlines()
+    assert lines[0].startswith("ERROR ArgumentError main: output 'C' and argument 'A' are the same")
+    assert "np.empty_like(A)" in lines[0]
+    assert lines[1].startswith("ERROR ArgumentError main: output 'C' and argument 'B' overlap")
+    assert lines[2] == "OK"
+
+
+# -- impossible measurements ---------------------------------------------------------------------
+
+RECORD_CASE = """
+import json, os, tempfile
+from tensorforge import tune
+from tensorforge.tune import records
+from tensorforge.tune.measure import MeasureInput, MeasureResult
+
+@tune.template("misuse/scale")
+def scale(n):
+    cfg = tune.get_config()
+    cfg.define_knob("k", [1, 2, 4, 8])
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 3.0, name="B")
+    return te.create_schedule(B.op), [A, B]
+
+task = tune.create_task("misuse/scale", args=(1024,), target="llvm")
+path = os.path.join(tempfile.mkdtemp(), "log.jsonl")
+handle = records.open_log(path)
+for index, cost in [(0, 2e-6), (1, 1e-12), (2, 3e-6)]:
+    result = MeasureResult((cost,), 0, "", 0.1, 1.0)
+    records.append_line(handle, records.encode(MeasureInput(task, task.config(index)), result))
+handle.close()
+"""
+
+
+def test_impossible_record_is_never_the_best():
+    out = run_case(
+        RECORD_CASE
+        + """
+best = records.best_by_workload(records.load_records(path))
+print("best", [r.cost for r in best.values()])
+tuner = tune.RandomTuner(task, seed=0)
+print("loaded", tuner.load_history(path), "best", tuner.best_cost)
+bad = [res for cfg, res in tuner.history if not res.ok]
+print("errors", [res.error_msg for res in bad])
+"""
+    )
+    assert "best [2e-06]" in out
+    assert "loaded 3 best 2e-06" in out
+    assert "impossible measurement: 1e-12 s per call" in out
+
+
+def test_impossible_measurement_is_logged_as_an_error():
+    out = run_case(
+        RECORD_CASE
+        + """
+def builder(task, config, feature_fn):
+    return config, None
+
+def runner(task, config, option, reference):
+    return [1e-12 if config["k"].val == 4 else 1e-5] * option.repeat
+
+option = tune.measure_option(builder=builder, runner=runner, number=1, repeat=1, timeout=5)
+log = path + ".tuned"
+tuner = tune.GridSearchTuner(task)
+tuner.tune(n_trial=4, measure_option=option, callbacks=[tune.log_to_file(log)])
+rows = [json.loads(line) for line in open(log)]
+print("best", tuner.best_cost, tuner.best_config["k"].val != 4)
+print("errors", [(r["config"]["knobs"], r["result"]["error_no"]) for r in rows if r["result"]["error_no"]])
+"""
+    )
+    assert "best 1e-05 True" in out
+    assert "errors [({'k': 4}, 4)]" in out or "errors [({'k': [4]}, 4)]" in out, out
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
