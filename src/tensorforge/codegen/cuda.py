@@ -194,6 +194,8 @@ class _KernelWriter:
         self.preamble = []
         if "half" in self.printer.helpers:
             self.preamble.append("#include <cuda_fp16.h>")
+        if "bf16" in self.printer.helpers:
+            self.preamble.append("#include <cuda_bf16.h>")
         if "floordiv" in self.printer.helpers:
             self.preamble += ["", FLOOR_HELPERS.rstrip()]
         params_text = ",\n    ".join(decls)
@@ -385,10 +387,10 @@ class _KernelWriter:
         p = self.printer
         for key, access in p.plan_vector_loads(value).items():
             lines, temps = p.load_vector(access)
-            width = "float4" if access.chunk == 4 else "float2"
+            nbytes = _elem_bytes(access.buffer.dtype) * access.chunk
             self.line(
-                f"// {width}-wide load of {access.buffer.name}: the index is a multiple of "
-                f"{access.chunk} elements, so the address is {4 * access.chunk}-byte aligned"
+                f"// {nbytes}-byte load of {access.buffer.name}: the index is a multiple of "
+                f"{access.chunk} elements, so the address is {nbytes}-byte aligned"
             )
             self.lines_(lines)
             p.hoisted[key] = temps
@@ -414,10 +416,10 @@ class _KernelWriter:
             p.vector_access(s.buffer, index, s.predicate) if dt.lanes_of(index.dtype) > 1 else None
         )
         if access is not None:
-            width = "float4" if access.chunk == 4 else "float2"
+            nbytes = _elem_bytes(s.buffer.dtype) * access.chunk
             self.line(
-                f"// {width}-wide store to {s.buffer.name}: the index is a multiple of "
-                f"{access.chunk} elements, so the address is {4 * access.chunk}-byte aligned"
+                f"// {nbytes}-byte store to {s.buffer.name}: the index is a multiple of "
+                f"{access.chunk} elements, so the address is {nbytes}-byte aligned"
             )
             self.lines_(p.store_vector(access, values))
         else:

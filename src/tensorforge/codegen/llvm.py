@@ -31,6 +31,7 @@ from tensorforge.codegen.llvm_expr import (
 from tensorforge.codegen.llvm_math import mangle
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -108,7 +109,7 @@ class LLVMCodegen:
                 emitter.buffers[param] = arg
             else:
                 emitter.vars[param] = arg
-        emitter.stmt(func.body)
+        emitter.stmt(legalize_bfloat16(func.body))  # LLVM IR has no bfloat16 arithmetic here
         emitter.builder.ret_void()
         return KernelSource(
             target="llvm",
