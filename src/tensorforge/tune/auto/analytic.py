@@ -38,7 +38,9 @@ class Machine:
             return Machine(128, 255, 48 * 1024, 256 * 1024, 132, gpu=True)
         bits = target.vector_bits
         l1, l2 = _cache_sizes()
-        return Machine(bits, 32 if bits >= 512 else 16, l1, l2, os.cpu_count() or 1)
+        threads = os.environ.get("TF_NUM_THREADS", "")  # what parallel loops will run on
+        cores = int(threads) if threads.isdigit() and int(threads) > 0 else os.cpu_count() or 1
+        return Machine(bits, 32 if bits >= 512 else 16, l1, l2, cores)
 
 
 @functools.cache
@@ -92,6 +94,8 @@ class AnalyticPolicy:
                     return width
             return 0
         if kind == "par":
+            if self.machine.cores == 1:  # a parallel loop on one thread only costs
+                return 0
             extents = [_extent_of(iv) for iv in hint.get("extents", [])]
             want = 4 * self.machine.cores
             for n in range(1, len(extents) + 1):

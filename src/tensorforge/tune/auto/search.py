@@ -64,10 +64,11 @@ class EvolutionarySearch:
     # -- bookkeeping ----------------------------------------------------------------------------
     def update(self, traces: Sequence[ScheduleTrace], results: Sequence[MeasureResult]) -> None:
         for trace, res in zip(traces, results):
-            self.measured[trace.index] = res.cost
+            cost = seconds(res)
+            self.measured[trace.index] = cost
             self.history.append((trace, res))
-            if res.ok and res.cost < self.best[0]:
-                self.best = (res.cost, trace)
+            if cost < self.best[0]:
+                self.best = (cost, trace)
 
     def take_features(self, reported: dict[int, Any]) -> None:
         """IR features the measurement builds extracted (keyed by trace index)."""
@@ -166,7 +167,7 @@ class EvolutionarySearch:
         best = self.best[0]
         if not math.isfinite(best):
             return False
-        ys = np.array([best / r.cost if r.ok else 0.0 for _, r in self.history])
+        ys = np.array([best / seconds(r) for _, r in self.history])
         if len(np.unique(ys)) < 2:
             return self._models is not None
         from tensorforge.tune.tuner.cost_model import XGBCostModel
@@ -214,7 +215,7 @@ class EvolutionarySearch:
         return picks + self.random_batch(n - len(picks), taken)
 
     def evolve(self) -> list[ScheduleTrace]:
-        ranked = sorted((r.cost, t.index, t) for t, r in self.history if r.ok)
+        ranked = sorted((seconds(r), t.index, t) for t, r in self.history if r.ok)
         elite = [t for _, _, t in ranked[: self.population // 2]]
         population = elite + self.random_batch(self.population - len(elite), set(self.measured))
         seen = {t.index: t for t in population}
@@ -272,6 +273,12 @@ class EvolutionarySearch:
         s, tensors = self.task.instantiate(trace)
         with self.task.target_obj:
             return tf.lower(s, tensors, name="main")
+
+
+def seconds(result: MeasureResult) -> float:
+    """A measurement's time: its fastest repeat (the least disturbed by other processes on a
+    shared machine); infinity for a failure."""
+    return min(result.costs) if result.ok else math.inf
 
 
 def ir_hash(func: Any) -> str:
