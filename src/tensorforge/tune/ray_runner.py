@@ -347,8 +347,6 @@ class RayMeasurer:
         while not self._actors and time.monotonic() < deadline:
             time.sleep(0.5)
             self._refresh_actors(force=True)
-        # Enough candidates per batch to keep every build slot busy while the devices measure.
-        self.batch_size = int(min(128, 4 * ray.cluster_resources().get("CPU", 1)))
         if not self._actors:
             raise TuneError(
                 f"RayRunner: every measurement worker for {self.resource!r} is gone and none "
