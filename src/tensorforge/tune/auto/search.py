@@ -60,6 +60,7 @@ class EvolutionarySearch:
         self._models: tuple[Any, Any] | None = None
         self._fitted_on = 0
         self._fit_width = 0
+        self._extents: dict[str, list[int] | None] = {}  # tile decision key -> loop extents
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def update(self, traces: Sequence[ScheduleTrace], results: Sequence[MeasureResult]) -> None:
@@ -77,10 +78,10 @@ class EvolutionarySearch:
                 self.ir_features[index] = np.asarray(feats, dtype=np.float64)
 
     # -- candidates -----------------------------------------------------------------------------
-    def _make(self, fixed: dict | None, seed: int | None = None) -> ScheduleTrace | None:
-        rng = np.random.default_rng(seed) if seed is not None else self.rng
+    def _make(self, fixed: dict | None) -> ScheduleTrace | None:
+        """The rules' schedule for `fixed` decisions, the rest drawn (None if a rule fails)."""
         try:
-            trace, _, _ = self.task.generate(Decisions(rng, fixed))
+            trace, _, _ = self.task.generate(Decisions(self.rng, fixed))
         except Exception:  # noqa: BLE001 - a rule that cannot apply: drop the candidate
             return None
         return trace
@@ -117,11 +118,9 @@ class EvolutionarySearch:
         return self._make(decisions)
 
     def _extents_of(self, key: str, value: list) -> list[int]:
-        extents = getattr(self, "_extents", {}).get(key)
-        if extents is None:
-            extents = _tile_extents(self.task, key)
-            self.__dict__.setdefault("_extents", {})[key] = extents
-        return extents or [max(1, math.prod(f)) for f in value]
+        if key not in self._extents:
+            self._extents[key] = _tile_extents(self.task, key)
+        return self._extents[key] or [max(1, math.prod(f)) for f in value]
 
     def crossover(self, a: ScheduleTrace, b: ScheduleTrace) -> ScheduleTrace | None:
         """Each stage's decisions (keys share the stage's name) from one parent or the other."""
