@@ -103,6 +103,20 @@ class EvolutionarySearch:
                 taken.add(trace.index)
         return out
 
+    def warm_up_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
+        """Before the models can rank anything: half the batch mutants of the best schedule so
+        far (the first guess, at first), half random: a start near a good point, and spread."""
+        out = self.random_batch(1, taken) if not self.history else []
+        best = self.best[1] or (out[0] if out else None)
+        for _ in range(10 * n):
+            if best is None or len(out) >= n // 2:
+                break
+            child = self.mutate(best)
+            if child is not None and child.index not in taken:
+                out.append(child)
+                taken.add(child.index)
+        return out + self.random_batch(n - len(out), taken)
+
     def mutate(self, trace: ScheduleTrace) -> ScheduleTrace | None:
         decisions = dict(trace.decisions)
         if not decisions:
@@ -199,7 +213,7 @@ class EvolutionarySearch:
     def next_batch(self, n: int) -> list[ScheduleTrace]:
         taken = set(self.measured)
         if not self._fit():
-            return self.random_batch(n, taken)
+            return self.warm_up_batch(n, taken) if self.use_model else self.random_batch(n, taken)
         n_random = max(1, int(round(self.epsilon * n))) if self.epsilon > 0 and n >= 4 else 0
         children = self.evolve()
         fresh = [c for c in children if c.index not in taken]
