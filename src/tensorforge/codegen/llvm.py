@@ -15,7 +15,7 @@ import functools
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tensorforge.codegen.base import NUM_THREADS_SYMBOL, KernelSource, Param
+from tensorforge.codegen.base import NUM_THREADS_SYMBOL, KernelSource, kernel_params
 from tensorforge.codegen.llvm_expr import (
     I1,
     I32,
@@ -119,27 +119,6 @@ class LLVMCodegen:
             target_string=str(target),
             num_threads_symbol=NUM_THREADS_SYMBOL if state.parallel_loops else None,
         )
-
-
-def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
-    """The calling metadata: buffers with their shapes, scalars marked when a shape binds them."""
-    shape_names = {
-        e.name for p in func.params if isinstance(p, Buffer) for e in p.shape if isinstance(e, Var)
-    }
-    stored = {id(n.buffer) for n in walk(func.body) if isinstance(n, BufferStore)}
-    params = []
-    for p in func.params:
-        if isinstance(p, Buffer):
-            shape = tuple(
-                int(e.value) if isinstance(e, Const) else e.name if isinstance(e, Var) else str(e)
-                for e in p.shape
-            )
-            params.append(Param(p.name, "buffer", p.dtype, shape, written=id(p) in stored))
-        else:
-            params.append(
-                Param(p.name, "scalar", p.dtype, (), bound_from_shape=p.name in shape_names)
-            )
-    return tuple(params)
 
 
 class _ModuleState:
