@@ -80,6 +80,8 @@ class AnalyticPolicy:
             return False
         if kind == "cw":
             return True
+        if kind == "prefetch":  # long rows: fetch the next while working on this one
+            return hint.get("row", 0) >= 8
         if kind == "pack":  # rows 2 KiB or more apart alias in L1: copy the panel contiguous
             return hint.get("row_elements", 0) * 4 >= 2048
         if kind == "loc":  # rows next to their readers; a padded input whole, before its reader
