@@ -80,6 +80,8 @@ class AnalyticPolicy:
             return False
         if kind == "cw":
             return True
+        if kind == "prefetch":  # long rows: fetch the next while working on this one
+            return hint.get("row", 0) >= 8
         if kind == "pack":  # rows 2 KiB or more apart alias in L1: copy the panel contiguous
             return hint.get("row_elements", 0) * 4 >= 2048
         if kind == "loc":  # rows next to their readers; a padded input whole, before its reader
@@ -251,3 +253,19 @@ def first_guess(task: Any) -> Any:
     decisions = Decisions(0, policy=AnalyticPolicy(task.target_obj))
     trace, _, _ = task.generate(decisions)
     return trace
+
+
+def first_guess_schedule(outputs: Any, target: Any = None) -> tuple[Any, list]:
+    """The first guess for any te computation, given its output tensors (no workload function,
+    no arguments): `(schedule, steps)`. For callers that build kernels on the fly (the
+    torch.compile backend's fused groups) and have no tuning record for them."""
+    from tensorforge.target import as_target
+    from tensorforge.te import create_schedule
+    from tensorforge.tune.auto.sketch import generate
+
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    target = as_target(target)
+    s = create_schedule([t.op for t in outputs])
+    with target:
+        steps = generate(s, target, Decisions(0, policy=AnalyticPolicy(target)))
+    return s, steps
