@@ -41,7 +41,7 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     dtype = ctx.dtype_of(node)
     if not dtype.startswith("float"):
         raise Unsupported("an integer matrix product")
-    a = ctx.buffer(a)
+    a = ctx.view_of_memory(a)
     constant = ctx.constant(b) if not batched else None
     b = ctx.lazy(b)
     *lead, n, k = a.shape
