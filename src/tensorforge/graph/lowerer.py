@@ -146,8 +146,8 @@ class Lowerer:
         return val
 
     def _call(self, node: torch.fx.Node):
-        if node.target is operator.getitem:
-            return self.env[node.args[0]][node.args[1]]
+        if node.target is operator.getitem:  # one result of a multi-result node
+            return self._settle(node, self.env[node.args[0]][node.args[1]])
         if node in self.replaced:
             return self.replaced[node]
         val = node.meta.get("val")
