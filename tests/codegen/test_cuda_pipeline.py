@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import tensorforge as tf
-from tensorforge import te
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles
 from tests.codegen.test_cuda_tvm_schedules import vthread_gemm
 from tests.ops.test_gemm_fp16 import run_gemm, source_of
