@@ -20,21 +20,33 @@ from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
 T = TensorCoreTiles
 # (label, tiles): block m, n, k, warp m, n, stages, group_m
 CONFIGS = [
-    ("128x128x32 s2 g1", T(128, 128, 32, 64, 64, 2, 1)),
-    ("128x128x32 s3 g8", T(128, 128, 32, 64, 64, 3, 8)),
-    ("128x128x32 s4 g8", T(128, 128, 32, 64, 64, 4, 8)),
-    ("128x128x64 s3 g8", T(128, 128, 64, 64, 64, 3, 8)),
-    ("128x256x32 s3 g8", T(128, 256, 32, 64, 64, 3, 8)),
-    ("128x256x32 s4 g8", T(128, 256, 32, 64, 64, 4, 8)),
-    ("256x128x32 s3 g8", T(256, 128, 32, 64, 64, 3, 8)),
-    ("128x256x64 s3 g8", T(128, 256, 64, 64, 64, 3, 8)),
+    ("128x128x32 s4 g8", T(128, 128, 32, 64, 64, 4, 8), False),
+    ("128x128x32 s4 g8 fill-last", T(128, 128, 32, 64, 64, 4, 8), True),
+    ("128x128x64 s4 g8", T(128, 128, 64, 64, 64, 4, 8), False),
+    ("128x256x64 s3 g8", T(128, 256, 64, 64, 64, 3, 8), False),
+    ("128x256x64 s3 g8 fill-last", T(128, 256, 64, 64, 64, 3, 8), True),
+    ("128x256x64 s4 g8", T(128, 256, 64, 64, 64, 4, 8), False),
+    ("128x256x64 s4 g8 fill-last", T(128, 256, 64, 64, 64, 4, 8), True),
+    ("256x128x64 s3 g8 fill-last", T(256, 128, 64, 64, 64, 3, 8), True),
+    ("128x256x32 s4 g8 fill-last", T(128, 256, 32, 64, 64, 4, 8), True),
+    ("128x256x64 s4 g16 fill-last", T(128, 256, 64, 64, 64, 4, 16), True),
 ]
 
 
+def build(size, tiles, fill_last):
+    from tensorforge.ir.passes import inject_double_buffer as pass_module
+
+    pass_module.FILL_LAST = fill_last
+    try:
+        s, args = schedule_gemm_fp16(size, size, size, tiles=tiles)
+        return tf.build(s, args, target="cuda")
+    finally:
+        pass_module.FILL_LAST = False
+
+
 def ptxas() -> None:
-    for label, tiles in CONFIGS:
-        s, args = schedule_gemm_fp16(4096, 4096, 4096, tiles=tiles)
-        text = tf.build(s, args, target="cuda").get_source("cuda")
+    for label, tiles, fill_last in CONFIGS:
+        text = build(4096, tiles, fill_last).get_source("cuda")
         with tempfile.TemporaryDirectory() as d:
             src = f"{d}/k.cu"
             open(src, "w").write(text)
@@ -83,11 +95,9 @@ def tensorcore(sizes=(4096, 8192)) -> None:
         cublas = timed(lambda x=ta, y=tb: torch.matmul(x, y))
         flops = 2.0 * size**3
         print(f"fp16 {size}^3 cuBLAS {flops / cublas / 1e12:.1f} TFLOP/s", flush=True)
-        configs = CONFIGS if size == 4096 else CONFIGS[1:]
-        for label, tiles in configs:
+        for label, tiles, fill_last in CONFIGS:
             try:
-                s, args = schedule_gemm_fp16(size, size, size, tiles=tiles)
-                mod = tf.build(s, args, target="cuda")
+                mod = build(size, tiles, fill_last)
                 mod(A, B, D)
                 got = torch.from_numpy(D.numpy()).cuda().float()
                 err = float((got - ref).norm() / ref.norm())

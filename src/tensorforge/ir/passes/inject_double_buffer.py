@@ -41,6 +41,9 @@ from tensorforge.ir.stmt import (
 from tensorforge.ir.visit import map_children, rewrite, substitute, walk
 from tensorforge.te.expr import LT, Const, Expr, const
 
+# issue the refill after the compute (its copies then queue behind the math, not before it)
+FILL_LAST = False
+
 
 def inject_double_buffer(stmt: Stmt) -> Stmt:
     return _visit(stmt)
@@ -104,7 +107,10 @@ def _double_buffer(loop: For, marked: list[tuple[Allocate, int]], body: Stmt) ->
         k,
         loop.min,
         loop.extent,
-        seq(Attr("async_wait", stages - 2, Sync()), prefetch, compute),
+        seq(
+            Attr("async_wait", stages - 2, Sync()),
+            *((compute, prefetch) if FILL_LAST else (prefetch, compute)),
+        ),  # fmt: skip
         loop.kind,
         loop.thread_tag,
         loop.pragmas,
