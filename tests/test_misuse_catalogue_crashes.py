@@ -193,3 +193,94 @@ print("errors", [(r["config"]["knobs"], r["result"]["error_no"]) for r in rows i
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# -- int64 indexing -------------------------------------------------------------------------------
+
+INT64_CASES = """
+from tensorforge.ir.expr import BufferLoad
+from tensorforge.ir.stmt import Allocate, BufferStore, For
+from tensorforge.ir.visit import walk
+
+def index_dtypes(func):
+    return sorted({n.indices[0].dtype for n in walk(func.body) if isinstance(n, (BufferLoad, BufferStore))})
+
+def loop_dtypes(func):
+    return sorted({n.var.dtype for n in walk(func.body) if isinstance(n, For)})
+"""
+
+
+def test_big_constant_shape_lowers_with_int64_offsets():
+    out = run_case(
+        INT64_CASES
+        + """
+A = te.placeholder((65536, 65536), name="A")
+B = te.compute((65536, 65536), lambda i, j: A[i, j] + 1.0, name="B")
+s = te.create_schedule(B.op)
+print("plain", index_dtypes(tf.lower(s, [A, B])))
+s = te.create_schedule(B.op)
+fused = s[B].fuse(*B.op.axis)
+print("fused", fused.var.dtype, loop_dtypes(tf.lower(s, [A, B])))
+small = te.placeholder((4096, 4096), name="S")
+T = te.compute((4096, 4096), lambda i, j: small[i, j] * 2.0, name="T")
+s = te.create_schedule(T.op)
+s[T].fuse(*T.op.axis)
+print("small", index_dtypes(tf.lower(s, [small, T])), loop_dtypes(tf.lower(s, [small, T])))
+"""
+    )
+    assert "plain ['int64']" in out
+    assert "fused int64 ['int64']" in out
+    assert "small ['int32'] ['int32']" in out  # what fits int32 stays int32
+
+
+def test_symbolic_shapes_lower_with_int64_offsets_and_run():
+    out = run_case(
+        INT64_CASES
+        + """
+n, m = te.var("n"), te.var("m")
+A = te.placeholder((n, m), name="A")
+T = te.compute((n, m), lambda i, j: A[i, j] + 1.0, name="T")  # an intermediate: n*m elements
+B = te.compute((n, m), lambda i, j: T[i, j] * 2.0, name="B")
+s = te.create_schedule(B.op)
+fused = s[B].fuse(*B.op.axis)
+outer, inner = s[B].split(fused, factor=4)
+func = tf.lower(s, [A, B])
+sizes = [n.extent.dtype for n in walk(func.body) if isinstance(n, Allocate)]
+print("lowered", index_dtypes(func), loop_dtypes(func), sizes)
+f = tf.build(s, [A, B])
+rng = np.random.default_rng(1)
+for shape in [(7, 13), (1, 1), (3, 1), (17, 5)]:
+    a = rng.random(shape, dtype="float32")
+    b = np.empty_like(a)
+    f(a, b)
+    np.testing.assert_allclose(b, (a + 1) * 2, rtol=1e-6)
+print("ran")
+"""
+    )
+    assert "lowered ['int64'] ['int32', 'int64'] ['int64']" in out  # the fused loop is int64
+    assert "ran" in out
+
+
+def test_int64_index_arithmetic_with_large_constants_runs():
+    out = run_case(
+        INT64_CASES
+        + """
+X = te.placeholder((97,), name="X")
+# products past 2**31 in the index, but every element read exists
+Y = te.compute((50,), lambda i: X[(i.astype("int64") * 3_000_000_019 + 2**40) % 97], name="Y")
+Z = te.compute((50,), lambda i: X[(i.astype("int64") * 65536 * 65536 + 5) % 97] + Y[i], name="Z")
+s = te.create_schedule(Z.op)
+print("lowered", index_dtypes(tf.lower(s, [X, Z])))
+f = tf.build(s, [X, Z])
+x = np.random.default_rng(2).random(97, dtype="float32")
+z = np.empty(50, "float32")
+f(x, z)
+i = np.arange(50, dtype=object)
+y_idx = ((i * 3_000_000_019 + 2**40) % 97).astype(np.int64)
+z_idx = ((i * 65536 * 65536 + 5) % 97).astype(np.int64)
+np.testing.assert_allclose(z, x[z_idx] + x[y_idx], rtol=1e-6)
+print("ran")
+"""
+    )
+    assert "lowered ['int32', 'int64']" in out
+    assert "ran" in out
