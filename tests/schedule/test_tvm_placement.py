@@ -106,9 +106,10 @@ def conv2d_reference(a, w):
     return out.astype(np.float32)
 
 
-def conv2d_gpu_schedule():
-    """TVM's statement order: caches declared, the output tiled and bound, the local cache
-    attached, then the shared caches attached *before* the local caches that read them."""
+def conv2d_gpu_schedule(vthreads: bool = False):
+    """TVM's statement order: caches declared, the output tiled and bound (with two virtual
+    threads per axis if `vthreads`, as the tutorial does), the local cache attached, then the
+    shared caches attached *before* the local caches that read them."""
     A, W, Apad, B = conv2d_hwcn()
     s = te.create_schedule(B.op)
     s[Apad].compute_inline()
@@ -122,9 +123,16 @@ def conv2d_gpu_schedule():
     bz = s[B].fuse(hi, wi)
     by, fi = s[B].split(fi, factor=BLOCK)
     bx, ni = s[B].split(ni, factor=BLOCK)
+    virtual = []
+    if vthreads:
+        tyz, fi = s[B].split(fi, nparts=2)
+        txz, ni = s[B].split(ni, nparts=2)
+        virtual = [tyz, txz]
+        s[B].bind(tyz, te.thread_axis("vthread"))
+        s[B].bind(txz, te.thread_axis("vthread"))
     ty, fi = s[B].split(fi, nparts=THREADS)
     tx, ni = s[B].split(ni, nparts=THREADS)
-    s[B].reorder(bz, by, bx, ty, tx, fi, ni)
+    s[B].reorder(bz, by, bx, *virtual, ty, tx, fi, ni)
     s[B].bind(bz, te.thread_axis("blockIdx.z"))
     s[B].bind(by, te.thread_axis("blockIdx.y"))
     s[B].bind(bx, te.thread_axis("blockIdx.x"))
@@ -153,19 +161,21 @@ def conv2d_gpu_schedule():
     return s, A, W, B
 
 
-def test_gpu_conv2d_placement_order_lowers_with_the_intended_scopes():
-    s, A, W, B = conv2d_gpu_schedule()
+@pytest.mark.parametrize("vthreads", [False, True])
+def test_gpu_conv2d_placement_order_lowers_with_the_intended_scopes(vthreads):
+    s, A, W, B = conv2d_gpu_schedule(vthreads)
     text = str(tf.lower(s, [A, W, B], target="cuda -arch=sm_90"))
     for cache, scope in (("Apad.shared", "shared"), ("W.shared", "shared")):
         assert f"{cache} = allocate" in text and f"scope='{scope}'" in text
     assert "Apad.shared.local = allocate" in text and "B.local = allocate" in text
 
 
-def test_gpu_conv2d_placement_order_compiles_with_nvcc(tmp_path):
+@pytest.mark.parametrize("vthreads", [False, True])
+def test_gpu_conv2d_placement_order_compiles_with_nvcc(tmp_path, vthreads):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not on PATH")
-    s, A, W, B = conv2d_gpu_schedule()
+    s, A, W, B = conv2d_gpu_schedule(vthreads)
     mod = tf.build(s, [A, W, B], target="cuda -arch=sm_90")
     source = tmp_path / "conv2d.cu"
     source.write_text(mod.get_source("cuda"))
@@ -179,8 +189,9 @@ def test_gpu_conv2d_placement_order_compiles_with_nvcc(tmp_path):
 
 
 @pytest.mark.cuda
-def test_gpu_conv2d_placement_order_runs():
-    s, A, W, B = conv2d_gpu_schedule()
+@pytest.mark.parametrize("vthreads", [False, True])
+def test_gpu_conv2d_placement_order_runs(vthreads):
+    s, A, W, B = conv2d_gpu_schedule(vthreads)
     mod = tf.build(s, [A, W, B], target="cuda")
     dev = tf.cuda(0)
     rng = np.random.default_rng(3)

@@ -92,9 +92,13 @@ def _folded_batch_norm(ctx, node):
     if len(node.users) != 1:
         return None
     (bn,) = node.users
-    if bn.target is not aten._native_batch_norm_legit_no_training.default:
+    if bn.target is aten._native_batch_norm_legit_no_training.default:
+        eps = bn.args[6]
+    elif bn.target is aten.native_batch_norm.default and not bn.args[5]:
+        eps = bn.args[7]
+    else:
         return None
-    if any(u.target is not operator.getitem or u.args[1] != 0 for u in bn.users):
+    if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in bn.users):
         return None
     params = [ctx.env.get(a) if isinstance(a, torch.fx.Node) else None for a in bn.args[1:5]]
     tensors = [ctx.constant(p) if p is not None else None for p in params]
@@ -102,7 +106,7 @@ def _folded_batch_norm(ctx, node):
         return None
     if any(p is not None and t is None for p, t in zip(params, tensors)):
         return None
-    return bn, tensors, bn.args[6]
+    return bn, tensors, eps
 
 
 @lowers(aten.convolution.default)

@@ -255,3 +255,40 @@ def _common_dtype(values) -> str:
     if any(d.startswith("float") for d in dtypes) and not best.startswith("float"):
         best = "float32"
     return best
+
+
+# -- constants made in the graph: full, arange, scalar_tensor ------------------------------------
+
+
+@lowers(aten.full.default)
+def full(ctx, node, size, value, **kwargs):
+    dtype = ctx.dtype_of(node)
+    return Lazy(ctx.shape_of(node), dtype, lambda idx: te.const(value, dtype), cost=0)
+
+
+@lowers(aten.scalar_tensor.default)
+def scalar_tensor(ctx, node, value, **kwargs):
+    dtype = ctx.dtype_of(node)
+    return Lazy((), dtype, lambda idx: te.const(value, dtype), cost=0)
+
+
+@lowers(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def arange(ctx, node, *args, **kwargs):
+    if node.target is aten.arange.default:
+        start, step = 0, 1
+    else:
+        start, step = args[0], (args[2] if len(args) > 2 else 1)
+    if not all(isinstance(v, (int, float)) for v in (start, step)):
+        raise Unsupported("arange with symbolic bounds")
+    dtype = ctx.dtype_of(node)
+
+    def at(idx):
+        (i,) = idx
+        value = (
+            i * step + start
+            if dtype.startswith("int")
+            else i.astype(dtype) * float(step) + float(start)
+        )
+        return value.astype(dtype) if value.dtype != dtype else value
+
+    return Lazy(ctx.shape_of(node), dtype, at, cost=1)

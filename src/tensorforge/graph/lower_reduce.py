@@ -29,6 +29,8 @@ def _float_size(n, dtype: str):
 
 def _only_first_used(node) -> None:
     for user in node.users:
+        if user.target is operator.getitem and not user.users:
+            continue  # a statistic nobody reads
         if user.target is not operator.getitem or user.args[1] != 0:
             raise Unsupported("a statistic output (mean, rstd, indices) is used")
 
@@ -212,6 +214,13 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     reads = _reads(x, w, b)
     anchor = _anchor(ctx, "layer_norm", [total, squares], reads, x.shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, at, out), None, None
+
+
+@lowers(aten.native_batch_norm.default)
+def native_batch_norm(ctx, node, x, weight, bias, mean, var, training, momentum, eps):
+    if training:
+        raise Unsupported("batch norm in training mode")
+    return batch_norm(ctx, node, x, weight, bias, mean, var, momentum, eps)
 
 
 @lowers(aten._native_batch_norm_legit_no_training.default)

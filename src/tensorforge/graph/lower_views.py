@@ -160,7 +160,7 @@ def cat(ctx, node, tensors, dim=0):
     def at(idx):
         i = idx[dim]
         value = None
-        for p, start in reversed(list(zip(parts, offsets))):
+        for p, start in zip(parts, offsets):
             inner = list(idx)
             # clamped: a select may read both sides, so neither may leave its part
             inner[dim] = te.max(te.min(i - start, p.shape[dim] - 1), 0)

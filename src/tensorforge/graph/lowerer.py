@@ -120,7 +120,7 @@ class Lowerer:
             elif node.op == "get_attr":
                 tensor = getattr(self.gm, node.target)
                 self.env[node] = self.add_constant(tensor, node.name)
-            elif node.op == "call_function":
+            elif node.op == "call_function" and node.users:  # (a functional graph: dead is dead)
                 self.env[node] = self._call(node)
             elif node.op == "output":
                 self.program.outputs = [

@@ -70,6 +70,7 @@ class CompiledGraph:
         ]
         self.timings: list[float] | None = None
         self.reuse = True
+        self._constants: dict | None = None
 
     # -- planning ---------------------------------------------------------------------------
     def _liveness(self) -> dict:
@@ -114,8 +115,9 @@ class CompiledGraph:
         if temps is None:
             temps = self._arenas[key] = self._plan(bindings)
         tensors = dict(temps)
-        for buf, tensor in self.program.constants.items():
-            tensors[buf] = tensor
+        if self._constants is None:  # on the kernels' device, once
+            self._constants = {b: t.to(self.device) for b, t in self.program.constants.items()}
+        tensors.update(self._constants)
         for k, buf in enumerate(self.program.inputs):
             if buf is not None and not isinstance(buf, str):
                 tensors[buf] = args[k].contiguous()

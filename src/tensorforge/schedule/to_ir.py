@@ -245,7 +245,8 @@ def describe(before: Lowering, after: Lowering) -> str:
                     f"{lo}:{simplify_expr(lo + ext)}" for lo, ext in zip(mins, extents)
                 )
                 buf = after.buffers[s.op.output(0)]
-                lines.append(f"{s.name}[{region}] ({buf.scope})")
+                home = f" in {buf.name}" if buf.name != s.name else ""
+                lines.append(f"{s.name}[{region}]{home} ({buf.scope})")
     if after.body is not before.body:
         lines.append(str(after.body))
     if after.params is not before.params:

@@ -100,8 +100,10 @@ class AnalyticPolicy:
             return len(extents)
         if kind == "unroll":
             return 16 if 16 in options else options[0]
-        if kind in ("threads", "vthread"):
-            return options[len(options) // 2]
+        if kind == "threads":
+            return 256 if 256 in options else options[len(options) // 2]
+        if kind == "shared":
+            return True
         return None
 
     # -- tiles ----------------------------------------------------------------------------------
@@ -117,8 +119,8 @@ class AnalyticPolicy:
             return self.cpu_reduce_tiles(hint)
         if kind == "gtile" and self.machine.gpu:
             return self.gpu_tiles(extents, levels, hint)
-        if kind == "grtile" and self.machine.gpu:
-            return [[min(e, 8) if e % min(e, 8) == 0 else 1] * (levels - 1) for e in extents]
+        if kind == "grtile" and self.machine.gpu:  # reduction blocks of 16 staged in shared memory
+            return [[_best_divisor(e, 16) or 1] + [1] * (levels - 2) for e in extents]
         return None
 
     def cpu_tiles(self, hint: dict) -> list[list[int]]:
@@ -170,19 +172,14 @@ class AnalyticPolicy:
         return list(reversed(tiles))
 
     def gpu_tiles(self, extents: Sequence[int], levels: int, hint: dict) -> list[list[int]]:
-        """Per spatial axis: vthread 1, threads ~8-16, register tile 2-4 (SSSSS on GPU)."""
+        """Per spatial axis [vthread, threads, S3, S4]: 16 x 16 threads over the last two axes,
+        a 4 x 4 register tile each (as far as the extents divide)."""
         out = []
         for k, extent in enumerate(extents):
-            last = k == len(extents) - 1
-            threads = _best_divisor(extent, 16 if last else 8) or 1
-            reg = _best_divisor(max(1, extent // threads), 4) or 1
-            factors = [1] * (levels - 1)
-            factors[-2 if levels > 2 else -1] = threads
-            if levels > 2:
-                factors[-1] = reg
-            if math.prod(factors) > extent:
-                factors = [1] * (levels - 1)
-            out.append(factors)
+            inner = k >= len(extents) - 2
+            threads = (_best_divisor(extent, 16) or 1) if inner else 1
+            reg = (_best_divisor(max(1, extent // threads), 4) or 1) if inner else 1
+            out.append([1, threads, 1, reg][: levels - 1])
         return out
 
 

@@ -91,7 +91,7 @@ class Plan:
     fused_consumers: set[int] = field(default_factory=set)
 
 
-def _plan(s: Any, d: Decisions) -> Plan:
+def _plan(s: Any, d: Decisions, gpu: bool = False) -> Plan:
     plan = Plan()
     ops = [st.op for st in s.stages]
     for k, op in enumerate(ops):
@@ -107,7 +107,9 @@ def _plan(s: Any, d: Decisions) -> Plan:
             continue
         key = plan.keys[id(op)]
         feeds_tiling = any(has_reuse(r) for r in readers[id(op)])
-        if (is_costly(op) and len(readers[id(op)]) > 1) or feeds_tiling:
+        # NOTE: on GPU every injective stage is inlined: a stage kept at root would be a kernel
+        # of its own, writing an intermediate the build cannot yet allocate between kernels
+        if not gpu and ((is_costly(op) and len(readers[id(op)]) > 1) or feeds_tiling):
             if d.choice(f"inline:{key}", [True, False], {"op": op}):
                 plan.inline.add(id(op))
         else:
@@ -175,7 +177,7 @@ class SketchBuilder:
         self.d = decisions
         self.rec = Recorder(s)
         self.gpu = target.kind == "cuda"
-        self.plan = _plan(s, decisions)
+        self.plan = _plan(s, decisions, self.gpu)
 
     def key(self, op: Any) -> str:
         return self.plan.keys[id(op)]
@@ -207,7 +209,7 @@ class SketchBuilder:
         """Choose where `stages` (a stage and the partial stages feeding it) are computed: at
         root, or inside a loop of the stage their consumers live in. True if attached."""
         main = stages[-1]
-        if self.is_placed(main):
+        if self.is_placed(main) or self.gpu:  # on GPU every stage not inlined is a kernel
             return False
         options = self.location_options(main)
         hint = {

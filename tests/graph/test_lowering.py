@@ -1,0 +1,233 @@
+"""Each ATen lowering against eager torch on random data with awkward (prime, 1) extents.
+
+Graphs are captured with make_fx and the backend's decompositions (no Dynamo: quicker), several
+operators per graph, each result an output of its own so each is its own kernel.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
+from tensorforge.graph.program import CompiledGraph  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def compile_fn(fn, inputs, constants=()):
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    known = {k: inputs[k] for k in constants}
+    compiled = compile_aten(gm, inputs, known, Options())
+    assert isinstance(compiled, CompiledGraph)
+    return compiled
+
+
+def check(fn, *inputs, constants=(), rtol=1e-5, fallbacks=0):
+    compiled = compile_fn(fn, list(inputs), constants)
+    got = compiled(list(inputs))
+    expected = fn(*inputs)
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    assert len(got) == len(expected)
+    for k, (g, e) in enumerate(zip(got, expected)):
+        assert g.shape == e.shape and g.dtype == e.dtype, f"output {k}: {g.shape} {g.dtype}"
+        if e.dtype.is_floating_point:
+            finite = torch.isfinite(e)
+            assert torch.equal(finite, torch.isfinite(g)) and torch.equal(g[~finite], e[~finite])
+            g, e = g[finite], e[finite]
+            scale = max(e.abs().max().item(), 1e-6) if e.numel() else 1.0
+            error = (g - e).abs().max().item() / scale if e.numel() else 0.0
+            assert error < rtol, f"output {k}: relative error {error:.2e}"
+        else:
+            assert torch.equal(g, e), f"output {k} differs"
+    assert len(compiled.program.fallbacks) == fallbacks, compiled.program.fallbacks
+    return compiled
+
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_unary_activations():
+    x = rand(3, 1, 7) * 3
+
+    def fn(x):
+        return (
+            F.relu(x),
+            F.gelu(x),
+            F.gelu(x, approximate="tanh"),
+            F.silu(x),
+            torch.sigmoid(x),
+            torch.tanh(x),
+            F.hardtanh(x, -0.5, 2.0),
+            F.relu6(x * 3),
+            F.leaky_relu(x, 0.1),
+            torch.exp(x),
+            torch.log(x.abs() + 1),
+            torch.rsqrt(x.abs() + 0.5),
+            torch.sqrt(x.abs()),
+            -x,
+            x.abs(),
+            torch.erf(x),
+            torch.reciprocal(x + 10),
+            x.clamp(min=-0.3, max=0.4),
+        )
+
+    check(fn, x)
+
+
+def test_binary_broadcasting_comparisons_where():
+    a, b, c = rand(5, 1, 7, seed=1), rand(3, 1, seed=2), rand(7, seed=3)
+
+    def fn(a, b, c):
+        mask = a > b
+        return (
+            a + b,
+            a - c * 2,
+            torch.add(a, b, alpha=0.5),
+            a * b,
+            a / (b.abs() + 1),
+            a**2,
+            (a.abs() + 1) ** 0.5,
+            (a.abs() + 1) ** 1.7,
+            torch.pow(a.abs() + 1, b),
+            torch.maximum(a, c),
+            torch.minimum(a, b),
+            mask,
+            (a <= c) & (b != 0),
+            torch.where(mask, a, c),
+            a.masked_fill(a < 0, -1.5),
+            (a == a).float() + (a >= 0).to(torch.float32),
+            torch.div(a * 10, 3, rounding_mode="floor"),
+            1 - a,
+        )
+
+    check(fn, a, b, c)
+
+
+def test_reductions_and_row_operators():
+    x = rand(3, 5, 17, seed=4)
+    w, b = rand(17, seed=5), rand(17, seed=6)
+
+    def fn(x, w, b):
+        return (
+            x.sum(-1),
+            x.sum((0, 2), keepdim=True),
+            x.mean(-1, keepdim=True),
+            x.mean((1, 2)),
+            x.amax(-1),
+            x.amin(1),
+            x.var(-1),
+            torch.var_mean(x, dim=-1, correction=0)[0],
+            x.sum(),
+            torch.softmax(x, -1),
+            torch.log_softmax(x * 2, -1),
+            F.layer_norm(x, (17,), w, b),
+            F.layer_norm(x, (17,)),
+            torch.softmax(x.sum(-1), -1),
+        )
+
+    check(fn, x, w, b)
+
+
+@pytest.mark.parametrize("constant_weights", [False, True])
+def test_matrix_products(constant_weights):
+    x, w, bias = rand(7, 13, seed=7), rand(19, 13, seed=8), rand(19, seed=9)
+    p, q = rand(3, 5, 11, seed=10), rand(3, 11, 6, seed=11)
+
+    def fn(x, w, bias, p, q):
+        return (
+            F.linear(x, w, bias),
+            x @ w.t(),
+            torch.relu(F.linear(x, w) * 2),
+            p @ q,
+            F.linear(x.view(7, 1, 13), w),
+        )
+
+    check(fn, x, w, bias, p, q, constants=(1, 2) if constant_weights else ())
+
+
+def test_convolutions_and_pools():
+    x = rand(2, 4, 11, 9, seed=12)
+    w1, b1 = rand(6, 4, 3, 3, seed=13), rand(6, seed=14)
+    w2 = rand(4, 1, 3, 3, seed=15)  # depthwise
+    w3 = rand(6, 2, 2, 3, seed=16)  # two groups, rectangular
+
+    def fn(x, w1, b1, w2, w3):
+        return (
+            F.conv2d(x, w1, b1, padding=1),
+            F.conv2d(x, w1, None, stride=2, dilation=2),
+            F.relu(F.conv2d(x, w2, None, stride=2, padding=1, groups=4)),
+            F.conv2d(x, w3, b1, padding=(1, 0), groups=2),
+            F.max_pool2d(x, 3, 2, padding=1),
+            F.avg_pool2d(x, 2),
+            F.avg_pool2d(x, 3, 2, padding=1, count_include_pad=False),
+            F.adaptive_avg_pool2d(x[:, :, :10, :9], (2, 3)),
+        )
+
+    check(fn, x, w1, b1, w2, w3, constants=(1, 2, 3, 4))
+
+
+def test_batch_norm_folds_into_the_convolution():
+    x = rand(2, 3, 7, 5, seed=17)
+    conv, bn = torch.nn.Conv2d(3, 5, 3), torch.nn.BatchNorm2d(5).eval()
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    params = [conv.weight.detach(), conv.bias.detach(), bn.weight.detach(), bn.bias.detach()]
+    stats = [bn.running_mean, bn.running_var]
+
+    def fn(x, w, b, g, beta, mean, var):
+        y = F.conv2d(x, w, b)
+        return F.relu(F.batch_norm(y, mean, var, g, beta, False, 0.1, 1e-5))
+
+    compiled = check(fn, x, *params, *stats, constants=(1, 2, 3, 4, 5, 6))
+    kernels = [s for s in compiled.steps if hasattr(s, "spec")]
+    assert len(kernels) == 1  # conv, batch norm and relu: one kernel
+    assert "relu" in kernels[0].spec.nodes[-1] or "relu" in kernels[0].spec.nodes
+
+
+def test_views_are_index_expressions():
+    x, y = rand(2, 3, 4, 5, seed=18), rand(4, 6, seed=19)
+
+    def fn(x, y):
+        return (
+            x.reshape(6, 20) + 1,
+            x.permute(3, 1, 0, 2) * 2,
+            x.transpose(1, 2).reshape(2, 12, 5) + 0,
+            y.t() - 1,
+            y[:, None, :].expand(4, 3, 6) * 1,
+            x[:, 1:, ::2, -1] + 0,
+            x.select(1, -1) * 3,
+            *(t * 1 for t in y.split([2, 4], dim=1)),
+            torch.cat([x, x * 2], dim=2),
+            torch.cat([y, y[:1]], dim=0) + 0,
+            x.unsqueeze(0).squeeze(0).flatten(1) - 1,
+        )
+
+    check(fn, x, y)
+
+
+def test_dtype_conversions_constants_embedding():
+    x = rand(4, 5, seed=20) * 4
+    table = rand(11, 6, seed=21)
+    ids = torch.tensor([[0, 3, 10], [7, 7, 1]])
+
+    def fn(x, table, ids):
+        T = x.shape[1]
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        return (
+            x.to(torch.int32),
+            x.to(torch.int64).to(torch.float32) + 0.5,
+            (x > 0).to(torch.float32),
+            torch.arange(T) * 2,
+            x[:, :T].masked_fill(~causal[:4], float("-inf")),
+            torch.full((3,), 2.5) + 0,
+            F.embedding(ids, table) * 2,
+        )
+
+    check(fn, x, table, ids, constants=(1,))
