@@ -4,6 +4,7 @@ Each case runs in its own Python process, so a segfault or an abort fails the te
 killing the test run: the process must exit normally and print the error (or result) expected.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -284,3 +285,125 @@ print("ran")
     )
     assert "lowered ['int32', 'int64']" in out
     assert "ran" in out
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+TEMPLATE_FILE = """
+from tensorforge import te, tune
+
+
+@tune.template("misuse/cli_scale")
+def cli_scale(n, dtype):
+    A = te.placeholder((n,), name="A", dtype=dtype)
+    B = te.compute((n,), lambda i: A[i] * 3.0, name="B")
+    s = te.create_schedule(B.op)
+    cfg = tune.get_config()
+    cfg.define_split("split", B.op.axis[0], num_outputs=2)
+    cfg.define_knob("pad", list(range(64)))
+    cfg["split"].apply(s, B, B.op.axis[0])
+    return s, [A, B]
+"""
+
+
+def cli(tmp_path, *args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-m", "tensorforge", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+def test_cli_mistakes_are_answered_in_one_line(tmp_path):
+    (tmp_path / "tmpl.py").write_text(TEMPLATE_FILE)
+    (tmp_path / "broken.py").write_text("raise ValueError('oops')\n")
+    template = f"{tmp_path / 'tmpl.py'}:cli_scale"
+    cases = [
+        (["tune", "--template", template, "--args", "[64]"], "takes (n, dtype); --args gave 1"),
+        (["tune", "--template", template, "--args", "[64, "], "--args is not valid JSON"),
+        (["tune", "--template", template, "--args", '{"n": 1}'], "--args must be a JSON list"),
+        (
+            ["tune", "--template", template, "--args", '[64, "float32"]', "--log", "/no/dir/x"],
+            "cannot write the log '/no/dir/x'",
+        ),
+        (["tune", "--template", "/no/such.py:f"], "no such file '/no/such.py'"),
+        (["tune", "--template", f"{tmp_path / 'broken.py'}:f"], "ValueError: oops"),
+        (["tune", "nosuchop"], "invalid choice: 'nosuchop'"),
+        (["log", "show", "/no/such.jsonl"], "no such file '/no/such.jsonl'"),
+        (["frobnicate"], "unknown command 'frobnicate'"),
+    ]
+    for args, expected in cases:
+        result = cli(tmp_path, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+        last = result.stderr.strip().splitlines()[-1]
+        assert expected in last, (args, result.stderr)
+    version = cli(tmp_path, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("tensorforge 0.")
+
+
+def test_cli_trials_is_the_total_and_resume_counts_toward_it(tmp_path):
+    (tmp_path / "tmpl.py").write_text(TEMPLATE_FILE)
+    template = f"{tmp_path / 'tmpl.py'}:cli_scale"
+    common = ["--args", '[64, "float32"]', "--log", "log.jsonl", "--tuner", "random", "--seed", "0"]
+    common += ["--number", "1", "--repeat", "1", "--no-progress"]
+    first = cli(tmp_path, "tune", "--template", template, "--trials", "3", *common)
+    assert first.returncode == 0, first.stderr
+    assert "with tune.apply_history_best('log.jsonl')" in first.stdout
+    assert "s, args = cli_scale(64, 'float32')" in first.stdout  # the function to call
+    second = cli(tmp_path, "tune", "--template", template, "--trials", "5", *common)
+    assert second.returncode == 0, second.stderr
+    assert "3 trials already in log.jsonl count toward --trials 5; measuring up to 2 more" in (
+        second.stdout
+    )
+    assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 5
+
+
+def test_cli_ctrl_c_during_tune_says_what_was_saved(tmp_path):
+    import signal
+    import time
+
+    (tmp_path / "tmpl.py").write_text(TEMPLATE_FILE)
+    log = tmp_path / "log.jsonl"
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tensorforge",
+            "tune",
+            "--template",
+            f"{tmp_path / 'tmpl.py'}:cli_scale",
+        ]
+        + ["--args", '[64, "float32"]', "--log", str(log), "--trials", "5000", "--tuner", "random"]
+        + ["--number", "1", "--repeat", "1", "--n-parallel", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group: SIGINT reaches it and its workers, as a Ctrl-C does
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    records = 0
+    for line in log.read_text().splitlines():  # a record cut off by the interrupt is not one
+        try:
+            json.loads(line)
+            records += 1
+        except ValueError:
+            pass
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted: {records} records in {log}; run again to resume"
+    ), err
+    assert proc.returncode == 130
