@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     opts = parser.parse_args()
     os.makedirs(opts.logs, exist_ok=True)
-    option = tune.measure_option(number=2, repeat=2, timeout=30, n_parallel=1)
+    option = tune.measure_option(number=2, repeat=2, timeout=15, n_parallel=1)
     rows = []
     for case in opts.cases.split(","):
         func, full, small = CASES[case]

@@ -118,6 +118,7 @@ class KindFacts:
 KINDS: dict[str, KindFacts] = {
     "llvm": KindFacts("cpu", ("mcpu", "mattr", "mtriple"), "this CPU, through LLVM IR"),
     "cuda": KindFacts("cuda", ("arch",), "an NVIDIA GPU, through CUDA C and nvcc"),
+    "c": KindFacts("cpu", ("mcpu", "mattr", "mtriple"), "this CPU, through C and the system cc"),
 }
 _ALIASES = {"cpu": "llvm", "nvidia": "cuda"}  # other spellings of a kind
 _ARCH = re.compile(r"sm_([1-9][0-9]{1,2})a?")  # sm_90, sm_90a, sm_120

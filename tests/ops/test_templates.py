@@ -79,6 +79,20 @@ CASES = {
         [(7, 2053), (19, 2053)],
         lambda a, b: a @ b.T,
     ),
+    "batch_matmul": (
+        "builtin/batch_matmul",
+        [3, 17, 29, 11, "float32"],
+        lambda: ops.schedule_batch_matmul(3, 17, 29, 11),
+        [(3, 17, 11), (3, 11, 29)],
+        lambda a, b: a @ b,
+    ),
+    "batch_matmul_transposed": (
+        "builtin/batch_matmul",
+        [1, 5, 13, 37, "float32", False, True],
+        lambda: ops.schedule_batch_matmul(1, 5, 13, 37, parallel=False, transpose_b=True),
+        [(1, 5, 37), (1, 13, 37)],
+        lambda a, b: a @ b.transpose(0, 2, 1),
+    ),
     "matmul_ones": (
         "builtin/matmul",
         [1, 1, 7, "float32"],
@@ -242,6 +256,7 @@ def test_cuda_templates_compile(tmp_path):
         ("builtin/matmul_cuda", [96, 160, 40, "float32"], "__shared__"),
         ("builtin/matmul_cuda", [64, 100, 24, "float32", True], "__shared__"),
         ("builtin/softmax", [7, 300, "float32"], "__shfl_down_sync"),
+        ("builtin/batch_matmul", [3, 40, 50, 9, "float32"], "blockIdx.z"),
         ("builtin/row_reduce", [7, 300, "max", "float32"], "__shfl_down_sync"),
         ("builtin/elementwise", [7, 300, 2.0, "float32"], "blockIdx.x"),
     ]:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from tensorforge.ir.expr import Buffer
+from tensorforge.ir.stmt import BufferStore
+from tensorforge.ir.visit import walk
+from tensorforge.te.expr import Const, Var
+
 if TYPE_CHECKING:
     from tensorforge.ir.stmt import PrimFunc
     from tensorforge.target import Target
@@ -57,6 +62,32 @@ class KernelSource:
     num_threads_symbol: str | None = None
     # GPU: (param name, bytes) for each buffer whose pointer vector accesses need that aligned
     vector_alignment: tuple[tuple[str, int], ...] = ()
+    # GPU, a function of several kernels: `entry` names the sequence, `kernels` are launched in
+    # order (their params named after `params` and `intermediates`, the device buffers the host
+    # allocates for them); `text` holds every kernel
+    kernels: tuple[KernelSource, ...] = ()
+    intermediates: tuple[Param, ...] = ()
+
+
+def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
+    """The calling metadata: buffers with their shapes, scalars marked when a shape binds them."""
+    shape_names = {
+        e.name for p in func.params if isinstance(p, Buffer) for e in p.shape if isinstance(e, Var)
+    }
+    stored = {id(n.buffer) for n in walk(func.body) if isinstance(n, BufferStore)}
+    params = []
+    for p in func.params:
+        if isinstance(p, Buffer):
+            shape = tuple(
+                int(e.value) if isinstance(e, Const) else e.name if isinstance(e, Var) else str(e)
+                for e in p.shape
+            )
+            params.append(Param(p.name, "buffer", p.dtype, shape, written=id(p) in stored))
+        else:
+            params.append(
+                Param(p.name, "scalar", p.dtype, (), bound_from_shape=p.name in shape_names)
+            )
+    return tuple(params)
 
 
 class Codegen(Protocol):

@@ -9,6 +9,7 @@ ThreadAllReduce by cuda_allreduce.py. Shared memory is static (`__shared__ T nam
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from tensorforge.ir.stmt import (
     Evaluate,
     For,
     IfThenElse,
+    KernelLaunch,
     LetStmt,
     LoopKind,
     Prefetch,
@@ -36,6 +38,7 @@ from tensorforge.ir.stmt import (
     Stmt,
     Sync,
     ThreadAllReduce,
+    seq,
 )
 from tensorforge.ir.visit import walk
 from tensorforge.target import Target, as_target
@@ -55,7 +58,61 @@ class CUDACodegen:
 
     def generate(self, func: PrimFunc, target: Target | str | None = None) -> KernelSource:
         target = as_target(target if target is not None else "cuda")
+        if any(isinstance(n, KernelLaunch) for n in walk(func.body)):
+            return _write_kernels(func, target)
         return _KernelWriter(func, target).write()
+
+
+def _write_kernels(func: PrimFunc, target: Target) -> KernelSource:
+    """A function split into kernels (split_device_kernels): each KernelLaunch becomes kernel
+    `{name}_{kernel}` of one CUDA source; the global allocations above them become the
+    intermediates the host allocates."""
+    body, allocations = func.body, []
+    while isinstance(body, Allocate):
+        allocations.append(body)
+        body = body.body
+    launches = list(body.stmts) if isinstance(body, Seq) else [body]
+    if not all(isinstance(k, KernelLaunch) for k in launches):
+        raise BuildError(
+            f"CUDA codegen: '{func.name}' mixes kernels with host statements; every root "
+            f"statement must be a KernelLaunch (run split_device_kernels)"
+        )
+    intermediates = tuple(a.buffer for a in allocations)
+    names = [p.name for p in func.params if isinstance(p, (Buffer, E.Var))]
+    names += [b.name for b in intermediates]
+    clash = next((n for n in names if names.count(n) > 1), None)
+    if clash is not None:
+        raise BuildError(
+            f"'{func.name}': two buffers or scalars are named '{clash}'; a multi-kernel function "
+            f"passes them between kernels by name, so give the tensors distinct names"
+        )
+    kernels, preamble, texts = [], [], []
+    for launch in launches:
+        used = {id(n) for n in walk(launch.body) if isinstance(n, (E.Var, Buffer))}
+        used |= {
+            id(n.buffer) for n in walk(launch.body) if isinstance(n, (BufferLoad, BufferStore))
+        }
+        params = tuple(p for p in (*func.params, *intermediates) if id(p) in used)
+        sub = PrimFunc(f"{func.name}_{launch.name}", params, launch.body)
+        writer = _KernelWriter(sub, target, entry=sub.name)
+        kernels.append(writer.write())
+        preamble += [line for line in writer.preamble if line not in preamble or not line]
+        texts.append(writer.kernel_text)
+    head = f"// tensorforge: CUDA kernels of PrimFunc '{func.name}' ({target}), launched in order"
+    text = "\n".join([head, *preamble, "", *texts])
+    sequence_params = _KernelWriter(func, target)._params(seq(*(k.body for k in launches)))[1]
+    return KernelSource(
+        target="cuda",
+        entry=func.name,
+        text=text,
+        params=sequence_params,
+        target_string=str(target),
+        kernels=tuple(dataclasses.replace(k, text=text) for k in kernels),
+        intermediates=tuple(
+            Param(a.buffer.name, "buffer", a.buffer.dtype, (_shape_entry(a.extent),))
+            for a in allocations
+        ),
+    )
 
 
 def max_shared_bytes(arch: str) -> int:
@@ -68,9 +125,12 @@ def max_shared_bytes(arch: str) -> int:
 
 
 class _KernelWriter:
-    def __init__(self, func: PrimFunc, target: Target) -> None:
+    def __init__(self, func: PrimFunc, target: Target, entry: str = "") -> None:
         self.func = func
         self.target = target
+        self.entry = entry
+        self.preamble: list[str] = []
+        self.kernel_text = ""
         self.names = Names()
         self.printer = ExprPrinter(self.names)
         self.body_lines: list[str] = []
@@ -115,7 +175,7 @@ class _KernelWriter:
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
         body = func.body
-        entry = self.names.fresh(f"{func.name}_kernel")
+        entry = self.names.fresh(self.entry or f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
         self._plan_shared(body)
         self._stmt(body)
@@ -123,23 +183,24 @@ class _KernelWriter:
         launch = self.threads.launch
         launch = Launch(launch.grid, launch.block, self.shared_bytes if self.dynamic_shared else 0)
         threads = launch.block[0] * launch.block[1] * launch.block[2]
-        head = [
-            f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})",
+        launch_note = (
             f"// launch: grid=({', '.join(map(str, launch.grid))}) "
             f"block=({', '.join(map(str, launch.block))}); shared memory: {self.shared_bytes} bytes"
-            + (" (dynamic)" if self.dynamic_shared else ""),
-        ]
+            + (" (dynamic)" if self.dynamic_shared else "")
+        )
+        note = []
         if not self.threads.extents:
-            head.append("// NOTE: no loop is bound to a thread axis: one thread runs everything")
+            note.append("// NOTE: no loop is bound to a thread axis: one thread runs everything")
+        self.preamble = []
         if "half" in self.printer.helpers:
-            head.append("#include <cuda_fp16.h>")
+            self.preamble.append("#include <cuda_fp16.h>")
+        if "bf16" in self.printer.helpers:
+            self.preamble.append("#include <cuda_bf16.h>")
         if "floordiv" in self.printer.helpers:
-            head += ["", FLOOR_HELPERS.rstrip()]
+            self.preamble += ["", FLOOR_HELPERS.rstrip()]
         params_text = ",\n    ".join(decls)
-        text = "\n".join(
-            head
-            + [
-                "",
+        self.kernel_text = "\n".join(
+            [
                 f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(\n    {params_text}) {{',
                 *(
                     ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
@@ -151,6 +212,9 @@ class _KernelWriter:
                 "",
             ]
         )
+        head = [f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})"]
+        text = "\n".join([*head, launch_note, *note, *self.preamble, "", self.kernel_text])
+        self.kernel_text = "\n".join([f"// {entry}: {launch_note[3:]}", *note, self.kernel_text])
         vector_alignment = {
             c_to_param[name]: align
             for name, align in self.printer.vector_params.items()
@@ -323,10 +387,10 @@ class _KernelWriter:
         p = self.printer
         for key, access in p.plan_vector_loads(value).items():
             lines, temps = p.load_vector(access)
-            width = "float4" if access.chunk == 4 else "float2"
+            nbytes = _elem_bytes(access.buffer.dtype) * access.chunk
             self.line(
-                f"// {width}-wide load of {access.buffer.name}: the index is a multiple of "
-                f"{access.chunk} elements, so the address is {4 * access.chunk}-byte aligned"
+                f"// {nbytes}-byte load of {access.buffer.name}: the index is a multiple of "
+                f"{access.chunk} elements, so the address is {nbytes}-byte aligned"
             )
             self.lines_(lines)
             p.hoisted[key] = temps
@@ -352,10 +416,10 @@ class _KernelWriter:
             p.vector_access(s.buffer, index, s.predicate) if dt.lanes_of(index.dtype) > 1 else None
         )
         if access is not None:
-            width = "float4" if access.chunk == 4 else "float2"
+            nbytes = _elem_bytes(s.buffer.dtype) * access.chunk
             self.line(
-                f"// {width}-wide store to {s.buffer.name}: the index is a multiple of "
-                f"{access.chunk} elements, so the address is {4 * access.chunk}-byte aligned"
+                f"// {nbytes}-byte store to {s.buffer.name}: the index is a multiple of "
+                f"{access.chunk} elements, so the address is {nbytes}-byte aligned"
             )
             self.lines_(p.store_vector(access, values))
         else:

@@ -29,6 +29,7 @@ CTYPES = {
     "uint32": "unsigned int",
     "uint64": "unsigned long long",
     "float16": "half",
+    "bfloat16": "__nv_bfloat16",
     "float32": "float",
     "float64": "double",
 }
@@ -36,6 +37,19 @@ CTYPES = {
 # 32-bit element types that have CUDA's built-in 2- and 4-lane vector types (8 and 16 bytes)
 VECTOR_CTYPES = {"float32": "float", "int32": "int", "uint32": "uint"}
 LANE_FIELDS = "xyzw"
+# 16-bit floats: (to float, from float, packed pair type, pair from two halves, header helper)
+HALF_TYPES = {
+    "float16": ("__half2float", "__float2half", "half2", "__halves2half2", "half"),
+    "bfloat16": (
+        "__bfloat162float",
+        "__float2bfloat16",
+        "__nv_bfloat162",
+        "__halves2bfloat162",
+        "bf16",
+    ),
+}
+# raw words that move 2, 4 or 8 packed 16-bit lanes in one access (4, 8 and 16 bytes)
+_RAW_WORDS = {2: "unsigned int", 4: "uint2", 8: "uint4"}
 
 _RESERVED = {
     # C++ keywords and CUDA built-ins a buffer or variable name could collide with
@@ -189,7 +203,7 @@ def literal(value: Any, dtype: str) -> str:
             text = f"{'-' if value < 0 else ''}__uint_as_float(0x7f800000u)"
         else:
             text = repr(value) + "f"
-        return text if dtype == "float32" else f"__float2half({text})"
+        return text if dtype == "float32" else f"{HALF_TYPES[dtype][1]}({text})"
     value = int(value)
     if dtype == "int32":
         return f"({value + 1} - 1)" if value == -(2**31) else str(value)
@@ -291,7 +305,7 @@ class ExprPrinter:
         self.names = names
         self.hoisted: dict[Any, list[str]] = {}  # structural key of a vector load -> chunk temps
         self.divisors: dict[int, int] = {}  # id(var) -> a known divisor of its value
-        self.helpers: set[str] = set()  # "floordiv", "half"
+        self.helpers: set[str] = set()  # "floordiv", "half", "bf16"
         self.vector_params: dict[str, int] = {}  # buffer C name -> byte alignment it needs
 
     # -- public --------------------------------------------------------------------------------
@@ -329,10 +343,11 @@ class ExprPrinter:
             return None
         if not (isinstance(index.stride, E.Const) and int(index.stride.value) == 1):
             return None
-        if dt.element_of(buffer.dtype) not in VECTOR_CTYPES:
+        half = dt.is_half(buffer.dtype)
+        if dt.element_of(buffer.dtype) not in VECTOR_CTYPES and not half:
             return None
         divisor = self.divisor(index.base)
-        for chunk in (4, 2):
+        for chunk in (8, 4, 2) if half else (4, 2):
             if index.lanes % chunk == 0 and divisor % chunk == 0:
                 return VectorAccess(buffer, index.base, index.lanes, chunk)
         return None
@@ -365,30 +380,65 @@ class ExprPrinter:
         return found
 
     def load_vector(self, access: VectorAccess) -> tuple[list[str], list[str]]:
-        """(declaration lines, temp names) of the wide loads of `access`."""
+        """(declaration lines, temp names) of the wide loads of `access`.
+
+        16-bit floats load `chunk` lanes as one raw word into an array of packed pairs
+        (`half2 t[4]` for 8 lanes: one 16-byte load), read back lane by lane as `t[k].x`."""
         buf = self.names.buffer(access.buffer)
-        vtype = vector_ctype(access.buffer.dtype, access.chunk)
-        self.vector_params[buf] = max(self.vector_params.get(buf, 0), 4 * access.chunk)
+        dtype = access.buffer.dtype
+        nbytes = _elem_bytes(dtype) * access.chunk
+        self.vector_params[buf] = max(self.vector_params.get(buf, 0), nbytes)
         lines, temps = [], []
         for k in range(access.lanes // access.chunk):
             temp = self.names.fresh(f"{buf}_v")
             offset = self._offset(access.base, k * access.chunk)
-            lines.append(
-                f"const {vtype} {temp} = *reinterpret_cast<const {vtype}*>(&{buf}[{offset}]);"
-            )
+            if dt.is_half(dtype):
+                pair, raw = HALF_TYPES[dt.element_of(dtype)][2], _RAW_WORDS[access.chunk]
+                lines.append(f"{pair} {temp}[{access.chunk // 2}];")
+                lines.append(
+                    f"*reinterpret_cast<{raw}*>({temp}) = "
+                    f"*reinterpret_cast<const {raw}*>(&{buf}[{offset}]);"
+                )
+            else:
+                vtype = vector_ctype(dtype, access.chunk)
+                lines.append(
+                    f"const {vtype} {temp} = *reinterpret_cast<const {vtype}*>(&{buf}[{offset}]);"
+                )
             temps.append(temp)
         return lines, temps
 
     def store_vector(self, access: VectorAccess, lanes: list[str]) -> list[str]:
         buf = self.names.buffer(access.buffer)
-        vtype = vector_ctype(access.buffer.dtype, access.chunk)
-        self.vector_params[buf] = max(self.vector_params.get(buf, 0), 4 * access.chunk)
+        dtype = access.buffer.dtype
+        nbytes = _elem_bytes(dtype) * access.chunk
+        self.vector_params[buf] = max(self.vector_params.get(buf, 0), nbytes)
         lines = []
         for k in range(access.lanes // access.chunk):
             offset = self._offset(access.base, k * access.chunk)
-            parts = ", ".join(lanes[k * access.chunk : (k + 1) * access.chunk])
-            lines.append(f"*reinterpret_cast<{vtype}*>(&{buf}[{offset}]) = make_{vtype}({parts});")
+            chunk = lanes[k * access.chunk : (k + 1) * access.chunk]
+            if dt.is_half(dtype):
+                _, _, pair, make, _ = HALF_TYPES[dt.element_of(dtype)]
+                raw = _RAW_WORDS[access.chunk]
+                pairs = ", ".join(f"{make}({a}, {b})" for a, b in zip(chunk[::2], chunk[1::2]))
+                temp = self.names.fresh(f"{buf}_pack")
+                lines.append(f"const {pair} {temp}[{access.chunk // 2}] = {{{pairs}}};")
+                lines.append(
+                    f"*reinterpret_cast<{raw}*>(&{buf}[{offset}]) = "
+                    f"*reinterpret_cast<const {raw}*>({temp});"
+                )
+            else:
+                vtype = vector_ctype(dtype, access.chunk)
+                parts = ", ".join(chunk)
+                lines.append(
+                    f"*reinterpret_cast<{vtype}*>(&{buf}[{offset}]) = make_{vtype}({parts});"
+                )
         return lines
+
+    def lane_of(self, temp: str, dtype: str, lane: int) -> str:
+        """Lane `lane` (within its chunk) of a wide-load temporary."""
+        if dt.is_half(dtype):
+            return f"{temp}[{lane // 2}].{LANE_FIELDS[lane % 2]}"
+        return f"{temp}.{LANE_FIELDS[lane]}"
 
     # -- printing ------------------------------------------------------------------------------
     def _offset(self, base: E.Expr, k: int) -> str:
@@ -400,8 +450,8 @@ class ExprPrinter:
             lane = None  # a scalar inside a vector expression (e.g. a Ramp base)
         if lane is None and dt.lanes_of(e.dtype) > 1:
             raise BuildError(f"CUDA codegen: vector expression {e} used where a scalar is needed")
-        if dt.element_of(e.dtype) == "float16":
-            self.helpers.add("half")
+        if dt.is_half(e.dtype):
+            self.helpers.add(HALF_TYPES[dt.element_of(e.dtype)][4])
         p = self._print
         match e:
             case E.Var():
@@ -444,8 +494,14 @@ class ExprPrinter:
             case E.Select(condition=c, true_value=t, false_value=f):
                 return f"({p(c, lane)} ? {p(t, lane)} : {p(f, lane)})"
             case E.Cast(dtype=d, value=v):
-                if dt.element_of(d) == "float16" and dt.element_of(v.dtype) != "float32":
-                    return f"__float2half((float)({p(v, lane)}))"
+                src, dst = dt.element_of(v.dtype), dt.element_of(d)
+                if dt.is_half(src) and src != dst:  # through float: no direct conversions
+                    self.helpers.add(HALF_TYPES[src][4])
+                    text = f"{HALF_TYPES[src][0]}({p(v, lane)})"
+                    return text if dst == "float32" else f"(({ctype(d)})({text}))"
+                if dt.is_half(dst) and src != dst:
+                    text = p(v, lane) if src == "float32" else f"(float)({p(v, lane)})"
+                    return f"{HALF_TYPES[dst][1]}({text})"
                 return f"(({ctype(d)})({p(v, lane)}))"
             case E.Call(name=name, args=args):
                 return self._call(name, [p(a, lane) for a in args], e.dtype)
@@ -471,7 +527,7 @@ class ExprPrinter:
             temps = self.hoisted.get(E.structural_key(e))
             if temps is not None:
                 chunk = dt.lanes_of(e.dtype) // len(temps)
-                return f"{temps[lane // chunk]}.{LANE_FIELDS[lane % chunk]}"
+                return self.lane_of(temps[lane // chunk], e.dtype, lane % chunk)
         text = f"{name}[{strip_parens(self._print(index, lane))}]"
         if pred is not None:
             zero = literal(0, buffer.dtype)
@@ -491,11 +547,12 @@ class ExprPrinter:
     def _floor_op(self, is_div: bool, a: str, b: str, dtype: str) -> str:
         if dt.is_float(dtype):
             f = "floor" if dtype == "float64" else "floorf"
-            if dt.element_of(dtype) == "float16":
-                a, b = f"__half2float({a})", f"__half2float({b})"
+            half = HALF_TYPES.get(dt.element_of(dtype))
+            if half:
+                a, b = f"{half[0]}({a})", f"{half[0]}({b})"
             q = f"{f}({a} / {b})"
             out = q if is_div else f"({a} - {q} * {b})"
-            return f"__float2half({out})" if dt.element_of(dtype) == "float16" else out
+            return f"{half[1]}({out})" if half else out
         if dt.is_unsigned(dtype) or dt.is_bool(dtype):
             return f"({a} {'/' if is_div else '%'} {b})"
         self.helpers.add("floordiv")
@@ -508,7 +565,7 @@ class ExprPrinter:
             return f"f{word}f({a}, {b})"
         if base == "float64":
             return f"f{word}({a}, {b})"
-        if base == "float16":
+        if base in HALF_TYPES:
             return f"__h{word}({a}, {b})"
         if base in ("int32", "int64", "uint32", "uint64"):
             return f"{word}({a}, {b})"
@@ -516,9 +573,10 @@ class ExprPrinter:
 
     def _call(self, name: str, args: list[str], dtype: str) -> str:
         base = dt.element_of(dtype)
-        if base == "float16":  # compute in float32
-            inner = self._call(name, [f"__half2float({a})" for a in args], "float32")
-            return f"__float2half({inner})"
+        if base in HALF_TYPES:  # compute in float32
+            to_float, from_float = HALF_TYPES[base][:2]
+            inner = self._call(name, [f"{to_float}({a})" for a in args], "float32")
+            return f"{from_float}({inner})"
         if dt.is_float(base):
             if name == "sigmoid":
                 if base == "float32":
@@ -532,6 +590,10 @@ class ExprPrinter:
                 return args[0]
             return f"{'llabs' if base == 'int64' else 'abs'}({args[0]})"
         raise BuildError(f"CUDA codegen: no CUDA function for intrinsic {name}() on {dtype}")
+
+
+def _elem_bytes(dtype: str) -> int:
+    return max(1, dt.bits_of(dtype) // 8)
 
 
 FLOOR_HELPERS = """\

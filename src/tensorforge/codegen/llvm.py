@@ -15,7 +15,7 @@ import functools
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tensorforge.codegen.base import NUM_THREADS_SYMBOL, KernelSource, Param
+from tensorforge.codegen.base import NUM_THREADS_SYMBOL, KernelSource, kernel_params
 from tensorforge.codegen.llvm_expr import (
     I1,
     I32,
@@ -31,6 +31,7 @@ from tensorforge.codegen.llvm_expr import (
 from tensorforge.codegen.llvm_math import mangle
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -108,7 +109,7 @@ class LLVMCodegen:
                 emitter.buffers[param] = arg
             else:
                 emitter.vars[param] = arg
-        emitter.stmt(func.body)
+        emitter.stmt(legalize_bfloat16(func.body))  # LLVM IR has no bfloat16 arithmetic here
         emitter.builder.ret_void()
         return KernelSource(
             target="llvm",
@@ -118,27 +119,6 @@ class LLVMCodegen:
             target_string=str(target),
             num_threads_symbol=NUM_THREADS_SYMBOL if state.parallel_loops else None,
         )
-
-
-def kernel_params(func: PrimFunc) -> tuple[Param, ...]:
-    """The calling metadata: buffers with their shapes, scalars marked when a shape binds them."""
-    shape_names = {
-        e.name for p in func.params if isinstance(p, Buffer) for e in p.shape if isinstance(e, Var)
-    }
-    stored = {id(n.buffer) for n in walk(func.body) if isinstance(n, BufferStore)}
-    params = []
-    for p in func.params:
-        if isinstance(p, Buffer):
-            shape = tuple(
-                int(e.value) if isinstance(e, Const) else e.name if isinstance(e, Var) else str(e)
-                for e in p.shape
-            )
-            params.append(Param(p.name, "buffer", p.dtype, shape, written=id(p) in stored))
-        else:
-            params.append(
-                Param(p.name, "scalar", p.dtype, (), bound_from_shape=p.name in shape_names)
-            )
-    return tuple(params)
 
 
 class _ModuleState:

@@ -226,6 +226,8 @@ class ExprEmitter(CallEmitter, ExternEmitter):
         ty = value_type(dst)
         if s == d:
             return v
+        if "bfloat16" in (s, d):
+            return self._cast_bfloat16(v, s, d)
         if dt.is_bool(d):
             zero = splat_constant(v.type, 0.0 if dt.is_float(s) else 0)
             return (
@@ -245,6 +247,28 @@ class ExprEmitter(CallEmitter, ExternEmitter):
         if dt.bits_of(d) < dt.bits_of(s):
             return b.trunc(v, ty)
         return b.sext(v, ty) if signed else b.zext(v, ty)
+
+    def _cast_bfloat16(self, v: ir.Value, s: str, d: str) -> ir.Value:
+        """bfloat16 <-> other types through float32, with bit operations (round to nearest even)."""
+        b = self.builder
+        lanes = v.type.count if isinstance(v.type, ir.VectorType) else 1
+
+        def of(scalar: ir.Type) -> ir.Type:
+            return ir.VectorType(scalar, lanes) if lanes > 1 else scalar
+
+        f32, i32 = of(ir.FloatType()), of(I32)
+        wide = dt.with_lanes("float32", lanes)
+        if s == "bfloat16":
+            bits = b.shl(b.zext(v, i32), splat_constant(i32, 16))
+            return self.cast(b.bitcast(bits, f32), wide, dt.with_lanes(d, lanes))
+        x = self.cast(v, dt.with_lanes(s, lanes), wide)
+        bits = b.bitcast(x, i32)
+        odd = b.and_(b.lshr(bits, splat_constant(i32, 16)), splat_constant(i32, 1))
+        rounded = b.lshr(
+            b.add(b.add(bits, splat_constant(i32, 0x7FFF)), odd), splat_constant(i32, 16)
+        )
+        nan = b.fcmp_unordered("uno", x, x)
+        return b.trunc(b.select(nan, splat_constant(i32, 0x7FC0), rounded), of(ir.IntType(16)))
 
     # -- vectors ----------------------------------------------------------------------------------
     def splat(self, v: ir.Value, lanes: int) -> ir.Value:

@@ -22,6 +22,7 @@ _SCALAR = {
     "uint32": I32,
     "uint64": I64,
     "float16": ir.HalfType(),
+    "bfloat16": ir.IntType(16),  # bit patterns: legalize_bfloat16 computes in float32
     "float32": ir.FloatType(),
     "float64": ir.DoubleType(),
 }

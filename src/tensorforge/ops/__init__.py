@@ -2,6 +2,11 @@
 owns its default schedule per target and its tunable template ("builtin/<op>", registered
 with `tune.template` on import), whose default config is the default schedule."""
 
+from tensorforge.ops.batch_matmul import (
+    batch_matmul,
+    batch_matmul_template,
+    schedule_batch_matmul,
+)
 from tensorforge.ops.conv2d import conv2d_nchw, conv2d_template, schedule_conv2d
 from tensorforge.ops.cuda import matmul_cuda_template, schedule_matmul_cuda
 from tensorforge.ops.elementwise import elementwise_template, fused_chain, schedule_elementwise
@@ -12,6 +17,8 @@ from tensorforge.ops.softmax import schedule_softmax, softmax, softmax_template
 
 __all__ = [
     "MatmulTiles",
+    "batch_matmul",
+    "batch_matmul_template",
     "conv2d_nchw",
     "conv2d_template",
     "elementwise_template",
@@ -24,6 +31,7 @@ __all__ = [
     "product",
     "row_reduce",
     "row_reduce_template",
+    "schedule_batch_matmul",
     "schedule_conv2d",
     "schedule_elementwise",
     "schedule_layer_norm",

@@ -15,7 +15,7 @@ from tensorforge.ops.knobs import choose, current_target, is_gpu, target_scope, 
 from tensorforge.target import Target
 
 
-def _round_up(x: int, to: int) -> int:
+def round_up(x: int, to: int) -> int:
     return (x + to - 1) // to * to
 
 
@@ -68,8 +68,8 @@ class MatmulTiles:
         decisions left to the heuristics made."""
         fitted = replace(
             self,
-            mb=min(self.mb, _round_up(n, self.mr)),
-            nb=min(self.nb, _round_up(m, self.nr)),
+            mb=min(self.mb, round_up(n, self.mr)),
+            nb=min(self.nb, round_up(m, self.nr)),
             kc=min(self.kc, k),
         )
         pack_a = self.needs_k_blocks(k, itemsize) if self.pack_a is None else self.pack_a
@@ -98,13 +98,34 @@ class MatmulTiles:
         return MatmulTiles(mr, nr, k_unroll, mb, nb, kc, pack_a, per_block, ahead)
 
 
-def product(n: int, m: int, k: int, a_at: Callable, b_at: Callable, name: str = "C") -> te.Tensor:
+def product(
+    n: int,
+    m: int,
+    k: int,
+    a_at: Callable,
+    b_at: Callable,
+    name: str = "C",
+    batch: tuple[int, ...] = (),
+) -> te.Tensor:
     """The one declaration of the matrix product: `name`[i, j] = sum_k a_at(i, k) * b_at(k, j).
 
     `a_at` / `b_at` read A and B wherever a schedule keeps them (the user's arrays, packed
-    panels, a transposed shared-memory copy)."""
+    panels, a transposed shared-memory copy). With `batch` extents, the output is
+    (*batch, n, m) and both readers get the batch indices first: a_at(*b, i, k)."""
     r = te.reduce_axis((0, k), name="k")
-    return te.compute((n, m), lambda i, j: te.sum(a_at(i, r) * b_at(r, j), axis=r), name=name)
+    if not batch:  # the lambdas' parameter names name the loops: i, j (b, i, j with a batch)
+        return te.compute((n, m), lambda i, j: te.sum(a_at(i, r) * b_at(r, j), axis=r), name=name)
+    if len(batch) == 1:
+        return te.compute(
+            (*batch, n, m),
+            lambda b, i, j: te.sum(a_at(b, i, r) * b_at(b, r, j), axis=r),
+            name=name,
+        )
+    return te.compute(
+        (*batch, n, m),
+        lambda *idx: te.sum(a_at(*idx[:-1], r) * b_at(*idx[:-2], r, idx[-1]), axis=r),
+        name=name,
+    )
 
 
 def matmul(
@@ -130,7 +151,7 @@ def matmul(
         return A, B, None, None, product(n, m, k, lambda i, r: A[i, r], b_of)
     mr, nr, zero = tiles.mr, tiles.nr, te.const(0, dtype)
     packedB = te.compute(
-        (_round_up(m, tiles.nb) // nr, k, nr),  # whole blocks: the block loops need no guards
+        (round_up(m, tiles.nb) // nr, k, nr),  # whole blocks: the block loops need no guards
         lambda p, kk, x: te.if_then_else(p * nr + x < m, b_of(kk, te.min(p * nr + x, m - 1)), zero),
         name="packedB",
     )
@@ -138,7 +159,7 @@ def matmul(
     if not pack_a:
         return A, B, None, packedB, product(n, m, k, lambda i, r: A[i, r], b_at)
     packedA = te.compute(
-        (_round_up(n, tiles.mb) // mr, k, mr),
+        (round_up(n, tiles.mb) // mr, k, mr),
         lambda p, kk, x: te.if_then_else(p * mr + x < n, A[te.min(p * mr + x, n - 1), kk], zero),
         name="packedA",
     )
@@ -234,7 +255,7 @@ def _schedule_panels(s, C, CC, tiles: MatmulTiles, parallel: bool) -> None:
     (ck,) = s[CC].op.reduce_axis
     ko, ki = s[CC].split(ck, factor=tiles.k_unroll)
     s[CC].reorder(ko, ki, ci, cj)
-    _micro_kernel(s, CC, ki, ci, cj)
+    micro_kernel(s, CC, ki, ci, cj)
 
 
 def _schedule_blocks(s, C, CC, packedA, packedB, tiles: MatmulTiles, parallel: bool) -> None:
@@ -262,7 +283,7 @@ def _schedule_blocks(s, C, CC, packedA, packedB, tiles: MatmulTiles, parallel: b
     ko, ki = s[CC].split(ck, factor=tiles.kc)
     kio, kii = s[CC].split(ki, factor=tiles.k_unroll)
     s[CC].reorder(ko, cjo, cio, kio, kii, cii, cji)
-    _micro_kernel(s, CC, kii, cii, cji)
+    micro_kernel(s, CC, kii, cii, cji)
     # the packed A sliver streams from L3: fetch it ~1.5 KiB ahead (2048³, 2 threads:
     # 0.92-0.95x -> 0.99x OpenBLAS; with A read from its rows (no k blocks) it only cost)
     if tiles.a_prefetch_bytes:
@@ -270,7 +291,7 @@ def _schedule_blocks(s, C, CC, packedA, packedB, tiles: MatmulTiles, parallel: b
         s[CC].prefetch(packedA, kio, -(-tiles.a_prefetch_bytes // sliver_step))
 
 
-def _micro_kernel(s, CC, k_step, rows, cols) -> None:
+def micro_kernel(s, CC, k_step, rows, cols) -> None:
     """k unrolled by k_unroll, mr rows unrolled, nr columns as vectors: an FMA chain."""
     s[CC].unroll(k_step)
     s[CC].unroll(rows)

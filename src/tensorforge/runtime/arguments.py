@@ -20,6 +20,7 @@ import numpy as np
 from tensorforge.errors import ArgumentError, BuildError
 from tensorforge.runtime.device import DLPACK_CPU, DLPACK_CUDA, DLPACK_CUDA_HOST
 from tensorforge.runtime.ndarray import NDArray, from_dlpack
+from tensorforge.te.dtype import numpy_dtype
 
 if TYPE_CHECKING:
     from tensorforge.codegen.base import Param
@@ -137,7 +138,7 @@ class _Buffer(_Slot):
 
     def __init__(self, function: str, param: Param):
         super().__init__(function, param.name)
-        self.dtype = np.dtype(param.dtype)
+        self.dtype = numpy_dtype(param.dtype)  # bfloat16: its uint16 bits
         self.shape = tuple(param.shape)
         self.shape_text = _shape_text(self.shape)
         self.fixed_dims = tuple(

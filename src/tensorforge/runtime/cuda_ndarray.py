@@ -279,7 +279,8 @@ _DLManagedTensor._fields_ = [
 ]
 
 _DL_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}  # kDLInt, kDLUInt, kDLFloat, kDLBool
-_DL_KINDS = {0: "int", 1: "uint", 2: "float", 6: "bool"}
+# kDLBfloat (4): bfloat16 arrays are their uint16 bits here (te/dtype.py's storage_dtype)
+_DL_KINDS = {0: "int", 1: "uint", 2: "float", 4: "uint", 6: "bool"}
 _CAPSULE = b"dltensor"
 _USED_CAPSULE = b"used_dltensor"
 

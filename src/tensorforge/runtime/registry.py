@@ -70,6 +70,14 @@ RUNTIMES: dict[str, RuntimeEntry] = {
         export="tensorforge.runtime.cuda_library:export_cuda_library",
         load="tensorforge.runtime.cuda_library:open_cuda_library",
     ),
+    "c": RuntimeEntry(
+        "c",
+        source_formats=("c", "asm"),
+        executable="tensorforge.runtime.c_exec:CExecutable",
+        export="tensorforge.runtime.c_exec:export_c_library",
+        load="tensorforge.runtime.c_exec:open_c_library",
+        disk_cacheable=True,
+    ),
 }
 
 

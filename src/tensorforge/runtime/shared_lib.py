@@ -161,7 +161,7 @@ def open_llvm_library(
     text is the optimized IR (the disk cache passes the source it was asked for).
     """
     metadata = file.metadata
-    library = _dlopen(file.payload, file.path)
+    library = dlopen_image(file.payload, file.path)
     if metadata.get("needs_gomp"):
         make_gomp_fork_safe()
     kernels = []
@@ -180,7 +180,7 @@ def open_llvm_library(
     return kernels
 
 
-def _dlopen(image: bytes, path: str) -> ctypes.CDLL:
+def dlopen_image(image: bytes, path: str) -> ctypes.CDLL:
     """Load the shared object `image` (the checked bytes of the file at `path`).
 
     NOTE: dlopen hands back an object already loaded under the same name or from the same

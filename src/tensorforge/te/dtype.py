@@ -2,6 +2,9 @@
 
 A dtype is a string: a scalar type ("float32", "int32", "bool", ...) optionally followed by
 "x<lanes>" for a vector ("float32x8"). Vectors only appear after the vectorize pass.
+
+bfloat16 has no numpy type: its arrays are stored as uint16 bit patterns (`storage_dtype`), and
+`to_bfloat16` / `from_bfloat16` convert float arrays to and from those bits.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ SCALAR_DTYPES = (
     "uint32",
     "uint64",
     "float16",
+    "bfloat16",
     "float32",
     "float64",
 )
@@ -55,7 +59,13 @@ def with_lanes(dtype: str, lanes: int) -> str:
 
 
 def is_float(dtype: str) -> bool:
-    return element_of(dtype).startswith("float")
+    base = element_of(dtype)
+    return base.startswith("float") or base == "bfloat16"
+
+
+def is_half(dtype: str) -> bool:
+    """float16 or bfloat16: the 16-bit floats that compute in float32 where hardware lacks them."""
+    return element_of(dtype) in ("float16", "bfloat16")
 
 
 def is_int(dtype: str) -> bool:
@@ -99,7 +109,9 @@ def promote(a: str, b: str) -> str:
     if is_bool(b):
         return a
     if is_float(a) and is_float(b):
-        return a if bits_of(a) >= bits_of(b) else b
+        if bits_of(a) == bits_of(b):
+            return "float32"  # float16 with bfloat16: neither holds the other
+        return a if bits_of(a) > bits_of(b) else b
     if is_float(a) or is_float(b):
         fl, it = (a, b) if is_float(a) else (b, a)
         if bits_of(it) > bits_of(fl):
@@ -145,4 +157,31 @@ def check_fits(value: object, dtype: str, what: str = "constant") -> None:
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
-    return np.dtype(element_of(dtype))
+    """The numpy dtype arrays of `dtype` are stored as (bfloat16: uint16 bit patterns)."""
+    base = element_of(dtype)
+    return np.dtype("uint16") if base == "bfloat16" else np.dtype(base)
+
+
+storage_dtype = numpy_dtype
+
+
+def to_bfloat16(x: object) -> np.ndarray:
+    """The bfloat16 bit patterns (uint16) of `x`, rounded to nearest even (NaN stays NaN)."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    return np.where(nan, np.uint32(0x7FC0), rounded).astype(np.uint16)
+
+
+def from_bfloat16(bits: object) -> np.ndarray:
+    """float32 values of bfloat16 bit patterns (uint16)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def round_scalar(value: float, dtype: str) -> float:
+    """`value` as a float of `dtype` holds it (rounded to its precision)."""
+    base = element_of(dtype)
+    if base == "bfloat16":
+        return float(from_bfloat16(to_bfloat16(np.float32(value))))
+    with np.errstate(all="ignore"):
+        return float(np.dtype(base).type(value))

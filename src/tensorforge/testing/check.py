@@ -60,14 +60,16 @@ def check_against_numpy(
     sizes: dict | None = None,
     rtol: float = 1e-5,
     atol: float = 1e-5,
-    target: str = "llvm",
+    target: Any = "llvm",
     scalars: Sequence[Any] = (),
     scalar_values: Sequence[Any] = (),
 ) -> list[np.ndarray]:
     """Build `s` with args inputs + outputs + scalars, run on random inputs, compare each output.
 
     `reference(*input_arrays, *scalar_values)` returns the expected output (or a tuple of them).
-    Outputs are pre-filled with NaN / a sentinel so an unwritten element fails.
+    Outputs are pre-filled with NaN / a sentinel so an unwritten element fails. A CPU target
+    other than llvm is also compared with the llvm build on the same inputs (differential
+    testing between two backends).
     """
     import tensorforge as tf
 
@@ -92,4 +94,14 @@ def check_against_numpy(
             atol=atol,
             err_msg=f"output '{t.name}' differs from numpy",
         )
+    kind = tf.Target(target).kind if isinstance(target, (str, tf.Target)) else "llvm"
+    if kind != "llvm" and not kind.is_gpu:
+        llvm_outs = [np.full_like(a, np.nan if a.dtype.kind == "f" else 77) for a in out_arrays]
+        tf.build(s, [*inputs, *outputs, *scalars], target="llvm")(
+            *in_arrays, *llvm_outs, *scalar_values
+        )
+        for t, got, want in zip(outputs, out_arrays, llvm_outs):
+            np.testing.assert_allclose(
+                got, want, rtol=rtol, atol=atol, err_msg=f"output '{t.name}': {kind} != llvm"
+            )
     return out_arrays

@@ -1,11 +1,14 @@
 """The schedule fuzzer: random computations under random legal schedules, checked against NumPy.
 
     python -m tensorforge.testing.fuzz --examples 2000 [--seed S] [--family F] [--jobs J] [--out DIR]
+                                       [--target c]
 
 Each example draws a computation (`fuzz_families`), a legal schedule (`fuzz_schedules`) and
 where the guard pages sit, then builds and runs it in a child process on arrays that sit
 against PROT_NONE pages (`guarded`), comparing every output with NumPy (`fuzz_run`). A failure
 (wrong values, a crash, bytes written beside an array, an exception, a rejected legal schedule)
+With `--target c` each case is built for that target and its outputs are compared with NumPy and
+with the llvm kernel's on the same inputs (differential testing between two backends). A failure
 is shrunk greedily (schedule steps dropped one by one, parameters made smaller, as long as the
 failure stays the same kind) and printed as a runnable script. In the test suite hypothesis
 draws the same cases (`cases()`) and shrinks them itself.
@@ -24,14 +27,21 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 
+from tensorforge.target import KINDS
 from tensorforge.testing.fuzz_choice import Chooser, HypothesisChooser, RandomChooser
 from tensorforge.testing.fuzz_families import FAMILIES, param_minimum
 from tensorforge.testing.fuzz_run import PRELUDE, Case, Outcome, Running, run_isolated, start
 from tensorforge.testing.fuzz_schedules import KNOWN_BUGS, draw_schedule
 
 
-def draw_case(ch: Chooser, families: Sequence[str] | None = None, known_bugs: bool = False) -> Case:
-    """One example: a computation from `families` (all by default) and a legal schedule for it.
+def draw_case(
+    ch: Chooser,
+    families: Sequence[str] | None = None,
+    known_bugs: bool = False,
+    target: str = "llvm",
+) -> Case:
+    """One example: a computation from `families` (all by default) and a legal schedule for it,
+    built for `target` (a CPU target kind).
 
     Unless `known_bugs`, nothing is drawn that would hit a bug listed in KNOWN_BUGS.
     """
@@ -43,17 +53,18 @@ def draw_case(ch: Chooser, families: Sequence[str] | None = None, known_bugs: bo
         side=ch.choice(("end", "start")),
         exact=ch.chance(0.5),
         seed=ch.integer(0, 9999),
+        target=target,
     )
     return case.with_steps(draw_schedule(ch, PRELUDE, case.setup_source(), known_bugs))
 
 
-def cases(families: Sequence[str] | None = None, known_bugs: bool = False):
+def cases(families: Sequence[str] | None = None, known_bugs: bool = False, target: str = "llvm"):
     """A hypothesis strategy of fuzz cases (shrinks towards fewer steps and smaller shapes)."""
     from hypothesis import strategies as st
 
     @st.composite
     def strategy(draw):
-        return draw_case(HypothesisChooser(draw), families, known_bugs)
+        return draw_case(HypothesisChooser(draw), families, known_bugs, target)
 
     return strategy()
 
@@ -148,6 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-shrink", action="store_true")
     parser.add_argument(
+        "--target",
+        default="llvm",
+        choices=[kind for kind, facts in KINDS.items() if facts.device == "cpu"],
+        help="build for this CPU target kind; other than llvm, also compare with llvm's output",
+    )
+    parser.add_argument(
         "--known-bugs", action="store_true", help="also draw cases that hit KNOWN_BUGS"
     )
     args = parser.parse_args(argv)
@@ -178,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         while len(running) < max(1, args.jobs) and next_index < args.examples:
             ch = RandomChooser(random.Random(f"{args.seed}-{next_index}"))
             try:
-                case = draw_case(ch, args.family, args.known_bugs)
+                case = draw_case(ch, args.family, args.known_bugs, args.target)
             except Exception as e:  # noqa: BLE001 - a bug in the fuzzer itself: say so, go on
                 statuses["generator-error"] += 1
                 print(
@@ -206,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.time() - began
     print(
         f"\n{sum(statuses.values())} examples in {elapsed:.0f} s ({elapsed / max(1, sum(statuses.values())):.2f} s each), "
-        f"{steps_total} schedule steps; seed {args.seed}"
+        f"{steps_total} schedule steps; seed {args.seed}; target {args.target}"
     )
     print("outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
     print("families: " + ", ".join(f"{k}={v}" for k, v in sorted(per_family.items())))

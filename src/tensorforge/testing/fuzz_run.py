@@ -11,6 +11,7 @@ patched over a compiler function) are passed to them as `patches`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import multiprocessing
 import os
@@ -58,6 +59,15 @@ for t, g, want in zip(outputs, outs, expected):
     np.testing.assert_allclose(g.array, want, rtol=rtol, atol=atol, err_msg=f"output '{{t.name}}' differs from numpy")
 '''
 
+# differential testing: another target's kernel against the llvm one, on the same inputs
+AGAINST_LLVM = """
+llvm_mod = tf.build(s, inputs + outputs, target="llvm")
+llvm_outs = [guarded_empty(shape, t.dtype, **place(t)) for t, shape in zip(outputs, out_shapes)]
+llvm_mod(*[g.array for g in ins + llvm_outs])
+for t, g, want in zip(outputs, outs, llvm_outs):
+    np.testing.assert_allclose(g.array, want.array, rtol=rtol, atol=atol, err_msg=f"output '{{t.name}}' differs between {target} and llvm")
+"""
+
 # statuses that are not a failure: "ok", and "invalid" (the case's own setup raised: only
 # candidates the shrinker makes by dropping steps can be invalid)
 PASSING = ("ok", "invalid")
@@ -73,6 +83,7 @@ class Case:
     side: str = "end"  # the guard page right after ("end") or right before ("start") each array
     exact: bool = False  # data flush against the guard page, instead of a 64-byte aligned start
     seed: int = 0  # input data
+    target: str = "llvm"  # built for this target kind (another than llvm is compared with llvm too)
 
     def computation_source(self) -> str:
         return family_source(self.family, dict(self.params))
@@ -88,12 +99,17 @@ class Case:
         return "\n".join(lines) + "\n"
 
     def build_source(self) -> str:
-        return "mod = tf.build(s, inputs + outputs)\n"
+        if self.target == "llvm":
+            return "mod = tf.build(s, inputs + outputs)\n"
+        return f"mod = tf.build(s, inputs + outputs, target={self.target!r})\n"
 
     def run_source(self) -> str:
         align = "np.dtype(t.dtype).itemsize" if self.exact else "64"
         where = "after" if self.side == "end" else "before"
-        return RUN.format(side=self.side, align=align, seed=self.seed, where=where)
+        text = RUN.format(side=self.side, align=align, seed=self.seed, where=where)
+        if self.target != "llvm":
+            text += AGAINST_LLVM.format(target=self.target)
+        return text
 
     def script(self) -> str:
         """A standalone script that builds this case and compares it with NumPy."""
@@ -106,12 +122,13 @@ class Case:
         )
 
     def with_steps(self, steps: tuple[str, ...]) -> Case:
-        return Case(self.family, self.params, tuple(steps), self.side, self.exact, self.seed)
+        return dataclasses.replace(self, steps=tuple(steps))
 
     def with_params(self, params: dict[str, int]) -> Case:
-        return Case(
-            self.family, tuple(params.items()), self.steps, self.side, self.exact, self.seed
-        )
+        return dataclasses.replace(self, params=tuple(params.items()))
+
+    def with_target(self, target: str) -> Case:
+        return dataclasses.replace(self, target=target)
 
 
 @dataclass(frozen=True)
@@ -203,6 +220,7 @@ PRELOAD = [
     "tensorforge.testing.check",
     "tensorforge.build",
     "tensorforge.codegen.llvm",
+    "tensorforge.codegen.c",
     "tensorforge.runtime.module",
 ]
 

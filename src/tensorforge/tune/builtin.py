@@ -10,6 +10,7 @@ from __future__ import annotations
 # the template's arguments `tensorforge tune OP` uses unless given --args / --shape
 DEFAULT_ARGS = {
     "matmul": [512, 512, 512, "float32"],  # n, m, k, dtype[, parallel]
+    "batch_matmul": [8, 128, 128, 128, "float32"],  # batch, n, m, k
     "conv2d": [1, 64, 56, 56, 64, 3, 3, 1, 1, "float32"],  # N, C, H, W, F, KH, KW, stride, pad
     "softmax": [4096, 4096, "float32"],  # rows, columns
     "layer_norm": [4096, 4096, "float32"],

@@ -71,6 +71,9 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("op", nargs="?", choices=sorted(DEFAULT_ARGS), help="a built-in template")
     parser.add_argument("--template", help="a template in a file: FILE.py:NAME")
     parser.add_argument(
+        "--auto", metavar="FILE.py:FUNC", help="auto-schedule a workload function (no template)"
+    )
+    parser.add_argument(
         "--args",
         help="the template's arguments as a JSON list, e.g. '[512, 512, 512, \"float32\"]'",
     )
@@ -118,6 +121,10 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         help="continue the run in --log (an existing log always is)",
     )
     options = parser.parse_args(argv)
+    if options.auto:
+        from tensorforge.tune.auto.cli import auto_main
+
+        return auto_main(options)
 
     if options.trials < 0:
         parser.error(f"--trials must be >= 0, got {options.trials}")

@@ -109,3 +109,19 @@ def test_packed_panels_match_numpy(name, fixed):
     assert any(step.kind == "cache_read" for step in trace.steps)
     s, tensors = task.instantiate(trace)
     check(task, s, tensors, reference)
+
+
+def test_first_guess_schedule_of_bare_outputs():
+    """What the torch.compile backend calls for a fused group with no tuning record: outputs in,
+    a buildable schedule out (here softmax, compared with NumPy)."""
+    from tensorforge.tune.auto.analytic import first_guess_schedule
+
+    func, args, reference = CASES["softmax"]
+    tensors = func(*args)
+    s, steps = first_guess_schedule(tensors[-1], "llvm")
+    assert {"rfactor", "vectorize", "compute_at"} <= {step.kind for step in steps}
+
+    class _Task:
+        target = "llvm"
+
+    check(_Task, s, tensors, reference)

@@ -61,7 +61,7 @@ def make_const(value: Any, dtype: str) -> Const:
         return Const(bool(value), dtype)
     if dt.is_int(dtype):
         return Const(wrap_int(int(value), dtype), dtype)
-    return Const(float(np.dtype(dtype).type(value)), dtype)
+    return Const(dt.round_scalar(value, dtype), dtype)
 
 
 def fold_binary(node: BinaryOp) -> Const | None:
@@ -113,7 +113,7 @@ def _fold_int(node: BinaryOp, x: int, y: int) -> int | None:
 
 
 def _fold_float(node: BinaryOp, x: Any, y: Any, dtype: str) -> Const | None:
-    scalar = np.dtype(dtype).type
+    scalar = np.float32 if dt.element_of(dtype) == "bfloat16" else np.dtype(dtype).type
     x, y = scalar(x), scalar(y)
     with np.errstate(all="ignore"):
         match node:
@@ -137,7 +137,7 @@ def _fold_float(node: BinaryOp, x: Any, y: Any, dtype: str) -> Const | None:
                 value = max(x, y)
             case _:
                 return None
-    return Const(float(scalar(value)), dtype)
+    return make_const(float(value), dtype)
 
 
 def fold_cast(dtype: str, value: Const) -> Const | None:

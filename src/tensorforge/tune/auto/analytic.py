@@ -38,7 +38,9 @@ class Machine:
             return Machine(128, 255, 48 * 1024, 256 * 1024, 132, gpu=True)
         bits = target.vector_bits
         l1, l2 = _cache_sizes()
-        return Machine(bits, 32 if bits >= 512 else 16, l1, l2, os.cpu_count() or 1)
+        threads = os.environ.get("TF_NUM_THREADS", "")  # what parallel loops will run on
+        cores = int(threads) if threads.isdigit() and int(threads) > 0 else os.cpu_count() or 1
+        return Machine(bits, 32 if bits >= 512 else 16, l1, l2, cores)
 
 
 @functools.cache
@@ -92,6 +94,8 @@ class AnalyticPolicy:
                     return width
             return 0
         if kind == "par":
+            if self.machine.cores == 1:  # a parallel loop on one thread only costs
+                return 0
             extents = [_extent_of(iv) for iv in hint.get("extents", [])]
             want = 4 * self.machine.cores
             for n in range(1, len(extents) + 1):
@@ -247,3 +251,19 @@ def first_guess(task: Any) -> Any:
     decisions = Decisions(0, policy=AnalyticPolicy(task.target_obj))
     trace, _, _ = task.generate(decisions)
     return trace
+
+
+def first_guess_schedule(outputs: Any, target: Any = None) -> tuple[Any, list]:
+    """The first guess for any te computation, given its output tensors (no workload function,
+    no arguments): `(schedule, steps)`. For callers that build kernels on the fly (the
+    torch.compile backend's fused groups) and have no tuning record for them."""
+    from tensorforge.target import as_target
+    from tensorforge.te import create_schedule
+    from tensorforge.tune.auto.sketch import generate
+
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    target = as_target(target)
+    s = create_schedule([t.op for t in outputs])
+    with target:
+        steps = generate(s, target, Decisions(0, policy=AnalyticPolicy(target)))
+    return s, steps

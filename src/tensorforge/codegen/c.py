@@ -1,0 +1,316 @@
+"""The C backend: a lowered PrimFunc -> one C translation unit (GNU C11) for the system compiler.
+
+The entry takes one argument per PrimFunc param, in order: buffers as `T* restrict`, scalars by
+value; its symbol is the PrimFunc's name (an asm label, so any name works, `main` included).
+Vectorized code uses GCC/Clang vector extensions (c_expr.py); a PARALLEL loop becomes an OpenMP
+parallel region that splits the iterations into one contiguous share per thread, its team size
+read from the global NUM_THREADS_SYMBOL (set by the runtime before each call). Constant-size
+allocations up to 64 KiB live on the stack, others come from aligned_alloc.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tensorforge.codegen.base import NUM_THREADS_SYMBOL, KernelSource, kernel_params
+from tensorforge.codegen.c_expr import CExprPrinter
+from tensorforge.errors import BuildError
+from tensorforge.ir.expr import Broadcast, Buffer, Ramp
+from tensorforge.ir.stmt import (
+    Allocate,
+    Attr,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoopKind,
+    Prefetch,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Sync,
+)
+from tensorforge.te import dtype as dt
+from tensorforge.te.expr import Const, Var
+
+_STACK_LIMIT = 64 * 1024  # constant-size buffers up to this many bytes live on the stack
+_HEADERS = ("stdbool.h", "stdint.h", "stdlib.h", "string.h", "math.h")
+
+
+class CCodegen:
+    """Lowered PrimFunc -> KernelSource(target="c", text=C source)."""
+
+    def generate(self, func: PrimFunc, target) -> KernelSource:
+        if target.kind != "c":
+            raise BuildError(f"c codegen of '{func.name}': target {target} is not a c target")
+        if not re.fullmatch(r"[A-Za-z_][\w.$]*", func.name):
+            raise BuildError(
+                f"c codegen: the function name {func.name!r} cannot be a symbol; use letters, "
+                f"digits and underscores"
+            )
+        try:
+            return _FunctionWriter(func, target).source()
+        except BuildError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, AssertionError) as err:
+            raise BuildError(
+                f"c codegen of '{func.name}' failed: {type(err).__name__}: {err}"
+            ) from err
+
+
+class _FunctionWriter(CExprPrinter):
+    """Writes the statements of one PrimFunc as C lines."""
+
+    def __init__(self, func: PrimFunc, target):
+        super().__init__(func.name)
+        self.func, self.target = func, target
+        self.lines: list[str] = []
+        self.depth = 1
+        self.in_parallel = False
+        self.parallel_loops = 0
+
+    def source(self) -> KernelSource:
+        func = self.func
+        params = []
+        for p in func.params:
+            name = self.names.fresh(p.name)
+            if isinstance(p, Buffer):
+                self.buffers[p] = name
+                params.append(f"{self.memory_type(p.dtype)}* restrict {name}")
+            else:
+                self.vars[p] = name
+                params.append(f"{self.ctype(p.dtype)} {name}")
+        self.stmt(func.body)
+        signature = f"void tf_entry({', '.join(params) or 'void'})"
+        headers = [*_HEADERS, *(["omp.h"] if self.uses_openmp else [])]
+        text = "\n".join(
+            [
+                f"// tensorforge: C kernel for PrimFunc '{func.name}' ({self.target})",
+                *(f"#include <{h}>" for h in headers),
+                "",
+                *self.typedefs.values(),
+                *([f"int32_t {NUM_THREADS_SYMBOL} = 0;"] if self.parallel_loops else []),
+                "",
+                *(f"{helper}\n" for helper in self.helpers.values()),
+                f'{signature} __asm__("{func.name}");',
+                f"{signature} {{",
+                *self.lines,
+                "}",
+                "",
+            ]
+        )
+        return KernelSource(
+            target="c",
+            entry=func.name,
+            text=text,
+            params=kernel_params(func),
+            target_string=str(self.target),
+            num_threads_symbol=NUM_THREADS_SYMBOL if self.parallel_loops else None,
+        )
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def block(self, head: str, body: Stmt) -> None:
+        """`head {` body `}`."""
+        self.emit(f"{head} {{")
+        self.depth += 1
+        self.stmt(body)
+        self.depth -= 1
+        self.emit("}")
+
+    def bind(self, var: Var) -> tuple[str, str | None]:
+        """A fresh C name for `var` from here on; (name, the name it had) to restore."""
+        name = self.names.fresh(var.name)
+        old = self.vars.get(var)
+        self.vars[var] = name
+        return name, old
+
+    def unbind(self, var: Var, old: str | None) -> None:
+        if old is None:
+            del self.vars[var]
+        else:
+            self.vars[var] = old
+
+    # -- statements ---------------------------------------------------------------------------
+    def stmt(self, s: Stmt) -> None:
+        match s:
+            case Seq(stmts=stmts):
+                for child in stmts:
+                    self.stmt(child)
+            case BufferStore():
+                self.store(s)
+            case For():
+                self.loop(s)
+            case IfThenElse(condition=cond, then_case=then, else_case=other):
+                if dt.lanes_of(cond.dtype) != 1:
+                    raise self.fail(f"IfThenElse condition {cond} is a vector")
+                self.block(f"if ({self.expr(cond)})", then)
+                if other is not None:
+                    self.block("else", other)
+            case LetStmt(var=var, value=value, body=body):
+                value_text = self.expr(value)
+                self.emit("{")
+                self.depth += 1
+                name, old = self.bind(var)
+                self.emit(f"const {self.ctype(var.dtype)} {name} = {value_text};")
+                self.stmt(body)
+                self.unbind(var, old)
+                self.depth -= 1
+                self.emit("}")
+            case Allocate():
+                self.allocate(s)
+            case Attr(body=body):  # annotations carry nothing the CPU code needs
+                self.stmt(body)
+            case Evaluate(value=value):
+                if not isinstance(value, Const):
+                    self.emit(f"(void){self.expr(value)};")
+            case Sync():
+                raise self.fail("Sync (a GPU barrier) is not valid on a CPU target")
+            case Prefetch(buffer=buffer, indices=(index,), write=write):
+                # reads into L2, writes into L1 (as the llvm backend; see its _prefetch)
+                rw, locality = (1, 3) if write else (0, 2)
+                at = f"&{self.buffer(buffer)}[{self.expr(index)}]"
+                self.emit(f"__builtin_prefetch({at}, {rw}, {locality});")
+            case _:
+                raise self.fail(f"cannot generate code for {type(s).__name__}; is the IR lowered?")
+
+    def store(self, s: BufferStore) -> None:
+        if len(s.indices) != 1:
+            raise self.fail(
+                f"store to '{s.buffer.name}' has {len(s.indices)} indices, expected one flat index"
+            )
+        buf, index, dtype = self.buffer(s.buffer), s.indices[0], s.buffer.dtype
+        lanes = dt.lanes_of(index.dtype)
+        value = self.expr(s.value)
+        if lanes == 1:
+            if dt.is_bool(dtype):
+                value = f"(uint8_t)({value})"
+            store = f"{buf}[{self.expr(index)}] = {value};"
+            if s.predicate is not None:
+                store = f"if ({self.expr(s.predicate)}) {store}"
+            self.emit(store)
+            return
+        if dt.lanes_of(s.value.dtype) == 1:
+            value = self.broadcast(value, s.value.dtype, lanes)
+        vtype, ctype = self.ctype(dt.with_lanes(dtype, lanes)), self.memory_type(dtype)
+        v, m, b = self.temp("v"), self.temp("m"), self.temp("i")
+        decls = [f"{vtype} {v} = {value};"]
+        if s.predicate is not None:
+            decls.append(f"{self.ctype(s.predicate.dtype)} {m} = {self.expr(s.predicate)};")
+            on = f"{m}[tf_l]" if dt.lanes_of(s.predicate.dtype) > 1 else m
+        else:
+            on = None
+        lane = f"({v}[tf_l] != 0)" if dt.is_bool(dtype) else f"{v}[tf_l]"
+        if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.stride.value == 1:
+            decls.append(f"const int64_t {b} = {self.expr(index.base)};")
+            if on is None and not dt.is_bool(dtype):
+                action = f"memcpy(&{buf}[{b}], &{v}, {lanes} * sizeof({ctype}));"
+            else:
+                guard = f"if ({on}) " if on else ""
+                action = (
+                    f"for (int tf_l = 0; tf_l < {lanes}; ++tf_l) {guard}{buf}[{b} + tf_l] = {lane};"
+                )
+        else:  # a scatter (a broadcast index: every lane to one address, the last one wins)
+            if isinstance(index, Broadcast):
+                decls.append(f"const int64_t {b} = {self.expr(index.value)};")
+                at = b
+            else:
+                decls.append(f"const {self.ctype(index.dtype)} {b} = {self.expr(index)};")
+                at = f"{b}[tf_l]"
+            guard = f"if ({on}) " if on else ""
+            action = f"for (int tf_l = 0; tf_l < {lanes}; ++tf_l) {guard}{buf}[{at}] = {lane};"
+        self.emit("{ " + " ".join([*decls, action]) + " }")
+
+    def allocate(self, s: Allocate) -> None:
+        buffer = s.buffer
+        ctype = self.memory_type(buffer.dtype)
+        nbytes = max(1, dt.bits_of(buffer.dtype) // 8)
+        name = self.names.fresh(buffer.name)
+        self.emit("{")
+        self.depth += 1
+        # NOTE: on the CPU every scope is plain memory; small constant-size buffers go on the
+        # stack, where the compiler can keep them in registers; large or symbolic ones on the heap
+        if isinstance(s.extent, Const) and int(s.extent.value) * nbytes <= _STACK_LIMIT:
+            count = max(1, int(s.extent.value))
+            self.emit(f"{ctype} {name}[{count}] __attribute__((aligned(64)));")
+            heap = False
+        else:
+            size = f"((size_t)({self.expr(s.extent)}) * {nbytes} + 63) & ~(size_t)63"
+            self.emit(f"size_t {name}_bytes = {size};")
+            self.emit(
+                f"{ctype}* restrict {name} = ({ctype}*)aligned_alloc(64, "
+                f"{name}_bytes < 64 ? 64 : {name}_bytes);"
+            )
+            heap = True
+        self.buffers[buffer] = name
+        self.stmt(s.body)
+        del self.buffers[buffer]
+        if heap:
+            self.emit(f"free({name});")
+        self.depth -= 1
+        self.emit("}")
+
+    # -- loops ----------------------------------------------------------------------------------
+    def loop(self, loop: For) -> None:
+        if loop.kind == LoopKind.THREAD_BINDING:
+            raise self.fail(
+                f"loop '{loop.var.name}' is bound to {loop.thread_tag or 'a GPU thread'}, "
+                f"which a CPU target cannot run"
+            )
+        ctype = self.ctype(loop.var.dtype)
+        begin, extent = self.expr(loop.min), self.expr(loop.extent)
+        if loop.kind == LoopKind.PARALLEL and not self.in_parallel:  # nested parallel: serial
+            self.parallel_loop(loop, ctype, begin, extent)
+            return
+        constant = isinstance(loop.min, Const) and isinstance(loop.extent, Const)
+        if constant:  # for (i = 0; i < 37; ++i)
+            lo = str(int(loop.min.value))
+            hi = str(int(loop.min.value) + int(loop.extent.value))
+        else:  # bounds evaluated once, before the loop
+            lo, hi = self.temp("lo"), self.temp("hi")
+            self.emit("{")
+            self.depth += 1
+            self.emit(
+                f"const {ctype} {lo} = ({ctype})({begin}), {hi} = ({ctype})({lo} + {extent});"
+            )
+        if loop.kind == LoopKind.UNROLLED:
+            self.emit("#pragma GCC unroll 4")  # one unroll_loops left alone: a bounded count
+        name, old = self.bind(loop.var)
+        self.block(f"for ({ctype} {name} = {lo}; {name} < {hi}; ++{name})", loop.body)
+        self.unbind(loop.var, old)
+        if not constant:
+            self.depth -= 1
+            self.emit("}")
+
+    def parallel_loop(self, loop: For, ctype: str, begin: str, extent: str) -> None:
+        """An OpenMP region: thread t of T runs [begin + t*n/T, begin + (t+1)*n/T)."""
+        self.uses_openmp = True
+        self.parallel_loops += 1
+        lo, n, t, count = self.temp("lo"), self.temp("n"), self.temp("t"), self.temp("nt")
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"const {ctype} {lo} = ({ctype})({begin});")
+        self.emit(f"const int64_t {n} = (int64_t)({extent});")
+        self.emit(
+            f"const int {count} = {NUM_THREADS_SYMBOL} > 0 ? {NUM_THREADS_SYMBOL} : "
+            f"omp_get_max_threads();"
+        )
+        self.emit(f"#pragma omp parallel num_threads({count})")
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"const int64_t {t} = omp_get_thread_num(), {t}_all = omp_get_num_threads();")
+        self.emit(
+            f"const {ctype} {t}_lo = ({ctype})({lo} + {t} * {n} / {t}_all), "
+            f"{t}_hi = ({ctype})({lo} + ({t} + 1) * {n} / {t}_all);"
+        )
+        self.in_parallel = True
+        name, old = self.bind(loop.var)
+        self.block(f"for ({ctype} {name} = {t}_lo; {name} < {t}_hi; ++{name})", loop.body)
+        self.unbind(loop.var, old)
+        self.in_parallel = False
+        self.depth -= 1
+        self.emit("}")
+        self.depth -= 1
+        self.emit("}")

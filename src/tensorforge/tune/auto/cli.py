@@ -1,0 +1,71 @@
+"""`tensorforge tune --auto FILE.py:FUNC --args '[...]'`: auto-schedule a workload from a file."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+from tensorforge.tune.template import TuneError
+
+
+def load_workload(spec: str) -> Any:
+    """`path/to/file.py:func` -> the workload function (registered or plain)."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path:
+        raise TuneError(f"--auto expects FILE.py:FUNC, got {spec!r}")
+    if not os.path.isfile(path):
+        raise TuneError(f"--auto: no such file {path!r}")
+    module_name = "_tensorforge_workload_" + os.path.splitext(os.path.basename(path))[0]
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    module_spec.loader.exec_module(module)
+    func = getattr(module, name, None)
+    if not callable(func):
+        defined = [k for k, v in vars(module).items() if callable(v) and not k.startswith("_")]
+        raise TuneError(f"{path} has no function {name!r} (functions: {', '.join(defined)})")
+    return func
+
+
+def auto_main(options: Any) -> int:
+    """Tune (or, with --trials 0, only take the first guess), then print the schedule."""
+    from tensorforge import tune
+    from tensorforge.tune.auto import SearchTask
+
+    try:
+        func = load_workload(options.auto)
+        args = json.loads(options.args) if options.args else []
+        task = SearchTask(func, args, options.target)
+    except (TuneError, ValueError, json.JSONDecodeError) as e:
+        print(f"tensorforge tune: {e}", file=sys.stderr)
+        return 2
+    log = options.log or f"{task.workload_name}.auto.jsonl"
+    print(f"task: {task.name} args={task.args_json} target={task.target.split(' -mattr=')[0]}")
+    if options.trials <= 0:
+        from tensorforge.tune.auto.analytic import first_guess
+
+        print("first guess (no measurement):")
+        print(task.to_python(first_guess(task)))
+        return 0
+    option = tune.measure_option(
+        number=options.number,
+        repeat=options.repeat,
+        min_repeat_ms=options.min_repeat_ms,
+        timeout=options.timeout,
+        n_parallel=options.n_parallel,
+        check_correctness=options.check_correctness,
+    )
+    seed = 0 if options.seed is None else options.seed
+    tuner = task.tune(
+        options.trials, log=log, seed=seed, measure_option=option, progress=not options.no_progress
+    )
+    if tuner.best_trace is None:
+        print(f"no schedule ran successfully; see the errors in {log}")
+        return 1
+    gflops = task.flop / tuner.best_cost / 1e9 if task.flop else 0.0
+    print(f"best: {tuner.best_cost * 1e3:.4f} ms ({gflops:.2f} GFLOP/s); log: {log}")
+    print(task.print_best(log))
+    return 0

@@ -1,0 +1,254 @@
+"""The c target: C source with vector extensions, compiled by the system cc, checked against NumPy
+and against the llvm backend on the same inputs (differential testing)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tensorforge as tf
+from tensorforge import te
+from tensorforge.testing.check import check_against_numpy
+from tensorforge.testing.guarded import check_all, guarded_copy, guarded_empty
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+
+
+def both(s, args, arrays):
+    """Run the schedule built for c and for llvm on copies of `arrays`; the c outputs."""
+    outs = {}
+    for target in ("c", "llvm"):
+        copies = [a.copy() for a in arrays]
+        tf.build(s, args, target=target)(*copies)
+        outs[target] = copies
+    for got, want in zip(outs["c"], outs["llvm"]):
+        np.testing.assert_array_equal(got, want)
+    return outs["c"]
+
+
+def test_target_c_is_its_own_kind():
+    target = tf.Target("c")
+    assert target.kind == "c" and target.kind.name == "c" and target.device_kind == "cpu"
+    assert (
+        str(target).startswith("c -mcpu=") and target.vector_bits == tf.Target("llvm").vector_bits
+    )
+    assert tf.device("c") == tf.cpu(0)
+
+
+def test_vectorized_loop_uses_vector_extensions_and_masked_tail_stays_in_bounds():
+    n = 37  # 4 full vectors of 8 and a tail of 5
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    _, inner = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(inner)
+    mod = tf.build(s, [A, B], target="c")
+    source = mod.get_source("c")
+    assert "__attribute__((vector_size(32)))" in source and "tf_f32x8" in source
+    assert mod.get_source() == source
+    asm = mod.get_source("asm")
+    assert "main:" in asm and ("%ymm" in asm or "%xmm" in asm)  # vector registers
+    for side in ("end", "start"):
+        a = guarded_copy(np.random.default_rng(1).random(n, dtype=np.float32), side=side, align=4)
+        b = guarded_empty((n,), "float32", side=side, align=4)
+        mod(a.array, b.array)
+        check_all([a, b])  # no byte written beside B, nothing read past A (a guard page)
+        np.testing.assert_allclose(b.array, a.array * 2 + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "dtype", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+)
+def test_integer_dtypes_wrap_and_floor_like_numpy(dtype, rng):
+    n = 29
+    A = te.placeholder((n,), dtype, name="A")
+    B = te.placeholder((n,), dtype, name="B")
+    C = te.compute((n,), lambda i: A[i] * B[i] + A[i], name="C")
+    D = te.compute((n,), lambda i: C[i] // B[i] + A[i] % B[i], name="D")
+    E = te.compute((n,), lambda i: te.max(D[i], A[i]) - te.min(C[i], B[i]), name="E")
+    s = te.create_schedule(E.op)
+    for T in (C, D, E):
+        _, inner = s[T].split(T.op.axis[0], factor=8)
+        s[T].vectorize(inner)
+    info = np.iinfo(dtype)
+    low = max(info.min, -100)
+    a = rng.integers(low, min(info.max, 100), n).astype(dtype)
+    b = rng.integers(1, min(info.max, 100), n).astype(dtype)
+    if info.min < 0:
+        b[::3] = -b[::3]  # negative divisors: floor division rounds toward -inf
+    (e,) = both(s, [A, B, E], [a, b, np.zeros(n, dtype)])[2:]
+    with np.errstate(over="ignore"):
+        c = a * b + a
+        d = c // b + a % b
+        np.testing.assert_array_equal(e, np.maximum(d, a) - np.minimum(c, b))
+
+
+@pytest.mark.parametrize("dtype,rtol", [("float32", 2e-6), ("float64", 1e-12), ("float16", 2e-3)])
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_math_intrinsics_match_numpy(dtype, rtol, lanes):
+    n = 21
+    A = te.placeholder((n,), dtype, name="A")
+    funcs = {
+        "exp": (te.exp, np.exp),
+        "log": (lambda x: te.log(te.abs(x) + 0.5), lambda x: np.log(np.abs(x) + 0.5)),
+        "log2": (lambda x: te.log2(te.abs(x) + 0.5), lambda x: np.log2(np.abs(x) + 0.5)),
+        "sqrt": (lambda x: te.sqrt(te.abs(x)), lambda x: np.sqrt(np.abs(x))),
+        "rsqrt": (lambda x: te.rsqrt(te.abs(x) + 1.0), lambda x: 1 / np.sqrt(np.abs(x) + 1)),
+        "tanh": (te.tanh, np.tanh),
+        "sigmoid": (te.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
+        "erf": (te.erf, None),
+        "floor": (te.floor, np.floor),
+        "ceil": (te.ceil, np.ceil),
+        "round": (te.round, np.round),  # half to even
+        "pow": (lambda x: te.power(te.abs(x), 1.5), lambda x: np.abs(x) ** 1.5),
+    }
+    outs = [te.compute((n,), _apply(f, A), name=name) for name, (f, _) in funcs.items()]
+    s = te.create_schedule([o.op for o in outs])
+    if lanes > 1:
+        for o in outs:
+            _, inner = s[o].split(o.op.axis[0], factor=lanes)
+            s[o].vectorize(inner)
+    mod = tf.build(s, [A, *outs], target="c")
+    x = np.linspace(-3, 3, n).astype(dtype)
+    x[n // 2] = 2.5  # a tie for round
+    arrays = [np.zeros(n, dtype) for _ in outs]
+    mod(x, *arrays)
+    for (name, (_, reference)), got in zip(funcs.items(), arrays):
+        if reference is None:
+            from math import erf
+
+            reference = np.vectorize(erf)
+        want = reference(x.astype("float64")).astype(dtype)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, err_msg=name)
+
+
+def _apply(f, A):
+    return lambda i: f(A[i])
+
+
+def test_float_min_max_propagate_nan_and_bool_buffers():
+    n = 11
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    M = te.compute((n,), lambda i: te.max(A[i], B[i]), name="M")
+    N = te.compute((n,), lambda i: te.min(A[i], B[i]), name="N")
+    P = te.compute((n,), lambda i: A[i] < B[i], name="P")  # a bool buffer
+    Q = te.compute((n,), lambda i: te.if_then_else(P[i], A[i], -B[i]), name="Q")
+    s = te.create_schedule([M.op, N.op, Q.op])
+    for T in (M, N, P, Q):
+        _, inner = s[T].split(T.op.axis[0], factor=4)
+        s[T].vectorize(inner)
+    a = np.arange(n, dtype="float32") - 5
+    b = a[::-1].copy()
+    a[2], b[7] = np.nan, np.nan
+    m, nn, q = (np.zeros(n, "float32") for _ in range(3))
+    tf.build(s, [A, B, M, N, Q], target="c")(a, b, m, nn, q)
+    np.testing.assert_array_equal(m, np.maximum(a, b))
+    np.testing.assert_array_equal(nn, np.minimum(a, b))
+    np.testing.assert_array_equal(q, np.where(a < b, a, -b))
+
+
+def test_parallel_loops_run_on_openmp_threads(monkeypatch, rng):
+    monkeypatch.setenv("TF_NUM_THREADS", "2")
+    n, m = 13, 50
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), name="B")
+    T = te.compute((n,), lambda i: B[i] + 1.0, name="T")
+    s = te.create_schedule(T.op)
+    s[T].parallel(T.op.axis[0])
+    s[B].compute_at(s[T], T.op.axis[0])
+    mod = tf.build(s, [A, T], target="c")
+    assert "#pragma omp parallel" in mod.get_source()
+    assert mod["main"].source.num_threads_symbol == "__tf_num_threads"
+    check_against_numpy(s, [A], [T], lambda a: (a * a).sum(axis=1) + 1, target="c", rtol=1e-5)
+
+
+def test_arguments_are_checked_as_for_llvm():
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+    mod = tf.build(te.create_schedule(B.op), [A, B], target="c")
+    with pytest.raises(tf.ArgumentError, match="B"):
+        mod(np.zeros(4, "float32"), np.zeros(5, "float32"))
+    with pytest.raises(tf.ArgumentError, match="float32"):
+        mod(np.zeros(4, "float64"), np.zeros(4, "float32"))
+    timer = mod.time_evaluator(mod.entry_name, tf.cpu(0), number=2, repeat=2)
+    assert len(timer(np.zeros(4, "float32"), np.zeros(4, "float32")).results) == 2
+
+
+def test_names_c_would_misread_stay_apart():
+    # tensors and axes named like C keywords, library functions and macros
+    A = te.placeholder((6,), name="int")
+    B = te.compute((6,), lambda exp: te.exp(A[exp]) + 1.0, name="NAN")
+    C = te.compute((6,), lambda l: B[l] * 2.0, name="M_PI")  # noqa: E741
+    s = te.create_schedule(C.op)
+    mod = tf.build(s, [A, C], target="c", name="main")
+    a = np.linspace(0, 1, 6).astype("float32")
+    c = np.zeros(6, "float32")
+    mod(a, c)
+    np.testing.assert_allclose(c, (np.exp(a) + 1) * 2, rtol=1e-6)
+
+
+def test_export_and_load_in_another_process(tmp_path):
+    n = 100
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: te.sqrt(A[i]) * 3.0, name="B")
+    s = te.create_schedule(B.op)
+    _, inner = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(inner)
+    s[B].parallel(s[B].leaf_iter_vars[0])
+    path = tmp_path / "kernel.tflib"
+    tf.build(s, [A, B], target="c", name="scaled_sqrt").export_library(path)
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        import tensorforge.runtime.c_exec as c_exec
+        c_exec.compile_library = None  # loading must not compile
+        import tensorforge as tf
+        mod = tf.runtime.load_module({str(path)!r})
+        assert mod.type_key == "c" and mod.entry_name == "scaled_sqrt"
+        assert "vector_size" in mod.get_source("c")
+        a = np.arange({n}, dtype=np.float32); b = np.zeros({n}, np.float32)
+        mod(a, b)
+        assert np.allclose(b, np.sqrt(a) * 3.0)
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_disk_cache_hit_compiles_nothing(monkeypatch, tmp_path):
+    from tensorforge.runtime import c_exec, disk_cache
+    from tensorforge.runtime.cache import EXECUTABLES
+
+    monkeypatch.setenv("TENSORFORGE_CACHE", "1")
+    monkeypatch.setenv("TENSORFORGE_CACHE_DIR", str(tmp_path))
+    A = te.placeholder((9,), name="A")
+    B = te.compute((9,), lambda i: A[i] - 4.0, name="B")
+    s = te.create_schedule(B.op)
+    EXECUTABLES.clear()
+    tf.build(s, [A, B], target="c")
+    disk_cache.flush()
+    EXECUTABLES.clear()
+    monkeypatch.setattr(c_exec, "compile_library", None)  # a hit must not compile
+    mod = tf.build(s, [A, B], target="c")
+    a, b = np.ones(9, "float32"), np.zeros(9, "float32")
+    mod(a, b)
+    np.testing.assert_array_equal(b, a - 4)
+    EXECUTABLES.clear()
+
+
+def test_a_gpu_schedule_is_refused_with_the_loop_named():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    with pytest.raises(tf.BuildError, match="bound to threadIdx.x"):
+        tf.build(s, [A, B], target="c")
