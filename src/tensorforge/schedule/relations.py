@@ -86,7 +86,8 @@ class Split:
         self, values: Mapping[IterVar, Expr], extents: Mapping[IterVar, Expr]
     ) -> tuple[Expr, ...]:
         # the last outer iteration of a non-divisible split runs past the parent's extent
-        return (LT(values[self.parent], extents[self.parent]),)
+        value = values[self.parent]
+        return (LT(value, widen(extents[self.parent], value.dtype)),)
 
     def tail_of(self, loop: IterVar, extents: Mapping[IterVar, Expr]) -> Tail | None:
         """The peeled tail when `loop` is this split's outer loop and its tail mode asks for one
