@@ -95,6 +95,80 @@ def ours_time(mod, arrays) -> float:
     return mod.time_evaluator(mod.entry_name, tf.cuda(0), number=10, repeat=5)(*arrays).median
 
 
+def half_precision_rows(rows: list, quick: bool) -> None:
+    """fp16 / bf16 tensor-core GEMMs (ops/gemm_fp16.py) beside cuBLAS through torch: plain at
+    4096^3 and 8192^3, batched, and with a fused bias + GELU epilogue (vs torch's addmm + gelu)."""
+    import torch
+    import torch.nn.functional as F
+
+    from tensorforge.ops.gemm_fp16 import schedule_gemm_fp16
+    from tensorforge.te.dtype import from_bfloat16, to_bfloat16
+
+    dev = tf.cuda(0)
+    rng = np.random.default_rng(1)
+
+    def operand(shape, dtype):
+        """(tensorforge array, torch tensor) holding the same 16-bit values."""
+        x = rng.uniform(-1, 1, shape).astype("float32")
+        if dtype == "bfloat16":
+            bits = to_bfloat16(x)
+            return tf.nd.array(bits, dev), torch.from_numpy(from_bfloat16(bits)).cuda().bfloat16()
+        half = x.astype("float16")
+        return tf.nd.array(half, dev), torch.from_numpy(half).cuda()
+
+    def as_float(arr, dtype):
+        out = arr.numpy()
+        return from_bfloat16(out) if dtype == "bfloat16" else out.astype("float32")
+
+    cases = [("float16", 1024, None, "none")] if quick else [
+        ("float16", 4096, None, "none"),
+        ("bfloat16", 4096, None, "none"),
+        ("float16", 8192, None, "none"),
+        ("bfloat16", 8192, None, "none"),
+        ("float16", 1024, 16, "none"),
+        ("float16", 4096, None, "bias_gelu"),
+    ]  # fmt: skip
+    for dtype, size, batch, epilogue in cases:
+        lead = (batch,) if batch else ()
+        A, ta = operand((*lead, size, size), dtype)
+        B, tb = operand((*lead, size, size), dtype)
+        arrays = [A, B]
+        if epilogue != "none":
+            bias, tbias = operand((size,), dtype)
+            arrays.append(bias)
+        D = tf.nd.empty((*lead, size, size), "uint16" if dtype == "bfloat16" else dtype, dev)
+        s, args = schedule_gemm_fp16(size, size, size, dtype, epilogue=epilogue, batch=batch)
+        mod = tf.build(s, args, target="cuda")
+        mod(*arrays, D)
+        ref = torch.matmul(ta.float(), tb.float())
+        if epilogue == "bias_gelu":
+            ref = F.gelu(ref + tbias.float())
+        ref = ref.cpu().numpy()
+        err = np.linalg.norm(as_float(D, dtype) - ref) / np.linalg.norm(ref)
+        limit = 2e-2 if dtype == "bfloat16" else 2e-3
+        assert err < limit, f"{dtype} gemm {size}: relative error {err}"
+        if epilogue == "bias_gelu":
+            theirs = torch_time(lambda x=ta, y=tb, c=tbias: F.gelu(torch.addmm(c, x, y)))
+            their_name = "cuBLAS+gelu"
+        else:
+            theirs = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
+            their_name = "cuBLAS"
+        ours = ours_time(mod, [*arrays, D])
+        flops = 2.0 * size**3 * (batch or 1)
+        name = f"{dtype} {'b' + str(batch) + ' ' if batch else ''}gemm {size}^3"
+        name += " +bias+gelu" if epilogue != "none" else ""
+        rows.append(
+            dict(case=name, impl="tensorforge", seconds=ours, rate=flops / ours / 1e12,
+                 unit="TFLOP/s", vs=theirs / ours, vs_name=their_name, rel_error=float(err))
+        )  # fmt: skip
+        rows.append(
+            dict(case=name, impl=their_name, seconds=theirs, rate=flops / theirs / 1e12,
+                 unit="TFLOP/s")
+        )  # fmt: skip
+        del A, B, D, ta, tb, ref
+        torch.cuda.empty_cache()
+
+
 def main() -> None:
     import torch
 
@@ -104,6 +178,9 @@ def main() -> None:
     dev = tf.cuda(0)
     rng = np.random.default_rng(0)
     rows = []
+    if "--half-only" in sys.argv:  # just the fp16 / bf16 tensor-core rows
+        half_precision_rows(rows, quick)
+        return print_rows(rows)
 
     # copy bandwidth: the roof for memory-bound kernels (a large copy, so caches do not flatter it)
     n = 4096
@@ -231,6 +308,13 @@ def main() -> None:
                 of_copy=moved / compiled_s / 1e9 / copy_gbs,
             )
         )
+
+    half_precision_rows(rows, quick)
+    print_rows(rows)
+
+
+def print_rows(rows: list) -> None:
+    import torch
 
     if "--json" in sys.argv:
         path = sys.argv[sys.argv.index("--json") + 1]

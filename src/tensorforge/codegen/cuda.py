@@ -18,9 +18,11 @@ from typing import Any
 from tensorforge.codegen.base import KernelSource, Launch, Param
 from tensorforge.codegen.cuda_allreduce import emit_allreduce, plan_allreduce, scratch_bytes
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
+from tensorforge.codegen.cuda_intrin import ASYNC_WAIT, async_copy_lines, warp_fragment_size
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.extern import AddressOf
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -140,6 +142,9 @@ class _KernelWriter:
         self.dynamic_shared = False
         self.shared_bytes = 0
         self.threads: ThreadExtents
+        self.async_buffers: set[str] = set()  # double-buffered shared tiles (cp.async fills)
+        self.async_copies = False  # a cp.async was issued: barriers wait for copies first
+        self.async_depth = 0  # inside loops marked pragma "async_copy"
 
     # -- output helpers (also used by cuda_allreduce) -------------------------------------------
     def line(self, text: str) -> None:
@@ -198,6 +203,8 @@ class _KernelWriter:
             self.preamble.append("#include <cuda_bf16.h>")
         if "floordiv" in self.printer.helpers:
             self.preamble += ["", FLOOR_HELPERS.rstrip()]
+        for source in self.printer.device_sources:  # tensor intrinsics' device functions
+            self.preamble += ["", source.rstrip()]
         params_text = ",\n    ".join(decls)
         self.kernel_text = "\n".join(
             [
@@ -231,8 +238,11 @@ class _KernelWriter:
         )
 
     def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:
-        stored = {id(n.buffer) for n in walk(body) if isinstance(n, BufferStore)}
-        stored_names = {n.buffer.name for n in walk(body) if isinstance(n, BufferStore)}
+        # a buffer whose address is passed to a call may be written by it
+        writes = [n for n in walk(body) if isinstance(n, BufferStore)]
+        writes += [n.load for n in walk(body) if isinstance(n, AddressOf)]
+        stored = {id(n.buffer) for n in writes}
+        stored_names = {n.buffer.name for n in writes}
         shape_vars = {
             id(s)
             for p in self.func.params
@@ -318,9 +328,14 @@ class _KernelWriter:
                 if not isinstance(v, E.Const):
                     self.line(f"(void)({p(v)});")
             case Sync():
+                if self.async_copies:
+                    self.line(ASYNC_WAIT)
                 self.line("__syncthreads();")
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
+            case Attr(key="double_buffer_managed", value=names, body=body):
+                self.async_buffers |= set(names)  # their fills may be asynchronous copies
+                self._stmt(body)
             case Attr(key=key, value=value, body=body):
                 if key != "double_buffer":
                     self.line(f"// attr {key} = {value}")
@@ -337,6 +352,16 @@ class _KernelWriter:
                 )
 
     def _for(self, s: For) -> None:
+        if any(name == "async_copy" for name, _ in s.pragmas):
+            self.async_depth += 1
+            try:
+                self._for_loop(s)
+            finally:
+                self.async_depth -= 1
+            return
+        self._for_loop(s)
+
+    def _for_loop(self, s: For) -> None:
         p = self.printer
         t = ctype(s.var.dtype)
         if s.kind is LoopKind.THREAD_BINDING:
@@ -402,6 +427,17 @@ class _KernelWriter:
                 f"CUDA codegen: store to '{s.buffer.name}' has {len(s.indices)} indices; "
                 f"the lowered IR must have flat (1-d) buffer accesses"
             )
+        if self.async_depth and s.buffer.name in self.async_buffers:
+            copies = async_copy_lines(p, s, self.target.arch)
+            if copies is not None:
+                self.lines_(copies)
+                self.async_copies = True
+                return
+        if s.buffer.scope == "warp":
+            raise BuildError(
+                f"CUDA codegen: warp-scope fragment '{s.buffer.name}' is written element by "
+                f"element; only tensor intrinsics (tensorize) can write a fragment"
+            )
         buf = self.names.buffer(s.buffer)
         (index,) = s.indices
         lanes = max(dt.lanes_of(index.dtype), dt.lanes_of(s.value.dtype))
@@ -443,7 +479,7 @@ class _KernelWriter:
                 f"Allocate of '{b.name}' in scope 'global' inside a CUDA kernel: a kernel cannot "
                 f"allocate global memory; use scope 'local' (registers) or 'shared' (s[T].set_scope)"
             )
-        if b.scope not in ("shared", "local"):
+        if b.scope not in ("shared", "local", "warp"):
             raise BuildError(
                 f"Allocate of '{b.name}': unknown scope {b.scope!r} for CUDA (use 'local' or 'shared')"
             )
@@ -452,6 +488,9 @@ class _KernelWriter:
         t = ctype(b.dtype)
         if b.scope == "shared":
             self.line(self.shared_decl(id(s), t, name, count))
+        elif b.scope == "warp":
+            size = warp_fragment_size(b.name, count)
+            self.line(f"{t} {name}[{size}];  // this lane's part of a {count}-element fragment")
         else:
             self.line(f"{t} {name}[{count}];")
         self._stmt(s.body)

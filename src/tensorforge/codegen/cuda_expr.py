@@ -13,10 +13,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tensorforge.codegen import cuda_intrin
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
+from tensorforge.ir.extern import AddressOf, WholeBuffer
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
+from tensorforge.te.extern_call import ExternCall
 
 CTYPES = {
     "bool": "bool",
@@ -307,6 +310,7 @@ class ExprPrinter:
         self.divisors: dict[int, int] = {}  # id(var) -> a known divisor of its value
         self.helpers: set[str] = set()  # "floordiv", "half", "bf16"
         self.vector_params: dict[str, int] = {}  # buffer C name -> byte alignment it needs
+        self.device_sources: list[str] = []  # code of the device functions calls name
 
     # -- public --------------------------------------------------------------------------------
     def __call__(self, e: E.Expr, lane: int | None = None) -> str:
@@ -505,6 +509,10 @@ class ExprPrinter:
                 return f"(({ctype(d)})({p(v, lane)}))"
             case E.Call(name=name, args=args):
                 return self._call(name, [p(a, lane) for a in args], e.dtype)
+            case ExternCall():
+                return cuda_intrin.print_call(self, e, lane)
+            case AddressOf() | WholeBuffer():
+                return cuda_intrin.print_address(self, e)
             case E.Let(var=var, value=value, body=body):
                 # an immediately invoked lambda evaluates `value` once, in order, as an expression
                 text_value = p(value, lane)
@@ -523,6 +531,11 @@ class ExprPrinter:
         self, e: BufferLoad, buffer: Buffer, index: E.Expr, pred: E.Expr | None, lane: int | None
     ) -> str:
         name = self.names.buffer(buffer)
+        if buffer.scope == "warp":
+            raise BuildError(
+                f"CUDA codegen: warp-scope fragment '{buffer.name}' is read element by element; "
+                f"only tensor intrinsics (tensorize) can read a fragment"
+            )
         if lane is not None:
             temps = self.hoisted.get(E.structural_key(e))
             if temps is not None:

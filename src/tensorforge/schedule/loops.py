@@ -466,6 +466,9 @@ class _StageNest:
         spatial = [iv for iv in self.leaves[level:] if iv.kind is not IterKind.REDUCE]
 
         def nest(k: int) -> Stmt:
+            if k < len(spatial) and (intrin := tensorize.intrin_at(self.stage, spatial[k])):
+                # a tensorized tile is initialized by its intrinsic's reset (accumulator fragments)
+                return tensorize.emit(self, self.leaves.index(spatial[k]), env, intrin, reset=True)
             if k == len(spatial):
                 roots, values = self.root_values(env)
                 index = tuple(roots[iv] for iv in self.stage.op.axis)

@@ -18,7 +18,7 @@ from tensorforge.te.visit import walk
 if TYPE_CHECKING:
     from tensorforge.schedule.schedule import Schedule
 
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local", "warp")  # warp: tensor-core fragments (CUDA)
 # NOTE: the widest loop `vectorize` accepts. One vector instruction holds at most 64 bytes (16
 # float32 lanes on AVX-512); past a few hundred lanes LLVM only slows down (2**18 lanes took
 # 132 s to build) and at 2**20 it aborts the process, so wider loops are refused, not tried.
@@ -293,6 +293,7 @@ class Stage:
             "parallel_launch_point",
             "vectorize",
             "unroll",
+            "async_copy",  # CUDA: fill a double-buffered shared tile with cp.async (sm_80+)
         )
         if name not in known:
             raise ScheduleError(

@@ -113,6 +113,9 @@ _TASKS: dict[TaskSpec, Task] = {}
 
 def _build_in_child(spec: TaskSpec, config_index: int, feature_fn: Any) -> dict:
     os.environ["TENSORFORGE_CACHE"] = "0"
+    # A build only compiles: hide the GPUs so it never opens a CUDA context (seconds per build,
+    # and a context on the GPU that another candidate is being timed on).
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     task = spec.task()
     start = time.perf_counter()
     try:

@@ -1,4 +1,4 @@
-"""Tutorial 8: a PyTorch model through `torch.compile(model, backend="tensorforge")`.
+"""Tutorial 9: a PyTorch model through `torch.compile(model, backend="tensorforge")`.
 
 Dynamo captures the model's graph, aot_autograd lowers it to ATen, and tensorforge's graph layer
 turns each ATen operator into tensor expressions, fuses them into kernels (element-wise chains
@@ -6,7 +6,7 @@ into one loop, bias + activation + residual into the matmul that feeds them, sof
 norm each into one row kernel), schedules each kernel and runs them from one callable. An
 operator tensorforge has no lowering for runs in eager torch inside that callable.
 
-Run: python tutorials/08_torch_compile.py [--small]
+Run: python tutorials/09_torch_compile.py [--small]
 """
 
 import sys
