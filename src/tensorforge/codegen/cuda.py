@@ -3,7 +3,7 @@
 The whole PrimFunc body is device code and runs in every thread: a THREAD_BINDING loop becomes
 its index (`int tx = (int)threadIdx.x;`), other loops stay loops in each thread. The launch
 geometry comes from the bound loops (cuda_launch.py); expressions are printed by cuda_expr.py and
-ThreadAllReduce by cuda_allreduce.py. Shared memory is static (`__shared__ T name[n];`) up to
+a ThreadAllReduce must have been lowered (lower_thread_allreduce). Shared memory is static (`__shared__ T name[n];`) up to
 48 KiB per block and one dynamic `extern __shared__` buffer carved into arrays above that.
 """
 
@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
-from tensorforge.codegen.cuda_allreduce import emit_allreduce, plan_allreduce, scratch_bytes
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
 from tensorforge.codegen.cuda_intrin import (
     ASYNC_COMMIT,
@@ -143,7 +142,6 @@ class _KernelWriter:
         self.printer = ExprPrinter(self.names)
         self.body_lines: list[str] = []
         self.depth = 1
-        self.allreduce_plans: dict[int, Any] = {}
         self.shared_offsets: dict[Any, int] = {}
         self.dynamic_shared = False
         self.shared_bytes = 0
@@ -153,7 +151,7 @@ class _KernelWriter:
         self.async_depth = 0  # inside fills of multi-buffered tiles (or loops pragma "async_copy")
         self.async_wait: int | None = None  # the next barrier waits for all but this many groups
 
-    # -- output helpers (also used by cuda_allreduce) -------------------------------------------
+    # -- output helpers -------------------------------------------
     def line(self, text: str) -> None:
         self.body_lines.append("  " * self.depth + text)
 
@@ -187,7 +185,7 @@ class _KernelWriter:
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
         body = func.body
-        entry = self.names.fresh(self.entry or f"{func.name}_kernel")
+        symbol = self.names.fresh(self.entry or f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
         self._plan_shared(body)
         self._stmt(body)
@@ -215,7 +213,7 @@ class _KernelWriter:
         params_text = ",\n    ".join(decls)
         self.kernel_text = "\n".join(
             [
-                f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(\n    {params_text}) {{',
+                f'extern "C" __global__ void __launch_bounds__({threads}) {symbol}(\n    {params_text}) {{',
                 *(
                     ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
                     if self.dynamic_shared
@@ -228,7 +226,7 @@ class _KernelWriter:
         )
         head = [f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})"]
         text = "\n".join([*head, launch_note, *note, *self.preamble, "", self.kernel_text])
-        self.kernel_text = "\n".join([f"// {entry}: {launch_note[3:]}", *note, self.kernel_text])
+        self.kernel_text = "\n".join([f"// {symbol}: {launch_note[3:]}", *note, self.kernel_text])
         vector_alignment = {
             c_to_param[name]: align
             for name, align in self.printer.vector_params.items()
@@ -236,12 +234,13 @@ class _KernelWriter:
         }
         return KernelSource(
             target="cuda",
-            entry=entry,
+            entry=self.entry or func.name,
             text=text,
             params=params,
             launch=launch,
             target_string=str(self.target),
             vector_alignment=tuple(sorted(vector_alignment.items())),
+            symbol=symbol,
         )
 
     def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:
@@ -281,18 +280,12 @@ class _KernelWriter:
         return decls, tuple(params), c_to_param
 
     def _plan_shared(self, body: Stmt) -> None:
-        """Sizes and offsets of every shared array (allocations and reduction scratch)."""
+        """Sizes and offsets of every shared array."""
         items: list[tuple[Any, int]] = []
         for node in walk(body):
             if isinstance(node, Allocate) and node.buffer.scope == "shared":
                 count = _constant_extent(node)
                 items.append((id(node), count * _elem_bytes(node.buffer.dtype)))
-            elif isinstance(node, ThreadAllReduce):
-                plan = plan_allreduce(node, self.threads.launch.block)
-                self.allreduce_plans[id(node)] = plan
-                for i, size in enumerate(scratch_bytes(node, plan)):
-                    if size:
-                        items.append(((id(node), i), size))
         offset = 0
         for key, size in items:
             self.shared_offsets[key] = offset
@@ -355,6 +348,10 @@ class _KernelWriter:
                     self.async_wait = None
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
+            case Attr(key="thread_allreduce", value=note, body=body):
+                self.line(f"// ThreadAllReduce {note}")
+                with self.block("{"):
+                    self._stmt(body)
             case Attr(key="double_buffer_managed", value=names, body=body):
                 self.async_buffers |= set(names)  # their fills may be asynchronous copies
                 self._stmt(body)
@@ -363,7 +360,10 @@ class _KernelWriter:
                     self.line(f"// attr {key} = {value}")
                 self._stmt(body)
             case ThreadAllReduce():
-                emit_allreduce(self, s)
+                raise BuildError(
+                    f"CUDA codegen: a ThreadAllReduce over {s.thread_tag} reached codegen; run the "
+                    f"pass lower_thread_allreduce first (tf.lower does)"
+                )
             case Realize():
                 raise BuildError(
                     "CUDA codegen: Realize reached codegen; run storage flattening first"

@@ -206,11 +206,13 @@ def _as_matmul(ctx, shape, stride, KH: int, KW: int) -> bool:
         return False
     OW = shape[3]
     lanes = ctx.target.vector_lanes("float32")
+    tile = lanes * (-(-OW // lanes) if isinstance(OW, int) and OW <= 4 * lanes else 3)
     return (
         (KH == 1 and KW == 1)
         or tuple(stride) != (1, 1)
         or not isinstance(OW, int)
         or OW < 2 * lanes
+        or OW % tile != 0  # the direct schedule's partial row tile is guarded throughout
     )
 
 
