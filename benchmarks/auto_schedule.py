@@ -193,16 +193,23 @@ def _arrays_for(tensors, rng):
     return out
 
 
-def time_kernels(kernels: list[tuple], number: int, repeat: int) -> float:
-    """Seconds for the kernels run one after another (each timed on its own, summed)."""
-    total = 0.0
+def compile_kernels(kernels: list[tuple]) -> list[tuple]:
+    """Built modules with their (random) argument arrays, ready to time."""
     rng = np.random.default_rng(0)
-    for s, tensors in kernels:
-        mod = tf.build(s, tensors)
-        arrays = _arrays_for(tensors, rng)
-        timer = mod.time_evaluator(mod.entry_name, tf.cpu(0), number=number, repeat=repeat)
-        total += min(timer(*arrays).results)  # the least disturbed run (a shared machine)
-    return total
+    return [(tf.build(s, tensors), _arrays_for(tensors, rng)) for s, tensors in kernels]
+
+
+def time_interleaved(variants: dict, number: int, rounds: int) -> dict:
+    """Seconds per call of each variant (a list of built kernels run in sequence), timed in
+    turns, round after round, keeping each kernel's fastest round: on a shared machine the
+    variants then see the same disturbances, and the ratios hold even when the times drift."""
+    best: dict = {name: [math.inf] * len(kernels) for name, kernels in variants.items()}
+    for _ in range(rounds):
+        for name, kernels in variants.items():
+            for k, (mod, arrays) in enumerate(kernels):
+                timer = mod.time_evaluator(mod.entry_name, tf.cpu(0), number=number, repeat=1)
+                best[name][k] = min(best[name][k], timer(*arrays).results[0])
+    return {name: sum(times) for name, times in best.items()}
 
 
 def time_numpy(run, number: int, repeat: int) -> float:
@@ -225,12 +232,12 @@ def main() -> None:
     parser.add_argument("--search-quality", type=int, default=0, metavar="TRIALS")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--number", type=int, default=3)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds of interleaved timing")
     opts = parser.parse_args()
     os.makedirs(opts.logs, exist_ok=True)
-    option = tune.measure_option(number=2, repeat=2, timeout=30, n_parallel=1)
+    option = tune.measure_option(number=2, repeat=2, timeout=40, n_parallel=1)
     rows = []
-    for case in opts.cases.split(","):
+    for case in [c for c in opts.cases.split(",") if c and c != "none"]:
         func, full, small = CASES[case]
         args = small if opts.small else full
         task = auto.SearchTask(func, args, "llvm")
@@ -241,15 +248,17 @@ def main() -> None:
         guess = analytic.first_guess(task)
         guess_s = time.perf_counter() - start
         row = {"case": case, "args": list(args), "guess_seconds": guess_s}
-        row["hand"] = time_kernels(hand(case, args), opts.number, opts.repeat)
-        row["first_guess"] = time_kernels([task.instantiate(guess)], opts.number, opts.repeat)
         trials = len(tuning.task_records(task, log))
         row["trials"] = trials
-        row["tuned"] = (
-            time_kernels([task.apply_best(log)], opts.number, opts.repeat) if trials else None
-        )
-        if row["tuned"] is not None:
-            row["tuned"] = min(row["tuned"], row["first_guess"])  # trials=0 is a candidate too
+        variants = {
+            "hand": compile_kernels(hand(case, args)),
+            "first_guess": compile_kernels([task.instantiate(guess)]),
+        }
+        if trials:
+            variants["tuned"] = compile_kernels([task.apply_best(log)])
+        row.update(time_interleaved(variants, opts.number, opts.repeat))
+        # the first guess is a candidate too: the tuned result is never slower than it
+        row["tuned"] = min(row.get("tuned", math.inf), row["first_guess"])
         tensors = task.fresh()[1]
         run = numpy_reference(
             case, [a.numpy() for a in _arrays_for(tensors, np.random.default_rng(0))]

@@ -1,4 +1,4 @@
-"""GPU schedules as TVM users write them: virtual threads (and multi-kernel modules).
+"""GPU schedules as TVM users write them: virtual threads and multi-kernel modules.
 
 The CUDA C compiles with the local nvcc; `@pytest.mark.cuda` tests run it against NumPy.
 """
@@ -97,3 +97,88 @@ def test_vthread_gemm_matches_numpy(shape, rng):
     A, B, C = tf.nd.array(a, dev), tf.nd.array(b, dev), tf.nd.empty((n, m), "float32", dev)
     mod(A, B, C)
     np.testing.assert_allclose(C.numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+# -- multi-kernel modules: root stages bound to different grids ------------------------------
+
+
+def rfactor_sum(n, parts=64):
+    """rfactor partials, one block each (kernel 0); their sum in one unbound thread (kernel 1)."""
+    A = te.placeholder((n,), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((1,), lambda i: te.sum(A[k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    ko, _ = s[C].split(C.op.reduce_axis[0], nparts=parts)
+    CF = s.rfactor(C, ko)
+    s[CF].bind(s[CF].op.axis[0], te.thread_axis("blockIdx.x"))
+    return s, [A, C]
+
+
+def two_grids(n):
+    """B = 2A on 256-thread blocks, C = B + A on 64-thread blocks: B lives between two kernels."""
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2, name="B")
+    C = te.compute((n,), lambda i: B[i] + A[i], name="C")
+    s = te.create_schedule(C.op)
+    for stage, threads in ((s[B], 256), (s[C], 64)):
+        bx, tx = stage.split(stage.op.axis[0], factor=threads)
+        stage.bind(bx, te.thread_axis("blockIdx.x"))
+        stage.bind(tx, te.thread_axis("threadIdx.x"))
+    return s, [A, C]
+
+
+def test_rfactor_partials_and_combine_are_two_kernels_of_one_function(tmp_path):
+    s, args = rfactor_sum(10007)
+    assert "kernel kernel1:" in str(tf.lower(s, args, target="cuda", name="f"))
+    mod = tf.build(s, args, target="cuda", name="f")
+    assert mod.function_names == ("f",) and mod.entry_name == "f"
+    (source,) = mod.sources
+    assert [k.entry for k in source.kernels] == ["f_kernel0", "f_kernel1"]
+    assert [p.name for p in source.intermediates] == ["C.rf"]
+    assert source.intermediates[0].shape == (64,)
+    assert [p.name for p in source.kernels[1].params] == ["C", "C.rf"]
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    ptx = nvcc_ptx(mod.get_source("cuda"), tmp_path)
+    assert ".entry f_kernel0" in ptx and ".entry f_kernel1" in ptx
+
+
+def test_stages_on_different_grids_get_their_own_launch(tmp_path):
+    mod = tf.build(*two_grids(1000), target="cuda", name="g")
+    (source,) = mod.sources
+    assert [k.launch.block for k in source.kernels] == [(256, 1, 1), (64, 1, 1)]
+    assert [k.launch.grid[0] for k in source.kernels] == [4, 16]
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    nvcc_ptx(mod.get_source("cuda"), tmp_path)
+
+
+def test_one_kernel_functions_are_unchanged():
+    s, args = vthread_gemm(64, 64, 64)
+    (source,) = tf.build(s, args, target="cuda", name="h").sources
+    assert source.entry == "h_kernel" and source.kernels == ()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n", [10007, 1, 64])
+def test_rfactor_two_kernels_match_numpy(n, rng):
+    s, args = rfactor_sum(n)
+    mod = tf.build(s, args, target="cuda", name="f")
+    a = rng.standard_normal(n).astype("float32")
+    dev = tf.cuda(0)
+    A, C = tf.nd.array(a, dev), tf.nd.empty((1,), "float32", dev)
+    mod["f"](A, C)
+    np.testing.assert_allclose(C.numpy(), [a.astype("float64").sum()], rtol=1e-4, atol=1e-4)
+    assert mod.time_evaluator("f", dev, number=2)(A, C).mean > 0
+    np.testing.assert_allclose(C.numpy(), [a.astype("float64").sum()], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n", [1000, 1, 4099])
+def test_two_grids_match_numpy(n, rng):
+    mod = tf.build(*two_grids(n), target="cuda", name="g")
+    a = rng.standard_normal(n).astype("float32")
+    dev = tf.cuda(0)
+    A, C = tf.nd.array(a, dev), tf.nd.empty((n,), "float32", dev)
+    mod(A, C)
+    np.testing.assert_allclose(C.numpy(), 3 * a, rtol=1e-6)

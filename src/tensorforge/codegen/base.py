@@ -62,6 +62,11 @@ class KernelSource:
     num_threads_symbol: str | None = None
     # GPU: (param name, bytes) for each buffer whose pointer vector accesses need that aligned
     vector_alignment: tuple[tuple[str, int], ...] = ()
+    # GPU, a function of several kernels: `entry` names the sequence, `kernels` are launched in
+    # order (their params named after `params` and `intermediates`, the device buffers the host
+    # allocates for them); `text` holds every kernel
+    kernels: tuple[KernelSource, ...] = ()
+    intermediates: tuple[Param, ...] = ()
 
 
 def kernel_params(func: PrimFunc) -> tuple[Param, ...]:

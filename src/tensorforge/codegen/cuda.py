@@ -3,23 +3,25 @@
 The whole PrimFunc body is device code and runs in every thread: a THREAD_BINDING loop becomes
 its index (`int tx = (int)threadIdx.x;`), other loops stay loops in each thread. The launch
 geometry comes from the bound loops (cuda_launch.py); expressions are printed by cuda_expr.py and
-ThreadAllReduce by cuda_allreduce.py. Shared memory is static (`__shared__ T name[n];`) up to
+a ThreadAllReduce must have been lowered (lower_thread_allreduce). Shared memory is static (`__shared__ T name[n];`) up to
 48 KiB per block and one dynamic `extern __shared__` buffer carved into arrays above that.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
-from tensorforge.codegen.cuda_allreduce import emit_allreduce, plan_allreduce, scratch_bytes
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
+from tensorforge.codegen.cuda_intrin import ASYNC_WAIT, async_copy_lines, warp_fragment_size
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.extern import AddressOf
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -27,6 +29,7 @@ from tensorforge.ir.stmt import (
     Evaluate,
     For,
     IfThenElse,
+    KernelLaunch,
     LetStmt,
     LoopKind,
     Prefetch,
@@ -36,6 +39,7 @@ from tensorforge.ir.stmt import (
     Stmt,
     Sync,
     ThreadAllReduce,
+    seq,
 )
 from tensorforge.ir.visit import walk
 from tensorforge.target import Target, as_target
@@ -55,7 +59,61 @@ class CUDACodegen:
 
     def generate(self, func: PrimFunc, target: Target | str | None = None) -> KernelSource:
         target = as_target(target if target is not None else "cuda")
+        if any(isinstance(n, KernelLaunch) for n in walk(func.body)):
+            return _write_kernels(func, target)
         return _KernelWriter(func, target).write()
+
+
+def _write_kernels(func: PrimFunc, target: Target) -> KernelSource:
+    """A function split into kernels (split_device_kernels): each KernelLaunch becomes kernel
+    `{name}_{kernel}` of one CUDA source; the global allocations above them become the
+    intermediates the host allocates."""
+    body, allocations = func.body, []
+    while isinstance(body, Allocate):
+        allocations.append(body)
+        body = body.body
+    launches = list(body.stmts) if isinstance(body, Seq) else [body]
+    if not all(isinstance(k, KernelLaunch) for k in launches):
+        raise BuildError(
+            f"CUDA codegen: '{func.name}' mixes kernels with host statements; every root "
+            f"statement must be a KernelLaunch (run split_device_kernels)"
+        )
+    intermediates = tuple(a.buffer for a in allocations)
+    names = [p.name for p in func.params if isinstance(p, (Buffer, E.Var))]
+    names += [b.name for b in intermediates]
+    clash = next((n for n in names if names.count(n) > 1), None)
+    if clash is not None:
+        raise BuildError(
+            f"'{func.name}': two buffers or scalars are named '{clash}'; a multi-kernel function "
+            f"passes them between kernels by name, so give the tensors distinct names"
+        )
+    kernels, preamble, texts = [], [], []
+    for launch in launches:
+        used = {id(n) for n in walk(launch.body) if isinstance(n, (E.Var, Buffer))}
+        used |= {
+            id(n.buffer) for n in walk(launch.body) if isinstance(n, (BufferLoad, BufferStore))
+        }
+        params = tuple(p for p in (*func.params, *intermediates) if id(p) in used)
+        sub = PrimFunc(f"{func.name}_{launch.name}", params, launch.body)
+        writer = _KernelWriter(sub, target, entry=sub.name)
+        kernels.append(writer.write())
+        preamble += [line for line in writer.preamble if line not in preamble or not line]
+        texts.append(writer.kernel_text)
+    head = f"// tensorforge: CUDA kernels of PrimFunc '{func.name}' ({target}), launched in order"
+    text = "\n".join([head, *preamble, "", *texts])
+    sequence_params = _KernelWriter(func, target)._params(seq(*(k.body for k in launches)))[1]
+    return KernelSource(
+        target="cuda",
+        entry=func.name,
+        text=text,
+        params=sequence_params,
+        target_string=str(target),
+        kernels=tuple(dataclasses.replace(k, text=text) for k in kernels),
+        intermediates=tuple(
+            Param(a.buffer.name, "buffer", a.buffer.dtype, (_shape_entry(a.extent),))
+            for a in allocations
+        ),
+    )
 
 
 def max_shared_bytes(arch: str) -> int:
@@ -68,20 +126,25 @@ def max_shared_bytes(arch: str) -> int:
 
 
 class _KernelWriter:
-    def __init__(self, func: PrimFunc, target: Target) -> None:
+    def __init__(self, func: PrimFunc, target: Target, entry: str = "") -> None:
         self.func = func
         self.target = target
+        self.entry = entry
+        self.preamble: list[str] = []
+        self.kernel_text = ""
         self.names = Names()
         self.printer = ExprPrinter(self.names)
         self.body_lines: list[str] = []
         self.depth = 1
-        self.allreduce_plans: dict[int, Any] = {}
         self.shared_offsets: dict[Any, int] = {}
         self.dynamic_shared = False
         self.shared_bytes = 0
         self.threads: ThreadExtents
+        self.async_buffers: set[str] = set()  # double-buffered shared tiles (cp.async fills)
+        self.async_copies = False  # a cp.async was issued: barriers wait for copies first
+        self.async_depth = 0  # inside loops marked pragma "async_copy"
 
-    # -- output helpers (also used by cuda_allreduce) -------------------------------------------
+    # -- output helpers -------------------------------------------
     def line(self, text: str) -> None:
         self.body_lines.append("  " * self.depth + text)
 
@@ -115,7 +178,7 @@ class _KernelWriter:
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
         body = func.body
-        entry = self.names.fresh(f"{func.name}_kernel")
+        entry = self.names.fresh(self.entry or f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
         self._plan_shared(body)
         self._stmt(body)
@@ -123,25 +186,26 @@ class _KernelWriter:
         launch = self.threads.launch
         launch = Launch(launch.grid, launch.block, self.shared_bytes if self.dynamic_shared else 0)
         threads = launch.block[0] * launch.block[1] * launch.block[2]
-        head = [
-            f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})",
+        launch_note = (
             f"// launch: grid=({', '.join(map(str, launch.grid))}) "
             f"block=({', '.join(map(str, launch.block))}); shared memory: {self.shared_bytes} bytes"
-            + (" (dynamic)" if self.dynamic_shared else ""),
-        ]
+            + (" (dynamic)" if self.dynamic_shared else "")
+        )
+        note = []
         if not self.threads.extents:
-            head.append("// NOTE: no loop is bound to a thread axis: one thread runs everything")
+            note.append("// NOTE: no loop is bound to a thread axis: one thread runs everything")
+        self.preamble = []
         if "half" in self.printer.helpers:
-            head.append("#include <cuda_fp16.h>")
+            self.preamble.append("#include <cuda_fp16.h>")
         if "bf16" in self.printer.helpers:
-            head.append("#include <cuda_bf16.h>")
+            self.preamble.append("#include <cuda_bf16.h>")
         if "floordiv" in self.printer.helpers:
-            head += ["", FLOOR_HELPERS.rstrip()]
+            self.preamble += ["", FLOOR_HELPERS.rstrip()]
+        for source in self.printer.device_sources:  # tensor intrinsics' device functions
+            self.preamble += ["", source.rstrip()]
         params_text = ",\n    ".join(decls)
-        text = "\n".join(
-            head
-            + [
-                "",
+        self.kernel_text = "\n".join(
+            [
                 f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(\n    {params_text}) {{',
                 *(
                     ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
@@ -153,6 +217,9 @@ class _KernelWriter:
                 "",
             ]
         )
+        head = [f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})"]
+        text = "\n".join([*head, launch_note, *note, *self.preamble, "", self.kernel_text])
+        self.kernel_text = "\n".join([f"// {entry}: {launch_note[3:]}", *note, self.kernel_text])
         vector_alignment = {
             c_to_param[name]: align
             for name, align in self.printer.vector_params.items()
@@ -169,8 +236,11 @@ class _KernelWriter:
         )
 
     def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:
-        stored = {id(n.buffer) for n in walk(body) if isinstance(n, BufferStore)}
-        stored_names = {n.buffer.name for n in walk(body) if isinstance(n, BufferStore)}
+        # a buffer whose address is passed to a call may be written by it
+        writes = [n for n in walk(body) if isinstance(n, BufferStore)]
+        writes += [n.load for n in walk(body) if isinstance(n, AddressOf)]
+        stored = {id(n.buffer) for n in writes}
+        stored_names = {n.buffer.name for n in writes}
         shape_vars = {
             id(s)
             for p in self.func.params
@@ -202,18 +272,12 @@ class _KernelWriter:
         return decls, tuple(params), c_to_param
 
     def _plan_shared(self, body: Stmt) -> None:
-        """Sizes and offsets of every shared array (allocations and reduction scratch)."""
+        """Sizes and offsets of every shared array."""
         items: list[tuple[Any, int]] = []
         for node in walk(body):
             if isinstance(node, Allocate) and node.buffer.scope == "shared":
                 count = _constant_extent(node)
                 items.append((id(node), count * _elem_bytes(node.buffer.dtype)))
-            elif isinstance(node, ThreadAllReduce):
-                plan = plan_allreduce(node, self.threads.launch.block)
-                self.allreduce_plans[id(node)] = plan
-                for i, size in enumerate(scratch_bytes(node, plan)):
-                    if size:
-                        items.append(((id(node), i), size))
         offset = 0
         for key, size in items:
             self.shared_offsets[key] = offset
@@ -256,15 +320,27 @@ class _KernelWriter:
                 if not isinstance(v, E.Const):
                     self.line(f"(void)({p(v)});")
             case Sync():
+                if self.async_copies:
+                    self.line(ASYNC_WAIT)
                 self.line("__syncthreads();")
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
+            case Attr(key="thread_allreduce", value=note, body=body):
+                self.line(f"// ThreadAllReduce {note}")
+                with self.block("{"):
+                    self._stmt(body)
+            case Attr(key="double_buffer_managed", value=names, body=body):
+                self.async_buffers |= set(names)  # their fills may be asynchronous copies
+                self._stmt(body)
             case Attr(key=key, value=value, body=body):
                 if key != "double_buffer":
                     self.line(f"// attr {key} = {value}")
                 self._stmt(body)
             case ThreadAllReduce():
-                emit_allreduce(self, s)
+                raise BuildError(
+                    f"CUDA codegen: a ThreadAllReduce over {s.thread_tag} reached codegen; run the "
+                    f"pass lower_thread_allreduce first (tf.lower does)"
+                )
             case Realize():
                 raise BuildError(
                     "CUDA codegen: Realize reached codegen; run storage flattening first"
@@ -275,6 +351,16 @@ class _KernelWriter:
                 )
 
     def _for(self, s: For) -> None:
+        if any(name == "async_copy" for name, _ in s.pragmas):
+            self.async_depth += 1
+            try:
+                self._for_loop(s)
+            finally:
+                self.async_depth -= 1
+            return
+        self._for_loop(s)
+
+    def _for_loop(self, s: For) -> None:
         p = self.printer
         t = ctype(s.var.dtype)
         if s.kind is LoopKind.THREAD_BINDING:
@@ -340,6 +426,17 @@ class _KernelWriter:
                 f"CUDA codegen: store to '{s.buffer.name}' has {len(s.indices)} indices; "
                 f"the lowered IR must have flat (1-d) buffer accesses"
             )
+        if self.async_depth and s.buffer.name in self.async_buffers:
+            copies = async_copy_lines(p, s, self.target.arch)
+            if copies is not None:
+                self.lines_(copies)
+                self.async_copies = True
+                return
+        if s.buffer.scope == "warp":
+            raise BuildError(
+                f"CUDA codegen: warp-scope fragment '{s.buffer.name}' is written element by "
+                f"element; only tensor intrinsics (tensorize) can write a fragment"
+            )
         buf = self.names.buffer(s.buffer)
         (index,) = s.indices
         lanes = max(dt.lanes_of(index.dtype), dt.lanes_of(s.value.dtype))
@@ -381,7 +478,7 @@ class _KernelWriter:
                 f"Allocate of '{b.name}' in scope 'global' inside a CUDA kernel: a kernel cannot "
                 f"allocate global memory; use scope 'local' (registers) or 'shared' (s[T].set_scope)"
             )
-        if b.scope not in ("shared", "local"):
+        if b.scope not in ("shared", "local", "warp"):
             raise BuildError(
                 f"Allocate of '{b.name}': unknown scope {b.scope!r} for CUDA (use 'local' or 'shared')"
             )
@@ -390,6 +487,9 @@ class _KernelWriter:
         t = ctype(b.dtype)
         if b.scope == "shared":
             self.line(self.shared_decl(id(s), t, name, count))
+        elif b.scope == "warp":
+            size = warp_fragment_size(b.name, count)
+            self.line(f"{t} {name}[{size}];  // this lane's part of a {count}-element fragment")
         else:
             self.line(f"{t} {name}[{count}];")
         self._stmt(s.body)

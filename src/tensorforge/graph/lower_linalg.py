@@ -13,6 +13,7 @@ import operator
 import torch
 
 from tensorforge import te
+from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Anchor, Lazy, Unsupported
 
@@ -40,7 +41,7 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     dtype = ctx.dtype_of(node)
     if not dtype.startswith("float"):
         raise Unsupported("an integer matrix product")
-    a = ctx.buffer(a)
+    a = ctx.view_of_memory(a)
     constant = ctx.constant(b) if not batched else None
     b = ctx.lazy(b)
     *lead, n, k = a.shape
@@ -49,6 +50,10 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     info = {}
     if constant is not None and ctx.target.kind == "llvm":
         mr, nr = matmul_tiles(ctx.target, dtype)
+        if isinstance(n, int) and n <= 2:
+            # a matrix-vector product: one or two rows of accumulators, so wider panels keep
+            # 8 independent FMA chains in flight (two would wait on each other's latency)
+            nr = ctx.target.vector_lanes(dtype) * 8 // n
         packed = ctx.add_constant(pack_panels(constant, nr), f"{node.name}_packed")
         info = {"mr": mr, "nr": nr}
         b_at = lambda kk, j: packed.at((j // nr, kk, j % nr))  # noqa: E731
@@ -144,6 +149,10 @@ def convolution(
     N, C, H, W = x.shape
     F, cg, KH, KW = weight.shape
     fg = F // groups
+    shape = ctx.shape_of(node)
+    if w is not None and groups == 1 and _as_matmul(ctx, shape, stride, KH, KW):
+        out = _conv_as_matmul(ctx, node, x, w, shape, stride, padding, dilation, dtype)
+        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     if ph or pw:
         x = ctx.buffer(x)
         padded_shape = (N, C, H + 2 * ph, W + 2 * pw)
@@ -164,7 +173,6 @@ def convolution(
     rc = te.reduce_axis((0, cg), name="rc")
     ry = te.reduce_axis((0, KH), name="ry")
     rx = te.reduce_axis((0, KW), name="rx")
-    shape = ctx.shape_of(node)
 
     def body(n, f, y, xx):
         c = rc.var if groups == 1 else (f // fg) * cg + rc.var
@@ -173,21 +181,88 @@ def convolution(
 
     conv = te.compute(shape, body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": groups, "depthwise": cg == 1}
-    nodes = (node.name,) + ((folded[0].name,) if folded else ())
-    anchor = Anchor("conv2d", conv, frozenset(x.reads | weight.reads), nodes, info)
+    anchor = Anchor("conv2d", conv, frozenset(x.reads | weight.reads), (node.name,), info)
     out = ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype)
-    if folded is not None:
-        ctx.replaced[folded[0]] = None  # filled below, once the epilogue exists
+    return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+
+
+def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype) -> Lazy:
+    """Bias (the folded batch norm's shift included) added to the convolution's output."""
     if bias_value is not None:
-        prev = ctx.node
         out = ctx.pointwise(
             lambda c, d: c + d, [out, _per_channel(bias_value)], shape=shape, dtype=dtype
         )
-        ctx.node = prev
     if folded is not None:
         out = dataclasses.replace(out, nodes=out.nodes + (folded[0].name,))
         ctx.replaced[folded[0]] = (out, None, None)
     return out
+
+
+def _as_matmul(ctx, shape, stride, KH: int, KW: int) -> bool:
+    """Compute this convolution as a matrix product over im2col columns? Where output rows are
+    short (a direct schedule's vectors along a row would be mostly empty), strided (its vector
+    loads would be gathers), or the kernel is 1 x 1 (it is a matrix product already)."""
+    if ctx.target.kind != "llvm":
+        return False
+    OW = shape[3]
+    lanes = ctx.target.vector_lanes("float32")
+    tile = lanes * (-(-OW // lanes) if isinstance(OW, int) and OW <= 4 * lanes else 3)
+    return (
+        (KH == 1 and KW == 1)
+        or tuple(stride) != (1, 1)
+        or not isinstance(OW, int)
+        or OW < 2 * lanes
+        or OW % tile != 0  # the direct schedule's partial row tile is guarded throughout
+    )
+
+
+def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype):
+    """out[n, f, p] = sum_r W[f, r] * col[n, r, p], p = y * OW + x, r = (c, ky, kx): the
+    weights are the left matrix (rows of filters), the input's patches the right one, laid out
+    once (im2col) so the micro-kernel reads them as contiguous vectors along p."""
+    N, C, H, W = x.shape
+    F, _, KH, KW = w.shape
+    _, _, OH, OW = shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    K, P = C * KH * KW, OH * OW
+    weights = ctx.add_constant(w.reshape(F, K), f"{node.name}_wmat")
+    plain = KH == KW == 1 and (sh, sw) == (1, 1) and (ph, pw) == (0, 0)
+    if plain:  # the input is the column matrix already: a view of it
+        col = ctx.buffer(x)
+        col_at = lambda n, r, p: col.at((n, r, p // OW, p % OW))  # noqa: E731
+    else:
+        src = ctx.buffer(x)
+
+        def patch(idx):
+            n, r, p = idx
+            c, ky, kx = r // (KH * KW), r // KW % KH, r % KW
+            iy, ix = p // OW * sh - ph + ky * dh, p % OW * sw - pw + kx * dw
+            inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
+            v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
+            return te.if_then_else(inside, v, te.const(0, v.dtype)) if ph or pw else v
+
+        cols = Lazy((N, K, P), x.dtype, patch, src.reads, (), 2)
+        col = ctx.materialize(cols, node=f"{node.name}_im2col")
+        col_at = lambda n, r, p: col.at((n, r, p))  # noqa: E731
+    r = te.reduce_axis((0, K), name="k")
+    C_ = te.compute(
+        (N, F, P),
+        lambda n, f, p: te.sum(weights.at((f, r.var)) * col_at(n, r.var, p), axis=r),
+        name=ctx.unique(f"conv_{node.name}"),
+    )
+    info = {"shape": (N, F, P), "stages": [C_], "k": K}
+    anchor = Anchor("matmul", C_, frozenset(col.reads | weights.reads), (node.name,), info)
+    return Lazy(
+        shape,
+        dtype,
+        _no_logical,
+        frozenset(),
+        (node.name,),
+        4,
+        anchor,
+        lambda ia: C_[tuple(ia)],
+        lambda ia: (ia[0], ia[1], ia[2] // OW, ia[2] % OW),
+    )
 
 
 def _per_channel(v: Lazy) -> Lazy:

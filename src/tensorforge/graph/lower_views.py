@@ -11,7 +11,15 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.values import Lazy, Unsupported, broadcast_index, read_buffer, reshape_index
+from tensorforge.graph.values import (
+    Lazy,
+    Unsupported,
+    broadcast_index,
+    is_one,
+    read_buffer,
+    reshape_index,
+    same_shape,
+)
 
 aten = torch.ops.aten
 
@@ -82,6 +90,9 @@ def transpose(ctx, node, x, d0=0, d1=1):
 def expand(ctx, node, x, size, implicit=False):
     x = ctx.no_anchor(x)
     out = ctx.shape_of(node)
+    lead = len(out) - x.ndim
+    if all(is_one(s) for s in out[:lead]) and same_shape(out[lead:], x.shape):
+        return reshape(ctx, node, x)  # only leading 1s: the same elements in the same order
     return _view(x, out, lambda idx: x.at(broadcast_index(idx, x.shape, out)))
 
 

@@ -146,8 +146,8 @@ class Lowerer:
         return val
 
     def _call(self, node: torch.fx.Node):
-        if node.target is operator.getitem:
-            return self.env[node.args[0]][node.args[1]]
+        if node.target is operator.getitem:  # one result of a multi-result node
+            return self._settle(node, self.env[node.args[0]][node.args[1]])
         if node in self.replaced:
             return self.replaced[node]
         val = node.meta.get("val")
@@ -201,6 +201,9 @@ class Lowerer:
             shape, at = value.anchor.info["shape"], value.at_anchor
         else:
             shape, at = value.shape, value.at
+        if not shape:  # a scalar is computed as one element: a kernel needs a loop to bind
+            shape, scalar_at = (1,), at
+            at = lambda idx: scalar_at(())  # noqa: E731
         node = node or value.name
         name = self.unique(node or (value.nodes[-1] if value.nodes else "t"))
         buf = Buffer(name, shape, value.dtype, kind, node if _same(shape, value.shape) else None)
@@ -226,11 +229,17 @@ class Lowerer:
         return value
 
     def buffer(self, value) -> Lazy:
-        """The value in memory, contiguous with its own shape (a matmul or conv operand)."""
-        value = self.materialize(self.lazy(value))
-        if tuple(value.source.shape) != tuple(value.shape):  # a reshape of the buffer: fine to
-            return value  # read through it as long as rows stay rows (the caller checks)
-        return value
+        """The value in memory (a matmul or conv operand): its buffer, reshaped or not."""
+        return self.materialize(self.lazy(value))
+
+    def view_of_memory(self, value) -> Lazy:
+        """The value as a pure index view of buffers (no arithmetic), else materialized: an
+        operand read once per use, such as a matmul's left matrix (a transpose of it costs a
+        strided scalar load per multiply-add, less than a copy kernel)."""
+        value = self.lazy(value)
+        if value.anchor is None and value.cost <= 1 and len(value.reads) == 1:
+            return value
+        return self.materialize(value)
 
     def no_anchor(self, value) -> Lazy:
         """The value without an unscheduled anchor (reductions read their inputs this way)."""

@@ -85,12 +85,24 @@ def _matmul(s, out, anchor, target) -> None:
         mr = max(1, min(mr, n))
     jo, ji = s[out].split(j, factor=nr)
     io, ii = s[out].split(i, factor=mr)
-    s[out].reorder(*batch, jo, io, ii, ji)
+    m = anchor.info["shape"][-1]
+    rows_outer = isinstance(m, int) and m <= 4 * nr
+    if rows_outer:
+        # a few column panels (a late conv layer's 7 x 7 outputs): row tiles outside, so the
+        # left matrix (its weights, megabytes) streams once and the panels stay in cache
+        s[out].reorder(*batch, io, jo, ii, ji)
+    else:
+        s[out].reorder(*batch, jo, io, ii, ji)
     s[out].vectorize(ji)
-    outer = s[out].fuse(*batch, jo) if batch else jo
+    # NOTE: the column panels are not fused with the batch loops: fused, a partial last panel
+    # puts its guard on every load and store of every panel (a 25x slower conv as im2col GEMM
+    # at 14 x 14 outputs); unfused, the split peels that panel into a loop of its own
+    shape = anchor.info["shape"]
+    real_batch = [ax for ax, size in zip(batch, shape) if not (isinstance(size, int) and size == 1)]
+    outer = real_batch[0] if real_batch else (io if rows_outer else jo)
     if _worth_threads(out) or anchor.info.get("k", 1) >= 256:
         s[out].parallel(outer)
-    s[C].compute_at(s[out], io)
+    s[C].compute_at(s[out], jo if rows_outer else io)
     *cb, ci, cj = s[C].op.axis
     (ck,) = s[C].op.reduce_axis
     ko, ki = s[C].split(ck, factor=4)

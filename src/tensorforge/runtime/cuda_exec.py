@@ -33,8 +33,8 @@ _STRUCT_CHARS = {
 _lock = threading.Lock()
 _images: dict[tuple[str, str, str], bytes] = {}  # (text, arch, "cubin"|"ptx") -> nvcc output
 _loaded: dict[
-    tuple[str, str, int], tuple[Any, Any]
-] = {}  # (text, arch, device) -> (module, function)
+    tuple[str, str, int, str], tuple[Any, Any]
+] = {}  # (text, arch, device, entry) -> (module, function)
 
 
 def compile_cuda(text: str, arch: str, target: str = "cubin") -> bytes:
@@ -85,7 +85,15 @@ def _nvcc(text: str, arch: str, target: str) -> bytes:
 
 
 class CUDAExecutable:
-    """One compiled CUDA kernel: `call(raw_args)` launches it (buffers as device pointers)."""
+    """One compiled CUDA kernel: `call(raw_args)` launches it (buffers as device pointers).
+
+    A source of several kernels (`source.kernels`) makes a CUDASequence instead.
+    """
+
+    def __new__(cls, source: KernelSource, *args: Any, **kwargs: Any) -> Any:
+        if cls is CUDAExecutable and source.kernels:
+            return CUDASequence(source, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -126,7 +134,7 @@ class CUDAExecutable:
     def _load(self) -> None:
         cuda = cuda_driver.driver()
         cuda_driver.activate(self.device_id)
-        key = (self.source.text, self.arch, self.device_id)
+        key = (self.source.text, self.arch, self.device_id, self.source.entry)
         with _lock:
             loaded = _loaded.get(key)
         if loaded is None:
@@ -226,6 +234,83 @@ class CUDAExecutable:
         if fmt == "ptx":
             return compile_cuda(self.source.text, self.arch, "ptx").decode()
         raise ArgumentError(f"get_source: unknown format {fmt!r} for CUDA; valid: 'cuda', 'ptx'")
+
+
+class CUDASequence:
+    """A function of several kernels: `call(raw_args)` launches each in order on the same stream.
+
+    The intermediates between them live in device memory this object allocates (once per set of
+    sizes, kept for the next call); each kernel gets its arguments by parameter name.
+    """
+
+    def __init__(
+        self,
+        source: KernelSource,
+        target: Any = None,
+        image: bytes | None = None,
+        device_id: int = 0,
+    ) -> None:
+        self.source = source
+        self.arch = _arch_of(target, source)
+        self.device_id = device_id
+        self.steps = [CUDAExecutable(k, target, device_id=device_id) for k in source.kernels]
+        where = {p.name: ("arg", i) for i, p in enumerate(source.params)}
+        where |= {p.name: ("tmp", i) for i, p in enumerate(source.intermediates)}
+        self._routes = [[where[p.name] for p in k.params] for k in source.kernels]
+        scalars = {p.name: i for i, p in enumerate(source.params) if p.kind == "scalar"}
+        self._sizes = [
+            [_grid_entry(extent, scalars, source.entry) for extent in p.shape]
+            for p in source.intermediates
+        ]
+        self._itemsize = [_itemsize(p.dtype) for p in source.intermediates]
+        self._buffers: tuple[tuple[int, ...], list[Any]] | None = None
+
+    def call(self, raw_args: Sequence[Any]) -> None:
+        counts = tuple(
+            _product(size(raw_args) for size in sizes) * itemsize
+            for sizes, itemsize in zip(self._sizes, self._itemsize)
+        )
+        if self._buffers is None or self._buffers[0] != counts:
+            cuda = cuda_driver.driver()
+            cuda_driver.activate(self.device_id)
+            self._buffers = None  # free the old ones before taking new ones
+            try:
+                allocations = [cuda.mem_alloc(max(n, 1)) for n in counts]
+            except cuda.Error as error:
+                raise DeviceError(
+                    f"'{self.source.entry}': cannot allocate its intermediates "
+                    f"({', '.join(f'{p.name}: {n} bytes' for p, n in zip(self.source.intermediates, counts))}) "
+                    f"on the GPU: {error}"
+                ) from None
+            self._buffers = (counts, allocations)
+        temps = [int(a) for a in self._buffers[1]]
+        for step, route in zip(self.steps, self._routes):
+            step.call([raw_args[i] if kind == "arg" else temps[i] for kind, i in route])
+
+    def synchronize(self) -> None:
+        cuda_driver.synchronize(self.device_id)
+
+    def image(self) -> bytes:
+        raise BuildError(
+            f"'{self.source.entry}' launches {len(self.steps)} kernels; export_library saves "
+            f"one-kernel CUDA functions only (for now)"
+        )
+
+    def get_source(self, fmt: str = "cuda") -> str:
+        return self.steps[0].get_source(fmt)
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+
+    return np.dtype(dtype).itemsize
+
+
+def _product(values: Any) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
 
 
 def _arch_of(target: Any, source: KernelSource) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import Interval, simplify_expr
+from tensorforge.ir.arith.index_dtype import widen
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.stmt import (
     Allocate,
@@ -347,7 +348,7 @@ class _StageNest:
             if d in self.info.guard_axes:
                 index = self.info.mins[iv] + values[iv]
                 preds.append(GE(index, const(0, index.dtype)))
-                preds.append(LT(index, iv.dom.extent))
+                preds.append(LT(index, widen(iv.dom.extent, index.dtype)))  # int64 index
         out = []
         for p in preds:
             p = simplify_expr(p, self.b.ranges)
@@ -465,6 +466,9 @@ class _StageNest:
         spatial = [iv for iv in self.leaves[level:] if iv.kind is not IterKind.REDUCE]
 
         def nest(k: int) -> Stmt:
+            if k < len(spatial) and (intrin := tensorize.intrin_at(self.stage, spatial[k])):
+                # a tensorized tile is initialized by its intrinsic's reset (accumulator fragments)
+                return tensorize.emit(self, self.leaves.index(spatial[k]), env, intrin, reset=True)
             if k == len(spatial):
                 roots, values = self.root_values(env)
                 index = tuple(roots[iv] for iv in self.stage.op.axis)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
+from tensorforge.ir.arith.index_dtype import INT32_MAX, max_value
 from tensorforge.ir.stmt import LoopKind
 from tensorforge.schedule.relations import TAIL_MODES, Fuse, IterAttr, Relation, Split
 from tensorforge.te import dtype as dt
@@ -17,7 +18,7 @@ from tensorforge.te.visit import walk
 if TYPE_CHECKING:
     from tensorforge.schedule.schedule import Schedule
 
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local", "warp")  # warp: tensor-core fragments (CUDA)
 # NOTE: the widest loop `vectorize` accepts. One vector instruction holds at most 64 bytes (16
 # float32 lanes on AVX-512); past a few hundred lanes LLVM only slows down (2**18 lanes took
 # 132 s to build) and at 2**20 it aborts the process, so wider loops are refused, not tried.
@@ -97,9 +98,25 @@ class Stage:
         differs = f", a different object from the leaf '{axis.name}'" if same_name else ""
         return f"(it belongs to another stage): this '{axis.name}' is {where}{differs}"
 
-    def _new_iv(self, name: str, like: IterVar) -> IterVar:
+    def _may_pass_int32(self, *axes: IterVar) -> bool:
+        """Whether the product of these axes' extents (bounded by the axes' domains, each
+        symbolic size up to its dtype's maximum) can pass int32."""
+        extents: dict[IterVar, Expr] = {
+            iv: iv.dom.extent for iv in self.all_iter_vars if iv.dom is not None
+        }
+        for rel in self.relations:
+            if all(src in extents for src in rel.sources):
+                extents.update(rel.derived_extents(extents))
+        bound = 1.0
+        for a in axes:
+            if a not in extents:
+                return True
+            bound *= max(0.0, max_value(extents[a]))
+        return bound > INT32_MAX
+
+    def _new_iv(self, name: str, like: IterVar, dtype: str | None = None) -> IterVar:
         kind = like.kind if like.kind is not IterKind.THREAD else IterKind.DATA_PAR
-        iv = IterVar(Var(name, like.var.dtype), None, kind)
+        iv = IterVar(Var(name, dtype or like.var.dtype), None, kind)
         self.all_iter_vars.append(iv)
         return iv
 
@@ -176,7 +193,8 @@ class Stage:
             )
         fused = axes[0]
         for inner in axes[1:]:
-            new = self._new_iv(f"{fused.name}.{inner.name}.fused", fused)
+            wide = self._may_pass_int32(fused, inner)  # (65536, 65536) fused: an int64 loop
+            new = self._new_iv(f"{fused.name}.{inner.name}.fused", fused, "int64" if wide else None)
             self.relations.append(Fuse(fused, inner, new))
             pos = self.leaf_iter_vars.index(fused)
             self.leaf_iter_vars[pos : pos + 2] = [new]
@@ -275,6 +293,7 @@ class Stage:
             "parallel_launch_point",
             "vectorize",
             "unroll",
+            "async_copy",  # CUDA: fill a double-buffered shared tile with cp.async (sm_80+)
         )
         if name not in known:
             raise ScheduleError(

@@ -5,8 +5,10 @@ nest computes what the intrinsic's op computes (the loops inside `axis` map one 
 the intrinsic's axes, with equal extents; each read indexes its tensor as the intrinsic's read
 does, offset by the outer loops) and emits the intrinsic's calls with its buffers bound to the
 regions the nest covers: pointers to each region's first element, symbolic strides set to the
-real buffer's. Where reduction loops enclose `axis`, the output was initialized before them and
-the intrinsic's `update` runs; otherwise its `body` (which initializes) does.
+real buffer's. Where reduction loops enclose `axis`, the output is initialized before them by
+the intrinsic's `reset` (`emit(..., reset=True)`, called from the init nest: a tensor-core
+accumulator fragment can only be zeroed by its intrinsic) and its `update` runs inside;
+otherwise its `body` (which initializes) does.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ class _Mismatch(Exception):
     pass
 
 
-def emit(nest: Any, level: int, env: Any, intrin: TensorIntrin) -> Stmt:
-    """The intrinsic's calls in place of the nest of `nest.leaves[level:]`."""
+def emit(nest: Any, level: int, env: Any, intrin: TensorIntrin, reset: bool = False) -> Stmt:
+    """The intrinsic's calls in place of the nest of `nest.leaves[level:]` (with `reset`: its
+    reset calls, which initialize the output tile before the enclosing reduction loops)."""
     stage, op = nest.stage, nest.stage.op
     where = f"tensorize: the nest under '{nest.leaves[level].name}' of stage '{stage.name}'"
     inner = nest.leaves[level:]
@@ -115,7 +118,7 @@ def emit(nest: Any, level: int, env: Any, intrin: TensorIntrin) -> Stmt:
     for iv in inner:
         ranges.setdefault(iv.var, Interval(const(0, iv.var.dtype), simplify_expr(extents[iv] - 1)))
     try:
-        preds = nest.predicates(env, values, spatial_only=False)
+        preds = nest.predicates(env, values, spatial_only=reset)
     finally:
         for var in added:
             ranges.pop(var, None)
@@ -135,13 +138,13 @@ def emit(nest: Any, level: int, env: Any, intrin: TensorIntrin) -> Stmt:
     for i in range(op.num_outputs):
         out_index = tuple(mapping[r.var] for r in op.axis)
         bindings[intrin.op.output(i)] = (op.output(i), _bases(out_index, intr_ids))
-    if env.init_done:
+    if reset or env.init_done:
         if intrin.update is None:
             raise ScheduleError(
                 f"{where}: reduction loops enclose it, so intrinsic '{intrin.name}' must return "
                 f"(body, reset, update) to accumulate; it returned only a body"
             )
-        calls = intrin.update
+        calls = intrin.reset if reset else intrin.update
     else:
         calls = intrin.body
     stmts = [Evaluate(_bind(c, intrin, bindings, nest.b.buffer_of, where)) for c in calls]

@@ -95,12 +95,14 @@ class BufferArg(Expr):
 @node
 class ExternCall(Expr):
     """A call of `name` (kind: CALL_KINDS) returning `dtype`: a C symbol, a packed function
-    registered with tf.register_func, or an LLVM intrinsic ("llvm.x86....")."""
+    registered with tf.register_func, or an LLVM intrinsic ("llvm.x86...."). `source`, when
+    set, is device code that defines `name` (CUDA codegen puts it before the kernel)."""
 
     dtype: str
     kind: str
     name: str
     args: tuple[Expr, ...]
+    source: str = ""  # device code defining `name` (a CUDA tensor intrinsic), emitted once
 
     def print_parts(self) -> str:
         from tensorforge.te.printer import expr_to_str

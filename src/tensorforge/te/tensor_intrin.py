@@ -13,6 +13,7 @@ that prints calls (an extern C micro-kernel, an LLVM intrinsic, a CUDA mma seque
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +44,18 @@ class TensorIntrin:
 
 
 def decl_tensor_intrin(
-    op: Any, fintrin: Any, name: str = "tensor_intrin", binds: dict | None = None, **_ignored: Any
+    op: Any,
+    fintrin: Any,
+    name: str = "tensor_intrin",
+    binds: dict | None = None,
+    device_source: str = "",
+    **_ignored: Any,
 ) -> TensorIntrin:
     """Declare a tensor intrinsic computing `op` (a te.compute's op, on placeholders of
-    constant shape) by the calls `fintrin(ins, outs)` returns."""
+    constant shape) by the calls `fintrin(ins, outs)` returns.
+
+    `device_source` (beyond TVM) is device code defining the functions the calls name (a CUDA
+    `__device__` function wrapping `mma.sync`): the code generator emits it once per kernel."""
     if isinstance(op, Tensor):
         op = op.op
     if not isinstance(op, ComputeOp):
@@ -79,7 +88,16 @@ def decl_tensor_intrin(
     else:
         body = as_call_list(result, f"decl_tensor_intrin '{name}'")
         reset = update = None
+    if device_source:
+        body, reset, update = (
+            None if calls is None else tuple(_with_source(c, device_source) for c in calls)
+            for calls in (body, reset, update)
+        )
     return TensorIntrin(name, op, tuple(inputs + outputs), tuple(buffers), body, reset, update)
+
+
+def _with_source(call: Any, source: str) -> Any:
+    return call if call.source else dataclasses.replace(call, source=source)
 
 
 __all__ = ["TensorIntrin", "decl_buffer", "decl_tensor_intrin"]

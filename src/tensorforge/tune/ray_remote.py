@@ -1,8 +1,9 @@
 """What runs on a Ray cluster's workers: builds anywhere, measurements on the device's own actor.
 
 Nothing here imports ray at module level; `ray_runner` wraps these functions as Ray tasks and
-actors. Each build and each measurement runs in a child process of the Ray worker
-(`workers.call_in_child`), so a kernel that crashes or hangs costs one trial, not the worker.
+actors. Each build runs in a child process of its Ray worker (`workers.call_in_child`); each
+actor measures in one long-lived child process (restarted after a crash or a hang), so a kernel
+that crashes or hangs costs one trial, never the worker, and the device is set up once.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ _TASKS: dict[TaskSpec, Task] = {}
 
 def _build_in_child(spec: TaskSpec, config_index: int, feature_fn: Any) -> dict:
     os.environ["TENSORFORGE_CACHE"] = "0"
+    # A build only compiles: hide the GPUs so it never opens a CUDA context (seconds per build,
+    # and a context on the GPU that another candidate is being timed on).
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     task = spec.task()
     start = time.perf_counter()
     try:
@@ -192,14 +196,37 @@ def _load_artifact(blob: bytes) -> Any:
         os.unlink(path)
 
 
-def _device_arrays(target_kind: str, host: list[np.ndarray]) -> tuple[Any, list[Any]]:
-    import tensorforge as tf
+class _ArgumentArrays:
+    """The standard inputs on the device, made once per argument list and reused by every
+    candidate (drawing and copying 4096² random inputs per trial would cost more than the
+    trial); outputs are refilled with NaN before a checked run."""
 
-    dev = tf.cuda(0) if target_kind == "cuda" else tf.cpu(0)
-    return dev, [tf.nd.array(a, dev) for a in host]
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.dev: Any = None
+        self.arrays: list[Any] = []
+        self.host: list[np.ndarray] = []
+
+    def get(self, target_kind: str, specs: tuple[ArgSpec, ...]) -> tuple[Any, list[Any]]:
+        import tensorforge as tf
+
+        key = (target_kind, specs)
+        if key != self.key:
+            self.arrays = []  # free the old ones first
+            self.dev = tf.cuda(0) if target_kind == "cuda" else tf.cpu(0)
+            self.host = make_host_arrays(specs)
+            self.arrays = [tf.nd.array(a, self.dev) for a in self.host]
+            self.key = key
+        return self.dev, self.arrays
+
+    def reset_outputs(self, specs: tuple[ArgSpec, ...]) -> None:
+        for spec, array, host in zip(specs, self.arrays, self.host):
+            if spec.is_output:
+                array.copyfrom(host)
 
 
-def _measure_in_child(
+def _measure_one(
+    cache: _ArgumentArrays,
     blob: bytes,
     specs: tuple[ArgSpec, ...],
     target_kind: str,
@@ -208,8 +235,9 @@ def _measure_in_child(
     want_outputs: bool,
 ) -> dict:
     mod = _load_artifact(blob)
-    dev, arrays = _device_arrays(target_kind, make_host_arrays(specs))
+    dev, arrays = cache.get(target_kind, specs)
     if reference is not None or want_outputs:
+        cache.reset_outputs(specs)
         mod(*arrays)
         outputs = [np.array(to_numpy(a)) for s, a in zip(specs, arrays) if s.is_output]
         if want_outputs:
@@ -230,6 +258,65 @@ def _measure_in_child(
         ):
             break
     return {"status": "ran", "costs": costs, "cv": coefficient_of_variation(costs)}
+
+
+def _serve_measurements(conn: Any) -> None:
+    """A measurement process that lives across trials: the device is initialized once, and the
+    inputs stay on it. Requests are the arguments of `_measure_one`; answers ("ok", dict) or
+    ("error", text). A crash or hang kills only this process; the actor starts another."""
+    cache = _ArgumentArrays()
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer: tuple = ("ok", _measure_one(cache, *request))
+        except Exception as e:  # noqa: BLE001 - the candidate's failure, reported
+            answer = ("error", format_exception(e))
+        conn.send(answer)
+
+
+class _MeasureServer:
+    """The actor's handle on its measurement process (started on first use, restarted after
+    a crash or a timeout)."""
+
+    def __init__(self, method: str):
+        self.method = method
+        self.proc: Any = None
+        self.conn: Any = None
+
+    def call(self, request: tuple, timeout: float) -> dict:
+        from tensorforge.tune.workers import close_parent, death_message, kill, pipe, start_process
+
+        if self.proc is None or not self.proc.is_alive():
+            parent, child = pipe(duplex=True)
+            self.proc = start_process(_serve_measurements, (child,), self.method)
+            child.close()
+            self.conn = parent
+        try:
+            self.conn.send(request)
+            if not self.conn.poll(timeout):
+                self.stop()
+                raise TimeoutError(timeout)
+            status, value = self.conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            message = death_message(self.proc, "running")
+            close_parent(self.conn)
+            kill(self.proc)
+            self.proc = None
+            raise RuntimeError(message) from None
+        if status != "ok":
+            raise RuntimeError(value)
+        return value
+
+    def stop(self) -> None:
+        from tensorforge.tune.workers import close_parent, kill
+
+        if self.proc is not None:
+            kill(self.proc)
+            close_parent(self.conn)
+            self.proc = None
 
 
 def device_facts(target_kind: str) -> dict:
@@ -294,6 +381,10 @@ class MeasureActorBody:
     def __init__(self, target: str):
         self.target = target
         self.kind = target.split()[0]
+        # CUDA must not be initialized in a process that forks: serve from a clean process.
+        self.server = _MeasureServer("forkserver" if self.kind == "cuda" else "fork")
+        self._facts: dict = {}
+        self._facts_at = -math.inf
 
     def where(self) -> dict:
         import ray
@@ -312,16 +403,17 @@ class MeasureActorBody:
         """Time one built kernel (or, with `want_outputs`, return its outputs); never raises."""
         import ray
 
-        method = "forkserver" if self.kind == "cuda" else "fork"
         start = time.perf_counter()
+        if time.monotonic() - self._facts_at > 2.0:  # clocks drift; nvidia-smi costs ~50 ms
+            self._facts, self._facts_at = device_facts(self.kind), time.monotonic()
         meta = {
-            **device_facts(self.kind),
+            **self._facts,
             "node_id": ray.get_runtime_context().get_node_id(),
             "worker_pid": os.getpid(),
         }
-        job = partial(_measure_in_child, blob, specs, self.kind, protocol, reference, want_outputs)
+        request = (blob, specs, self.kind, protocol, reference, want_outputs)
         try:
-            out = call_in_child(job, timeout, method=method)
+            out = self.server.call(request, timeout)
         except TimeoutError:
             out = {
                 "status": "error",

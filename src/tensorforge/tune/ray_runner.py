@@ -197,6 +197,8 @@ class RayMeasurer:
         self._last_refresh = 0.0
         self._reference: Any = None
         self._refresh_actors(force=True)
+        # Enough candidates per batch to keep every build slot busy while the devices measure.
+        self.batch_size = int(min(128, 8 * ray.cluster_resources().get("CPU", 1)))
         if not self._actors:
             raise TuneError(
                 f"RayRunner: no node of the cluster offers the resource {self.resource!r} for "

@@ -122,3 +122,19 @@ def test_task_scheduler_gives_trials_where_time_goes(tmp_path):
     keys = {(r["args"][0]) for r in _records(log)}
     assert keys == {12, 4}
     assert math.isfinite(sched.total_cost)
+
+
+def test_tile_mutation_keeps_tiles_legal():
+    import numpy as np
+
+    from tensorforge.tune.auto.decisions import _valid_tiles, mutate_tile, sample_tile
+
+    rng = np.random.default_rng(0)
+    extents = [1, 7, 96, 1024]
+    value = [sample_tile(rng, e, 4) for e in extents]
+    seen = set()
+    for _ in range(300):
+        value = mutate_tile(rng, value, extents)
+        assert _valid_tiles(value, extents, 4), value
+        seen.add(str(value))
+    assert len(seen) > 100  # it walks the space, not in place

@@ -99,13 +99,34 @@ def test_first_guess_is_quick_and_uses_the_machine():
         ("matmul", {"cw:2.C": True, "pack:2.C": True}),
         ("matmul_bias_gelu", {"pack:2.C": True}),
         ("conv2d", {"cw:3.conv": True, "pack:3.conv": True, "inline:1.padded": True}),
+        ("softmax", {"inline:2.exp": False, "loc:2.exp": 0, "prefetch:2.exp": True}),
+        ("layer_norm", {"prefetch:5.y": True, "vec:5.y": [[8]]}),
     ],
 )
-def test_packed_panels_match_numpy(name, fixed):
-    """The packing rule (a cache_read panel per block of the last axis) on awkward sizes."""
+def test_packing_and_prefetch_match_numpy(name, fixed):
+    """The packing rule (a cache_read panel per block of the last axis) and the next-row
+    prefetch, on awkward sizes; the printed schedule shows them."""
     func, args, reference = CASES[name]
     task = SearchTask(func, args, "llvm")
     trace = task.sample(1, fixed)
-    assert any(step.kind == "cache_read" for step in trace.steps)
+    kind = "prefetch" if name in ("softmax", "layer_norm") else "cache_read"
+    assert any(step.kind == kind for step in trace.steps)
+    assert f".{kind}(" in task.to_python(trace)
     s, tensors = task.instantiate(trace)
     check(task, s, tensors, reference)
+
+
+def test_first_guess_schedule_of_bare_outputs():
+    """What the torch.compile backend calls for a fused group with no tuning record: outputs in,
+    a buildable schedule out (here softmax, compared with NumPy)."""
+    from tensorforge.tune.auto.analytic import first_guess_schedule
+
+    func, args, reference = CASES["softmax"]
+    tensors = func(*args)
+    s, steps = first_guess_schedule(tensors[-1], "llvm")
+    assert {"rfactor", "vectorize", "compute_at"} <= {step.kind for step in steps}
+
+    class _Task:
+        target = "llvm"
+
+    check(_Task, s, tensors, reference)

@@ -71,3 +71,15 @@ def test_register_workload_by_name():
     assert task.name == "auto/test/vector_add"
     s, tensors = task.default_schedule()
     _lowered(s, tensors)
+
+
+def test_user_errors_name_the_workload(tmp_path):
+    from tensorforge.tune import TuneError
+
+    with pytest.raises(TuneError, match="no auto-scheduling workload named 'nope'"):
+        SearchTask("nope", ())
+    with pytest.raises(TuneError, match="must return a list of tensors"):
+        SearchTask(lambda n: [n], (3,))
+    task = SearchTask(CASES["softmax"][0], (2, 3))
+    with pytest.raises(TuneError, match="the log does not exist"):
+        task.apply_best(tmp_path / "missing.jsonl")

@@ -35,6 +35,7 @@ from tensorforge.ir.stmt import (
     BufferStore,
     For,
     IfThenElse,
+    KernelLaunch,
     LetStmt,
     LoopKind,
     Seq,
@@ -131,6 +132,9 @@ class _Planner:
                 self.managed.update(names)
                 body, state = self.visit(s.body, state)
                 return _replace(s, body=body), state
+            case KernelLaunch():  # a kernel starts with nothing pending and ends all its work
+                body, _ = self.visit(s.body, _EMPTY)
+                return _replace(s, body=body), _EMPTY
             case Allocate() | Attr():
                 body, state = self.visit(s.body, state)
                 return _replace(s, body=body), state

@@ -104,7 +104,7 @@ def sample_tile(rng: np.random.Generator, extent: int, levels: int) -> list[int]
         else:
             top = max(0, int(math.log2(max(1, remaining))))
             factors[level] = 2 ** int(rng.integers(top + 1))
-            remaining = -(-remaining // factors[level])
+            remaining //= factors[level]  # (floor: the inner loops never reach past the extent)
     return factors
 
 

@@ -60,6 +60,7 @@ class EvolutionarySearch:
         self._models: tuple[Any, Any] | None = None
         self._fitted_on = 0
         self._fit_width = 0
+        self._extents: dict[str, list[int] | None] = {}  # tile decision key -> loop extents
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def update(self, traces: Sequence[ScheduleTrace], results: Sequence[MeasureResult]) -> None:
@@ -77,10 +78,10 @@ class EvolutionarySearch:
                 self.ir_features[index] = np.asarray(feats, dtype=np.float64)
 
     # -- candidates -----------------------------------------------------------------------------
-    def _make(self, fixed: dict | None, seed: int | None = None) -> ScheduleTrace | None:
-        rng = np.random.default_rng(seed) if seed is not None else self.rng
+    def _make(self, fixed: dict | None) -> ScheduleTrace | None:
+        """The rules' schedule for `fixed` decisions, the rest drawn (None if a rule fails)."""
         try:
-            trace, _, _ = self.task.generate(Decisions(rng, fixed))
+            trace, _, _ = self.task.generate(Decisions(self.rng, fixed))
         except Exception:  # noqa: BLE001 - a rule that cannot apply: drop the candidate
             return None
         return trace
@@ -102,6 +103,20 @@ class EvolutionarySearch:
                 taken.add(trace.index)
         return out
 
+    def warm_up_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
+        """Before the models can rank anything: half the batch mutants of the best schedule so
+        far (the first guess, at first), half random: a start near a good point, and spread."""
+        out = self.random_batch(1, taken) if not self.history else []
+        best = self.best[1] or (out[0] if out else None)
+        for _ in range(10 * n):
+            if best is None or len(out) >= n // 2:
+                break
+            child = self.mutate(best)
+            if child is not None and child.index not in taken:
+                out.append(child)
+                taken.add(child.index)
+        return out + self.random_batch(n - len(out), taken)
+
     def mutate(self, trace: ScheduleTrace) -> ScheduleTrace | None:
         decisions = dict(trace.decisions)
         if not decisions:
@@ -117,11 +132,9 @@ class EvolutionarySearch:
         return self._make(decisions)
 
     def _extents_of(self, key: str, value: list) -> list[int]:
-        extents = getattr(self, "_extents", {}).get(key)
-        if extents is None:
-            extents = _tile_extents(self.task, key)
-            self.__dict__.setdefault("_extents", {})[key] = extents
-        return extents or [max(1, math.prod(f)) for f in value]
+        if key not in self._extents:
+            self._extents[key] = _tile_extents(self.task, key)
+        return self._extents[key] or [max(1, math.prod(f)) for f in value]
 
     def crossover(self, a: ScheduleTrace, b: ScheduleTrace) -> ScheduleTrace | None:
         """Each stage's decisions (keys share the stage's name) from one parent or the other."""
@@ -200,7 +213,7 @@ class EvolutionarySearch:
     def next_batch(self, n: int) -> list[ScheduleTrace]:
         taken = set(self.measured)
         if not self._fit():
-            return self.random_batch(n, taken)
+            return self.warm_up_batch(n, taken) if self.use_model else self.random_batch(n, taken)
         n_random = max(1, int(round(self.epsilon * n))) if self.epsilon > 0 and n >= 4 else 0
         children = self.evolve()
         fresh = [c for c in children if c.index not in taken]

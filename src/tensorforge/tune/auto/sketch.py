@@ -152,6 +152,26 @@ def _plan(s: Any, d: Decisions, gpu: bool = False) -> Plan:
     return plan
 
 
+def _reads_through(stage: Any, tensor: Any) -> list[TensorRead]:
+    """`stage`'s reads of `tensor`, directly or in the stages inlined into it (indices as the
+    inlined stage writes them: enough to see which axis walks the last dimension)."""
+    out, pending, seen = [], [stage.op], set()
+    while pending:
+        op = pending.pop()
+        if id(op) in seen or not isinstance(op, ComputeOp):
+            continue
+        seen.add(id(op))
+        for r in _reads(op):
+            if r.tensor.op is tensor.op:
+                out.append(r)
+            elif (
+                r.tensor.op in stage.schedule
+                and stage.schedule[r.tensor.op].attach_type == "inline"
+            ):
+                pending.append(r.tensor.op)
+    return out
+
+
 def _depends_on(op: Any, producer: Any) -> bool:
     stack, seen = [op], set()
     while stack:
@@ -279,10 +299,29 @@ class SketchBuilder:
         extent = _extent(axes[-1])
         ((vec,),) = self.d.tile(f"vec:{key}", [extent], 2, {"role": "vector", "lanes": lanes})
         if vec > 1:
-            _, inner = self.rec.split(stage, axes[-1], vec)
+            outer, inner = self.rec.split(stage, axes[-1], vec)
             self.rec.annotate("vectorize", stage, inner)
+            self.prefetch_next_row(stage, key, outer, -(-extent // vec))
         if not attached:
             self.parallel_outer(stage, key, axes[:-1] if len(axes) > 1 else [])
+
+    def prefetch_next_row(self, stage: Any, key: str, loop: Any, steps: int) -> None:
+        """Fetch the inputs this stage walks row by row one row ahead (a decision): the next
+        row's reads then overlap this row's arithmetic (the ops softmax does it by hand)."""
+        if len(stage.op.axis) < 2:
+            return
+        last = stage.op.axis[-1].var
+        inputs = []
+        for t in stage.reads():
+            home = self.s[t]
+            if not isinstance(home.op, PlaceholderOp) or len(t.shape) < 2:
+                continue
+            reads = [r for r in _reads_through(stage, t) if r.indices]
+            if reads and all(any(n is last for n in walk(r.indices[-1])) for r in reads):
+                inputs.append(home)
+        if inputs and self.d.choice(f"prefetch:{key}", [False, True], {"row": steps}):
+            for home in inputs:
+                self.rec.prefetch(stage, home, loop, steps)
 
     def parallel_outer(self, stage: Any, key: str, axes: list[Any]) -> None:
         """Fuse the leading `n` of `axes` (a decision) and run that loop in parallel."""

@@ -35,6 +35,7 @@ KINDS = (
     "rfactor",
     "set_scope",
     "storage_align",
+    "prefetch",
 )
 
 
@@ -120,6 +121,8 @@ def _apply_one(s: Any, step: Step) -> Any:
             return stage.set_scope(p[0])
         case "storage_align":
             return stage.storage_align(stage.op.axis[p[0]], p[1], p[2])
+        case "prefetch":
+            return stage.prefetch(s.stages[p[0]].op.output(0), axes[0], p[1])
     raise ValueError(f"unknown schedule step {step.kind!r}")
 
 
@@ -185,6 +188,9 @@ class Recorder:
 
     def set_scope(self, stage: Any, scope: str) -> None:
         self._do("set_scope", stage, (), (scope,))
+
+    def prefetch(self, stage: Any, tensor_stage: Any, axis: IterVar, offset: int) -> None:
+        self._do("prefetch", stage, [axis], (self.index(tensor_stage), int(offset)))
 
     def storage_align(self, stage: Any, dim: int, factor: int, offset: int) -> None:
         self._do("storage_align", stage, (), (dim, factor, offset))
@@ -319,6 +325,8 @@ def _print_one(s: Any, step: Step, names: _Names) -> list[str]:
             line = f"s[{st}].set_scope({p[0]!r})"
         case "storage_align":
             line = f"s[{st}].storage_align(s[{st}].op.axis[{p[0]}], {p[1]}, {p[2]})"
+        case "prefetch":
+            line = f"s[{st}].prefetch({names.stage(s.stages[p[0]])}, {axes[0]}, {p[1]})"
         case _:
             raise ValueError(f"unknown schedule step {step.kind!r}")
     out, names.pending = [*names.pending, line], []

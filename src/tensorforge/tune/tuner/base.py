@@ -138,7 +138,9 @@ class Tuner:
         done = 0
         try:
             while done < n_trial and self.has_next():
-                configs = self.next_batch(min(self.batch_size, n_trial - done))
+                # A cluster keeps more builds in flight than one machine: it asks for more.
+                batch = max(self.batch_size, getattr(measurer, "batch_size", 0))
+                configs = self.next_batch(min(batch, n_trial - done))
                 if not configs:
                     break
                 self.visited.update(c.index for c in configs)

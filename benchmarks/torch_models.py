@@ -1,0 +1,188 @@
+"""Whole models, float32 inference: eager torch vs torch.compile(inductor) vs tensorforge.
+
+    python benchmarks/torch_models.py [--models mlp1,mlp64,resnet18,gpt2] [--threads 1,2]
+                                      [--backends eager,inductor,tensorforge] [--repeats 5]
+                                      [--small] [--json out.jsonl]
+
+Same process, interleaved: each repeat times every backend in turn (a few calls each), and the
+median over repeats is reported, with each backend's ratio to eager and tensorforge's to
+inductor (> 1: tensorforge is faster). Each model's output is checked against eager (relative
+error = max abs error / max abs value). Models are written in plain torch below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tensorforge.graph import backend as tf_backend
+
+
+class MLP(nn.Module):
+    def __init__(self, d=768, hidden=3072):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        y = self.b2(self.c2(y))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU()
+        )
+        layers, cin = [], 64
+        for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(self.stem(x), 3, 2, 1)
+        x = F.adaptive_avg_pool2d(self.layers(x), 1).flatten(1)
+        return self.fc(x)
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, d=768, heads=12):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // self.heads) ** 0.5)
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
+        att = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+def models(small: bool) -> dict:
+    scale = 4 if small else 1
+    return {
+        "mlp1": (lambda: MLP(768 // scale, 3072 // scale), (1, 768 // scale)),
+        "mlp64": (lambda: MLP(768 // scale, 3072 // scale), (64, 768 // scale)),
+        "resnet18": (ResNet18, (1, 3, 224 // scale, 224 // scale)),
+        "gpt2": (lambda: GPT2Block(768 // scale, 12 // scale), (1, 128 // scale, 768 // scale)),
+    }
+
+
+def time_calls(fn, x, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(x)
+    return (time.perf_counter() - start) / calls
+
+
+def run_model(name, make, shape, backends, repeats, threads) -> dict:
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(*shape)
+    fns, compile_s, errors = {}, {}, {}
+    with torch.no_grad():
+        expected = model(x)
+        for b in backends:
+            torch._dynamo.reset()
+            start = time.perf_counter()
+            chosen = tf_backend if b == "tensorforge" else b  # (the entry point names the same)
+            fn = model if b == "eager" else torch.compile(model, backend=chosen)
+            got = fn(x)  # compiles
+            compile_s[b] = time.perf_counter() - start
+            errors[b] = ((got - expected).abs().max() / expected.abs().max()).item()
+            fns[b] = fn
+        once = time_calls(fns["eager"], x, 1)
+        calls = max(1, min(50, int(0.05 / max(once, 1e-6))))
+        samples = {b: [] for b in backends}
+        for _ in range(repeats):  # interleaved: each repeat times every backend in turn
+            for b in backends:
+                samples[b].append(time_calls(fns[b], x, calls))
+    median = {b: statistics.median(s) for b, s in samples.items()}
+    row = {"model": name, "threads": threads, "shape": list(shape)}
+    for b in backends:
+        row[f"{b}_ms"] = round(median[b] * 1e3, 3)
+        row[f"{b}_compile_s"] = round(compile_s[b], 2)
+        row[f"{b}_error"] = errors[b]
+        row[f"{b}_vs_eager"] = round(median["eager"] / median[b], 3)
+    if "inductor" in backends and "tensorforge" in backends:
+        row["tensorforge_vs_inductor"] = round(median["inductor"] / median["tensorforge"], 3)
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="mlp1,mlp64,resnet18,gpt2")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--backends", default="eager,inductor,tensorforge")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--small", action="store_true", help="quarter-size models (a smoke run)")
+    parser.add_argument("--json", default=None, help="append one JSON line per case here")
+    args = parser.parse_args(argv)
+    backends = args.backends.split(",")
+    if "eager" not in backends:
+        backends.insert(0, "eager")
+    table = models(args.small)
+    rows = []
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        os.environ["TF_NUM_THREADS"] = str(threads)
+        for name in args.models.split(","):
+            make, shape = table[name]
+            row = run_model(name, make, shape, backends, args.repeats, threads)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+    print()
+    header = f"{'model':10} {'thr':>3} " + " ".join(f"{b + ' ms':>15}" for b in backends)
+    header += f" {'tf/eager':>9} {'tf/ind':>7} {'tf err':>8} {'tf compile s':>12}"
+    print(header)
+    for r in rows:
+        line = f"{r['model']:10} {r['threads']:>3} " + " ".join(
+            f"{r[b + '_ms']:>15.3f}" for b in backends
+        )
+        tf = "tensorforge"
+        line += f" {r.get(tf + '_vs_eager', float('nan')):>9.2f} {r.get('tensorforge_vs_inductor', float('nan')):>7.2f}"
+        line += f" {r.get(tf + '_error', float('nan')):>8.1e} {r.get(tf + '_compile_s', float('nan')):>12.1f}"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

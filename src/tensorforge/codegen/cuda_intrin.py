@@ -1,0 +1,125 @@
+"""CUDA C for calls out of a kernel (tensor intrinsics, `te.extern` device functions) and for
+their pointer arguments; the device code that tensor-core intrinsics bring with them.
+
+A call prints as `name(args)`; its `source` (the intrinsic's device code) is emitted once before
+the kernel. A pointer argument `&buf[i]` prints as that address; "warp"-scope buffers hold
+tensor-core accumulator fragments (each lane keeps 1/32 of the tile, in the layout the
+intrinsic defines), so only their first element can be passed: the whole fragment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorforge.errors import BuildError
+from tensorforge.ir.arith import simplify_expr
+from tensorforge.ir.expr import BufferLoad, Ramp
+from tensorforge.ir.extern import AddressOf, WholeBuffer
+from tensorforge.te import dtype as dt
+from tensorforge.te import expr as E
+from tensorforge.te.extern_call import ExternCall
+
+WARP = 32
+
+
+def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:
+    if e.kind not in ("extern", "pure_extern"):
+        raise BuildError(
+            f"CUDA codegen: a {e.kind} call ('{e.name}') cannot run on the GPU; call a device "
+            f"function with tf.tir.call_extern (and give its code as device_source)"
+        )
+    if e.source and e.source not in printer.device_sources:
+        printer.device_sources.append(e.source)
+    args = ", ".join(printer(a, lane) for a in e.args)
+    return f"{e.name}({args})"
+
+
+def print_address(printer: Any, e: AddressOf | WholeBuffer) -> str:
+    if isinstance(e, WholeBuffer):
+        raise BuildError(
+            f"CUDA codegen: buffer '{e.buffer.name}' is passed whole (a packed-function "
+            f"argument); pass its address (buffer.access_ptr('r'))"
+        )
+    load = e.load
+    name = printer.names.buffer(load.buffer)
+    (index,) = load.indices
+    if load.buffer.scope == "warp":
+        index = simplify_expr(index)
+        if not (isinstance(index, E.Const) and int(index.value) == 0):
+            raise BuildError(
+                f"CUDA codegen: warp-scope fragment '{load.buffer.name}' is passed at offset "
+                f"{index}; a tensor intrinsic must take the whole fragment (tensorize the tile "
+                f"the fragment holds)"
+            )
+        return name
+    return f"(&{name}[{printer(index)}])"
+
+
+def warp_fragment_size(name: str, count: int) -> int:
+    """Elements each lane holds of a warp-scope buffer of `count` elements."""
+    if count % WARP:
+        raise BuildError(
+            f"warp-scope buffer '{name}' has {count} elements, not a multiple of {WARP}: a "
+            f"fragment is spread over the 32 lanes of a warp"
+        )
+    return count // WARP
+
+
+# -- asynchronous copies into double-buffered shared tiles ---------------------------------------
+
+ASYNC_COPY_SOURCE = r"""
+// cp.async: a global -> shared copy that does not stall the thread (sm_80+); every
+// __syncthreads() in this kernel is preceded by cp.async.wait_all, so a tile is complete when read
+template <int BYTES>
+__device__ __forceinline__ void tf_cp_async(void* shared_dst, const void* global_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  if (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(global_src));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(dst), "l"(global_src), "n"(BYTES));
+}
+"""
+ASYNC_WAIT = 'asm volatile("cp.async.wait_all;" ::: "memory");'
+
+
+def async_copy_lines(printer: Any, store: Any, arch: str) -> list[str] | None:
+    """cp.async statements for a copy of global memory into a double-buffered shared tile
+    (`store`), or None where it is not one (or the architecture predates cp.async).
+
+    Only tiles `inject_double_buffer` manages qualify: their fills are followed by a barrier
+    before anyone reads them, and every barrier waits for the copies first."""
+    value = store.value
+    if (
+        not _has_async_copy(arch)
+        or store.buffer.scope != "shared"
+        or store.predicate is not None
+        or not isinstance(value, BufferLoad)
+        or value.buffer.scope != "global"
+        or value.predicate is not None
+        or value.buffer.dtype != store.buffer.dtype
+        or not isinstance(store.indices[0], Ramp)
+    ):
+        return None
+    dst = printer.vector_access(store.buffer, store.indices[0], None)
+    src = printer.vector_access(value.buffer, value.indices[0], None)
+    if dst is None or src is None:
+        return None
+    chunk = min(dst.chunk, src.chunk)
+    nbytes = chunk * max(1, dt.bits_of(store.buffer.dtype) // 8)
+    if nbytes not in (4, 8, 16):
+        return None
+    d_name, s_name = printer.names.buffer(store.buffer), printer.names.buffer(value.buffer)
+    printer.vector_params[s_name] = max(printer.vector_params.get(s_name, 0), nbytes)
+    if ASYNC_COPY_SOURCE not in printer.device_sources:
+        printer.device_sources.append(ASYNC_COPY_SOURCE)
+    lines = [f"// cp.async of {store.buffer.name}: {dst.lanes} elements, {nbytes} bytes a copy"]
+    for k in range(dst.lanes // chunk):
+        d_off = printer._offset(dst.base, k * chunk)
+        s_off = printer._offset(src.base, k * chunk)
+        lines.append(f"tf_cp_async<{nbytes}>(&{d_name}[{d_off}], &{s_name}[{s_off}]);")
+    return lines
+
+
+def _has_async_copy(arch: str) -> bool:
+    digits = "".join(ch for ch in (arch or "") if ch.isdigit())
+    return bool(digits) and int(digits) >= 80

@@ -1,0 +1,198 @@
+"""Half-precision GEMM on tensor cores: D = epilogue(A @ B) with float16 / bfloat16 inputs,
+float32 accumulation and an optional fused bias / bias + GELU, batched or not.
+
+The computation is declared once (`gemm_fp16`); the schedule stages A and B through padded
+shared-memory tiles (conflict-free `ldmatrix` rows, double-buffered), gives each warp a
+`warp_m x warp_n` accumulator fragment ("warp" scope) fed by `mma.sync.m16n8k16`
+(ops/tensor_core.py, through `tensorize`), and writes the fragment out through the epilogue in
+the same kernel. Its decisions are knobs of template "builtin/gemm_tensorcore"; the default
+config is the default schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorforge import te, tune
+from tensorforge.errors import ScheduleError
+from tensorforge.ops.knobs import choose
+from tensorforge.ops.tensor_core import EPILOGUES, SUPPORTED, epilogue_expr, mma_store, mma_sync
+
+WARP = 32
+PAD = 8  # halves added to each shared row: 16 bytes, so ldmatrix's 8 rows hit distinct banks
+
+
+@dataclass(frozen=True)
+class TensorCoreTiles:
+    """A block computes block_m x block_n of D with (block_m / warp_m) x (block_n / warp_n)
+    warps; each k step stages block_k columns of A and rows of B in shared memory."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 32
+    warp_m: int = 64
+    warp_n: int = 64
+    double_buffer: bool = True
+
+    @property
+    def warps(self) -> int:
+        return (self.block_m // self.warp_m) * (self.block_n // self.warp_n)
+
+    @staticmethod
+    def for_shape(m: int, n: int, k: int) -> TensorCoreTiles:
+        """The largest of the usual tiles that divide the problem (tensorize needs whole tiles)."""
+        block_m = _largest_divisor(m, (128, 64, 32, 16))
+        block_n = _largest_divisor(n, (128, 64, 32, 16))
+        block_k = _largest_divisor(k, (32, 16))
+        warp_m = min(64, block_m)
+        warp_n = min(64, block_n) if block_m >= 64 else min(32, block_n)
+        return TensorCoreTiles(block_m, block_n, block_k, warp_m, warp_n)
+
+    @staticmethod
+    def define(cfg, m: int, n: int, k: int) -> TensorCoreTiles:
+        base = TensorCoreTiles.for_shape(m, n, k)
+        block_m = choose(cfg, "block_m", base.block_m, [b for b in (64, 128, 256) if m % b == 0])
+        block_n = choose(cfg, "block_n", base.block_n, [b for b in (64, 128, 256) if n % b == 0])
+        block_k = choose(cfg, "block_k", base.block_k, [b for b in (16, 32, 64) if k % b == 0])
+        warp_m = choose(cfg, "warp_m", base.warp_m, [w for w in (32, 64) if block_m % w == 0])
+        warp_n = choose(cfg, "warp_n", base.warp_n, [w for w in (32, 64) if block_n % w == 0])
+        double = choose(cfg, "double_buffer", True, (False,))
+        return TensorCoreTiles(block_m, block_n, block_k, warp_m, warp_n, double)
+
+    def check(self, m: int, n: int, k: int) -> None:
+        for name, size, tile in (("M", m, self.block_m), ("N", n, self.block_n), ("K", k, self.block_k)):  # fmt: skip
+            if size % tile:
+                raise ScheduleError(
+                    f"gemm_fp16: {name} = {size} is not a multiple of the {tile} tile; tensor "
+                    f"cores need whole 16 x 16 tiles (pad the matrices, or use ops.matmul)"
+                )
+        if self.block_m % self.warp_m or self.block_n % self.warp_n:
+            raise ScheduleError(f"gemm_fp16: warp tiles must divide the block tile ({self})")
+        if self.warps > 32:
+            raise ScheduleError(f"gemm_fp16: {self.warps} warps are more than a block holds")
+
+
+def _largest_divisor(size: int, choices: tuple[int, ...]) -> int:
+    for c in choices:
+        if size % c == 0:
+            return c
+    raise ScheduleError(
+        f"gemm_fp16: size {size} is not a multiple of 16; tensor cores need whole 16 x 16 tiles "
+        f"(pad the matrices, or use ops.matmul)"
+    )
+
+
+def gemm_fp16(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str = "float16",
+    out_dtype: str | None = None,
+    epilogue: str = "none",
+    batch: int | None = None,
+):
+    """D = epilogue(A @ B): A (batch?, m, k) and B (batch?, k, n) of `dtype`, accumulated in
+    float32 (C), D of `out_dtype` (default `dtype`); epilogue "bias" adds bias[n] (of
+    `dtype`), "bias_gelu" then applies GELU. Returns (A, B, bias or None, C, D)."""
+    if dtype not in SUPPORTED:
+        raise ScheduleError(f"gemm_fp16: dtype must be one of {', '.join(SUPPORTED)}, got {dtype}")
+    if epilogue not in EPILOGUES:
+        raise ScheduleError(f"gemm_fp16: epilogue must be one of {', '.join(EPILOGUES)}")
+    out_dtype = out_dtype or dtype
+    lead = (batch,) if batch is not None else ()
+    A = te.placeholder((*lead, m, k), dtype, name="A")
+    B = te.placeholder((*lead, k, n), dtype, name="B")
+    bias = te.placeholder((n,), dtype, name="bias") if epilogue != "none" else None
+    r = te.reduce_axis((0, k), name="k")
+
+    def product(*idx):
+        *b, i, j = idx
+        return te.sum(A[(*b, i, r)].astype("float32") * B[(*b, r, j)].astype("float32"), axis=r)
+
+    C = te.compute((*lead, m, n), product, name="C")
+
+    def out(*idx):
+        j = idx[-1]
+        acc = epilogue_expr(C[idx], None if bias is None else bias[j], epilogue)
+        return acc.astype(out_dtype)
+
+    D = te.compute((*lead, m, n), out, name="D")
+    return A, B, bias, C, D
+
+
+def schedule_gemm_fp16(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str = "float16",
+    out_dtype: str | None = None,
+    epilogue: str = "none",
+    batch: int | None = None,
+    tiles: TensorCoreTiles | None = None,
+):
+    """The tensor-core schedule of `gemm_fp16`. Returns (schedule, args): args are
+    [A, B, D] or [A, B, bias, D]."""
+    tiles = tiles or TensorCoreTiles.for_shape(m, n, k)
+    tiles.check(m, n, k)
+    A, B, bias, C, D = gemm_fp16(m, n, k, dtype, out_dtype, epilogue, batch)
+    out_dtype = D.dtype
+    s = te.create_schedule(D.op)
+    s[C].set_scope("warp")
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    tx = te.thread_axis((0, WARP), "threadIdx.x")
+    ty = te.thread_axis((0, tiles.warps), "threadIdx.y")
+
+    *lead, i, j = D.op.axis
+    bi, bj, ii, jj = s[D].tile(i, j, tiles.block_m, tiles.block_n)
+    wi, ii = s[D].split(ii, factor=tiles.warp_m)
+    wj, jj = s[D].split(jj, factor=tiles.warp_n)
+    s[D].reorder(*lead, bi, bj, wi, wj, ii, jj)
+    for axis in lead:
+        s[D].bind(axis, te.thread_axis("blockIdx.z"))
+    s[D].bind(bi, te.thread_axis("blockIdx.y"))
+    s[D].bind(bj, te.thread_axis("blockIdx.x"))
+    warp = s[D].fuse(wi, wj)
+    s[D].bind(warp, ty)  # one warp per fragment: all 32 lanes run the intrinsics' calls
+    s[D].tensorize(ii, mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype))
+
+    s[C].compute_at(s[D], warp)
+    *_, ci, cj = s[C].op.axis
+    (kr,) = s[C].op.reduce_axis
+    ko, ki = s[C].split(kr, factor=tiles.block_k)
+    s[C].reorder(ko, ci, cj, ki)
+    s[C].tensorize(ci, mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype))
+
+    for stage, row_len in ((AS, tiles.block_k), (BS, tiles.block_n)):
+        s[stage].compute_at(s[C], ko)
+        rows = s[stage].op.axis[-2]
+        s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
+        fused = s[stage].fuse(*s[stage].op.axis)
+        rest, vec = s[stage].split(fused, factor=8)  # 16 bytes a thread
+        rest, lane = s[stage].split(rest, factor=WARP)
+        _, wy = s[stage].split(rest, factor=tiles.warps)
+        s[stage].bind(lane, tx)
+        s[stage].bind(wy, ty)
+        s[stage].vectorize(vec)
+        if tiles.double_buffer:  # filled by cp.async while the other half feeds the mma
+            s[stage].double_buffer()
+            s[stage].pragma(lane, "async_copy")
+    args = [A, B, D] if bias is None else [A, B, bias, D]
+    return s, args
+
+
+@tune.template("builtin/gemm_tensorcore")
+def gemm_tensorcore_template(
+    m: int,
+    n: int,
+    k: int,
+    dtype: str = "float16",
+    out_dtype: str | None = None,
+    epilogue: str = "none",
+    batch: int | None = None,
+):
+    """`schedule_gemm_fp16` with its tiles as knobs (the default config is the default schedule)."""
+    cfg = tune.get_config()
+    cfg.add_flop(2.0 * m * n * k * (batch or 1))
+    tiles = TensorCoreTiles.define(cfg, m, n, k)
+    return schedule_gemm_fp16(m, n, k, dtype, out_dtype, epilogue, batch, tiles)

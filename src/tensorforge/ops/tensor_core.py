@@ -1,0 +1,256 @@
+"""Tensor-core intrinsics for `tensorize` on CUDA (sm_80+): `mma.sync.m16n8k16` on float16 or
+bfloat16 with float32 accumulation, `ldmatrix` fragment loads, and fragment stores with fused
+epilogues.
+
+A warp computes a `wm x wn` tile of C. Its accumulator is a "warp"-scope stage (each lane keeps
+wm * wn / 32 floats in registers, in mma's layout); the A and B tiles come from shared memory.
+
+    s[C].set_scope("warp")                            # C: the float32 reduction
+    s[C].tensorize(ci, mma_sync(wm, wn, bk, dtype))   # C[wm, wn] += A[wm, bk] @ B[bk, wn]
+    s[D].tensorize(di, mma_store(wm, wn, ...))        # D[wm, wn] = epilogue(C[wm, wn])
+
+Every lane of the warp runs the same call (the stages around them bind no threadIdx.x, so all
+32 lanes do); the device functions below split the work by lane id. The warp's tile must be
+one warp's: bind the warp index to threadIdx.y (or z) with threadIdx.x of extent 32.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tensorforge import te, tir
+from tensorforge.errors import ScheduleError
+from tensorforge.te.tensor_intrin import TensorIntrin
+
+SUPPORTED = ("float16", "bfloat16")
+EPILOGUES = ("none", "bias", "bias_gelu")
+
+DEVICE_SOURCE = r"""
+// tensorforge tensor-core intrinsics: mma.sync.m16n8k16 (f16/bf16 -> f32) with ldmatrix loads
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+namespace tf_tc {
+__device__ __forceinline__ unsigned lane_id() {
+  unsigned lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+__device__ __forceinline__ unsigned smem(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem(p)));
+}
+__device__ __forceinline__ void mma_16816(float* d, const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1, const half*) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_16816(float* d, const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1, const __nv_bfloat16*) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void store2(float* p, float x, float y) {
+  *reinterpret_cast<float2*>(p) = make_float2(x, y);
+}
+__device__ __forceinline__ void store2(half* p, float x, float y) {
+  *reinterpret_cast<half2*>(p) = __floats2half2_rn(x, y);
+}
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float gelu(float x) {
+  return x * 0.5f * (1.f + erff(x * 0.70710678118654752f));
+}
+}  // namespace tf_tc
+
+// acc: this lane's (WM/16) x (WN/8) tiles of 4 floats, in mma.m16n8's accumulator layout
+template <int WM, int WN>
+__device__ __forceinline__ void tf_mma_fill_zero(float* acc) {
+#pragma unroll
+  for (int i = 0; i < WM * WN / 32; ++i) acc[i] = 0.f;
+}
+
+// acc[WM, WN] += a[WM, WK] @ b[WK, WN]; a and b are row-major tiles in shared memory
+template <int WM, int WN, int WK, typename T>
+__device__ __forceinline__ void tf_mma_sync(float* acc, const T* a, int lda, const T* b, int ldb) {
+  static_assert(WM % 16 == 0 && WN % 16 == 0 && WK % 16 == 0, "tile must be 16-aligned");
+  const int lane = static_cast<int>(tf_tc::lane_id());
+  const int q = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int kk = 0; kk < WK; kk += 16) {
+    unsigned af[WM / 16][4];
+    unsigned bf[WN / 8][2];
+#pragma unroll
+    for (int mi = 0; mi < WM / 16; ++mi)
+      tf_tc::ldmatrix_x4(af[mi], a + (mi * 16 + r + (q & 1) * 8) * lda + kk + (q >> 1) * 8);
+#pragma unroll
+    for (int nj = 0; nj < WN / 16; ++nj) {
+      unsigned t[4];
+      tf_tc::ldmatrix_x4_trans(t, b + (kk + r + (q & 1) * 8) * ldb + nj * 16 + (q >> 1) * 8);
+      bf[2 * nj][0] = t[0];
+      bf[2 * nj][1] = t[1];
+      bf[2 * nj + 1][0] = t[2];
+      bf[2 * nj + 1][1] = t[3];
+    }
+#pragma unroll
+    for (int mi = 0; mi < WM / 16; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < WN / 8; ++ni)
+        tf_tc::mma_16816(acc + (mi * (WN / 8) + ni) * 4, af[mi], bf[ni][0], bf[ni][1], a);
+  }
+}
+
+// d[WM, WN] = epilogue(acc (+ bias[col])); EPI: 0 none, 1 bias, 2 bias then GELU (erf)
+template <int WM, int WN, int EPI, typename OUT, typename BIAS>
+__device__ __forceinline__ void tf_mma_store_epi(OUT* d, int ldd, const float* acc,
+                                                 const BIAS* bias) {
+  const int lane = static_cast<int>(tf_tc::lane_id());
+#pragma unroll
+  for (int mi = 0; mi < WM / 16; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < WN / 8; ++ni) {
+      const float* c = acc + (mi * (WN / 8) + ni) * 4;
+      const int row = mi * 16 + (lane >> 2), col = ni * 8 + (lane & 3) * 2;
+      float v[4] = {c[0], c[1], c[2], c[3]};
+      if (EPI >= 1) {
+        const float b0 = tf_tc::to_float(bias[col]), b1 = tf_tc::to_float(bias[col + 1]);
+        v[0] += b0; v[1] += b1; v[2] += b0; v[3] += b1;
+      }
+      if (EPI == 2) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = tf_tc::gelu(v[i]);
+      }
+      tf_tc::store2(d + row * ldd + col, v[0], v[1]);
+      tf_tc::store2(d + (row + 8) * ldd + col, v[2], v[3]);
+    }
+}
+
+template <int WM, int WN, typename OUT>
+__device__ __forceinline__ void tf_mma_store(OUT* d, int ldd, const float* acc) {
+  tf_mma_store_epi<WM, WN, 0, OUT, float>(d, ldd, acc, nullptr);
+}
+"""
+
+
+def _check_tile(wm: int, wn: int, what: str) -> None:
+    if wm % 16 or wn % 16 or wm <= 0 or wn <= 0:
+        raise ScheduleError(f"{what}: the warp tile {wm} x {wn} must be a multiple of 16 x 16")
+
+
+def gelu(x: te.Expr) -> te.Expr:
+    """GELU with erf (torch.nn.functional.gelu's default), as the store intrinsic computes it."""
+    return x * 0.5 * (1.0 + te.erf(x * 0.7071067811865476))
+
+
+def epilogue_expr(acc: te.Expr, bias: te.Expr | None, epilogue: str) -> te.Expr:
+    """What a fused epilogue computes from a float32 accumulator (and bias[col])."""
+    if epilogue not in EPILOGUES:
+        raise ScheduleError(f"epilogue must be one of {', '.join(EPILOGUES)}, got {epilogue!r}")
+    if epilogue == "none":
+        return acc
+    x = acc + bias.astype("float32")
+    return gelu(x) if epilogue == "bias_gelu" else x
+
+
+@functools.cache
+def mma_sync(wm: int, wn: int, wk: int, dtype: str = "float16") -> TensorIntrin:
+    """acc[wm, wn] (+)= a[wm, wk] @ b[wk, wn] with a float32 "warp" accumulator; a and b are
+    row-major tiles (of any row stride) in shared memory."""
+    if dtype not in SUPPORTED:
+        raise ScheduleError(f"mma_sync: dtype must be one of {', '.join(SUPPORTED)}, got {dtype}")
+    _check_tile(wm, wn, "mma_sync")
+    if wk % 16:
+        raise ScheduleError(f"mma_sync: the k depth {wk} must be a multiple of 16")
+    a = te.placeholder((wm, wk), dtype, name="a")
+    b = te.placeholder((wk, wn), dtype, name="b")
+    k = te.reduce_axis((0, wk), name="k")
+    c = te.compute(
+        (wm, wn),
+        lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
+        name="c",
+    )
+    binds = {
+        a: tir.decl_buffer(a.shape, dtype, "A", strides=[te.var("lda"), 1], scope="shared"),
+        b: tir.decl_buffer(b.shape, dtype, "B", strides=[te.var("ldb"), 1], scope="shared"),
+        c: tir.decl_buffer(c.shape, "float32", "C", scope="warp"),
+    }
+
+    def fintrin(ins, outs):
+        aa, bb = ins
+        (cc,) = outs
+        reset = tir.call_extern("handle", f"tf_mma_fill_zero<{wm}, {wn}>", cc.access_ptr("w"))
+        update = tir.call_extern(
+            "handle",
+            f"tf_mma_sync<{wm}, {wn}, {wk}>",
+            cc.access_ptr("rw"),
+            aa.access_ptr("r"),
+            aa.strides[0],
+            bb.access_ptr("r"),
+            bb.strides[0],
+        )
+        return [reset, update], reset, update
+
+    return te.decl_tensor_intrin(
+        c.op, fintrin, name=f"mma_sync_{dtype}_{wm}x{wn}x{wk}", binds=binds,
+        device_source=DEVICE_SOURCE,
+    )  # fmt: skip
+
+
+@functools.cache
+def mma_store(
+    wm: int,
+    wn: int,
+    out_dtype: str = "float16",
+    epilogue: str = "none",
+    bias_dtype: str = "float16",
+) -> TensorIntrin:
+    """d[wm, wn] = epilogue(acc[wm, wn] (+ bias[j])) from a warp accumulator to memory (global
+    or shared, any row stride; rows of even length so pairs of columns store together)."""
+    _check_tile(wm, wn, "mma_store")
+    acc = te.placeholder((wm, wn), "float32", name="acc")
+    bias = te.placeholder((wn,), bias_dtype, name="bias") if epilogue != "none" else None
+
+    def value(i, j):
+        return epilogue_expr(acc[i, j], None if bias is None else bias[j], epilogue).astype(
+            out_dtype
+        )
+
+    d = te.compute((wm, wn), value, name="d")
+    binds = {
+        acc: tir.decl_buffer(acc.shape, "float32", "ACC", scope="warp"),
+        d: tir.decl_buffer(d.shape, out_dtype, "D", strides=[te.var("ldd"), 1]),
+    }
+    code = {"none": 0, "bias": 1, "bias_gelu": 2}[epilogue]
+
+    def fintrin(ins, outs):
+        (dd,) = outs
+        if bias is None:
+            (cc,) = ins
+            return tir.call_extern(
+                "handle", f"tf_mma_store<{wm}, {wn}>", dd.access_ptr("w"), dd.strides[0],
+                cc.access_ptr("r"),
+            )  # fmt: skip
+        cc, bb = ins
+        return tir.call_extern(
+            "handle", f"tf_mma_store_epi<{wm}, {wn}, {code}>", dd.access_ptr("w"),
+            dd.strides[0], cc.access_ptr("r"), bb.access_ptr("r"),
+        )  # fmt: skip
+
+    return te.decl_tensor_intrin(
+        d.op, fintrin, name=f"mma_store_{epilogue}_{out_dtype}_{wm}x{wn}", binds=binds,
+        device_source=DEVICE_SOURCE,
+    )  # fmt: skip
