@@ -178,7 +178,7 @@ class _KernelWriter:
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
         body = func.body
-        entry = self.names.fresh(self.entry or f"{func.name}_kernel")
+        symbol = self.names.fresh(self.entry or f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
         self._plan_shared(body)
         self._stmt(body)
@@ -206,7 +206,7 @@ class _KernelWriter:
         params_text = ",\n    ".join(decls)
         self.kernel_text = "\n".join(
             [
-                f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(\n    {params_text}) {{',
+                f'extern "C" __global__ void __launch_bounds__({threads}) {symbol}(\n    {params_text}) {{',
                 *(
                     ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
                     if self.dynamic_shared
@@ -219,7 +219,7 @@ class _KernelWriter:
         )
         head = [f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})"]
         text = "\n".join([*head, launch_note, *note, *self.preamble, "", self.kernel_text])
-        self.kernel_text = "\n".join([f"// {entry}: {launch_note[3:]}", *note, self.kernel_text])
+        self.kernel_text = "\n".join([f"// {symbol}: {launch_note[3:]}", *note, self.kernel_text])
         vector_alignment = {
             c_to_param[name]: align
             for name, align in self.printer.vector_params.items()
@@ -227,12 +227,13 @@ class _KernelWriter:
         }
         return KernelSource(
             target="cuda",
-            entry=entry,
+            entry=self.entry or func.name,
             text=text,
             params=params,
             launch=launch,
             target_string=str(self.target),
             vector_alignment=tuple(sorted(vector_alignment.items())),
+            symbol=symbol,
         )
 
     def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:
