@@ -56,8 +56,10 @@ def test_plain_double_buffer_is_two_stages_with_async_fills():
 
 
 def test_tensorcore_gemm_pipeline_and_raster_order():
-    text = source_of(512, 512, 256)  # default: 3 stages, groups of 4 block rows (512 / 128)
-    assert "cp.async.wait_group 1;" in text and "tf_mma_sync<64, 64, 32>" in text
+    text = source_of(512, 512, 256)  # default: 4 stages, groups of 4 block rows (512 / 128)
+    assert "cp.async.wait_group 2;" in text and "tf_mma_sync<64, 64, 32>" in text
+    loop = text[text.index("for (int k_outer") :]  # 3+ stages: the refill follows the mma
+    assert loop.index("__syncthreads()") < loop.index("tf_mma_sync") < loop.index("tf_cp_async")
     assert "grid=(16, 1, 1)" in text  # one fused block index: 4 x 4 blocks
     text = source_of(256, 256, 128, tiles=TensorCoreTiles(128, 128, 32, 64, 64, 1, 1))
     assert "cp.async" not in text and "grid=(2, 2, 1)" in text

@@ -40,7 +40,7 @@ class TensorCoreTiles:
     block_k: int = 32
     warp_m: int = 64
     warp_n: int = 64
-    stages: int = 3
+    stages: int = 4
     group_m: int = 8
 
     @property
@@ -65,7 +65,8 @@ class TensorCoreTiles:
         block_k = _largest_divisor(k, (32, 16))
         warp_m = min(64, block_m)
         warp_n = min(64, block_n) if block_m >= 64 else min(32, block_n)
-        return TensorCoreTiles(block_m, block_n, block_k, warp_m, warp_n)
+        stages = min(4, k // block_k)  # a copy per k step in flight, at most 4
+        return TensorCoreTiles(block_m, block_n, block_k, warp_m, warp_n, stages)
 
     @staticmethod
     def define(cfg, m: int, n: int, k: int) -> TensorCoreTiles:
