@@ -4,6 +4,7 @@ Each case runs in its own Python process, so a segfault or an abort fails the te
 killing the test run: the process must exit normally and print the error (or result) expected.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -193,3 +194,216 @@ print("errors", [(r["config"]["knobs"], r["result"]["error_no"]) for r in rows i
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# -- int64 indexing -------------------------------------------------------------------------------
+
+INT64_CASES = """
+from tensorforge.ir.expr import BufferLoad
+from tensorforge.ir.stmt import Allocate, BufferStore, For
+from tensorforge.ir.visit import walk
+
+def index_dtypes(func):
+    return sorted({n.indices[0].dtype for n in walk(func.body) if isinstance(n, (BufferLoad, BufferStore))})
+
+def loop_dtypes(func):
+    return sorted({n.var.dtype for n in walk(func.body) if isinstance(n, For)})
+"""
+
+
+def test_big_constant_shape_lowers_with_int64_offsets():
+    out = run_case(
+        INT64_CASES
+        + """
+A = te.placeholder((65536, 65536), name="A")
+B = te.compute((65536, 65536), lambda i, j: A[i, j] + 1.0, name="B")
+s = te.create_schedule(B.op)
+print("plain", index_dtypes(tf.lower(s, [A, B])))
+s = te.create_schedule(B.op)
+fused = s[B].fuse(*B.op.axis)
+print("fused", fused.var.dtype, loop_dtypes(tf.lower(s, [A, B])))
+small = te.placeholder((4096, 4096), name="S")
+T = te.compute((4096, 4096), lambda i, j: small[i, j] * 2.0, name="T")
+s = te.create_schedule(T.op)
+s[T].fuse(*T.op.axis)
+print("small", index_dtypes(tf.lower(s, [small, T])), loop_dtypes(tf.lower(s, [small, T])))
+"""
+    )
+    assert "plain ['int64']" in out
+    assert "fused int64 ['int64']" in out
+    assert "small ['int32'] ['int32']" in out  # what fits int32 stays int32
+
+
+def test_symbolic_shapes_lower_with_int64_offsets_and_run():
+    out = run_case(
+        INT64_CASES
+        + """
+n, m = te.var("n"), te.var("m")
+A = te.placeholder((n, m), name="A")
+T = te.compute((n, m), lambda i, j: A[i, j] + 1.0, name="T")  # an intermediate: n*m elements
+B = te.compute((n, m), lambda i, j: T[i, j] * 2.0, name="B")
+s = te.create_schedule(B.op)
+fused = s[B].fuse(*B.op.axis)
+outer, inner = s[B].split(fused, factor=4)
+func = tf.lower(s, [A, B])
+sizes = [n.extent.dtype for n in walk(func.body) if isinstance(n, Allocate)]
+print("lowered", index_dtypes(func), loop_dtypes(func), sizes)
+f = tf.build(s, [A, B])
+rng = np.random.default_rng(1)
+for shape in [(7, 13), (1, 1), (3, 1), (17, 5)]:
+    a = rng.random(shape, dtype="float32")
+    b = np.empty_like(a)
+    f(a, b)
+    np.testing.assert_allclose(b, (a + 1) * 2, rtol=1e-6)
+print("ran")
+"""
+    )
+    assert "lowered ['int64'] ['int32', 'int64'] ['int64']" in out  # the fused loop is int64
+    assert "ran" in out
+
+
+def test_int64_index_arithmetic_with_large_constants_runs():
+    out = run_case(
+        INT64_CASES
+        + """
+X = te.placeholder((97,), name="X")
+# products past 2**31 in the index, but every element read exists
+Y = te.compute((50,), lambda i: X[(i.astype("int64") * 3_000_000_019 + 2**40) % 97], name="Y")
+Z = te.compute((50,), lambda i: X[(i.astype("int64") * 65536 * 65536 + 5) % 97] + Y[i], name="Z")
+s = te.create_schedule(Z.op)
+print("lowered", index_dtypes(tf.lower(s, [X, Z])))
+f = tf.build(s, [X, Z])
+x = np.random.default_rng(2).random(97, dtype="float32")
+z = np.empty(50, "float32")
+f(x, z)
+i = np.arange(50, dtype=object)
+y_idx = ((i * 3_000_000_019 + 2**40) % 97).astype(np.int64)
+z_idx = ((i * 65536 * 65536 + 5) % 97).astype(np.int64)
+np.testing.assert_allclose(z, x[z_idx] + x[y_idx], rtol=1e-6)
+print("ran")
+"""
+    )
+    assert "lowered ['int32', 'int64']" in out
+    assert "ran" in out
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+TEMPLATE_FILE = """
+from tensorforge import te, tune
+
+
+@tune.template("misuse/cli_scale")
+def cli_scale(n, dtype):
+    A = te.placeholder((n,), name="A", dtype=dtype)
+    B = te.compute((n,), lambda i: A[i] * 3.0, name="B")
+    s = te.create_schedule(B.op)
+    cfg = tune.get_config()
+    cfg.define_split("split", B.op.axis[0], num_outputs=2)
+    cfg.define_knob("pad", list(range(64)))
+    cfg["split"].apply(s, B, B.op.axis[0])
+    return s, [A, B]
+"""
+
+
+def cli(tmp_path, *args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-m", "tensorforge", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+def test_cli_mistakes_are_answered_in_one_line(tmp_path):
+    (tmp_path / "tmpl.py").write_text(TEMPLATE_FILE)
+    (tmp_path / "broken.py").write_text("raise ValueError('oops')\n")
+    template = f"{tmp_path / 'tmpl.py'}:cli_scale"
+    cases = [
+        (["tune", "--template", template, "--args", "[64]"], "takes (n, dtype); --args gave 1"),
+        (["tune", "--template", template, "--args", "[64, "], "--args is not valid JSON"),
+        (["tune", "--template", template, "--args", '{"n": 1}'], "--args must be a JSON list"),
+        (
+            ["tune", "--template", template, "--args", '[64, "float32"]', "--log", "/no/dir/x"],
+            "cannot write the log '/no/dir/x'",
+        ),
+        (["tune", "--template", "/no/such.py:f"], "no such file '/no/such.py'"),
+        (["tune", "--template", f"{tmp_path / 'broken.py'}:f"], "ValueError: oops"),
+        (["tune", "nosuchop"], "invalid choice: 'nosuchop'"),
+        (["log", "show", "/no/such.jsonl"], "no such file '/no/such.jsonl'"),
+        (["frobnicate"], "unknown command 'frobnicate'"),
+    ]
+    for args, expected in cases:
+        result = cli(tmp_path, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+        last = result.stderr.strip().splitlines()[-1]
+        assert expected in last, (args, result.stderr)
+    version = cli(tmp_path, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("tensorforge 0.")
+
+
+def test_cli_trials_is_the_total_and_resume_counts_toward_it(tmp_path):
+    (tmp_path / "tmpl.py").write_text(TEMPLATE_FILE)
+    template = f"{tmp_path / 'tmpl.py'}:cli_scale"
+    common = ["--args", '[64, "float32"]', "--log", "log.jsonl", "--tuner", "random", "--seed", "0"]
+    common += ["--number", "1", "--repeat", "1", "--no-progress"]
+    first = cli(tmp_path, "tune", "--template", template, "--trials", "3", *common)
+    assert first.returncode == 0, first.stderr
+    assert "with tune.apply_history_best('log.jsonl')" in first.stdout
+    assert "s, args = cli_scale(64, 'float32')" in first.stdout  # the function to call
+    second = cli(tmp_path, "tune", "--template", template, "--trials", "5", *common)
+    assert second.returncode == 0, second.stderr
+    assert "3 trials already in log.jsonl count toward --trials 5; measuring up to 2 more" in (
+        second.stdout
+    )
+    assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 5
+
+
+def test_cli_ctrl_c_during_tune_says_what_was_saved(tmp_path):
+    import signal
+    import time
+
+    (tmp_path / "tmpl.py").write_text(TEMPLATE_FILE)
+    log = tmp_path / "log.jsonl"
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tensorforge",
+            "tune",
+            "--template",
+            f"{tmp_path / 'tmpl.py'}:cli_scale",
+        ]
+        + ["--args", '[64, "float32"]', "--log", str(log), "--trials", "5000", "--tuner", "random"]
+        + ["--number", "1", "--repeat", "1", "--n-parallel", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group: SIGINT reaches it and its workers, as a Ctrl-C does
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    records = 0
+    for line in log.read_text().splitlines():  # a record cut off by the interrupt is not one
+        try:
+            json.loads(line)
+            records += 1
+        except ValueError:
+            pass
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted: {records} records in {log}; run again to resume"
+    ), err
+    assert proc.returncode == 130

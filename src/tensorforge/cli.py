@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tensorforge.errors import TensorForgeError
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -16,8 +18,18 @@ def main(argv: list[str] | None = None) -> int:
         "log": _log,
         "ray-resources": _ray_resources,
     }
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: tensorforge {demo,info,tune,bench,log} ...\n")
+    if argv and argv[0] in ("-V", "--version"):
+        print(f"tensorforge {_version()}")
+        return 0
+    if argv and argv[0] not in commands and argv[0] not in ("-h", "--help"):
+        known = ", ".join(commands)
+        print(
+            f"tensorforge: unknown command {argv[0]!r}; one of: {known} (or --help)",
+            file=sys.stderr,
+        )
+        return 2
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: tensorforge [--version] {demo,info,tune,bench,log} ...\n")
         print("  demo        declare, schedule, tune briefly and build a matmul and a fused")
         print("              element-wise kernel for this CPU; print the IR and speed beside NumPy")
         print("  info        versions, CPU target and features, CUDA availability, cache dir")
@@ -26,8 +38,21 @@ def main(argv: list[str] | None = None) -> int:
         print("  log show    best records of a tuning log (and a tuning-curve plot)")
         print("  ray-resources  the Ray resources this machine offers for measuring (JSON),")
         print("              for `ray start --resources` (docs/distributed-tuning.md)")
-        return 0 if argv and argv[0] in ("-h", "--help") else (2 if argv else 0)
-    return int(commands[argv[0]](argv[1:]) or 0)
+        return 0
+    try:
+        return int(commands[argv[0]](argv[1:]) or 0)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except TensorForgeError as e:  # a user's mistake: one line, no traceback
+        print(f"tensorforge {argv[0]}: {e}", file=sys.stderr)
+        return 2
+
+
+def _version() -> str:
+    import tensorforge
+
+    return tensorforge.__version__
 
 
 def _demo(argv: list[str]) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp
 from tensorforge.ir.passes.guard_thread_extents import guard_thread_extents
 from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
+from tensorforge.ir.passes.lower_thread_allreduce import lower_thread_allreduce
 from tensorforge.ir.stmt import (
     Allocate,
     BufferStore,
@@ -407,7 +408,7 @@ def row_reduce(rows=64, extent=128, reducer="sum") -> Kernel:
             a = x["A"].reshape(rows, extent)
             return {"B_i": a.argmax(axis=1).astype(np.int32), "B_v": a.max(axis=1)}
 
-    body = bind(i, rows, "blockIdx.x", body)
+    body = lower_thread_allreduce(bind(i, rows, "blockIdx.x", body))
     return Kernel(
         PrimFunc(f"row_{reducer}_{extent}", params, body),
         lambda rng: {"A": _rand(rows * extent, rng)},
@@ -437,7 +438,7 @@ def block_reduce(rows_per_block=4, extent=100, axis="x", blocks=8) -> Kernel:
     loops = bind(
         r, rows_per_block, f"threadIdx.{other}", bind(k, extent, f"threadIdx.{axis}", inner)
     )
-    body = bind(b, blocks, "blockIdx.x", Allocate(red, c(1), loops))
+    body = lower_thread_allreduce(bind(b, blocks, "blockIdx.x", Allocate(red, c(1), loops)))
     return Kernel(
         PrimFunc(f"block_reduce_{axis}_{rows_per_block}x{extent}", (A, B), body),
         lambda rng: {"A": _rand(rows * extent, rng)},
@@ -479,7 +480,7 @@ def guarded_reduce(rows=16, extent=100) -> Kernel:
             ),
         ),
     )
-    body = guard_thread_extents(insert_thread_syncs(body))
+    body = lower_thread_allreduce(guard_thread_extents(insert_thread_syncs(body)))
     return Kernel(
         PrimFunc("guarded_reduce", (A, B), body),
         lambda rng: {"A": _rand(rows * 128, rng)},

@@ -142,7 +142,8 @@ def test_guarded_allreduce_runs_in_all_threads():
     k_line = next(line for line in lines if "const int k = " in line)
     # a divergent `if (k < 100)` around the shuffles and barriers would hang the block
     assert _indent(reduce_line) == _indent(k_line)
-    assert any("red_active" in line for line in lines)  # threads beyond 100 add the identity
+    # threads beyond 100 add the identity
+    assert any("if ((((int)threadIdx.x) < 100) && (k < 100)) {" in line for line in lines)
     store_line = next(line for line in lines if "B[i] = red[0];" in line)
     assert lines.index(store_line) > lines.index(reduce_line)
     assert any(line.strip() == "if (k < 100) {" for line in lines[lines.index(reduce_line) :])
@@ -291,3 +292,20 @@ def test_grid_expression_is_evaluated_from_scalar_args():
     assert [entry([0, 0, 0, 1000]) for entry in executable._grid] == [8, 1, 1]
     assert [entry([0, 0, 0, 1024]) for entry in executable._grid] == [8, 1, 1]
     assert [entry([0, 0, 0, 1025]) for entry in executable._grid] == [9, 1, 1]
+
+
+def test_narrow_integer_reduction_shuffles_through_int(tmp_path):
+    from tensorforge.ir.passes.lower_thread_allreduce import lower_thread_allreduce
+    from tensorforge.ir.stmt import IfThenElse, ThreadAllReduce
+    from tests.codegen.cuda_kernel_builders import sum_reducer
+
+    A, B = buf("A", 64, "int8"), buf("B", 1, "int8")
+    red = buf("red", 1, "int8", "local")
+    k = Var("k")
+    allreduce = ThreadAllReduce(sum_reducer("int8"), (load(A, k),), (red,), "threadIdx.x", 64)
+    body = Seq((allreduce, IfThenElse(k.__eq__(c(0)), store(B, c(0), load(red, c(0))))))
+    body = lower_thread_allreduce(Allocate(red, c(1), bind(k, 64, "threadIdx.x", body)))
+    text = generate(PrimFunc("narrow", (A, B), body)).text
+    assert "(signed char)__shfl_down_sync(red_mask, (int)(red[0]), 16, 32);" in text
+    if NVCC is not None:
+        nvcc_ptx(text, tmp_path)

@@ -232,3 +232,42 @@ def test_dtype_conversions_constants_embedding():
         )
 
     check(fn, x, table, ids, constants=(1,))
+
+
+def kernels_of(compiled):
+    return [s.spec.nodes for s in compiled.steps if hasattr(s, "spec")]
+
+
+def test_fusion_kinds():
+    x, w, b = rand(6, 13, seed=22), rand(17, 13, seed=23), rand(17, seed=24)
+
+    def fn(x, w, b):
+        chain = torch.sigmoid(torch.relu(x) * 2 + 1)  # element-wise chain: one kernel
+        epilogue = F.gelu(F.linear(x, w, b)) + 1  # bias, activation, add on the matmul's tiles
+        rows = torch.softmax(F.layer_norm(chain, (13,)), -1)  # each row operator one kernel
+        return chain, epilogue, rows
+
+    compiled = check(fn, x, w, b, constants=(1, 2))
+    kernels = kernels_of(compiled)
+    assert ("relu", "mul", "add", "sigmoid") in kernels
+    assert any({"addmm", "gelu", "add_1"} <= set(k) for k in kernels)
+    assert len(kernels) == 4  # chain, matmul + epilogue, layer norm, softmax
+
+
+def test_check_and_report_name_the_kernels(capsys):
+    from tensorforge.graph.report import Checked
+
+    x = rand(4, 9, seed=25)
+
+    def fn(x):
+        return (torch.softmax(x * 3, -1), torch.sin(x).sum(-1))
+
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    compiled = compile_aten(gm, [x], {}, Options(check=True, report=True))
+    assert isinstance(compiled, Checked)
+    got = compiled([x])
+    assert torch.allclose(got[0], fn(x)[0], atol=1e-6)
+    err = capsys.readouterr().err
+    assert "check: largest error" in err and "EAGER aten.sin" in err and "_softmax" in err
+    assert compiled.worst is not None and compiled.worst.error < 1e-5
+    assert compiled.first_failure is None

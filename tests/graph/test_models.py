@@ -50,3 +50,17 @@ def test_an_unsupported_operator_runs_eagerly_inside_the_graph(capsys):
     assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
     report = capsys.readouterr().err
     assert "EAGER aten.sin" in report and "EAGER aten.cumsum" in report
+
+
+def test_the_backend_is_registered_by_name():
+    from importlib.metadata import entry_points
+
+    names = [ep.name for ep in entry_points(group="torch_dynamo_backends")]
+    if "tensorforge" not in names:
+        pytest.skip("tensorforge is not installed (pip install -e .): no entry point to find")
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(2, 37)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        got = torch.compile(model, backend="tensorforge", options={"target": "llvm"})(x)
+        assert relative_error(got, model(x)) < 1e-5

@@ -46,8 +46,8 @@ def main(X: float32[n, 8], Y: float32[n], n: int32):
     for r in range(n):  # parallel
         Y[r] = -inf
         for k in range(8):
-            if X[r * 8 + k] > 0.0:
-                Y[r] = max(Y[r], X[r * 8 + k])"""
+            if X[int64(r) * int64(8) + int64(k)] > 0.0:
+                Y[r] = max(Y[r], X[int64(r) * int64(8) + int64(k)])"""
     )
 
 

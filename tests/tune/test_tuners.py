@@ -64,6 +64,17 @@ def test_xgb_tuner_repeats_under_a_seed(task):
 
 
 @needs_xgboost
+def test_xgb_tuner_uses_its_model_after_a_few_random_trials(task):
+    tuner = tune.XGBTuner(task, feature_type="knob", n_candidates=64, seed=0)  # plan_size 32
+    batches = []
+    original = tuner.next_batch
+    tuner.next_batch = lambda n: batches.append(original(n)) or batches[-1]
+    tuner.tune(16, fake_option())
+    assert len(batches[0]) == 8  # random warm-up, then the model ranks the next batch
+    assert tuner.knob_model.trained and tuner._fitted_on >= 8
+
+
+@needs_xgboost
 def test_load_history_resumes_without_remeasuring(task, tmp_path):
     log = tmp_path / "log.jsonl"
     first = tune.RandomTuner(task, seed=0)

@@ -3,7 +3,7 @@
 The whole PrimFunc body is device code and runs in every thread: a THREAD_BINDING loop becomes
 its index (`int tx = (int)threadIdx.x;`), other loops stay loops in each thread. The launch
 geometry comes from the bound loops (cuda_launch.py); expressions are printed by cuda_expr.py and
-ThreadAllReduce by cuda_allreduce.py. Shared memory is static (`__shared__ T name[n];`) up to
+a ThreadAllReduce must have been lowered (lower_thread_allreduce). Shared memory is static (`__shared__ T name[n];`) up to
 48 KiB per block and one dynamic `extern __shared__` buffer carved into arrays above that.
 """
 
@@ -16,9 +16,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
-from tensorforge.codegen.cuda_allreduce import emit_allreduce, plan_allreduce, scratch_bytes
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
-from tensorforge.codegen.cuda_intrin import ASYNC_WAIT, async_copy_lines, warp_fragment_size
+from tensorforge.codegen.cuda_intrin import (
+    ASYNC_COMMIT,
+    ASYNC_WAIT,
+    async_copy_lines,
+    async_wait_group,
+    warp_fragment_size,
+)
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
@@ -137,16 +142,16 @@ class _KernelWriter:
         self.printer = ExprPrinter(self.names)
         self.body_lines: list[str] = []
         self.depth = 1
-        self.allreduce_plans: dict[int, Any] = {}
         self.shared_offsets: dict[Any, int] = {}
         self.dynamic_shared = False
         self.shared_bytes = 0
         self.threads: ThreadExtents
         self.async_buffers: set[str] = set()  # double-buffered shared tiles (cp.async fills)
         self.async_copies = False  # a cp.async was issued: barriers wait for copies first
-        self.async_depth = 0  # inside loops marked pragma "async_copy"
+        self.async_depth = 0  # inside fills of multi-buffered tiles (or loops pragma "async_copy")
+        self.async_wait: int | None = None  # the next barrier waits for all but this many groups
 
-    # -- output helpers (also used by cuda_allreduce) -------------------------------------------
+    # -- output helpers -------------------------------------------
     def line(self, text: str) -> None:
         self.body_lines.append("  " * self.depth + text)
 
@@ -180,7 +185,7 @@ class _KernelWriter:
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
         body = func.body
-        entry = self.names.fresh(self.entry or f"{func.name}_kernel")
+        symbol = self.names.fresh(self.entry or f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
         self._plan_shared(body)
         self._stmt(body)
@@ -208,7 +213,7 @@ class _KernelWriter:
         params_text = ",\n    ".join(decls)
         self.kernel_text = "\n".join(
             [
-                f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(\n    {params_text}) {{',
+                f'extern "C" __global__ void __launch_bounds__({threads}) {symbol}(\n    {params_text}) {{',
                 *(
                     ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
                     if self.dynamic_shared
@@ -221,7 +226,7 @@ class _KernelWriter:
         )
         head = [f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})"]
         text = "\n".join([*head, launch_note, *note, *self.preamble, "", self.kernel_text])
-        self.kernel_text = "\n".join([f"// {entry}: {launch_note[3:]}", *note, self.kernel_text])
+        self.kernel_text = "\n".join([f"// {symbol}: {launch_note[3:]}", *note, self.kernel_text])
         vector_alignment = {
             c_to_param[name]: align
             for name, align in self.printer.vector_params.items()
@@ -229,12 +234,13 @@ class _KernelWriter:
         }
         return KernelSource(
             target="cuda",
-            entry=entry,
+            entry=self.entry or func.name,
             text=text,
             params=params,
             launch=launch,
             target_string=str(self.target),
             vector_alignment=tuple(sorted(vector_alignment.items())),
+            symbol=symbol,
         )
 
     def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:
@@ -274,18 +280,12 @@ class _KernelWriter:
         return decls, tuple(params), c_to_param
 
     def _plan_shared(self, body: Stmt) -> None:
-        """Sizes and offsets of every shared array (allocations and reduction scratch)."""
+        """Sizes and offsets of every shared array."""
         items: list[tuple[Any, int]] = []
         for node in walk(body):
             if isinstance(node, Allocate) and node.buffer.scope == "shared":
                 count = _constant_extent(node)
                 items.append((id(node), count * _elem_bytes(node.buffer.dtype)))
-            elif isinstance(node, ThreadAllReduce):
-                plan = plan_allreduce(node, self.threads.launch.block)
-                self.allreduce_plans[id(node)] = plan
-                for i, size in enumerate(scratch_bytes(node, plan)):
-                    if size:
-                        items.append(((id(node), i), size))
         offset = 0
         for key, size in items:
             self.shared_offsets[key] = offset
@@ -329,10 +329,29 @@ class _KernelWriter:
                     self.line(f"(void)({p(v)});")
             case Sync():
                 if self.async_copies:
-                    self.line(ASYNC_WAIT)
+                    pending = self.async_wait
+                    self.line(ASYNC_WAIT if pending is None else async_wait_group(pending))
                 self.line("__syncthreads();")
+            case Attr(key="async_commit", body=body):  # a fill of a multi-buffered tile
+                self.async_depth += 1
+                try:
+                    self._stmt(body)
+                finally:
+                    self.async_depth -= 1
+                if self.async_copies:
+                    self.line(ASYNC_COMMIT)
+            case Attr(key="async_wait", value=pending, body=body):
+                self.async_wait = int(pending)
+                try:
+                    self._stmt(body)
+                finally:
+                    self.async_wait = None
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
+            case Attr(key="thread_allreduce", value=note, body=body):
+                self.line(f"// ThreadAllReduce {note}")
+                with self.block("{"):
+                    self._stmt(body)
             case Attr(key="double_buffer_managed", value=names, body=body):
                 self.async_buffers |= set(names)  # their fills may be asynchronous copies
                 self._stmt(body)
@@ -341,7 +360,10 @@ class _KernelWriter:
                     self.line(f"// attr {key} = {value}")
                 self._stmt(body)
             case ThreadAllReduce():
-                emit_allreduce(self, s)
+                raise BuildError(
+                    f"CUDA codegen: a ThreadAllReduce over {s.thread_tag} reached codegen; run the "
+                    f"pass lower_thread_allreduce first (tf.lower does)"
+                )
             case Realize():
                 raise BuildError(
                     "CUDA codegen: Realize reached codegen; run storage flattening first"

@@ -15,6 +15,7 @@ from typing import Any
 
 from tensorforge.codegen import cuda_intrin
 from tensorforge.errors import BuildError
+from tensorforge.ir import gpu_intrin
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
 from tensorforge.ir.extern import AddressOf, WholeBuffer
 from tensorforge.te import dtype as dt
@@ -170,6 +171,7 @@ _FLOAT32_CALLS = {
 }
 _FLOAT64_CALLS = {name: f[:-1] for name, f in _FLOAT32_CALLS.items()}
 
+_SMALL_INTS = {"bool", "signed char", "short", "unsigned char", "unsigned short"}
 _LARGE = 1 << 30  # "divisible by anything we ask about" (the constant 0)
 
 
@@ -507,6 +509,8 @@ class ExprPrinter:
                     text = p(v, lane) if src == "float32" else f"(float)({p(v, lane)})"
                     return f"{HALF_TYPES[dst][1]}({text})"
                 return f"(({ctype(d)})({p(v, lane)}))"
+            case E.Call(name=name, args=args) if name in gpu_intrin.GPU_INTRINSICS:
+                return self._gpu_call(name, [p(a, lane) for a in args], e.dtype)
             case E.Call(name=name, args=args):
                 return self._call(name, [p(a, lane) for a in args], e.dtype)
             case ExternCall():
@@ -583,6 +587,18 @@ class ExprPrinter:
         if base in ("int32", "int64", "uint32", "uint64"):
             return f"{word}({a}, {b})"
         return f"(({ctype(dtype)}){word}((int)({a}), (int)({b})))"
+
+    def _gpu_call(self, name: str, args: list[str], dtype: str) -> str:
+        """Thread indices and warp shuffles (ir/gpu_intrin.py); shuffles of types narrower than
+        32 bits go through int."""
+        if name == gpu_intrin.THREAD_INDEX:
+            return f"((int)threadIdx.{'xyz'[int(args[0])]})"
+        mask, value, lane, width = args
+        fn = "__shfl_down_sync" if name == gpu_intrin.WARP_SHUFFLE_DOWN else "__shfl_sync"
+        t = ctype(dtype)
+        if t in _SMALL_INTS:
+            return f"(({t}){fn}({mask}, (int)({value}), {lane}, {width}))"
+        return f"{fn}({mask}, {value}, {lane}, {width})"
 
     def _call(self, name: str, args: list[str], dtype: str) -> str:
         base = dt.element_of(dtype)

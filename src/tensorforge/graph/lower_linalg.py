@@ -50,6 +50,10 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     info = {}
     if constant is not None and ctx.target.kind == "llvm":
         mr, nr = matmul_tiles(ctx.target, dtype)
+        if isinstance(n, int) and n <= 2:
+            # a matrix-vector product: one or two rows of accumulators, so wider panels keep
+            # 8 independent FMA chains in flight (two would wait on each other's latency)
+            nr = ctx.target.vector_lanes(dtype) * 8 // n
         packed = ctx.add_constant(pack_panels(constant, nr), f"{node.name}_packed")
         info = {"mr": mr, "nr": nr}
         b_at = lambda kk, j: packed.at((j // nr, kk, j % nr))  # noqa: E731
@@ -202,11 +206,13 @@ def _as_matmul(ctx, shape, stride, KH: int, KW: int) -> bool:
         return False
     OW = shape[3]
     lanes = ctx.target.vector_lanes("float32")
+    tile = lanes * (-(-OW // lanes) if isinstance(OW, int) and OW <= 4 * lanes else 3)
     return (
         (KH == 1 and KW == 1)
         or tuple(stride) != (1, 1)
         or not isinstance(OW, int)
         or OW < 2 * lanes
+        or OW % tile != 0  # the direct schedule's partial row tile is guarded throughout
     )
 
 

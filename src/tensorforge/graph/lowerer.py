@@ -201,6 +201,9 @@ class Lowerer:
             shape, at = value.anchor.info["shape"], value.at_anchor
         else:
             shape, at = value.shape, value.at
+        if not shape:  # a scalar is computed as one element: a kernel needs a loop to bind
+            shape, scalar_at = (1,), at
+            at = lambda idx: scalar_at(())  # noqa: E731
         node = node or value.name
         name = self.unique(node or (value.nodes[-1] if value.nodes else "t"))
         buf = Buffer(name, shape, value.dtype, kind, node if _same(shape, value.shape) else None)

@@ -25,6 +25,7 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
         from tensorforge.ir.passes.guard_thread_extents import guard_thread_extents
         from tensorforge.ir.passes.inject_double_buffer import inject_double_buffer
         from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
+        from tensorforge.ir.passes.lower_thread_allreduce import lower_thread_allreduce
         from tensorforge.ir.passes.split_device_kernels import split_device_kernels
 
         gpu_only = [
@@ -32,6 +33,7 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
             inject_double_buffer,  # double_buffer() marks -> two copies, fill ahead
             insert_thread_syncs,  # __syncthreads() between shared writes and reads
             guard_thread_extents,  # thread loops take their launch extent, guarded if smaller
+            lower_thread_allreduce,  # cross-thread reductions -> warp shuffles, shared memory, barriers
         ]
     return [
         flatten_storage,  # n-d buffer access -> 1-d offsets, Realize -> Allocate

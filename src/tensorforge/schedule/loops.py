@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import Interval, simplify_expr
+from tensorforge.ir.arith.index_dtype import widen
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.stmt import (
     Allocate,
@@ -347,7 +348,7 @@ class _StageNest:
             if d in self.info.guard_axes:
                 index = self.info.mins[iv] + values[iv]
                 preds.append(GE(index, const(0, index.dtype)))
-                preds.append(LT(index, iv.dom.extent))
+                preds.append(LT(index, widen(iv.dom.extent, index.dtype)))  # int64 index
         out = []
         for p in preds:
             p = simplify_expr(p, self.b.ranges)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorforge.ir.arith import simplify_expr
+from tensorforge.ir.arith.index_dtype import narrow, widen
 from tensorforge.ir.stmt import LoopKind
 from tensorforge.te.expr import LT, Const, Expr
 from tensorforge.te.tensor import IterVar
@@ -85,7 +86,8 @@ class Split:
         self, values: Mapping[IterVar, Expr], extents: Mapping[IterVar, Expr]
     ) -> tuple[Expr, ...]:
         # the last outer iteration of a non-divisible split runs past the parent's extent
-        return (LT(values[self.parent], extents[self.parent]),)
+        value = values[self.parent]
+        return (LT(value, widen(extents[self.parent], value.dtype)),)
 
     def tail_of(self, loop: IterVar, extents: Mapping[IterVar, Expr]) -> Tail | None:
         """The peeled tail when `loop` is this split's outer loop and its tail mode asks for one
@@ -122,14 +124,20 @@ class Fuse:
         return (self.fused,)
 
     def derived_extents(self, extents: Mapping[IterVar, Expr]) -> dict[IterVar, Expr]:
-        return {self.fused: simplify_expr(extents[self.outer] * extents[self.inner])}
+        dtype = self.fused.var.dtype  # int64 where the product can pass int32 (Stage.fuse)
+        outer, inner = widen(extents[self.outer], dtype), widen(extents[self.inner], dtype)
+        return {self.fused: simplify_expr(outer * inner)}
 
     def source_values(
         self, values: Mapping[IterVar, Expr], extents: Mapping[IterVar, Expr]
     ) -> dict[IterVar, Expr]:
-        inner_extent = extents[self.inner]
         fused = values[self.fused]
-        return {self.outer: fused // inner_extent, self.inner: fused % inner_extent}
+        inner_extent = widen(extents[self.inner], fused.dtype)
+        # each part lies inside its own extent, so it narrows back to its own dtype exactly
+        return {
+            self.outer: narrow(fused // inner_extent, self.outer.var.dtype),
+            self.inner: narrow(fused % inner_extent, self.inner.var.dtype),
+        }
 
     def guards(
         self, values: Mapping[IterVar, Expr], extents: Mapping[IterVar, Expr]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
+from tensorforge.ir.arith.index_dtype import INT32_MAX, max_value
 from tensorforge.ir.stmt import LoopKind
 from tensorforge.schedule.relations import TAIL_MODES, Fuse, IterAttr, Relation, Split
 from tensorforge.te import dtype as dt
@@ -43,6 +44,7 @@ class Stage:
         self.scope_explicit = False  # else inferred from the GPU loops around the attach point
         self.storage_align_: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
         self.double_buffered = False
+        self.buffer_stages = 2  # copies of a double_buffer()ed tile (an N-stage pipeline)
         self.prefetches: list[tuple[Tensor, IterVar, int]] = []  # (tensor, loop, iterations ahead)
         # (consumer stage whose output lines are fetched writable, loop, iterations ahead)
         self.write_prefetches: list[tuple[Stage, IterVar, int]] = []
@@ -97,9 +99,25 @@ class Stage:
         differs = f", a different object from the leaf '{axis.name}'" if same_name else ""
         return f"(it belongs to another stage): this '{axis.name}' is {where}{differs}"
 
-    def _new_iv(self, name: str, like: IterVar) -> IterVar:
+    def _may_pass_int32(self, *axes: IterVar) -> bool:
+        """Whether the product of these axes' extents (bounded by the axes' domains, each
+        symbolic size up to its dtype's maximum) can pass int32."""
+        extents: dict[IterVar, Expr] = {
+            iv: iv.dom.extent for iv in self.all_iter_vars if iv.dom is not None
+        }
+        for rel in self.relations:
+            if all(src in extents for src in rel.sources):
+                extents.update(rel.derived_extents(extents))
+        bound = 1.0
+        for a in axes:
+            if a not in extents:
+                return True
+            bound *= max(0.0, max_value(extents[a]))
+        return bound > INT32_MAX
+
+    def _new_iv(self, name: str, like: IterVar, dtype: str | None = None) -> IterVar:
         kind = like.kind if like.kind is not IterKind.THREAD else IterKind.DATA_PAR
-        iv = IterVar(Var(name, like.var.dtype), None, kind)
+        iv = IterVar(Var(name, dtype or like.var.dtype), None, kind)
         self.all_iter_vars.append(iv)
         return iv
 
@@ -176,7 +194,8 @@ class Stage:
             )
         fused = axes[0]
         for inner in axes[1:]:
-            new = self._new_iv(f"{fused.name}.{inner.name}.fused", fused)
+            wide = self._may_pass_int32(fused, inner)  # (65536, 65536) fused: an int64 loop
+            new = self._new_iv(f"{fused.name}.{inner.name}.fused", fused, "int64" if wide else None)
             self.relations.append(Fuse(fused, inner, new))
             pos = self.leaf_iter_vars.index(fused)
             self.leaf_iter_vars[pos : pos + 2] = [new]
@@ -376,9 +395,17 @@ class Stage:
             )
         self.storage_align_[root.index(axis)] = (int(factor), int(offset))
 
-    def double_buffer(self) -> None:
+    def double_buffer(self, stages: int = 2) -> None:
+        """Keep `stages` copies of this stage's tile where a serial loop refills it: the fills
+        of the next `stages - 1` iterations run ahead of the compute (on the GPU as `cp.async`
+        copies where the fill is a plain copy of global memory, sm_80+); one barrier a step."""
         self._check_compute("double_buffer")
+        if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
+            raise ScheduleError(
+                f"double_buffer on '{self.name}': stages must be an int from 2 to 8, got {stages!r}"
+            )
         self.double_buffered = True
+        self.buffer_stages = stages
 
     def prefetch(self, tensor: Tensor, axis: IterVar, offset: Any) -> None:
         """At the top of each iteration of loop `axis`, prefetch the part of `tensor` that this

@@ -34,7 +34,7 @@ class Range:
             lo, hi = as_expr(value[0]), as_expr(value[1])
             extent = hi - lo
             if isinstance(lo, Const) and isinstance(hi, Const):
-                extent = const(hi.value - lo.value, "int32")
+                extent = const(hi.value - lo.value)  # int64 past int32's range
             return Range(lo, extent)
         return Range(const(0), as_expr(value))
 
@@ -242,6 +242,11 @@ def _shape(shape: Any, what: str) -> tuple[Expr, ...]:
     return tuple(out)
 
 
+def _index_dtype(extent: Expr) -> str:
+    """The dtype of a loop over `extent`: int64 for an int64 extent, else int32."""
+    return "int64" if extent.dtype == "int64" else "int32"
+
+
 def _as_expr_in(value: Any, what: str) -> Expr:
     """as_expr, with an error that says where the bad value came from."""
     try:
@@ -265,7 +270,8 @@ def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
     """A reduction axis over `dom` = (lo, hi)."""
     if not (isinstance(dom, (tuple, list)) and len(dom) == 2):
         raise ExprError(f"reduce_axis '{name}': dom must be a (lo, hi) pair, got {dom!r}")
-    return IterVar(Var(name), Range.of(dom), IterKind.REDUCE)
+    rng = Range.of(dom)
+    return IterVar(Var(name, _index_dtype(rng.extent)), rng, IterKind.REDUCE)
 
 
 def thread_axis(dom: Any = None, tag: str = "", name: str = "") -> IterVar:
@@ -304,7 +310,11 @@ def compute(
                 f"compute '{name}': fcompute takes {len(names)} indices but the shape has "
                 f"{len(extents)} dimensions"
             )
-    axis = tuple(IterVar(Var(n), Range(const(0), e)) for n, e in zip(names, extents))
+    # an axis is as wide as its extent: a (2**31 + 5,) shape has an int64 axis, as in TVM
+    axis = tuple(
+        IterVar(Var(n, _index_dtype(e)), Range(const(0, _index_dtype(e)), e))
+        for n, e in zip(names, extents)
+    )
     result = fcompute(*[iv.var for iv in axis])
     bodies = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     bodies = tuple(_as_expr_in(b, f"compute '{name}': the value of fcompute") for b in bodies)

@@ -364,6 +364,59 @@ def dynamic(p: Params) -> str:
     return _module(lines, ["A"], ["C"], [(n,)], [(n,)], ref, 1e-4, 1e-5)
 
 
+# -- int64 index arithmetic: products past 2**31 inside the index, every element read exists --------
+_BIG = (2**31 + 11, 3_000_000_019, 65536 * 65537, 2**40 + 7)
+
+
+def draw_int64_index(ch: Chooser) -> Params:
+    n = len(_BIG) - 1
+    return {
+        "variant": ch.integer(0, 1),
+        "n": ch.size(),
+        "m": ch.size(),
+        "k": ch.integer(0, n),
+        "c": ch.integer(0, n),
+    }
+
+
+def int64_index(p: Params) -> str:
+    n, m, k, c = p["n"], p["m"], _BIG[p["k"]], _BIG[p["c"]]
+    if p["variant"] == 0:  # a gather through (i*K + C) % n, computed in int64
+        lines = [
+            f'X = te.placeholder(({n},), name="X")',
+            f"Y = te.compute(({m},), lambda i: "
+            f'X[(i.astype("int64") * {k} + {c}) % {n}] * 2.0, name="Y")',
+        ]
+        ref = (
+            f"    idx = ((np.arange({m}, dtype=object) * {k} + {c}) % {n}).astype(np.int64)\n"
+            "    return x.astype(np.float64)[idx] * 2\n"
+        )
+        return _module(lines, ["X"], ["Y"], [(n,)], [(m,)], ref, 1e-5, 1e-6)
+    lines = [  # a symbolic 2-d buffer (int64 offsets) read through an int64 column index
+        'r, q = te.var("r"), te.var("q")',
+        'X = te.placeholder((r, q), name="X")',
+        'Y = te.compute((r, q), lambda i, j: X[i, (j.astype("int64") * '
+        f'{k} + {c}) % q] + 1.0, name="Y")',
+    ]
+    ref = (
+        f"    idx = ((np.arange({m}, dtype=object) * {k} + {c}) % {m}).astype(np.int64)\n"
+        "    return x.astype(np.float64)[:, idx] + 1\n"
+    )
+    return _module(lines, ["X"], ["Y"], [(n, m)], [(n, m)], ref, 1e-5, 1e-6)
+
+
+# -- wide vectors: a last axis of up to 256 elements, vectorizable whole ------------------------------
+_WIDE = (64, 96, 128, 256)
+
+
+def draw_wide(ch: Chooser) -> Params:
+    return {"d0": ch.size(8), "w": ch.integer(0, len(_WIDE) - 1), "op0": ch.integer(0, 6)}
+
+
+def wide(p: Params) -> str:
+    return elementwise({"rank": 2, "d0": p["d0"], "d1": _WIDE[p["w"]], "d2": 1, "op0": p["op0"]})
+
+
 def _tuple(dims) -> str:
     dims = tuple(dims)
     return f"({dims[0]},)" if len(dims) == 1 else "(" + ", ".join(str(d) for d in dims) + ")"
@@ -399,12 +452,27 @@ FAMILIES: dict[str, tuple[Callable[[Chooser], Params], Callable[[Params], str]]]
     "conv2d": (draw_conv2d, conv2d),
     "multi_output": (draw_multi_output, multi_output),
     "dynamic": (draw_dynamic, dynamic),
+    "int64_index": (draw_int64_index, int64_index),
+    "wide": (draw_wide, wide),
 }
 
 
 # the smallest value of each parameter (the shrinker's floor): variants and flags go to 0,
 # sizes to 1
-_ZERO_OK = {"clamp", "epilogue", "layout", "op", "where", "producer", "consumer", "variant", "pad"}
+_ZERO_OK = {
+    "clamp",
+    "epilogue",
+    "layout",
+    "op",
+    "where",
+    "producer",
+    "consumer",
+    "variant",
+    "pad",
+    "k",
+    "c",
+    "w",
+}
 
 
 def param_minimum(key: str) -> int:

@@ -44,7 +44,7 @@ KNOWN_BUGS: dict[str, str] = {}
 FACTORS = (2, 4, 3, 8, 1, 5, 7, 16, 32, 6, 64)
 TAILS = ("auto", "guard", "peel")
 STRUCTURE = ("split", "tile", "fuse", "reorder", "cache_read", "cache_write", "rfactor")
-MAX_VECTOR_LANES = 64
+MAX_VECTOR_LANES = 256  # the "wide" family's last axis (up to 256) is vectorized whole
 
 
 class PrimitiveCrashed(Exception):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from tensorforge.errors import TensorForgeError
 from tensorforge.tune.template import TuneError, get_template
 
 
@@ -82,7 +84,13 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         help="the leading integer arguments of a built-in (e.g. 256 256 256)",
     )
     parser.add_argument("--target", default="llvm", help="target string (default: llvm, this CPU)")
-    parser.add_argument("--trials", type=int, default=200, help="configs to measure (default: 200)")
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=200,
+        help="trials in total, as TVM's n_trial (default: 200); a resumed log's trials count "
+        "toward it, so a rerun measures only the rest",
+    )
     parser.add_argument(
         "--log", help="log file (default: <template>.jsonl); an existing log is resumed"
     )
@@ -118,34 +126,46 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
 
         return auto_main(options)
 
+    if options.trials < 0:
+        parser.error(f"--trials must be >= 0, got {options.trials}")
+    if not options.template and not options.op:
+        parser.error(
+            f"name a built-in template ({', '.join(sorted(DEFAULT_ARGS))}) "
+            "or give --template FILE.py:NAME"
+        )
     try:
         if options.template:
             tmpl = _load_template_file(options.template)
-            args = json.loads(options.args) if options.args else []
-        elif options.op:
+            args = _parse_args(options.args, [])
+        else:
             tmpl = get_template("builtin/" + options.op)
-            args = json.loads(options.args) if options.args else list(DEFAULT_ARGS[options.op])
+            args = _parse_args(options.args, list(DEFAULT_ARGS[options.op]))
             if options.shape:
                 args[: len(options.shape)] = options.shape
-        else:
-            parser.error(
-                f"name a built-in template ({', '.join(sorted(DEFAULT_ARGS))}) "
-                "or give --template FILE.py:NAME"
-            )
-            return 2
+        _check_arity(tmpl, args)
         task = tune.create_task(tmpl, args, options.target)
         tuner = _make_tuner(options.tuner, task, options.seed)
-    except (TuneError, ValueError, json.JSONDecodeError) as e:
+        log = options.log or task.name.replace("/", "_") + ".jsonl"
+        _check_log_writable(log)
+    except KeyboardInterrupt:
+        print("\ninterrupted before tuning started", file=sys.stderr)
+        return 130
+    except TensorForgeError as e:
         print(f"tensorforge tune: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - a user's template failing: one line, no traceback
+        print(f"tensorforge tune: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
-    log = options.log or task.name.replace("/", "_") + ".jsonl"
     print(f"task: {task.name} args={task.args_json} target={task.target.split(' -mattr=')[0]}")
     print(task.config_space)
-    if os.path.exists(log):
-        resumed = tuner.load_history(log)
-        if resumed:
-            print(f"resuming: {resumed} trials already in {log}")
+    resumed = tuner.load_history(log) if os.path.exists(log) else 0
+    remaining = max(0, options.trials - resumed)
+    if resumed:
+        print(
+            f"resuming: {resumed} trials already in {log} count toward --trials {options.trials}; "
+            f"measuring up to {remaining} more"
+        )
     callbacks: list[Any] = [tune.log_to_file(log)]
     if not options.no_progress:
         callbacks.append(tune.progress_bar())
@@ -158,7 +178,15 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         check_correctness=options.check_correctness,
         runner=tune.RayRunner(address=options.ray) if options.ray else None,
     )
-    tuner.tune(options.trials, option, callbacks=callbacks, early_stopping=options.early_stopping)
+    try:
+        if remaining:
+            tuner.tune(
+                remaining, option, callbacks=callbacks, early_stopping=options.early_stopping
+            )
+    except KeyboardInterrupt:
+        count = _records_of(task, log)
+        print(f"\ninterrupted: {count} records in {log}; run again to resume", file=sys.stderr)
+        return 130
     if tuner.best_config is None:
         print(f"no config ran successfully; see the errors in {log}")
         return 1
@@ -177,6 +205,59 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         f"        s, args = {name}({', '.join(map(repr, task.args))})"
     )
     return 0
+
+
+def _parse_args(text: str | None, default: list) -> list:
+    if not text:
+        return default
+    try:
+        args = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TuneError(f"--args is not valid JSON ({e}): {text}") from None
+    if not isinstance(args, list):
+        raise TuneError(
+            f"--args must be a JSON list, e.g. '[512, 512, 512, \"float32\"]', got {text}"
+        )
+    return args
+
+
+def _check_arity(tmpl: Any, args: list) -> None:
+    """A TuneError naming the template's parameters when `args` cannot be bound to them."""
+    try:
+        signature = inspect.signature(tmpl.func)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args)
+    except TypeError:
+        raise TuneError(
+            f"template {tmpl.name!r} takes {signature}; --args gave {len(args)} value(s): "
+            f"{json.dumps(args)}"
+        ) from None
+
+
+def _check_log_writable(log: str) -> None:
+    """A TuneError now (not after the first trial) if the log cannot be appended to."""
+    if os.path.isdir(log):
+        raise TuneError(f"--log {log!r} is a directory; give a file name")
+    existed = os.path.exists(log)
+    try:
+        with open(log, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        raise TuneError(f"cannot write the log {log!r}: {e.strerror or e}") from None
+    if not existed:
+        os.remove(log)
+
+
+def _records_of(task: Any, log: str) -> int:
+    """How many records of `task` the log holds."""
+    from tensorforge.tune.records import load_records
+
+    try:
+        return sum(1 for r in load_records(log) if r.key == task.key)
+    except OSError:
+        return 0
 
 
 # -- log show ----------------------------------------------------------------------------------------
@@ -273,12 +354,24 @@ def log_show_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def trial_values(records: Sequence[Any]) -> list[float | None]:
+    """Each trial's GFLOP/s (or 1/ms where the flop count is unknown); None for a failed one."""
+    from tensorforge.tune.records import implausible
+
+    out: list[float | None] = []
+    for r in records:
+        if r.result.ok and implausible(r.result, r.flop, r.target) is None:
+            out.append(r.gflops if r.flop else 1e-3 / r.cost)
+        else:
+            out.append(None)
+    return out
+
+
 def best_so_far(records: Sequence[Any]) -> list[float]:
     """Best GFLOP/s (or 1/ms where the flop count is unknown) after each trial."""
     out, best = [], 0.0
-    for r in records:
-        if r.result.ok:
-            value = r.gflops if r.flop else 1e-3 / r.cost
+    for value in trial_values(records):
+        if value is not None:
             best = max(best, value)
         out.append(best)
     return out
@@ -289,16 +382,26 @@ def _plot(workloads: dict, path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     any_flop = False
     for key, recs in workloads.items():
-        curve = best_so_far(recs)
         any_flop |= any(r.flop for r in recs)
-        ax.plot(range(1, len(curve) + 1), curve, label=f"{key.template} {key.args}")
+        trials = list(range(1, len(recs) + 1))
+        (line,) = ax.step(
+            trials, best_so_far(recs), where="post", label=f"{key.template} {key.args}: best so far"
+        )
+        measured = [(t, v) for t, v in zip(trials, trial_values(recs)) if v is not None]
+        if measured:
+            xs, ys = zip(*measured)
+            ax.scatter(xs, ys, s=10, alpha=0.45, color=line.get_color(), label="each trial")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trials are whole numbers
+    ax.set_xlim(left=0.5)
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("trial")
-    ax.set_ylabel("best GFLOP/s so far" if any_flop else "best 1/ms so far")
-    ax.set_title("tuning curve")
+    ax.set_ylabel("GFLOP/s" if any_flop else "1/ms")
+    ax.set_title("tuning curve: best so far (line) and each trial (dots)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

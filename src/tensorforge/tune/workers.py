@@ -73,6 +73,9 @@ def _die_with_parent() -> None:
 
 
 def _child_entry(target: Callable[..., Any], *args: Any) -> None:
+    # Ctrl-C reaches the whole process group: the tuner (the parent) handles it and ends its
+    # workers; a worker ignores it, so it prints no traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     for conn in list(_parent_ends.values()):
         try:

@@ -117,16 +117,32 @@ class ExprSimplifier:
                     return fb.scaled(fa.const) if fa.is_const else fa.scaled(fb.const)
                 a2, b2 = self.visit(a), self.visit(b)  # a product of two sums stays a term
                 return LinearForm.of_term(e if a2 is a and b2 is b else Mul(a2, b2))
+            case Cast(dtype=wide, value=Cast(value=x) as v) if (
+                _widens(v.dtype, wide) and x.dtype == wide and self._fits(x, v.dtype)
+            ):
+                return self._sum_form(x)  # int64(int32(f % 64)) -> f % 64 where it fits int32
+            case Cast(dtype=wide, value=v) if _widens(v.dtype, wide):
+                return self._sum_form(v)  # int64(i*8 + j) -> int64(i)*8 + int64(j): exact (nsw)
         return self.form(self.visit(e))  # a term: simplify it on its own (it may turn linear)
 
     def form(self, e: Expr) -> LinearForm:
         return self.analyzer.form(e)
+
+    def _fits(self, e: Expr, dtype: str) -> bool:
+        lo, hi = self.analyzer.bounds(e)
+        low, high = dt.int_range(dtype)
+        return low <= lo and hi <= high
 
     def build(self, form: LinearForm, dtype: str) -> Expr:
         """The canonical expression of `form`, remembered so a parent sum reuses the form."""
         e = to_expr(form, dtype)
         self.analyzer._forms[id(e)] = (e, form)
         return e
+
+
+def _widens(narrow: str, wide: str) -> bool:
+    """A cast from the index dtype `narrow` to the wider index dtype `wide` (int32 -> int64)."""
+    return is_index_dtype(narrow) and is_index_dtype(wide) and dt.bits_of(narrow) < dt.bits_of(wide)
 
 
 def _zero(dtype: str) -> Const:

@@ -5,27 +5,37 @@ from __future__ import annotations
 from typing import Any
 
 from tensorforge.ir.arith import simplify_expr
+from tensorforge.ir.arith.index_dtype import offset_dtype, widen
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.stmt import Allocate, BufferStore, Prefetch, Realize, Stmt
 from tensorforge.ir.visit import map_children
 from tensorforge.te.expr import Expr, const
 
 
-def dense_strides(shape: tuple[Expr, ...]) -> tuple[Expr, ...]:
+def dense_strides(shape: tuple[Expr, ...], dtype: str = "int32") -> tuple[Expr, ...]:
+    """Row-major strides of `shape`, computed in the offset `dtype` (int64 for big buffers)."""
     strides: list[Expr] = []
-    running: Expr = const(1)
+    running: Expr = const(1, dtype)
     for extent in reversed(shape):
         strides.append(running)
-        running = simplify_expr(running * extent)
+        running = simplify_expr(running * widen(extent, dtype))
     return tuple(reversed(strides))
 
 
+def buffer_strides(buffer: Buffer) -> tuple[tuple[Expr, ...], str]:
+    """The buffer's strides and the dtype its offsets are computed in (ir/arith/index_dtype)."""
+    dtype = offset_dtype(buffer.shape, buffer.strides)
+    if buffer.strides:
+        return tuple(widen(s, dtype) for s in buffer.strides), dtype
+    return dense_strides(buffer.shape, dtype), dtype
+
+
 def flat_index(buffer: Buffer, indices: tuple[Expr, ...], mins: tuple[Expr, ...] | None) -> Expr:
-    strides = buffer.strides or dense_strides(buffer.shape)
-    offset: Expr = const(0)
+    strides, dtype = buffer_strides(buffer)
+    offset: Expr = const(0, dtype)
     for d, (index, stride) in enumerate(zip(indices, strides)):
         shifted = index if mins is None else index - mins[d]
-        offset = offset + shifted * stride
+        offset = offset + widen(shifted, dtype) * stride
     return simplify_expr(offset)
 
 
@@ -38,8 +48,8 @@ def _flatten(node: Any, regions: dict[int, tuple[Expr, ...]]) -> Any:
     match node:
         case Realize(buffer=buf, mins=mins, extents=_, body=body):
             inner = _flatten(body, {**regions, id(buf): mins})
-            strides = buf.strides or dense_strides(buf.shape)
-            size = simplify_expr(strides[0] * buf.shape[0]) if buf.shape else const(1)
+            strides, dtype = buffer_strides(buf)
+            size = simplify_expr(strides[0] * widen(buf.shape[0], dtype)) if buf.shape else const(1)
             return Allocate(buf, size, inner)
         case BufferLoad(buffer=buf, indices=idx, predicate=pred) if (
             len(idx) != 1 or id(buf) in regions

@@ -9,7 +9,8 @@ Each batch (`plan_size` configs, like TVM's plan):
 3. the knob model shortlists `shortlist` x plan_size of them; worker processes lower those
    (instantiate, lower, walk the IR; cached by config index) and the IR model ranks the list;
 4. measure the top of that ranking, plus `epsilon` of the batch drawn uniformly at random.
-The first batch, before anything is measured, is uniform random. Only the shortlist is lowered,
+The first batch, before anything is measured, is `n_warmup` (8) uniform random configs, so the
+model ranks candidates from the ninth trial on (not after a whole plan of random ones). Only the shortlist is lowered,
 so the tuner's own time stays small next to building and measuring.
 """
 
@@ -55,12 +56,14 @@ class XGBTuner(Tuner):
         n_feature_workers: int | None = None,
         feature_timeout: float = 10.0,
         seed: int | None = None,
+        n_warmup: int = 8,
     ):
         require_xgboost()
         if feature_type not in ("ir", "knob"):
             raise ValueError(f"XGBTuner: feature_type must be 'ir' or 'knob', got {feature_type!r}")
         super().__init__(task, seed)
         self.batch_size = self.plan_size = int(plan_size)
+        self.n_warmup = max(1, int(n_warmup))
         self.feature_type = feature_type
         self.epsilon = float(epsilon)
         self.n_candidates = int(n_candidates)
@@ -145,8 +148,8 @@ class XGBTuner(Tuner):
 
     # -- proposing --------------------------------------------------------------------------------------
     def next_batch(self, batch_size: int) -> list[ConfigEntity]:
-        if not self._fit():
-            return self.random_unvisited(batch_size)
+        if not self._fit():  # nothing to learn from yet: a few random configs, then the model
+            return self.random_unvisited(min(batch_size, self.n_warmup))
         n_explore = int(round(self.epsilon * batch_size))
         if self.epsilon > 0 and batch_size >= 4:
             n_explore = max(1, n_explore)
