@@ -5,6 +5,8 @@ The CUDA C compiles with the local nvcc; `@pytest.mark.cuda` tests run it agains
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -156,7 +158,7 @@ def test_stages_on_different_grids_get_their_own_launch(tmp_path):
 def test_one_kernel_functions_are_unchanged():
     s, args = vthread_gemm(64, 64, 64)
     (source,) = tf.build(s, args, target="cuda", name="h").sources
-    assert source.entry == "h_kernel" and source.kernels == ()
+    assert (source.entry, source.symbol, source.kernels) == ("h", "h_kernel", ())
 
 
 @pytest.mark.cuda
@@ -182,3 +184,40 @@ def test_two_grids_match_numpy(n, rng):
     A, C = tf.nd.array(a, dev), tf.nd.empty((n,), "float32", dev)
     mod(A, C)
     np.testing.assert_allclose(C.numpy(), 3 * a, rtol=1e-6)
+
+
+def one_kernel(n):
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] * 3, name="C")
+    s = te.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=128)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    return s, [A, C]
+
+
+@pytest.mark.parametrize("make", [one_kernel, two_grids], ids=["one_kernel", "two_kernels"])
+def test_build_name_is_the_entry_for_one_kernel_and_several(make):
+    mod = tf.build(*make(1000), target="cuda -arch=sm_90", name="f")
+    assert mod.function_names == ("f",) and mod.entry_name == "f"
+    assert mod["f"] is mod.get_function("f")
+    text = mod.get_source("cuda")
+    kernels = ["f_kernel"] if make is one_kernel else ["f_kernel0", "f_kernel1"]
+    assert re.findall(r"__global__ void __launch_bounds__\(\d+\) (\w+)\(", text) == kernels
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("target", ["cuda", "llvm"])
+@pytest.mark.parametrize("make", [one_kernel, two_grids], ids=["one_kernel", "two_kernels"])
+def test_named_entry_runs_and_times_on_each_target(make, target, rng):
+    if target == "llvm" and make is two_grids:
+        pytest.skip("one CPU function either way")
+    mod = tf.build(*make(1000), target=target, name="f")
+    a = rng.standard_normal(1000).astype("float32")
+    dev = tf.device(target, 0)
+    A, C = tf.nd.array(a, dev), tf.nd.empty((1000,), "float32", dev)
+    for run in (mod, mod["f"]):
+        C.copyfrom(np.zeros(1000, "float32"))
+        run(A, C)
+        np.testing.assert_allclose(C.numpy(), 3 * a, rtol=1e-6)
+    assert mod.time_evaluator("f", dev, number=2)(A, C).mean > 0

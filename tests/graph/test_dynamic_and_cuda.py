@@ -125,7 +125,13 @@ def test_cuda_kernels_compile_with_nvcc(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+TORCH_CUDA = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="this torch build has no CUDA (torch==2.13.0 is CPU)"
+)
+
+
 @pytest.mark.cuda
+@TORCH_CUDA
 def test_cuda_graph_matches_eager():
     fn, inputs, constants = cuda_graph()
     inputs = [t.cuda() for t in inputs]
@@ -141,6 +147,7 @@ def test_cuda_graph_matches_eager():
 
 
 @pytest.mark.cuda
+@TORCH_CUDA
 @pytest.mark.parametrize(
     "model, shape", [(MLP, (5, 37)), (SmallCNN, (2, 3, 15, 13)), (Block, (2, 7, 32))]
 )

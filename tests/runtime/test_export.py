@@ -376,3 +376,60 @@ def test_cuda_export_then_load_in_a_fresh_process(tmp_path):
     """
     out = run_python(script)
     assert out.strip().endswith("ok") and "takes 3 argument(s) (A, B, C), got 2" in out
+
+
+def two_kernel_cuda(n=1000):
+    """B is bound to its own grid, C to another: a function of two kernels, B in between."""
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2, name="B")
+    C = te.compute((n,), lambda i: B[i] + A[i], name="C")
+    s = te.create_schedule(C.op)
+    for stage, threads in ((s[B], 256), (s[C], 64)):
+        bx, tx = stage.split(stage.op.axis[0], factor=threads)
+        stage.bind(bx, te.thread_axis("blockIdx.x"))
+        stage.bind(tx, te.thread_axis("threadIdx.x"))
+    return s, [A, C]
+
+
+@pytest.mark.skipif(not has_cuda_compiler(), reason="needs nvcc (or pycuda) to make a cubin")
+def test_cuda_file_of_several_kernels_round_trip(tmp_path):
+    mod = tf.build(*two_kernel_cuda(), target="cuda -arch=sm_90", name="f")
+    path = tmp_path / "f.tflib"
+    mod.export_library(path)
+    loaded = tf.runtime.load_module(path)
+    assert loaded.function_names == ("f",) and loaded.entry_name == "f"
+    (source,), (original,) = loaded.sources, mod.sources
+    assert source.kernels == original.kernels and source.intermediates == original.intermediates
+    assert [k.entry for k in source.kernels] == ["f_kernel0", "f_kernel1"]
+    assert loaded.get_source("cuda") == mod.get_source("cuda")
+    [function] = loaded_metadata(path)
+    assert library_file.read(path).blob(function)[:4] == b"\x7fELF"  # one cubin, both kernels
+    if not tf.cuda(0).exist:
+        with pytest.raises(DeviceError, match="no CUDA device"):
+            loaded["f"](*(np.zeros(1000, np.float32) for _ in range(2)))
+
+
+@pytest.mark.cuda
+def test_cuda_file_of_several_kernels_runs_in_a_fresh_process(tmp_path):
+    mod = tf.build(*two_kernel_cuda(), target="cuda", name="f")
+    path = tmp_path / "f.tflib"
+    mod.export_library(path)
+    script = f"""
+        import numpy as np
+        import tensorforge as tf
+        import tensorforge.runtime.cuda_exec as cuda_exec
+
+        def no_compiler(*args, **kwargs):
+            raise AssertionError("load_module must not run nvcc")
+
+        cuda_exec.compile_cuda = no_compiler
+        mod = tf.runtime.load_module({str(path)!r})
+        dev = tf.cuda(0)
+        a = np.random.default_rng(0).standard_normal(1000).astype("float32")
+        A, C = tf.nd.array(a, dev), tf.nd.empty((1000,), "float32", dev)
+        mod["f"](A, C)
+        np.testing.assert_allclose(C.numpy(), 3 * a, rtol=1e-6)
+        assert mod.time_evaluator("f", dev, number=2)(A, C).mean > 0
+        print("ok")
+    """
+    assert run_python(script).strip().endswith("ok")

@@ -58,7 +58,7 @@ class KernelSource:
     """What a backend produces: printable, diffable source text and how to call it."""
 
     target: str  # the target kind: "llvm" | "c" | "cuda"
-    entry: str  # symbol the runtime calls
+    entry: str  # the function's name: `mod[entry]` (and the symbol, unless `symbol` says otherwise)
     text: str  # LLVM IR, C or CUDA C
     params: tuple[Param, ...]
     launch: Launch | None = None  # GPU only
@@ -72,6 +72,8 @@ class KernelSource:
     # allocates for them); `text` holds every kernel
     kernels: tuple[KernelSource, ...] = ()
     intermediates: tuple[Param, ...] = ()
+    # GPU: the kernel's name in `text` where it differs from `entry` (`f_kernel` for entry `f`)
+    symbol: str = ""
 
 
 def kernel_params(func: PrimFunc) -> tuple[Param, ...]:

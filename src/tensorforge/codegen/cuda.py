@@ -17,7 +17,13 @@ from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
-from tensorforge.codegen.cuda_intrin import ASYNC_WAIT, async_copy_lines, warp_fragment_size
+from tensorforge.codegen.cuda_intrin import (
+    ASYNC_COMMIT,
+    ASYNC_WAIT,
+    async_copy_lines,
+    async_wait_group,
+    warp_fragment_size,
+)
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
@@ -142,7 +148,8 @@ class _KernelWriter:
         self.threads: ThreadExtents
         self.async_buffers: set[str] = set()  # double-buffered shared tiles (cp.async fills)
         self.async_copies = False  # a cp.async was issued: barriers wait for copies first
-        self.async_depth = 0  # inside loops marked pragma "async_copy"
+        self.async_depth = 0  # inside fills of multi-buffered tiles (or loops pragma "async_copy")
+        self.async_wait: int | None = None  # the next barrier waits for all but this many groups
 
     # -- output helpers -------------------------------------------
     def line(self, text: str) -> None:
@@ -178,7 +185,7 @@ class _KernelWriter:
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
         body = func.body
-        entry = self.names.fresh(self.entry or f"{func.name}_kernel")
+        symbol = self.names.fresh(self.entry or f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
         self._plan_shared(body)
         self._stmt(body)
@@ -206,7 +213,7 @@ class _KernelWriter:
         params_text = ",\n    ".join(decls)
         self.kernel_text = "\n".join(
             [
-                f'extern "C" __global__ void __launch_bounds__({threads}) {entry}(\n    {params_text}) {{',
+                f'extern "C" __global__ void __launch_bounds__({threads}) {symbol}(\n    {params_text}) {{',
                 *(
                     ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
                     if self.dynamic_shared
@@ -219,7 +226,7 @@ class _KernelWriter:
         )
         head = [f"// tensorforge: CUDA kernel for PrimFunc '{func.name}' ({self.target})"]
         text = "\n".join([*head, launch_note, *note, *self.preamble, "", self.kernel_text])
-        self.kernel_text = "\n".join([f"// {entry}: {launch_note[3:]}", *note, self.kernel_text])
+        self.kernel_text = "\n".join([f"// {symbol}: {launch_note[3:]}", *note, self.kernel_text])
         vector_alignment = {
             c_to_param[name]: align
             for name, align in self.printer.vector_params.items()
@@ -227,12 +234,13 @@ class _KernelWriter:
         }
         return KernelSource(
             target="cuda",
-            entry=entry,
+            entry=self.entry or func.name,
             text=text,
             params=params,
             launch=launch,
             target_string=str(self.target),
             vector_alignment=tuple(sorted(vector_alignment.items())),
+            symbol=symbol,
         )
 
     def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:
@@ -321,8 +329,23 @@ class _KernelWriter:
                     self.line(f"(void)({p(v)});")
             case Sync():
                 if self.async_copies:
-                    self.line(ASYNC_WAIT)
+                    pending = self.async_wait
+                    self.line(ASYNC_WAIT if pending is None else async_wait_group(pending))
                 self.line("__syncthreads();")
+            case Attr(key="async_commit", body=body):  # a fill of a multi-buffered tile
+                self.async_depth += 1
+                try:
+                    self._stmt(body)
+                finally:
+                    self.async_depth -= 1
+                if self.async_copies:
+                    self.line(ASYNC_COMMIT)
+            case Attr(key="async_wait", value=pending, body=body):
+                self.async_wait = int(pending)
+                try:
+                    self._stmt(body)
+                finally:
+                    self.async_wait = None
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
             case Attr(key="thread_allreduce", value=note, body=body):

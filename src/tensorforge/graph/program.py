@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tensorforge import build as tf_build
+from tensorforge.errors import TensorForgeError
 from tensorforge.graph import symbols as sym
 from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.schedules import schedule_kernel
@@ -38,9 +39,13 @@ def build_kernels(program: Program, target) -> list:
         if not isinstance(spec, KernelSpec):
             built.append(spec)
             continue
-        s, source = schedule_kernel(spec, target)
         args = [b.placeholder for b in spec.reads] + [spec.out] + [variables[n] for n in names]
-        module = tf_build(s, args, target=target, name=spec.name)
+        try:
+            s, source = schedule_kernel(spec, target)
+            module = tf_build(s, args, target=target, name=spec.name)
+        except TensorForgeError:  # this shape defeats the rule: the plainest schedule instead
+            s, source = schedule_kernel(spec, target, simple=True)
+            module = tf_build(s, args, target=target, name=spec.name)
         function = module[module.entry_name]
         by_name = {b.name: b for b in spec.reads}
         by_name[spec.out.name] = spec.buffer

@@ -28,12 +28,19 @@ SOURCES = {
 }
 
 
-def schedule_kernel(spec, target):
-    """The schedule of one KernelSpec, and the name of the rule that made it."""
+def schedule_kernel(spec, target, simple: bool = False):
+    """The schedule of one KernelSpec, and the name of the rule that made it. `simple`: the
+    plainest correct one (what a kernel falls back to if its own schedule fails to build)."""
     out = spec.out
     s = te.create_schedule(out.op)
     anchor = spec.anchor
     kind = anchor.kind if anchor is not None else None
+    if simple:
+        if anchor is not None and target.kind != "cuda":
+            _reduction(s, out, anchor, target, vectorize=False)
+        elif target.kind == "cuda":
+            _cuda(s, out, anchor)
+        return s, "simple (fallback: its own schedule failed)"
     if target.kind == "cuda":
         _cuda(s, out, anchor)
     elif kind is None:
@@ -157,11 +164,35 @@ def _rows(s, out, anchor, target) -> None:
             s[stage].vectorize(sj)
 
 
-def _reduction(s, out, anchor, target) -> None:
+def _reduction(s, out, anchor, target, vectorize: bool = True) -> None:
     """Reductions and windows: each output element's reduction computed right where the
-    epilogue needs it; outputs in parallel chunks."""
+    epilogue needs it; outputs in parallel chunks. Where the last axis is whole vectors, a
+    vector of outputs at a time (the reduction loops outside, the lanes inside)."""
     axes = s[out].op.axis
     if not axes:
+        return
+    lanes = target.vector_lanes(out.dtype) if out.dtype.startswith("float") else 1
+    last = getattr(out.shape[-1], "value", None)
+    stages = anchor.info["stages"]
+    if (
+        vectorize
+        and lanes > 1
+        and isinstance(last, int)
+        and last % lanes == 0
+        and len(stages) == 1
+        and all(len(st.shape) == len(out.shape) for st in stages)
+    ):
+        *rows, x = axes
+        xo, xi = s[out].split(x, factor=lanes)
+        s[out].vectorize(xi)
+        outer = s[out].fuse(*rows, xo) if rows else xo
+        if _worth_threads(out):
+            s[out].parallel(outer)
+        (stage,) = stages
+        s[stage].compute_at(s[out], outer)
+        *data, sx = s[stage].op.axis
+        s[stage].reorder(*data, *s[stage].op.reduce_axis, sx)
+        s[stage].vectorize(sx)
         return
     fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
     chunk, inner = s[out].split(fused, factor=64)

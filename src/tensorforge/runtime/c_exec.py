@@ -51,7 +51,7 @@ def compiler_flags(target: Target, openmp: bool) -> list[str]:
     # miscompiled a fuzz case (a guarded store to a one-element stack buffer read back in the
     # same iteration: if-converted into masked stores, 24 of 26 outputs wrong). SLP stays on.
     flags.append("-fno-tree-loop-vectorize")
-    flags += ["-Wno-unused-variable", "-Wno-unused-function"]
+    flags += ["-Wno-unused-variable", "-Wno-unused-function", "-Wno-psabi"]
     name, features = host_cpu()
     if target.mcpu == name and target.features == features:
         flags.append("-march=native")

@@ -134,14 +134,15 @@ class CUDAExecutable:
     def _load(self) -> None:
         cuda = cuda_driver.driver()
         cuda_driver.activate(self.device_id)
-        key = (self.source.text, self.arch, self.device_id, self.source.entry)
+        symbol = self.source.symbol or self.source.entry
+        key = (self.source.text, self.arch, self.device_id, symbol)
         with _lock:
             loaded = _loaded.get(key)
         if loaded is None:
             image = self.image()
             try:
                 module = cuda.module_from_buffer(image)
-                function = module.get_function(self.source.entry)
+                function = module.get_function(symbol)
             except cuda.Error as error:
                 raise BuildError(
                     f"loading CUDA kernel '{self.source.entry}' failed: {error}"
@@ -253,7 +254,10 @@ class CUDASequence:
         self.source = source
         self.arch = _arch_of(target, source)
         self.device_id = device_id
-        self.steps = [CUDAExecutable(k, target, device_id=device_id) for k in source.kernels]
+        # NOTE: every kernel's text is the whole source, so one image (cubin) holds them all
+        self.steps = [
+            CUDAExecutable(k, target, image=image, device_id=device_id) for k in source.kernels
+        ]
         where = {p.name: ("arg", i) for i, p in enumerate(source.params)}
         where |= {p.name: ("tmp", i) for i, p in enumerate(source.intermediates)}
         self._routes = [[where[p.name] for p in k.params] for k in source.kernels]
@@ -295,10 +299,8 @@ class CUDASequence:
         cuda_driver.synchronize(self.device_id)
 
     def image(self) -> bytes:
-        raise BuildError(
-            f"'{self.source.entry}' launches {len(self.steps)} kernels; export_library saves "
-            f"one-kernel CUDA functions only (for now)"
-        )
+        """The compiled kernels (one cubin holds them all): what export_library saves."""
+        return self.steps[0].image()
 
     def get_source(self, fmt: str = "cuda") -> str:
         return self.steps[0].get_source(fmt)

@@ -7,7 +7,9 @@ ELF object (the loader reads only what the ELF headers point at; the rest rides 
 cuda the payload is the functions' kernel images one after another. The sha256 covers payload
 and metadata: a truncated or damaged file is refused before anything in it is loaded or run,
 and what is loaded is the checked bytes themselves (shared_lib.py), not the file again.
-Metadata says where each function's image lies (`blob`: offset, size) and how to call it.
+Metadata says where each function's image lies (`blob`: offset, size) and how to call it; a
+CUDA function of several kernels lists them (`kernels`, each with its launch) and the device
+buffers the host allocates between them (`intermediates`): its one image holds every kernel.
 """
 
 from __future__ import annotations
@@ -146,23 +148,16 @@ def source_to_json(source: KernelSource) -> dict:
         "target_string": source.target_string,
         "num_threads_symbol": source.num_threads_symbol,
         "vector_alignment": [list(pair) for pair in source.vector_alignment],
+        "symbol": source.symbol,
+        "kernels": [source_to_json(k) for k in source.kernels],
+        "intermediates": [dataclasses.asdict(p) for p in source.intermediates],
     }
 
 
 def source_from_json(data: dict, text: str) -> KernelSource:
     """The KernelSource `source_to_json` saved, with `text` as its text."""
     try:
-        params = tuple(
-            Param(
-                name=p["name"],
-                kind=p["kind"],
-                dtype=p["dtype"],
-                shape=tuple(p["shape"]),
-                bound_from_shape=bool(p["bound_from_shape"]),
-                written=bool(p.get("written", False)),
-            )
-            for p in data["params"]
-        )
+        params = _params_from_json(data["params"])
         launch = data["launch"]
         if launch is not None:
             launch = Launch(
@@ -179,6 +174,23 @@ def source_from_json(data: dict, text: str) -> KernelSource:
             target_string=data["target_string"],
             num_threads_symbol=data["num_threads_symbol"],
             vector_alignment=tuple((str(n), int(b)) for n, b in data["vector_alignment"]),
+            symbol=str(data.get("symbol", "")),
+            kernels=tuple(source_from_json(k, text) for k in data.get("kernels", ())),
+            intermediates=_params_from_json(data.get("intermediates", ())),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ArgumentError(f"load_module: a function's metadata is incomplete ({err!r})") from None
+
+
+def _params_from_json(data: list[dict]) -> tuple[Param, ...]:
+    return tuple(
+        Param(
+            name=p["name"],
+            kind=p["kind"],
+            dtype=p["dtype"],
+            shape=tuple(p["shape"]),
+            bound_from_shape=bool(p["bound_from_shape"]),
+            written=bool(p.get("written", False)),
+        )
+        for p in data
+    )
