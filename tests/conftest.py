@@ -45,6 +45,15 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
+@pytest.fixture(params=["llvm", "c"])
+def cpu_target(request):
+    """Each CPU target kind in turn: a test taking it runs on llvm and on c; check_against_numpy
+    also compares a c build's output with llvm's (differential testing of two backends)."""
+    if request.param == "c" and shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("the c target needs a C compiler")
+    return request.param
+
+
 @pytest.fixture
 def rng(request):
     """A numpy Generator seeded from the test's id: reproducible, and different per test."""

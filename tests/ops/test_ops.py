@@ -40,9 +40,9 @@ def test_matmul(n, m, k, parallel, rng):
 
 
 @pytest.mark.parametrize("n,m", [(8, 64), (5, 37), (3, 1), (2, 1000), (3, 4097)])
-def test_softmax(n, m, rng):
+def test_softmax(n, m, rng, cpu_target):
     s, args = schedule_softmax(n, m)
-    mod = tf.build(s, args)
+    mod = tf.build(s, args, target=cpu_target)
     x = rng.standard_normal((n, m)).astype("float32") * 4
     _, y = run(mod, x, np.full((n, m), np.nan, "float32"))
     e = np.exp(x - x.max(1, keepdims=True))
@@ -50,9 +50,9 @@ def test_softmax(n, m, rng):
 
 
 @pytest.mark.parametrize("n,m", [(8, 64), (5, 37), (3, 1), (2, 1000), (3, 4097)])
-def test_layer_norm(n, m, rng):
+def test_layer_norm(n, m, rng, cpu_target):
     s, args = schedule_layer_norm(n, m)
-    mod = tf.build(s, args)
+    mod = tf.build(s, args, target=cpu_target)
     x = rng.standard_normal((n, m)).astype("float32")
     g = rng.standard_normal(m).astype("float32")
     b = rng.standard_normal(m).astype("float32")
@@ -62,9 +62,9 @@ def test_layer_norm(n, m, rng):
 
 
 @pytest.mark.parametrize("c,h,w,f", [(8, 13, 17, 12), (4, 56, 56, 8), (3, 5, 5, 5)])
-def test_conv2d(c, h, w, f, rng):
+def test_conv2d(c, h, w, f, rng, cpu_target):
     s, args = schedule_conv2d(1, c, h, w, f)
-    mod = tf.build(s, args)
+    mod = tf.build(s, args, target=cpu_target)
     d = rng.standard_normal((1, c, h, w)).astype("float32")
     wt = rng.standard_normal((f, c, 3, 3)).astype("float32")
     _, _, o = run(mod, d, wt, np.full((1, f, h, w), np.nan, "float32"))
@@ -77,18 +77,31 @@ def test_conv2d(c, h, w, f, rng):
     np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-4)
 
 
-def test_fused_elementwise(rng):
+def test_fused_elementwise(rng, cpu_target):
     x, y = ops.fused_chain(33, 70)
     s = ops.schedule_elementwise(y)
     text = str(tf.lower(s, [x, y]))
     # fused and split: one loop (+ a peeled tail), the input fetched a few KiB ahead by lines
     assert text.count("for ") - text.count("for x.line") == 1 and "prefetch(x[" in text
-    mod = tf.build(s, [x, y])
+    mod = tf.build(s, [x, y], target=cpu_target)
     xa = rng.standard_normal((33, 70)).astype("float32") * 5
     _, ya = run(mod, xa, np.full((33, 70), np.nan, "float32"))
     np.testing.assert_allclose(
         ya, 1 / (1 + np.exp(-(np.maximum(xa, 0) * 2 + 1))), rtol=1e-6, atol=1e-7
     )
+
+
+@pytest.mark.parametrize("n,m,k", [(37, 45, 19), (13, 530, 1030)])
+def test_matmul_on_the_c_target_matches_llvm(n, m, k, rng):
+    s, args = ops.schedule_matmul(n, m, k, parallel=True)
+    a = rng.uniform(-1, 1, (n, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, m)).astype("float32")
+    outs = [
+        run(tf.build(s, args, target=t), a, b, np.zeros((n, m), "float32"))[2]
+        for t in "c llvm".split()
+    ]
+    np.testing.assert_allclose(outs[0], a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
 
 
 def test_matmul_blocks_k_only_when_a_sliver_of_a_overflows_l1():

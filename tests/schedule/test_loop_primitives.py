@@ -39,52 +39,52 @@ def test_split_nparts(n, nparts, tail):
 
 
 @pytest.mark.parametrize("tail", TAILS)
-def test_tile_33x17(tail):
+def test_tile_33x17(tail, cpu_target):
     s, A, B = add_2d(33, 17)
     xo, yo, xi, yi = s[B].tile(B.op.axis[0], B.op.axis[1], 8, 5, tail=tail)
     assert s[B].leaf_iter_vars == [xo, yo, xi, yi]
-    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1, target=cpu_target)
 
 
 @pytest.mark.parametrize("tail", TAILS)
-def test_split_of_split(tail):
+def test_split_of_split(tail, cpu_target):
     s, A, B, C = vector_add(1000)
     o, i = s[C].split(C.op.axis[0], factor=32, tail=tail)
     io, ii = s[C].split(i, factor=3, tail=tail)
     oo, oi = s[C].split(o, nparts=5, tail=tail)
     assert s[C].leaf_iter_vars == [oo, oi, io, ii]
-    check_against_numpy(s, [A, B], [C], lambda a, b: a + b)
+    check_against_numpy(s, [A, B], [C], lambda a, b: a + b, target=cpu_target)
 
 
-def test_fuse_then_split():
+def test_fuse_then_split(cpu_target):
     s, A, B = add_2d(33, 17)
     f = s[B].fuse(*B.op.axis)
     fo, fi = s[B].split(f, factor=16)
     s[B].vectorize(fi)
     s[B].parallel(fo)
-    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1, target=cpu_target)
 
 
-def test_reorder_and_unroll():
+def test_reorder_and_unroll(cpu_target):
     s, A, B = add_2d(12, 10)
     i, j = B.op.axis
     jo, ji = s[B].split(j, factor=4)
     s[B].reorder(jo, i, ji)
     s[B].unroll(ji)
     assert s[B].leaf_iter_vars == [jo, i, ji]
-    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1, target=cpu_target)
 
 
 @pytest.mark.parametrize("tail", TAILS)
-def test_vectorize_tail(tail):
+def test_vectorize_tail(tail, cpu_target):
     s, A, B, C = vector_add(1003)
     o, i = s[C].split(C.op.axis[0], factor=16, tail=tail)
     s[C].vectorize(i)
     s[C].parallel(o)
-    check_against_numpy(s, [A, B], [C], lambda a, b: a + b)
+    check_against_numpy(s, [A, B], [C], lambda a, b: a + b, target=cpu_target)
 
 
-def test_parallel_matmul_vectorized():
+def test_parallel_matmul_vectorized(cpu_target):
     n, m, l = 67, 45, 31
     A = te.placeholder((n, l), name="A")
     B = te.placeholder((l, m), name="B")
@@ -96,13 +96,13 @@ def test_parallel_matmul_vectorized():
     s[C].reorder(i, jo, k, ji)
     s[C].vectorize(ji)
     s[C].parallel(i)
-    check_against_numpy(s, [A, B], [C], lambda a, b: a @ b, rtol=1e-4, atol=1e-4)
+    check_against_numpy(s, [A, B], [C], lambda a, b: a @ b, rtol=1e-4, atol=1e-4, target=cpu_target)
 
 
-def test_pragma_auto_unroll():
+def test_pragma_auto_unroll(cpu_target):
     s, A, B = add_2d(8, 6)
     s[B].pragma(B.op.axis[0], "auto_unroll_max_step", 64)
-    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1)
+    check_against_numpy(s, [A], [B], lambda a: a * 2 + 1, target=cpu_target)
 
 
 def test_vectorize_past_the_lane_limit_is_refused_at_the_primitive():

@@ -21,21 +21,21 @@ def mm_ref(a, b):
     return a @ b
 
 
-def test_cache_read_alone():
+def test_cache_read_alone(cpu_target):
     A, B, C, k = matmul(20, 24, 12)
     s = te.create_schedule(C.op)
     AA = s.cache_read(A, "global", [C])
     assert AA.name == "A.global"
-    check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4)
+    check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4, target=cpu_target)
 
 
-def test_cache_write_alone():
+def test_cache_write_alone(cpu_target):
     A, B, C, k = matmul(20, 24, 12)
     s = te.create_schedule(C.op)
     s.cache_write(C, "local")
     i, j = s[C].op.axis
     s[C].vectorize(s[C].split(j, factor=8)[1])
-    check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4)
+    check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4, target=cpu_target)
 
 
 @pytest.mark.parametrize("level", [0, 1, 2, 3])
@@ -71,7 +71,7 @@ def test_cache_read_compute_at_each_level(level):
     check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4)
 
 
-def test_cache_read_and_write_together():
+def test_cache_read_and_write_together(cpu_target):
     A, B, C, k = matmul(32, 32, 32)
     s = te.create_schedule(C.op)
     AA = s.cache_read(A, "shared", [C])
@@ -84,10 +84,10 @@ def test_cache_read_and_write_together():
     ko, ki = s[CC].split(kk, factor=8)
     s[AA].compute_at(s[CC], ko)
     s[BB].compute_at(s[CC], ko)
-    check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4)
+    check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4, target=cpu_target)
 
 
-def test_cache_of_a_cache():
+def test_cache_of_a_cache(cpu_target):
     A = te.placeholder((50,), name="A")
     B = te.compute((50,), lambda i: A[i] * 2.0, name="B")
     s = te.create_schedule(B.op)
@@ -95,11 +95,11 @@ def test_cache_of_a_cache():
     A2 = s.cache_read(A1, "local", [B])
     xo, xi = s[B].split(B.op.axis[0], factor=8)
     s[A2].compute_at(s[B], xo)
-    check_against_numpy(s, [A], [B], lambda a: a * 2)
+    check_against_numpy(s, [A], [B], lambda a: a * 2, target=cpu_target)
 
 
 @pytest.mark.parametrize("red,np_red", [("sum", np.sum), ("max", np.max), ("min", np.min)])
-def test_rfactor_split_and_parallel(red, np_red):
+def test_rfactor_split_and_parallel(red, np_red, cpu_target):
     A = te.placeholder((6, 1000), name="A")
     k = te.reduce_axis((0, 1000), name="k")
     B = te.compute((6,), lambda i: getattr(te, red)(A[i, k], axis=k), name="B")
@@ -108,10 +108,12 @@ def test_rfactor_split_and_parallel(red, np_red):
     BF = s.rfactor(B, ki)
     assert tuple(int(e.value) for e in BF.shape) == (16, 6)
     s[BF].parallel(s[BF].op.axis[0])
-    check_against_numpy(s, [A], [B], lambda a: np_red(a, axis=1), rtol=1e-4, atol=1e-4)
+    check_against_numpy(
+        s, [A], [B], lambda a: np_red(a, axis=1), rtol=1e-4, atol=1e-4, target=cpu_target
+    )
 
 
-def test_rfactor_vectorized_factor_axis_inner():
+def test_rfactor_vectorized_factor_axis_inner(cpu_target):
     A = te.placeholder((1003,), name="A")
     k = te.reduce_axis((0, 1003), name="k")
     B = te.compute((1,), lambda i: te.sum(A[k], axis=k), name="B")
@@ -121,10 +123,12 @@ def test_rfactor_vectorized_factor_axis_inner():
     (ro,) = s[BF].op.reduce_axis
     s[BF].reorder(s[BF].op.axis[0], ro, s[BF].op.axis[1])
     s[BF].vectorize(s[BF].op.axis[1])
-    check_against_numpy(s, [A], [B], lambda a: a.sum(keepdims=True)[:1], rtol=1e-4, atol=1e-4)
+    check_against_numpy(
+        s, [A], [B], lambda a: a.sum(keepdims=True)[:1], rtol=1e-4, atol=1e-4, target=cpu_target
+    )
 
 
-def test_rfactor_argmax():
+def test_rfactor_argmax(cpu_target):
     def fcombine(x, y):
         take = x[1] >= y[1]
         return te.if_then_else(take, x[0], y[0]), te.if_then_else(take, x[1], y[1])
@@ -138,10 +142,12 @@ def test_rfactor_argmax():
     s = te.create_schedule(I.op)
     ko, ki = s[I].split(k, factor=8)
     s.rfactor(I, ki)
-    check_against_numpy(s, [A], [I, V], lambda a: (a.argmax(1).astype("int32"), a.max(1)))
+    check_against_numpy(
+        s, [A], [I, V], lambda a: (a.argmax(1).astype("int32"), a.max(1)), target=cpu_target
+    )
 
 
-def test_packing_matmul():
+def test_packing_matmul(cpu_target):
     n, bn = 64, 16
     A = te.placeholder((n, n), name="A")
     B = te.placeholder((n, n), name="B")
@@ -156,10 +162,10 @@ def test_packing_matmul():
     s[C].vectorize(ji)
     s[packed].vectorize(s[packed].op.axis[2])
     s[packed].parallel(s[packed].op.axis[0])
-    check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4)
+    check_against_numpy(s, [A, B], [C], mm_ref, rtol=1e-4, atol=1e-4, target=cpu_target)
 
 
-def test_set_scope_storage_align_double_buffer():
+def test_set_scope_storage_align_double_buffer(cpu_target):
     A = te.placeholder((16, 16), name="A")
     B = te.compute((16, 16), lambda i, j: A[i, j] + 1.0, name="B")
     C = te.compute((16, 16), lambda i, j: B[j, i] * 2.0, name="C")
@@ -169,10 +175,10 @@ def test_set_scope_storage_align_double_buffer():
     s[B].double_buffer()
     ir = str(tf.lower(s, [A, C]))
     assert "B[i * 17 + j]" in ir.replace("(", "").replace(")", "") or "17" in ir
-    check_against_numpy(s, [A], [C], lambda a: ((a + 1) * 2).T)
+    check_against_numpy(s, [A], [C], lambda a: ((a + 1) * 2).T, target=cpu_target)
 
 
-def test_auto_inline_chain_and_diamond():
+def test_auto_inline_chain_and_diamond(cpu_target):
     A = te.placeholder((30, 20), name="A")
     B = te.compute((30, 20), lambda i, j: te.max(A[i, j], 0.0), name="relu")
     C = te.compute((30, 20), lambda i, j: B[i, j] * 2.0, name="scale")
@@ -187,7 +193,7 @@ def test_auto_inline_chain_and_diamond():
         b = np.maximum(a, 0)
         return 1 / (1 + np.exp(-(b * 2 + b + 1)))
 
-    check_against_numpy(s, [A], [E], ref, rtol=1e-5)
+    check_against_numpy(s, [A], [E], ref, rtol=1e-5, target=cpu_target)
 
 
 def test_epilogue_fusion_matmul_bias_relu():
@@ -205,7 +211,12 @@ def test_epilogue_fusion_matmul_bias_relu():
     ir = str(tf.lower(s, [A, B, bias, E]))
     assert "allocate(float32[128]" in ir  # one 8x16 output tile, never the whole matmul
     check_against_numpy(
-        s, [A, B, bias], [E], lambda a, b, c: np.maximum(a @ b + c, 0), rtol=1e-4, atol=1e-4
+        s,
+        [A, B, bias],
+        [E],
+        lambda a, b, c: np.maximum(a @ b + c, 0),
+        rtol=1e-4,
+        atol=1e-4,
     )
 
 
@@ -247,7 +258,7 @@ def test_cache_write_after_split():
         s.cache_write(C, "local")
 
 
-def test_auto_inline_works_every_time():
+def test_auto_inline_works_every_time(cpu_target):
     import importlib
 
     import tensorforge.schedule as schedule
@@ -260,4 +271,4 @@ def test_auto_inline_works_every_time():
         s = te.create_schedule(C.op)
         assert callable(schedule.auto_inline) and schedule.auto_inline(s) is s
         assert s[B].attach_type == "inline"
-        check_against_numpy(s, [A], [C], lambda a: (a + 1.0) * 2.0)
+        check_against_numpy(s, [A], [C], lambda a: (a + 1.0) * 2.0, target=cpu_target)

@@ -16,7 +16,7 @@ def stencil(n):
 
 
 @pytest.mark.parametrize("factor", [1, 4, 7, 32])
-def test_compute_at_shifted_region(factor):
+def test_compute_at_shifted_region(factor, cpu_target):
     A, B, C = stencil(100)
     s = te.create_schedule(C.op)
     xo, xi = s[C].split(C.op.axis[0], factor=factor)
@@ -29,10 +29,10 @@ def test_compute_at_shifted_region(factor):
         b = np.concatenate([a, a[-1:]]) * 2
         return b[:-1] + b[1:]
 
-    check_against_numpy(s, [A], [C], ref)
+    check_against_numpy(s, [A], [C], ref, target=cpu_target)
 
 
-def test_compute_at_2d_tile_region():
+def test_compute_at_2d_tile_region(cpu_target):
     A = te.placeholder((33, 17), name="A")
     B = te.compute((33, 17), lambda i, j: A[i, j] + 1.0, name="B")
     C = te.compute((32, 16), lambda i, j: B[i, j] + B[i + 1, j + 1], name="C")
@@ -41,11 +41,13 @@ def test_compute_at_2d_tile_region():
     s[B].compute_at(s[C], yo)
     ir = str(tf.lower(s, [A, C]))
     assert "allocate(float32[45]" in ir  # (8 + 1) x (4 + 1)
-    check_against_numpy(s, [A], [C], lambda a: (a[:-1, :-1] + 1) + (a[1:, 1:] + 1))
+    check_against_numpy(
+        s, [A], [C], lambda a: (a[:-1, :-1] + 1) + (a[1:, 1:] + 1), target=cpu_target
+    )
 
 
 @pytest.mark.parametrize("level", [0, 1, 2])
-def test_nested_compute_at_chain(level):
+def test_nested_compute_at_chain(level, cpu_target):
     n = 50
     A = te.placeholder((n, n), name="A")
     B = te.compute((n, n), lambda i, j: A[i, j] * 3.0, name="B")
@@ -56,10 +58,10 @@ def test_nested_compute_at_chain(level):
     leaves = s[D].leaf_iter_vars
     s[C].compute_at(s[D], leaves[level])
     s[B].compute_at(s[C], s[C].leaf_iter_vars[0])
-    check_against_numpy(s, [A], [D], lambda a: (a * 3 - 1) ** 2, rtol=1e-5)
+    check_against_numpy(s, [A], [D], lambda a: (a * 3 - 1) ** 2, rtol=1e-5, target=cpu_target)
 
 
-def test_compute_at_non_divisible_consumer_guards_producer():
+def test_compute_at_non_divisible_consumer_guards_producer(cpu_target):
     A = te.placeholder((1000,), name="A")
     B = te.compute((1000,), lambda i: te.exp(A[i]), name="B")
     C = te.compute((1000,), lambda i: B[i] * 2.0, name="C")
@@ -67,10 +69,10 @@ def test_compute_at_non_divisible_consumer_guards_producer():
     xo, xi = s[C].split(C.op.axis[0], factor=64)
     s[B].compute_at(s[C], xo)
     s[C].vectorize(xi)
-    check_against_numpy(s, [A], [C], lambda a: np.exp(a) * 2, rtol=1e-5)
+    check_against_numpy(s, [A], [C], lambda a: np.exp(a) * 2, rtol=1e-5, target=cpu_target)
 
 
-def test_inline_chain():
+def test_inline_chain(cpu_target):
     A = te.placeholder((40, 30), name="A")
     B = te.compute((40, 30), lambda i, j: A[i, j] + 1.0, name="B")
     C = te.compute((40, 30), lambda i, j: B[i, j] * 2.0, name="C")
@@ -80,7 +82,7 @@ def test_inline_chain():
     s[C].compute_inline()
     ir = str(tf.lower(s, [A, D]))
     assert "allocate" not in ir
-    check_against_numpy(s, [A], [D], lambda a: ((a + 1) * 2 - (a + 1)).T)
+    check_against_numpy(s, [A], [D], lambda a: ((a + 1) * 2 - (a + 1)).T, target=cpu_target)
 
 
 def test_compute_root_restores():
@@ -92,7 +94,7 @@ def test_compute_root_restores():
     assert "allocate(float32[21]" in str(tf.lower(s, [A, C]))
 
 
-def test_compute_at_reduction_consumer():
+def test_compute_at_reduction_consumer(cpu_target):
     A = te.placeholder((24, 36), name="A")
     B = te.compute((24, 36), lambda i, j: A[i, j] * A[i, j], name="B")
     k = te.reduce_axis((0, 36), name="k")
@@ -100,4 +102,4 @@ def test_compute_at_reduction_consumer():
     s = te.create_schedule(C.op)
     io, ii = s[C].split(C.op.axis[0], factor=5)
     s[B].compute_at(s[C], ii)
-    check_against_numpy(s, [A], [C], lambda a: (a * a).sum(axis=1), rtol=1e-4)
+    check_against_numpy(s, [A], [C], lambda a: (a * a).sum(axis=1), rtol=1e-4, target=cpu_target)

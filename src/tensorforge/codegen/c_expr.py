@@ -426,14 +426,23 @@ class CExprPrinter:
                 f"for (int tf_l = 0; tf_l < {lanes}; ++tf_l) if ({lanes_on}) {r}[tf_l] = {one}; {r}; }})"
             )
         # a gather: one element per lane
-        ix = self.temp("ix")
-        decl = f"{self.ctype(index.dtype)} {ix} = {self.expr(index)}; "
-        one = element.format(at=f"{ix}[tf_l]")
+        decl, at = self.lane_address(index)
+        one = element.format(at=at)
         guard = "" if mask is None else f"if ({lane_mask.format(m=m, lane='tf_l')}) "
         return (
             f"({{ {decl}{mask_decl}{vtype} {r} = {{}}; "
             f"for (int tf_l = 0; tf_l < {lanes}; ++tf_l) {guard}{r}[tf_l] = {one}; {r}; }})"
         )
+
+    def lane_address(self, index: Expr) -> tuple[str, str]:
+        """(declarations, lane `tf_l`'s element index) of a vector index: a strided Ramp as
+        base + tf_l * stride (scalars), any other as a vector of indices read per lane."""
+        ix = self.temp("ix")
+        if isinstance(index, Ramp):
+            base, stride = self.expr(index.base), self.expr(index.stride)
+            decl = f"const int64_t {ix} = {base}, {ix}_step = {stride}; "
+            return decl, f"{ix} + tf_l * {ix}_step"
+        return f"const {self.ctype(index.dtype)} {ix} = {self.expr(index)}; ", f"{ix}[tf_l]"
 
     def _lane_condition(self, predicate: Expr, name: str, lanes: int) -> str:
         """A format string: is lane `{lane}` of mask `{m}` on (a scalar predicate: all or none)."""
@@ -443,8 +452,9 @@ class CExprPrinter:
 
     # -- helpers --------------------------------------------------------------------------------
     def call_helper(self, op: str, dtype: str, *args: str) -> str:
-        """`tf_<op>_<type>(args)`, defining the helper on first use (see c_helpers)."""
-        from tensorforge.codegen.c_helpers import define_helper
+        """`tf_<op>_<type>(args)`, the helper defined on first use (`define_helper`)."""
+        return f"{self.define_helper(op, dtype)}({', '.join(args)})"
 
-        name = define_helper(self, op, dtype)
-        return f"{name}({', '.join(args)})"
+    def define_helper(self, op: str, dtype: str) -> str:
+        """The name of helper `op` for `dtype`, defined in `helpers` if new (c.py writes them)."""
+        raise NotImplementedError
