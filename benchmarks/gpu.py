@@ -21,13 +21,14 @@ from tensorforge.ops.cuda import (
 )
 
 
-def tvm_style_sgemm(n: int, m: int, k: int):
-    """SGEMM as TVM's GPU GEMM tutorial writes it (no tensorforge-specific tricks).
+def tvm_style_sgemm(n: int, m: int, k: int, double_buffer: bool = True):
+    """SGEMM as TVM's GPU GEMM recipe writes it (no tensorforge-specific tricks).
 
     128 x 128 block tiles of 16 x 16 threads; each thread runs 2 x 2 virtual threads of a 4 x 4
     accumulator (8 x 8 outputs, two strips 64 apart each way); A and B staged in shared memory
-    by `cache_read` (8-deep k slices, float4 loads), copied to registers by a local `cache_read`,
-    accumulated in a local `cache_write`.
+    by `cache_read` (8-deep k slices, float4 loads, `double_buffer()` as TVM's recipe
+    apps/topi_recipe/gemm/cuda_gemm_square.py has it), copied to registers by a local
+    `cache_read`, accumulated in a local `cache_write`.
     """
     A = te.placeholder((n, k), name="A")
     B = te.placeholder((k, m), name="B")
@@ -72,6 +73,8 @@ def tvm_style_sgemm(n: int, m: int, k: int):
         stage.bind(ty_part, thread_y)
         stage.bind(tx_part, thread_x)
         stage.vectorize(vec)
+        if double_buffer:
+            stage.double_buffer()
     return s, [A, B, C]
 
 

@@ -17,7 +17,13 @@ from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
-from tensorforge.codegen.cuda_intrin import ASYNC_WAIT, async_copy_lines, warp_fragment_size
+from tensorforge.codegen.cuda_intrin import (
+    ASYNC_COMMIT,
+    ASYNC_WAIT,
+    async_copy_lines,
+    async_wait_group,
+    warp_fragment_size,
+)
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
@@ -142,7 +148,8 @@ class _KernelWriter:
         self.threads: ThreadExtents
         self.async_buffers: set[str] = set()  # double-buffered shared tiles (cp.async fills)
         self.async_copies = False  # a cp.async was issued: barriers wait for copies first
-        self.async_depth = 0  # inside loops marked pragma "async_copy"
+        self.async_depth = 0  # inside fills of multi-buffered tiles (or loops pragma "async_copy")
+        self.async_wait: int | None = None  # the next barrier waits for all but this many groups
 
     # -- output helpers -------------------------------------------
     def line(self, text: str) -> None:
@@ -322,8 +329,23 @@ class _KernelWriter:
                     self.line(f"(void)({p(v)});")
             case Sync():
                 if self.async_copies:
-                    self.line(ASYNC_WAIT)
+                    pending = self.async_wait
+                    self.line(ASYNC_WAIT if pending is None else async_wait_group(pending))
                 self.line("__syncthreads();")
+            case Attr(key="async_commit", body=body):  # a fill of a multi-buffered tile
+                self.async_depth += 1
+                try:
+                    self._stmt(body)
+                finally:
+                    self.async_depth -= 1
+                if self.async_copies:
+                    self.line(ASYNC_COMMIT)
+            case Attr(key="async_wait", value=pending, body=body):
+                self.async_wait = int(pending)
+                try:
+                    self._stmt(body)
+                finally:
+                    self.async_wait = None
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
             case Attr(key="thread_allreduce", value=note, body=body):

@@ -68,8 +68,9 @@ def warp_fragment_size(name: str, count: int) -> int:
 # -- asynchronous copies into double-buffered shared tiles ---------------------------------------
 
 ASYNC_COPY_SOURCE = r"""
-// cp.async: a global -> shared copy that does not stall the thread (sm_80+); every
-// __syncthreads() in this kernel is preceded by cp.async.wait_all, so a tile is complete when read
+// cp.async: a global -> shared copy that does not stall the thread (sm_80+); each fill of a
+// multi-buffered tile is one commit group, and the barrier before a tile is read first waits for
+// its group (cp.async.wait_group: all but the fills still ahead; other barriers wait for all)
 template <int BYTES>
 __device__ __forceinline__ void tf_cp_async(void* shared_dst, const void* global_src) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
@@ -80,14 +81,20 @@ __device__ __forceinline__ void tf_cp_async(void* shared_dst, const void* global
 }
 """
 ASYNC_WAIT = 'asm volatile("cp.async.wait_all;" ::: "memory");'
+ASYNC_COMMIT = 'asm volatile("cp.async.commit_group;" ::: "memory");'
+
+
+def async_wait_group(pending: int) -> str:
+    """Wait until at most `pending` of this thread's commit groups are still in flight."""
+    return f'asm volatile("cp.async.wait_group {pending};" ::: "memory");'
 
 
 def async_copy_lines(printer: Any, store: Any, arch: str) -> list[str] | None:
     """cp.async statements for a copy of global memory into a double-buffered shared tile
     (`store`), or None where it is not one (or the architecture predates cp.async).
 
-    Only tiles `inject_double_buffer` manages qualify: their fills are followed by a barrier
-    before anyone reads them, and every barrier waits for the copies first."""
+    Only fills of tiles `inject_double_buffer` manages qualify: each is a commit group, and the
+    barrier before the tile is read waits for that group."""
     value = store.value
     if (
         not _has_async_copy(arch)

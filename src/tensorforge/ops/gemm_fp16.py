@@ -2,7 +2,9 @@
 float32 accumulation and an optional fused bias / bias + GELU, batched or not.
 
 The computation is declared once (`gemm_fp16`); the schedule stages A and B through padded
-shared-memory tiles (conflict-free `ldmatrix` rows, double-buffered), gives each warp a
+shared-memory tiles (conflict-free `ldmatrix` rows, an N-stage `cp.async` pipeline through
+`double_buffer(stages)`), orders the blocks in groups of rows that share B's panels in L2,
+gives each warp a
 `warp_m x warp_n` accumulator fragment ("warp" scope) fed by `mma.sync.m16n8k16`
 (ops/tensor_core.py, through `tensorize`), and writes the fragment out through the epilogue in
 the same kernel. Its decisions are knobs of template "builtin/gemm_tensorcore"; the default
@@ -22,21 +24,38 @@ WARP = 32
 PAD = 8  # halves added to each shared row: 16 bytes, so ldmatrix's 8 rows hit distinct banks
 
 
+SHARED_LIMIT = 227 * 1024  # the most shared memory a block may opt in to on sm_90
+
+
 @dataclass(frozen=True)
 class TensorCoreTiles:
     """A block computes block_m x block_n of D with (block_m / warp_m) x (block_n / warp_n)
-    warps; each k step stages block_k columns of A and rows of B in shared memory."""
+    warps; each k step stages block_k columns of A and rows of B in shared memory, `stages`
+    copies deep (1: no pipelining; 2: double buffering; 3-4: a cp.async pipeline). Blocks run
+    in groups of `group_m` block rows per column of blocks (grid rasterization: a wave of
+    blocks reads fewer panels of B, which then stay in L2)."""
 
     block_m: int = 128
     block_n: int = 128
     block_k: int = 32
     warp_m: int = 64
     warp_n: int = 64
-    double_buffer: bool = True
+    stages: int = 3
+    group_m: int = 8
 
     @property
     def warps(self) -> int:
         return (self.block_m // self.warp_m) * (self.block_n // self.warp_n)
+
+    def shared_bytes(self, elem_bytes: int = 2) -> int:
+        a = self.block_m * (self.block_k + PAD)
+        b = self.block_k * (self.block_n + PAD)
+        return (a + b) * elem_bytes * max(1, self.stages)
+
+    def group_for(self, m: int) -> int:
+        """Block rows per group: the largest divisor of m / block_m up to group_m."""
+        rows = m // self.block_m
+        return max(g for g in range(1, max(1, self.group_m) + 1) if rows % g == 0)
 
     @staticmethod
     def for_shape(m: int, n: int, k: int) -> TensorCoreTiles:
@@ -56,8 +75,9 @@ class TensorCoreTiles:
         block_k = choose(cfg, "block_k", base.block_k, [b for b in (16, 32, 64) if k % b == 0])
         warp_m = choose(cfg, "warp_m", base.warp_m, [w for w in (32, 64) if block_m % w == 0])
         warp_n = choose(cfg, "warp_n", base.warp_n, [w for w in (32, 64) if block_n % w == 0])
-        double = choose(cfg, "double_buffer", True, (False,))
-        return TensorCoreTiles(block_m, block_n, block_k, warp_m, warp_n, double)
+        stages = choose(cfg, "stages", base.stages, [1, 2, 3, 4])
+        group_m = choose(cfg, "group_m", base.group_m, [1, 4, 8, 16])
+        return TensorCoreTiles(block_m, block_n, block_k, warp_m, warp_n, stages, group_m)
 
     def check(self, m: int, n: int, k: int) -> None:
         for name, size, tile in (("M", m, self.block_m), ("N", n, self.block_n), ("K", k, self.block_k)):  # fmt: skip
@@ -70,6 +90,13 @@ class TensorCoreTiles:
             raise ScheduleError(f"gemm_fp16: warp tiles must divide the block tile ({self})")
         if self.warps > 32:
             raise ScheduleError(f"gemm_fp16: {self.warps} warps are more than a block holds")
+        if not 1 <= self.stages <= 8:
+            raise ScheduleError(f"gemm_fp16: stages must be 1 to 8, got {self.stages}")
+        if self.shared_bytes() > SHARED_LIMIT:
+            raise ScheduleError(
+                f"gemm_fp16: {self} needs {self.shared_bytes()} bytes of shared memory a block, "
+                f"more than the {SHARED_LIMIT} a block may have (fewer stages or smaller tiles)"
+            )
 
 
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int:
@@ -147,11 +174,17 @@ def schedule_gemm_fp16(
     bi, bj, ii, jj = s[D].tile(i, j, tiles.block_m, tiles.block_n)
     wi, ii = s[D].split(ii, factor=tiles.warp_m)
     wj, jj = s[D].split(jj, factor=tiles.warp_n)
-    s[D].reorder(*lead, bi, bj, wi, wj, ii, jj)
     for axis in lead:
         s[D].bind(axis, te.thread_axis("blockIdx.z"))
-    s[D].bind(bi, te.thread_axis("blockIdx.y"))
-    s[D].bind(bj, te.thread_axis("blockIdx.x"))
+    group = tiles.group_for(m)
+    if group > 1:  # consecutive blocks walk down `group` block rows, then to the next column
+        bio, bii = s[D].split(bi, factor=group)
+        s[D].reorder(*lead, bio, bj, bii, wi, wj, ii, jj)
+        s[D].bind(s[D].fuse(s[D].fuse(bio, bj), bii), te.thread_axis("blockIdx.x"))
+    else:
+        s[D].reorder(*lead, bi, bj, wi, wj, ii, jj)
+        s[D].bind(bi, te.thread_axis("blockIdx.y"))
+        s[D].bind(bj, te.thread_axis("blockIdx.x"))
     warp = s[D].fuse(wi, wj)
     s[D].bind(warp, ty)  # one warp per fragment: all 32 lanes run the intrinsics' calls
     s[D].tensorize(ii, mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype))
@@ -174,9 +207,8 @@ def schedule_gemm_fp16(
         s[stage].bind(lane, tx)
         s[stage].bind(wy, ty)
         s[stage].vectorize(vec)
-        if tiles.double_buffer:  # filled by cp.async while the other half feeds the mma
-            s[stage].double_buffer()
-            s[stage].pragma(lane, "async_copy")
+        if tiles.stages > 1:  # cp.async fills `stages - 1` k steps ahead of the mma
+            s[stage].double_buffer(tiles.stages)
     args = [A, B, D] if bias is None else [A, B, bias, D]
     return s, args
 

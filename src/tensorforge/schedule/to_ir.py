@@ -145,7 +145,8 @@ def build_nests(low: Lowering) -> Lowering:
             if t not in tensors and t not in low.aliases:
                 body = Realize(buffers[t], mins, extents, body)
                 if stage.double_buffered:
-                    body = Attr("double_buffer", t.name, body)
+                    n = stage.buffer_stages
+                    body = Attr("double_buffer", t.name if n == 2 else (t.name, n), body)
         return body
 
     attached: dict[int, list[Stage]] = {}  # id(leaf IterVar) -> stages computed at that loop

@@ -1,14 +1,24 @@
-"""Double-buffer shared tiles refilled by a serial loop: fill tile k+1 while computing on tile k.
+"""Multi-buffer shared tiles refilled by a serial loop: fill the tiles of the next N-1 iterations
+while computing on this one (N = 2 is double buffering, N = 3 or 4 a software pipeline).
 
-    for ko in range(n):                        tile = allocate(2 * size)
-        tile = allocate(size)                   fill(tile[0:size], ko=0); sync
-        fill(tile, ko)             ->           for ko in range(n):
-        compute(tile)                               if ko + 1 < n: fill(tile[other half], ko + 1)
-                                                    compute(tile[half ko % 2]); sync
+    for ko in range(n):                     tile = allocate(N * size)
+        tile = allocate(size)                for s in range(N - 1): fill(tile[slot s], ko=s); commit
+        fill(tile, ko)            ->         for ko in range(n):
+        compute(tile)                            wait until fill ko is done; sync
+                                                 if ko + N - 1 < n: fill(tile[slot ko + N - 1], ...)
+                                                 commit
+                                                 compute(tile[slot ko % N])
+                                             sync
 
-One barrier per iteration instead of two, and the next tile's global loads overlap the compute.
-Applies to allocations marked by `s[T].double_buffer()` (an `Attr("double_buffer")` around them);
-the result is wrapped in `Attr("double_buffer_managed")` so the sync pass leaves it alone.
+Slot (ko + N - 1) % N is the one iteration ko - 1 computed on, so the barrier at the top of the
+iteration both publishes fill ko and frees that slot: one barrier per iteration. The fills are
+wrapped in `Attr("async_commit")` (a cp.async commit group on the GPU: fills that are plain
+copies of global memory become asynchronous copies) and the barrier in `Attr("async_wait", N-2)`
+(wait until at most N - 2 groups are in flight: fill ko has landed). Elsewhere the marks are
+no-ops and ordinary stores plus the barrier are correct as they stand.
+Applies to allocations marked by `s[T].double_buffer(stages)` (an `Attr("double_buffer")` around
+them, its value the tile's name, or (name, stages)); the result is wrapped in
+`Attr("double_buffer_managed")` so the sync pass leaves it alone.
 """
 
 from __future__ import annotations
@@ -29,7 +39,10 @@ from tensorforge.ir.stmt import (
     seq,
 )
 from tensorforge.ir.visit import map_children, rewrite, substitute, walk
-from tensorforge.te.expr import LT, Expr, const
+from tensorforge.te.expr import LT, Const, Expr, const
+
+# issue the refill after the compute (its copies then queue behind the math, not before it)
+FILL_LAST = False
 
 
 def inject_double_buffer(stmt: Stmt) -> Stmt:
@@ -38,25 +51,28 @@ def inject_double_buffer(stmt: Stmt) -> Stmt:
 
 def _visit(node: Any) -> Any:
     if isinstance(node, For) and node.kind in (LoopKind.SERIAL, LoopKind.UNROLLED):
-        layers, body = _peel(node.body)
-        if layers:
-            return _double_buffer(node, layers, _visit(body))
+        marked, body = _peel(node.body)
+        if marked:
+            return _double_buffer(node, marked, _visit(body))
     if isinstance(node, Attr) and node.key == "double_buffer":
         return _visit(node.body)  # not refilled by a serial loop: a plain allocation
     return map_children(node, _visit)
 
 
-def _peel(body: Stmt) -> tuple[list[Allocate], Stmt]:
-    layers: list[Allocate] = []
+def _peel(body: Stmt) -> tuple[list[tuple[Allocate, int]], Stmt]:
+    layers: list[tuple[Allocate, int]] = []
     while (
         isinstance(body, Attr) and body.key == "double_buffer" and isinstance(body.body, Allocate)
     ):
-        layers.append(body.body)
+        stages = body.value[1] if isinstance(body.value, tuple) else 2
+        layers.append((body.body, int(stages)))
         body = body.body.body
     return layers, body
 
 
-def _double_buffer(loop: For, layers: list[Allocate], body: Stmt) -> Stmt:
+def _double_buffer(loop: For, marked: list[tuple[Allocate, int]], body: Stmt) -> Stmt:
+    layers = [a for a, _ in marked]
+    stages_of = {id(a.buffer): n for a, n in marked}
     buffers = {id(a.buffer): a for a in layers}
     stmts = list(body.stmts) if isinstance(body, Seq) else [body]
     fills: list[Stmt] = []
@@ -65,23 +81,36 @@ def _double_buffer(loop: For, layers: list[Allocate], body: Stmt) -> Stmt:
     if not fills or not stmts:
         return _restore(loop, layers, body)
     fill, rest = seq(*fills), seq(*stmts)
+    stages = max(stages_of.values())
     k = loop.var
     first = loop.min
     last = loop.min + loop.extent
+    ahead = stages - 1
 
-    def half(iteration: Expr) -> Expr:
-        return (iteration - first) % 2
+    def slot(iteration: Expr) -> Expr:
+        return (iteration - first) % stages
 
     def fill_at(iteration: Expr) -> Stmt:
-        return _offset(substitute(fill, {k: iteration}), buffers, half(iteration), stores=True)
+        return _offset(substitute(fill, {k: iteration}), buffers, slot(iteration), stores=True)
 
-    prefetch = IfThenElse(LT(k + 1, last), fill_at(k + 1))
-    compute = _offset(rest, buffers, half(k), stores=False)
+    def committed(body: Stmt) -> Stmt:
+        return Attr("async_commit", 0, body)
+
+    prologue = []
+    for s in range(ahead):
+        at = first + s
+        known = isinstance(loop.extent, Const) and int(loop.extent.value) > s
+        prologue.append(committed(fill_at(at) if s == 0 or known else IfThenElse(LT(at, last), fill_at(at))))  # fmt: skip
+    prefetch = committed(IfThenElse(LT(k + ahead, last), fill_at(k + ahead)))
+    compute = _offset(rest, buffers, slot(k), stores=False)
     new_loop = For(
         k,
         loop.min,
         loop.extent,
-        seq(prefetch, compute, Sync()),
+        seq(
+            Attr("async_wait", stages - 2, Sync()),
+            *((compute, prefetch) if FILL_LAST else (prefetch, compute)),
+        ),  # fmt: skip
         loop.kind,
         loop.thread_tag,
         loop.pragmas,
@@ -89,10 +118,10 @@ def _double_buffer(loop: For, layers: list[Allocate], body: Stmt) -> Stmt:
     out: Stmt = Attr(
         "double_buffer_managed",
         tuple(a.buffer.name for a in layers),
-        seq(fill_at(first), Sync(), new_loop),
+        seq(*prologue, new_loop, Sync()),
     )
     for alloc in reversed(layers):
-        out = Allocate(alloc.buffer, alloc.extent * 2, out)
+        out = Allocate(alloc.buffer, alloc.extent * stages, out)
     return out
 
 

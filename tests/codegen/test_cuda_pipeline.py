@@ -1,0 +1,105 @@
+"""N-stage software pipelines of shared tiles: `double_buffer(stages)` lowers to `stages` copies
+filled `stages - 1` steps ahead (inject_double_buffer), fills of global memory become cp.async
+commit groups and the barrier before a tile is read waits for its group (CUDA codegen).
+
+The CUDA C compiles here; `@pytest.mark.cuda` tests run it against NumPy, with loops shorter than
+the pipeline and shapes that leave partial tiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorforge as tf
+from tensorforge.ops.gemm_fp16 import TensorCoreTiles
+from tests.codegen.test_cuda_tvm_schedules import vthread_gemm
+from tests.ops.test_gemm_fp16 import run_gemm, source_of
+
+
+def staged_gemm(n, m, k, stages):
+    s, args = vthread_gemm(n, m, k)
+    for stage in s.stages:
+        if stage.name.endswith(".shared"):
+            stage.double_buffer(stages)
+    return s, args
+
+
+def kernel_text(s, args):
+    return tf.build(s, args, target="cuda").get_source("cuda")
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_fills_run_stages_minus_one_steps_ahead(stages):
+    text = kernel_text(*staged_gemm(128, 128, 256, stages))
+    # 64 x 64 blocks with k slices of 8: each tile is 64 * 8 floats, `stages` copies of it
+    assert f"float A_shared[{512 * stages}]" in text
+    assert f"cp.async.wait_group {stages - 2};" in text
+    assert f"(k_c_outer + {stages - 1}) < 32" in text  # the fill of the slice stages-1 ahead
+    assert text.count("cp.async.commit_group") == stages  # the prologue's stages-1, the loop's
+    assert "tf_cp_async<16>" in text
+    loop = text[text.index("for (int k_c_outer") :]
+    assert loop.index("cp.async.wait_group") < loop.index("__syncthreads()")
+    assert loop.index("__syncthreads()") < loop.index("tf_cp_async")  # one barrier, then fill
+
+
+def test_double_buffer_takes_a_stage_count_from_2_to_8():
+    s, _ = vthread_gemm(64, 64, 64)
+    stage = next(st for st in s.stages if st.name.endswith(".shared"))
+    for bad in (1, 9, 2.5, True):
+        with pytest.raises(tf.ScheduleError, match="stages must be an int from 2 to 8"):
+            stage.double_buffer(bad)
+
+
+def test_plain_double_buffer_is_two_stages_with_async_fills():
+    text = kernel_text(*staged_gemm(64, 64, 64, 2))
+    assert "float A_shared[1024]" in text and "cp.async.wait_group 0;" in text
+
+
+def test_tensorcore_gemm_pipeline_and_raster_order():
+    text = source_of(512, 512, 256)  # default: 3 stages, groups of 4 block rows (512 / 128)
+    assert "cp.async.wait_group 1;" in text and "tf_mma_sync<64, 64, 32>" in text
+    assert "grid=(16, 1, 1)" in text  # one fused block index: 4 x 4 blocks
+    text = source_of(256, 256, 128, tiles=TensorCoreTiles(128, 128, 32, 64, 64, 1, 1))
+    assert "cp.async" not in text and "grid=(2, 2, 1)" in text
+
+
+def test_tensorcore_tiles_too_deep_for_shared_memory_are_refused():
+    with pytest.raises(tf.ScheduleError, match="bytes of shared memory"):
+        source_of(512, 512, 512, tiles=TensorCoreTiles(256, 256, 64, 64, 64, 4, 8))
+
+
+# -- on the GPU --------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("shape", [(128, 128, 256), (200, 130, 77), (97, 64, 8), (64, 64, 24)])
+def test_staged_vthread_gemm_matches_numpy(stages, shape, rng):
+    n, m, k = (
+        shape  # k / 8 = 32, 10 (partial), 1 and 3 slices: shorter and longer than the pipeline
+    )
+    s, args = staged_gemm(n, m, k, stages)
+    mod = tf.build(s, args, target="cuda")
+    a = rng.uniform(-1, 1, (n, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, m)).astype("float32")
+    dev = tf.cuda(0)
+    A, B = tf.nd.array(a, dev), tf.nd.array(b, dev)
+    C = tf.nd.array(np.full((n, m), np.nan, "float32"), dev)
+    mod(A, B, C)
+    np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "shape, tiles",
+    [
+        ((256, 512, 96), TensorCoreTiles(128, 256, 32, 64, 64, 3, 8)),
+        ((512, 256, 64), TensorCoreTiles(256, 128, 32, 64, 64, 4, 8)),
+        ((384, 128, 48), TensorCoreTiles(64, 64, 16, 32, 32, 4, 4)),
+        ((128, 256, 192), TensorCoreTiles(128, 128, 64, 64, 64, 3, 1)),
+        ((64, 64, 96), TensorCoreTiles(64, 64, 32, 32, 32, 1, 1)),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tensorcore_pipelines_match_numpy(shape, tiles, dtype, rng):
+    run_gemm(*shape, rng, dtype=dtype, tiles=tiles)
