@@ -362,6 +362,74 @@ check(tf.runtime.load_module("{tmp_path}/lib.so"), "exported")
     assert "serial leaked MiB 0" in lines or "serial leaked MiB 1" in lines, out
 
 
+GPU_INTERMEDIATE = """
+m = te.var("m", "int64")
+A = te.placeholder((64,), name="A")
+B = te.compute((m, 64), lambda r, i: A[i] * r.astype("float32"), name="Bhuge")
+C = te.compute((64,), lambda i: B[m - 1, i] + A[i], name="C")
+s = te.create_schedule(C.op)
+bx, tx = s[B].split(s[B].fuse(*B.op.axis), factor=64)
+s[B].bind(bx, te.thread_axis("blockIdx.x"))
+s[B].bind(tx, te.thread_axis("threadIdx.x"))
+bx, tx = s[C].split(C.op.axis[0], factor=32)
+s[C].bind(bx, te.thread_axis("blockIdx.x"))
+s[C].bind(tx, te.thread_axis("threadIdx.x"))
+mod = tf.build(s, [A, C, m], target="cuda", name="f")  # two kernels: Bhuge lives between them
+"""
+
+
+def test_unallocatable_gpu_intermediate_raises_with_a_fake_driver():
+    out = run_case(
+        GPU_INTERMEDIATE
+        + """
+import types
+from tensorforge.runtime import cuda_driver
+from tensorforge.runtime.cuda_exec import CUDASequence
+
+class FakeError(Exception):
+    pass
+
+class FakeMemoryError(FakeError):  # as pycuda's MemoryError derives from its Error
+    pass
+
+def mem_alloc(n):
+    raise FakeMemoryError("cuMemAlloc failed: out of memory")
+
+sequence = CUDASequence(mod.sources[0], "cuda")  # made with the real driver (or none)
+cuda_driver.driver = lambda: types.SimpleNamespace(Error=FakeError, mem_alloc=mem_alloc)
+cuda_driver.activate = lambda device_id=0: None
+try:
+    sequence.call([0, 0, 2**48])  # fails before any launch
+except tf.AllocationError as e:
+    print("ERROR", e)
+"""
+    )
+    assert "'f' could not allocate its intermediate buffer 'Bhuge' on the GPU: " in out, out
+    assert "72057594037927936 bytes" in out and "cuMemAlloc failed: out of memory" in out
+
+
+@pytest.mark.cuda
+def test_unallocatable_gpu_intermediate_raises():
+    out = run_case(
+        GPU_INTERMEDIATE
+        + """
+dev = tf.cuda(0)
+a = np.random.default_rng(6).random(64, dtype="float32")
+A_, C_ = tf.nd.array(a, dev), tf.nd.empty((64,), "float32", dev)
+try:
+    mod(A_, C_, 2**48)  # 2**56 bytes
+except tf.AllocationError as e:
+    print("ERROR", e)
+for m_ in (5, 1):
+    mod(A_, C_, m_)
+    np.testing.assert_allclose(C_.numpy(), a * (m_ - 1) + a, rtol=1e-6)
+print("ran")
+"""
+    )
+    assert "intermediate buffer 'Bhuge' on the GPU: 72057594037927936 bytes" in out, out
+    assert "'f'" in out and "ran" in out
+
+
 # -- the command line ------------------------------------------------------------------------------
 
 TEMPLATE_FILE = """
