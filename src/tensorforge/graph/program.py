@@ -17,6 +17,7 @@ import torch
 from tensorforge import build as tf_build
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph import symbols as sym
+from tensorforge.graph import tuning
 from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.schedules import schedule_kernel
 
@@ -30,8 +31,9 @@ class BuiltKernel:
     module: object
 
 
-def build_kernels(program: Program, target) -> list:
-    """Build every kernel of the program (through the compiled-code caches)."""
+def build_kernels(program: Program, target, tuning_log: str | None = None) -> list:
+    """Build every kernel of the program (through the compiled-code caches); a kernel with a
+    record in `tuning_log` gets that record's schedule."""
     names = program.symbols.var_names()
     variables = {v.name: v for v in program.symbols.vars.values()}
     built = []
@@ -40,8 +42,10 @@ def build_kernels(program: Program, target) -> list:
             built.append(spec)
             continue
         args = [b.placeholder for b in spec.reads] + [spec.out] + [variables[n] for n in names]
+        tuning.note(spec, target)
         try:
-            s, source = schedule_kernel(spec, target)
+            tuned = tuning.tuned_schedule(spec, target, tuning_log) if tuning_log else None
+            s, source = tuned or schedule_kernel(spec, target)
             module = tf_build(s, args, target=target, name=spec.name)
         except TensorForgeError:  # this shape defeats the rule: the plainest schedule instead
             s, source = schedule_kernel(spec, target, simple=True)
