@@ -104,16 +104,19 @@ def models(small: bool) -> dict:
 
 
 def time_calls(fn, x, calls: int) -> float:
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    sync()
     start = time.perf_counter()
     for _ in range(calls):
         fn(x)
+    sync()
     return (time.perf_counter() - start) / calls
 
 
-def run_model(name, make, shape, backends, repeats, threads) -> dict:
+def run_model(name, make, shape, backends, repeats, threads, device="cpu") -> dict:
     torch.manual_seed(0)
-    model = make().eval()
-    x = torch.randn(*shape)
+    model = make().eval().to(device)
+    x = torch.randn(*shape).to(device)
     fns, compile_s, errors = {}, {}, {}
     with torch.no_grad():
         expected = model(x)
@@ -121,11 +124,17 @@ def run_model(name, make, shape, backends, repeats, threads) -> dict:
             torch._dynamo.reset()
             start = time.perf_counter()
             chosen = tf_backend if b == "tensorforge" else b  # (the entry point names the same)
-            fn = model if b == "eager" else torch.compile(model, backend=chosen)
+            if b == "eager":
+                fn = model
+            elif b == "inductor-ro":  # Inductor with CUDA graphs
+                fn = torch.compile(model, mode="reduce-overhead")
+            else:
+                fn = torch.compile(model, backend=chosen)
             got = fn(x)  # compiles
             compile_s[b] = time.perf_counter() - start
             errors[b] = ((got - expected).abs().max() / expected.abs().max()).item()
             fns[b] = fn
+            fn(x), fn(x)  # warm: reduce-overhead and tensorforge make CUDA graphs on later calls
         once = time_calls(fns["eager"], x, 1)
         calls = max(1, min(50, int(0.05 / max(once, 1e-6))))
         samples = {b: [] for b in backends}
@@ -133,7 +142,7 @@ def run_model(name, make, shape, backends, repeats, threads) -> dict:
             for b in backends:
                 samples[b].append(time_calls(fns[b], x, calls))
     median = {b: statistics.median(s) for b, s in samples.items()}
-    row = {"model": name, "threads": threads, "shape": list(shape)}
+    row = {"model": name, "threads": threads, "shape": list(shape), "device": device}
     for b in backends:
         row[f"{b}_ms"] = round(median[b] * 1e3, 3)
         row[f"{b}_compile_s"] = round(compile_s[b], 2)
@@ -148,7 +157,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp1,mlp64,resnet18,gpt2")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--backends", default="eager,inductor,tensorforge")
+    parser.add_argument(
+        "--backends",
+        default="eager,inductor,tensorforge",
+        help="also: inductor-ro (Inductor's mode='reduce-overhead', CUDA graphs)",
+    )
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--small", action="store_true", help="quarter-size models (a smoke run)")
     parser.add_argument("--json", default=None, help="append one JSON line per case here")
@@ -158,12 +172,15 @@ def main(argv=None) -> int:
         backends.insert(0, "eager")
     table = models(args.small)
     rows = []
-    for threads in [int(t) for t in args.threads.split(",")]:
+    threads_list = [int(t) for t in args.threads.split(",")]
+    if args.device == "cuda":
+        threads_list = threads_list[:1]  # the host threads hardly matter to a GPU run
+    for threads in threads_list:
         torch.set_num_threads(threads)
         os.environ["TF_NUM_THREADS"] = str(threads)
         for name in args.models.split(","):
             make, shape = table[name]
-            row = run_model(name, make, shape, backends, args.repeats, threads)
+            row = run_model(name, make, shape, backends, args.repeats, threads, args.device)
             rows.append(row)
             print(json.dumps(row), flush=True)
             if args.json:

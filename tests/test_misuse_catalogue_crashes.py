@@ -287,6 +287,149 @@ print("ran")
     assert "ran" in out
 
 
+# -- intermediate buffers that cannot be allocated -----------------------------------------------
+
+ALLOC_CASE = """
+m = te.var("m", "int64")
+A = te.placeholder((5,), name="A")
+D = te.compute((5, 65536), lambda j, r: A[j] + r.astype("float32"), name="D")  # 1.25 MiB, heap
+B = te.compute((m, 5), lambda i, j: D[j, i % 3] * i.astype("float32"), name="Bhuge")
+k = te.reduce_axis((0, m), name="k")
+C = te.compute((5,), lambda j: te.sum(B[k, j], axis=k), name="C")
+
+def schedule(parallel):
+    s = te.create_schedule(C.op)
+    if parallel:  # Bhuge is allocated inside the outlined parallel body
+        s[C].parallel(C.op.axis[0])
+        s[B].compute_at(s[C], C.op.axis[0])
+    return s
+
+def vm_mib():
+    return int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+rng = np.random.default_rng(5)
+a = rng.random(5, dtype="float32")
+
+def check(f, label, repeat=1):
+    c = np.empty(5, "float32")
+    before = 0.0
+    for attempt in range(repeat + 3):
+        if attempt == 3:  # NOTE: glibc may reserve a 64 MiB arena once, on the first failures
+            before = vm_mib()
+        try:
+            f(a, c, 2**48)  # Bhuge: 2**48 * 5 float32 = 5 PiB (2**50 bytes per parallel row)
+        except tf.AllocationError as e:
+            assert isinstance(e, tf.TensorForgeError) and isinstance(e, MemoryError)
+            error = str(e)
+        else:
+            error = "NO ERROR"
+    print(label, "ERROR", error)
+    print(label, "leaked MiB", round(vm_mib() - before))
+    for m in (7, 1, 3):
+        f(a, c, m)
+        np.testing.assert_allclose(c, (a + 0) * 0 + a * 0 + ref(m), rtol=1e-5)
+    print(label, "ran")
+
+def ref(m):
+    d = a[:, None] + np.arange(3, dtype="float32")[None, :]
+    i = np.arange(m)
+    return (d[:, i % 3] * i[None, :]).sum(axis=1)
+"""
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_unallocatable_intermediate_raises_and_leaks_nothing(target, tmp_path):
+    out = run_case(
+        "import os\n"
+        + ALLOC_CASE
+        + f"""
+check(tf.build(schedule(False), [A, C, m], "{target}"), "serial", repeat=200)
+check(tf.build(schedule(True), [A, C, m], "{target}"), "parallel")
+f = tf.build(schedule(False), [A, C, m], "{target}")
+f.export_library("{tmp_path}/lib.so")
+check(tf.runtime.load_module("{tmp_path}/lib.so"), "exported")
+"""
+    )
+    lines = out.splitlines()
+    for label in ("serial", "parallel", "exported"):
+        (error,) = [line for line in lines if line.startswith(f"{label} ERROR")]
+        assert "intermediate buffer 'Bhuge'" in error, out
+        assert "'main'" in error
+        bytes_asked = 2**50 if label == "parallel" else 5 * 2**50
+        assert f"= {bytes_asked} bytes" in error, out
+        assert f"{label} ran" in lines
+    # 200 failed calls, each after allocating D (1.25 MiB): nothing stays allocated
+    assert "serial leaked MiB 0" in lines or "serial leaked MiB 1" in lines, out
+
+
+GPU_INTERMEDIATE = """
+m = te.var("m", "int64")
+A = te.placeholder((64,), name="A")
+B = te.compute((m, 64), lambda r, i: A[i] * r.astype("float32"), name="Bhuge")
+C = te.compute((64,), lambda i: B[m - 1, i] + A[i], name="C")
+s = te.create_schedule(C.op)
+bx, tx = s[B].split(s[B].fuse(*B.op.axis), factor=64)
+s[B].bind(bx, te.thread_axis("blockIdx.x"))
+s[B].bind(tx, te.thread_axis("threadIdx.x"))
+bx, tx = s[C].split(C.op.axis[0], factor=32)
+s[C].bind(bx, te.thread_axis("blockIdx.x"))
+s[C].bind(tx, te.thread_axis("threadIdx.x"))
+mod = tf.build(s, [A, C, m], target="cuda", name="f")  # two kernels: Bhuge lives between them
+"""
+
+
+def test_unallocatable_gpu_intermediate_raises_with_a_fake_driver():
+    out = run_case(
+        GPU_INTERMEDIATE
+        + """
+import types
+from tensorforge.runtime import cuda_driver
+from tensorforge.runtime.cuda_exec import CUDASequence
+
+class FakeError(Exception):
+    pass
+
+class FakeMemoryError(FakeError):  # as pycuda's MemoryError derives from its Error
+    pass
+
+def mem_alloc(n):
+    raise FakeMemoryError("cuMemAlloc failed: out of memory")
+
+sequence = CUDASequence(mod.sources[0], "cuda")  # made with the real driver (or none)
+cuda_driver.driver = lambda: types.SimpleNamespace(Error=FakeError, mem_alloc=mem_alloc)
+cuda_driver.activate = lambda device_id=0: None
+try:
+    sequence.call([0, 0, 2**48])  # fails before any launch
+except tf.AllocationError as e:
+    print("ERROR", e)
+"""
+    )
+    assert "'f' could not allocate its intermediate buffer 'Bhuge' on the GPU: " in out, out
+    assert "72057594037927936 bytes" in out and "cuMemAlloc failed: out of memory" in out
+
+
+@pytest.mark.cuda
+def test_unallocatable_gpu_intermediate_raises():
+    out = run_case(
+        GPU_INTERMEDIATE
+        + """
+dev = tf.cuda(0)
+a = np.random.default_rng(6).random(64, dtype="float32")
+A_, C_ = tf.nd.array(a, dev), tf.nd.empty((64,), "float32", dev)
+try:
+    mod(A_, C_, 2**48)  # 2**56 bytes
+except tf.AllocationError as e:
+    print("ERROR", e)
+for m_ in (5, 1):
+    mod(A_, C_, m_)
+    np.testing.assert_allclose(C_.numpy(), a * (m_ - 1) + a, rtol=1e-6)
+print("ran")
+"""
+    )
+    assert "intermediate buffer 'Bhuge' on the GPU: 72057594037927936 bytes" in out, out
+    assert "'f'" in out and "ran" in out
+
+
 # -- the command line ------------------------------------------------------------------------------
 
 TEMPLATE_FILE = """

@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 from tensorforge import te  # noqa: E402
 from tensorforge.build import build, lower  # noqa: E402
 from tensorforge.errors import (  # noqa: E402
+    AllocationError,
     ArgumentError,
     BuildError,
     DeviceError,
@@ -53,6 +54,7 @@ __all__ = [
     "ExprError",
     "TargetError",
     "DeviceError",
+    "AllocationError",
     "register_func",
     "get_global_func",
     "tir",

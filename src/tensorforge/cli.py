@@ -73,6 +73,10 @@ def _info(argv: list[str]) -> int:
 
 
 def _tune(argv: list[str]) -> int:
+    if any(a == "--torch" or a.startswith("--torch=") for a in argv):
+        from tensorforge.graph.tune_cli import main as tune_torch_main  # a model's kernels
+
+        return tune_torch_main(argv)
     from tensorforge.tune.cli import tune_main
 
     return tune_main(argv)

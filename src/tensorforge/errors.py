@@ -31,3 +31,8 @@ class TargetError(TensorForgeError, ValueError):
 
 class DeviceError(TensorForgeError, RuntimeError):
     """A device (e.g. a CUDA GPU) is not available or failed."""
+
+
+class AllocationError(TensorForgeError, MemoryError):
+    """A compiled function could not allocate an intermediate buffer (the allocator, or the GPU,
+    refused the size); the message names the function, the buffer and the bytes asked for."""

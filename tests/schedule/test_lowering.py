@@ -61,6 +61,27 @@ def test_cuda_block_level_intermediate_is_shared_only_while_placed_there():
     assert moved == str(tf.lower(gpu_schedule(A, B, C, at_thread=True), [A, C], target=CUDA))
 
 
+def row_sum_schedule(cross_thread: bool):
+    A = te.placeholder((6, 70), name="A")
+    k = te.reduce_axis((0, 70), name="k")
+    S = te.compute((6,), lambda i: te.sum(A[i, k] * 2.0, axis=k), name="S")
+    s = te.create_schedule(S.op)
+    s[S].bind(S.op.axis[0], te.thread_axis("blockIdx.x"))
+    if cross_thread:
+        s[S].bind(k, te.thread_axis("threadIdx.x"))
+    return s, [A, S], k
+
+
+def test_cuda_reduction_bound_to_threads_after_lowering_matches_a_fresh_schedule():
+    s, args, k = row_sum_schedule(cross_thread=False)
+    assert "warp_shuffle" not in str(tf.lower(s, args, target=CUDA))
+    s[args[1]].bind(k, te.thread_axis("threadIdx.x"))
+    again = str(tf.lower(s, args, target=CUDA))
+    fresh, fresh_args, _ = row_sum_schedule(cross_thread=True)
+    assert again == str(tf.lower(fresh, fresh_args, target=CUDA))
+    assert "warp_shuffle_down(" in again and "thread_allreduce = sum over threadIdx.x" in again
+
+
 def cpu_schedule(A, B, C, level: int | None):
     s = te.create_schedule(C.op)
     xo, xi = s[C].split(C.op.axis[0], factor=8)

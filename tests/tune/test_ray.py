@@ -192,3 +192,34 @@ def test_a_target_no_node_offers_is_refused_with_the_resource_named(cluster):
     option = _option(_runner(cl))
     with pytest.raises(tune.TuneError, match="offers the resource"):
         option.runner.create_measurer(task, option, None)
+
+
+def test_auto_scheduler_tasks_tune_on_the_cluster(cluster, tmp_path):
+    from tensorforge.tune import auto
+
+    cl, device_node, target = cluster
+
+    def ray_softmax_rows(n, m):  # a workload the worker can only get by value
+        X = te.placeholder((n, m), name="X")
+        k = te.reduce_axis((0, m), name="k")
+        mx = te.compute((n,), lambda i: te.max(X[i, k], axis=k), name="mx")
+        E = te.compute((n, m), lambda i, j: te.exp(X[i, j] - mx[i]), name="E")
+        k2 = te.reduce_axis((0, m), name="k2")
+        S = te.compute((n,), lambda i: te.sum(E[i, k2], axis=k2), name="S")
+        Y = te.compute((n, m), lambda i, j: E[i, j] / S[i], name="Y")
+        return [X, Y]
+
+    task = auto.SearchTask(func=ray_softmax_rows, args=(13, 37), target=target)
+    log = tmp_path / "auto.jsonl"
+    option = tune.measure_option(number=2, repeat=2, timeout=30, runner=_runner(cl))
+    task.tune(trials=4, log=str(log), seed=0, measure_option=option, progress=False)
+    records = load_records(log)
+    assert len(records) == 4 and all(r.result.ok for r in records), [r.result for r in records]
+    assert all(r.result.meta["node_id"] == device_node for r in records)
+    s, args = task.apply_best(str(log))
+    mod = tf.build(s, args, target=target)
+    x = np.random.default_rng(5).standard_normal((13, 37)).astype("float32")
+    y = np.empty_like(x)
+    mod(x, y)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)

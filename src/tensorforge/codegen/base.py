@@ -46,6 +46,11 @@ class Launch:
 # The int32 global a CPU kernel with PARALLEL loops defines: the runtime stores the thread count
 # there before each call (0 lets the thread pool choose).
 NUM_THREADS_SYMBOL = "__tf_num_threads"
+# The global a CPU kernel with heap-allocated intermediates defines, laid out as the C struct
+# `{const char *buffer; int64_t count; int64_t element_bytes;}` (zero at load). Where an allocation
+# fails, the kernel stores the buffer's name and the size it asked for there and skips the
+# allocation's body; the runtime raises AllocationError after the call and clears the slot.
+ALLOC_ERROR_SYMBOL = "__tf_alloc_error"
 
 
 @dataclass(frozen=True)

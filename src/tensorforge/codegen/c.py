@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import re
 
-from tensorforge.codegen.base import NUM_THREADS_SYMBOL, KernelSource, kernel_params
+from tensorforge.codegen.base import (
+    ALLOC_ERROR_SYMBOL,
+    NUM_THREADS_SYMBOL,
+    KernelSource,
+    kernel_params,
+)
 from tensorforge.codegen.c_expr import _LIBM, _SHORT, SCALAR, CExprPrinter
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, Ramp
@@ -39,6 +44,16 @@ from tensorforge.te.expr import Const, Var
 
 _STACK_LIMIT = 64 * 1024  # constant-size buffers up to this many bytes live on the stack
 _HEADERS = ("stdbool.h", "stdint.h", "stdlib.h", "string.h", "math.h")
+_ALLOC_ERROR_SLOT = (
+    f"struct {{ const char *buffer; int64_t count; int64_t element_bytes; }} {ALLOC_ERROR_SYMBOL};"
+)
+
+
+def _c_string(text: str) -> str:
+    """`text` as a C string literal: UTF-8, every byte but ASCII letters, digits and _ as an
+    octal escape (three digits: the next character cannot extend it)."""
+    safe = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+    return '"' + "".join(chr(b) if b in safe else f"\\{b:03o}" for b in text.encode()) + '"'
 
 
 class CCodegen:
@@ -72,6 +87,7 @@ class _FunctionWriter(CExprPrinter):
         self.depth = 1
         self.in_parallel = False
         self.parallel_loops = 0
+        self.heap_allocations = 0
 
     def source(self) -> KernelSource:
         func = self.func
@@ -94,6 +110,7 @@ class _FunctionWriter(CExprPrinter):
                 "",
                 *self.typedefs.values(),
                 *([f"int32_t {NUM_THREADS_SYMBOL} = 0;"] if self.parallel_loops else []),
+                *([_ALLOC_ERROR_SLOT] if self.heap_allocations else []),
                 "",
                 *(f"{helper}\n" for helper in self.helpers.values()),
                 f'{signature} __asm__("{func.name}");',
@@ -243,18 +260,34 @@ class _FunctionWriter(CExprPrinter):
             self.emit(f"{ctype} {name}[{count}] __attribute__((aligned(64)));")
             heap = False
         else:
-            size = f"((size_t)({self.expr(s.extent)}) * {nbytes} + 63) & ~(size_t)63"
-            self.emit(f"size_t {name}_bytes = {size};")
+            # NOTE: a count past what int64 bytes hold asks for SIZE_MAX (the allocator fails)
+            # instead of wrapping to a few bytes; a NULL skips the body and records the failure
+            # in ALLOC_ERROR_SYMBOL for the runtime to raise (codegen/base.py)
+            self.emit(f"const int64_t {name}_count = {self.expr(s.extent)};")
+            limit = (2**63 - 128) // nbytes
             self.emit(
-                f"{ctype}* restrict {name} = ({ctype}*)aligned_alloc(64, "
-                f"{name}_bytes < 64 ? 64 : {name}_bytes);"
+                f"const size_t {name}_bytes = {name}_count > {limit}LL ? SIZE_MAX : "
+                f"{name}_count * {nbytes} < 64 ? 64 : ((size_t){name}_count * {nbytes} + 63) "
+                f"& ~(size_t)63;"
             )
+            self.emit(f"{ctype}* restrict {name} = ({ctype}*)aligned_alloc(64, {name}_bytes);")
+            self.emit(f"if (__builtin_expect({name} == NULL, 0)) {{")
+            slot = ALLOC_ERROR_SYMBOL
+            self.emit(
+                f"  {slot}.buffer = {_c_string(buffer.name)}; {slot}.count = {name}_count; "
+                f"{slot}.element_bytes = {nbytes};"
+            )
+            self.emit("} else {")
+            self.depth += 1
+            self.heap_allocations += 1
             heap = True
         self.buffers[buffer] = name
         self.stmt(s.body)
         del self.buffers[buffer]
         if heap:
             self.emit(f"free({name});")
+            self.depth -= 1
+            self.emit("}")
         self.depth -= 1
         self.emit("}")
 

@@ -15,7 +15,12 @@ import functools
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tensorforge.codegen.base import NUM_THREADS_SYMBOL, KernelSource, kernel_params
+from tensorforge.codegen.base import (
+    ALLOC_ERROR_SYMBOL,
+    NUM_THREADS_SYMBOL,
+    KernelSource,
+    kernel_params,
+)
 from tensorforge.codegen.llvm_expr import (
     I1,
     I32,
@@ -155,6 +160,26 @@ class _ModuleState:
             return existing
         gv = ir.GlobalVariable(self.module, I32, NUM_THREADS_SYMBOL)
         gv.initializer = ir.Constant(I32, 0)
+        return gv
+
+    def alloc_error_slot(self) -> ir.GlobalVariable:
+        """The ALLOC_ERROR_SYMBOL global (codegen/base.py), defined on first use."""
+        existing = self.module.globals.get(ALLOC_ERROR_SYMBOL)
+        if existing is not None:
+            return existing
+        ty = ir.LiteralStructType([PTR, I64, I64])
+        gv = ir.GlobalVariable(self.module, ty, ALLOC_ERROR_SYMBOL)
+        gv.initializer = ir.Constant(ty, None)
+        return gv
+
+    def string_constant(self, text: str) -> ir.GlobalVariable:
+        """A private NUL-terminated constant holding `text` (UTF-8)."""
+        data = bytearray(text.encode() + b"\0")
+        ty = ir.ArrayType(ir.IntType(8), len(data))
+        gv = ir.GlobalVariable(self.module, ty, self.module.get_unique_name(".str"))
+        gv.global_constant = True
+        gv.linkage = "private"
+        gv.initializer = ir.Constant(ty, data)
         return gv
 
     def function(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
@@ -315,18 +340,35 @@ class _FunctionEmitter(ExprEmitter):
             with self.bound_buffer(buffer, ptr):
                 self.stmt(s.body)
             return
-        # heap: aligned_alloc(64, size rounded up to 64), freed after the body (no early exits)
-        size = b.mul(self.index64(extent), ir.Constant(I64, nbytes))
+        # heap: aligned_alloc(64, size rounded up to 64), freed after the body. Where it returns
+        # NULL (or the size overflows int64: an "allocation" that would wrap to a few bytes) the
+        # body is skipped and the failure recorded in ALLOC_ERROR_SYMBOL for the runtime to raise
+        # (no early exit: enclosing allocations are freed after their bodies as always).
+        count = self.index64(extent)
+        fits = b.icmp_signed("<=", count, ir.Constant(I64, (2**63 - 128) // nbytes))
+        size = b.mul(count, ir.Constant(I64, nbytes))
         size = b.and_(b.add(size, ir.Constant(I64, 63)), ir.Constant(I64, -64))
         size = b.select(b.icmp_signed("<", size, ir.Constant(I64, 64)), ir.Constant(I64, 64), size)
+        size = b.select(fits, size, ir.Constant(I64, -64))  # 2**64 - 64 bytes: the allocator fails
         ptr = b.call(
             self.state.function("aligned_alloc", PTR, [I64, I64]),
             [ir.Constant(I64, 64), size],
             name=buffer.name,
         )
-        with self.bound_buffer(buffer, ptr):
-            self.stmt(s.body)
-        b.call(self.state.function("free", ir.VoidType(), [PTR]), [ptr])
+        with b.if_else(b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False) as (
+            failed,
+            allocated,
+        ):
+            with failed:
+                slot = self.state.alloc_error_slot()
+                fields = [self.state.string_constant(buffer.name), count, ir.Constant(I64, nbytes)]
+                for i, value in enumerate(fields):
+                    at = b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True)
+                    b.store(value, at)
+            with allocated:
+                with self.bound_buffer(buffer, ptr):
+                    self.stmt(s.body)
+                b.call(self.state.function("free", ir.VoidType(), [PTR]), [ptr])
 
     # -- loops ------------------------------------------------------------------------------------
     def _for(self, loop: For) -> None:

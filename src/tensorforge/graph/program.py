@@ -9,7 +9,9 @@ arena plan is made again for it (and kept).
 
 from __future__ import annotations
 
+import os
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +19,7 @@ import torch
 from tensorforge import build as tf_build
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph import symbols as sym
+from tensorforge.graph import tuning
 from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.schedules import schedule_kernel
 
@@ -28,10 +31,12 @@ class BuiltKernel:
     plan: list  # per kernel parameter: a Buffer, or a symbol name
     source: str  # the schedule rule that made it
     module: object
+    executable: object = None  # what `call` belongs to (a CUDA graph reads its launch)
 
 
-def build_kernels(program: Program, target) -> list:
-    """Build every kernel of the program (through the compiled-code caches)."""
+def build_kernels(program: Program, target, tuning_log: str | None = None) -> list:
+    """Build every kernel of the program (through the compiled-code caches); a kernel with a
+    record in `tuning_log` gets that record's schedule."""
     names = program.symbols.var_names()
     variables = {v.name: v for v in program.symbols.vars.values()}
     built = []
@@ -40,8 +45,10 @@ def build_kernels(program: Program, target) -> list:
             built.append(spec)
             continue
         args = [b.placeholder for b in spec.reads] + [spec.out] + [variables[n] for n in names]
+        tuning.note(spec, target)
         try:
-            s, source = schedule_kernel(spec, target)
+            tuned = tuning.tuned_schedule(spec, target, tuning_log) if tuning_log else None
+            s, source = tuned or schedule_kernel(spec, target)
             module = tf_build(s, args, target=target, name=spec.name)
         except TensorForgeError:  # this shape defeats the rule: the plainest schedule instead
             s, source = schedule_kernel(spec, target, simple=True)
@@ -50,7 +57,8 @@ def build_kernels(program: Program, target) -> list:
         by_name = {b.name: b for b in spec.reads}
         by_name[spec.out.name] = spec.buffer
         plan = [by_name.get(p.name, p.name) for p in function.source.params]
-        built.append(BuiltKernel(spec, function.executable.call, plan, source, module))
+        executable = function.executable
+        built.append(BuiltKernel(spec, executable.call, plan, source, module, executable))
     return built
 
 
@@ -76,6 +84,15 @@ class CompiledGraph:
         self.timings: list[float] | None = None
         self.reuse = True
         self._constants: dict | None = None
+        # a CUDA graph of the kernels: where every step is a kernel and the sizes are static
+        self._graph = None
+        self._graph_calls = 0
+        self.use_cuda_graph = (
+            device.type == "cuda"
+            and not self._shape_symbols
+            and all(isinstance(s, BuiltKernel) for s in steps)
+            and os.environ.get("TENSORFORGE_CUDA_GRAPH", "1") not in ("0", "")
+        )
 
     # -- planning ---------------------------------------------------------------------------
     def _liveness(self) -> dict:
@@ -127,6 +144,8 @@ class CompiledGraph:
             if buf is not None and not isinstance(buf, str):
                 tensors[buf] = args[k].contiguous()
         timings = self.timings
+        if self.use_cuda_graph and timings is None and self._launch_graph(tensors, bindings):
+            return [self._result(v, tensors, bindings) for v in self.program.outputs]
         for step in self.steps:
             start = time.perf_counter() if timings is not None else 0.0
             if isinstance(step, BuiltKernel):
@@ -145,6 +164,43 @@ class CompiledGraph:
                 timings.append(time.perf_counter() - start)
         self.last_tensors = tensors if timings is not None else None
         return [self._result(v, tensors, bindings) for v in self.program.outputs]
+
+    def _launch_graph(self, tensors: dict, bindings: dict) -> bool:
+        """Run the kernels as one CUDA graph (built on the second call, once the kernels are
+        loaded); False where it cannot be (then the kernels launch one by one)."""
+        from tensorforge.graph import cuda_graph
+        from tensorforge.runtime import cuda_driver
+
+        args = []
+        for step in self.steps:
+            if step.spec.buffer not in tensors:
+                tensors[step.spec.buffer] = _empty(step.spec.buffer, bindings, self.device)
+            args.append(
+                [
+                    tensors[p].data_ptr() if not isinstance(p, str) else bindings[p]
+                    for p in step.plan
+                ]
+            )
+        self._graph_calls += 1
+        if self._graph_calls >= 2:
+            cuda_driver.activate(self.device.index or 0)
+        if self._graph is None:
+            if self._graph_calls < 2:
+                return False
+            try:
+                nodes = [cuda_graph.node_of(s.executable, a) for s, a in zip(self.steps, args)]
+                if any(n is None for n in nodes):
+                    raise TensorForgeError("a kernel is a sequence of kernels")
+                self._graph = cuda_graph.CudaGraph(nodes, args)
+            except (TensorForgeError, OSError, AttributeError) as err:
+                warnings.warn(
+                    f"tensorforge: the kernels launch one by one (no CUDA graph: {err})",
+                    stacklevel=3,
+                )
+                self.use_cuda_graph = False
+                return False
+        self._graph.launch(args, torch.cuda.current_stream(self.device).cuda_stream)
+        return True
 
     def _bind(self, args: list) -> dict[str, int]:
         bindings = {}

@@ -28,11 +28,13 @@ SOURCES = {
 }
 
 
-def schedule_kernel(spec, target, simple: bool = False):
+def schedule_kernel(spec, target, simple: bool = False, s=None):
     """The schedule of one KernelSpec, and the name of the rule that made it. `simple`: the
-    plainest correct one (what a kernel falls back to if its own schedule fails to build)."""
+    plainest correct one (what a kernel falls back to if its own schedule fails to build).
+    `s`: a fresh schedule of the kernel to apply the rule to (tuning.py records the calls)."""
     out = spec.out
-    s = te.create_schedule(out.op)
+    if s is None:
+        s = te.create_schedule(out.op)
     anchor = spec.anchor
     kind = anchor.kind if anchor is not None else None
     if simple:

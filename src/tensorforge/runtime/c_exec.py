@@ -18,10 +18,16 @@ import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tensorforge.codegen.base import KernelSource
+from tensorforge.codegen.base import ALLOC_ERROR_SYMBOL, KernelSource
 from tensorforge.errors import ArgumentError, BuildError
 from tensorforge.runtime import library_file
-from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
+from tensorforge.runtime.native_call import (
+    AllocErrorSlot,
+    argtypes,
+    make_gomp_fork_safe,
+    num_threads,
+    raise_alloc_error,
+)
 from tensorforge.runtime.shared_lib import c_compiler, dlopen_image
 from tensorforge.target import Target, as_target, host_cpu
 
@@ -121,6 +127,9 @@ class CExecutable:
         self._threads = None  # no PARALLEL loop: no thread-count global
         if source.num_threads_symbol:
             self._threads = ctypes.c_int32.in_dll(library, source.num_threads_symbol)
+        self._alloc_error = None  # no heap-allocated intermediate
+        if ALLOC_ERROR_SYMBOL in source.text:
+            self._alloc_error = AllocErrorSlot.in_dll(library, ALLOC_ERROR_SYMBOL)
         self._library = library  # keeps the code mapped while the function is callable
         self._function = function
 
@@ -129,6 +138,8 @@ class CExecutable:
         if self._threads is not None:
             self._threads.value = num_threads()
         self._function(*raw_args)
+        if self._alloc_error is not None and self._alloc_error.buffer:
+            raise_alloc_error(self._alloc_error, self.source.entry)
 
     def get_source(self, fmt: str = "c") -> str:
         """The C source ("c"), or the compiler's assembly of it ("asm")."""

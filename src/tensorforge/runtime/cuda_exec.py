@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch
-from tensorforge.errors import ArgumentError, BuildError, DeviceError
+from tensorforge.errors import AllocationError, ArgumentError, BuildError, DeviceError
 from tensorforge.runtime import cuda_driver
 
 # NOTE: no --use_fast_math: results must match numpy; the code asks for fast intrinsics itself.
@@ -278,14 +278,18 @@ class CUDASequence:
             cuda = cuda_driver.driver()
             cuda_driver.activate(self.device_id)
             self._buffers = None  # free the old ones before taking new ones
-            try:
-                allocations = [cuda.mem_alloc(max(n, 1)) for n in counts]
-            except cuda.Error as error:
-                raise DeviceError(
-                    f"'{self.source.entry}': cannot allocate its intermediates "
-                    f"({', '.join(f'{p.name}: {n} bytes' for p, n in zip(self.source.intermediates, counts))}) "
-                    f"on the GPU: {error}"
-                ) from None
+            allocations = []
+            for p, n in zip(self.source.intermediates, counts):
+                try:
+                    allocations.append(cuda.mem_alloc(max(n, 1)))
+                except (cuda.Error, MemoryError, OverflowError) as error:
+                    for taken in allocations:  # nothing stays allocated
+                        taken.free()
+                    raise AllocationError(
+                        f"'{self.source.entry}' could not allocate its intermediate buffer "
+                        f"'{p.name}' on the GPU: {n} bytes ({p.dtype}{list(p.shape)}): "
+                        f"{type(error).__name__}: {error}"
+                    ) from None
             self._buffers = (counts, allocations)
         temps = [int(a) for a in self._buffers[1]]
         for step, route in zip(self.steps, self._routes):

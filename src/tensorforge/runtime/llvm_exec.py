@@ -14,10 +14,16 @@ import threading
 
 import llvmlite.binding as llvm
 
-from tensorforge.codegen.base import KernelSource
+from tensorforge.codegen.base import ALLOC_ERROR_SYMBOL, KernelSource
 from tensorforge.errors import BuildError
 from tensorforge.runtime import packed_func
-from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
+from tensorforge.runtime.native_call import (
+    AllocErrorSlot,
+    argtypes,
+    make_gomp_fork_safe,
+    num_threads,
+    raise_alloc_error,
+)
 from tensorforge.target import Target, as_target
 
 _lock = threading.Lock()
@@ -89,6 +95,7 @@ class LLVMExecutable:
         types = argtypes(source)
         self._asm: str | None = None
         self._threads: ctypes.c_int32 | None = None
+        self._alloc_error: AllocErrorSlot | None = None  # kernels with heap intermediates
         # NOTE: llvmlite parses into LLVM's global context, which is not thread-safe, and ctypes
         # releases the GIL inside LLVM: one compile at a time per process.
         with _lock:
@@ -107,7 +114,8 @@ class LLVMExecutable:
         if "GOMP_parallel" in source.text or "omp_get_" in source.text:
             _load_libgomp()
         threads_global = source.num_threads_symbol
-        has_threads_global = any(g.name == threads_global for g in module.global_variables)
+        globals_ = {g.name for g in module.global_variables}
+        has_threads_global = threads_global in globals_
         external = [
             f.name for f in module.functions if f.is_declaration and not f.name.startswith("llvm.")
         ]
@@ -127,6 +135,10 @@ class LLVMExecutable:
             self._threads = ctypes.c_int32.from_address(
                 self._engine.get_global_value_address(threads_global)
             )
+        if ALLOC_ERROR_SYMBOL in globals_:
+            self._alloc_error = AllocErrorSlot.from_address(
+                self._engine.get_global_value_address(ALLOC_ERROR_SYMBOL)
+            )
         return address
 
     def call(self, raw_args: list) -> None:
@@ -134,6 +146,8 @@ class LLVMExecutable:
         if self._threads is not None:
             self._threads.value = num_threads()
         self._function(*raw_args)
+        if self._alloc_error is not None and self._alloc_error.buffer:
+            raise_alloc_error(self._alloc_error, self.source.entry)
 
     def get_source(self, fmt: str = "ll") -> str:
         """The optimized LLVM IR ("ll") or the machine code as assembly ("asm")."""

@@ -10,7 +10,7 @@ import functools
 import os
 
 from tensorforge.codegen.base import KernelSource
-from tensorforge.errors import BuildError
+from tensorforge.errors import AllocationError, BuildError
 
 CTYPES = {
     "bool": ctypes.c_bool,
@@ -70,3 +70,40 @@ def make_gomp_fork_safe(library: str = "libgomp.so.1") -> None:
     if pause is not None:
         pause.argtypes = [ctypes.c_int]
         os.register_at_fork(before=lambda: pause(1))  # 1 = omp_pause_soft
+
+
+class AllocErrorSlot(ctypes.Structure):
+    """The kernel's ALLOC_ERROR_SYMBOL global (codegen/base.py): a failed heap allocation."""
+
+    _fields_ = [
+        ("buffer", ctypes.c_char_p),
+        ("count", ctypes.c_int64),
+        ("element_bytes", ctypes.c_int64),
+    ]
+
+
+def raise_alloc_error(slot: AllocErrorSlot, entry: str) -> None:
+    """Raise AllocationError for the failure `slot` holds (its buffer is set) and clear it.
+
+    NOTE: the slot is one per kernel, not per call: where the same kernel runs in several
+    threads at once and one call fails, another may report that failure too.
+    """
+    name = (slot.buffer or b"?").decode(errors="replace")
+    count, element_bytes = int(slot.count), int(slot.element_bytes)
+    slot.buffer, slot.count, slot.element_bytes = None, 0, 0
+    total = count * element_bytes
+    raise AllocationError(
+        f"'{entry}' could not allocate its intermediate buffer '{name}': {count} elements of "
+        f"{element_bytes} bytes = {total} bytes ({_human(total)}); the allocator refused "
+        f"(out of memory, or a symbolic size larger than intended). Nothing was left allocated; "
+        f"the outputs are incomplete"
+    )
+
+
+def _human(nbytes: int) -> str:
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024 or unit == "PiB":
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{nbytes} B"

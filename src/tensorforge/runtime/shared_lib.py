@@ -19,10 +19,16 @@ import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tensorforge.codegen.base import KernelSource
+from tensorforge.codegen.base import ALLOC_ERROR_SYMBOL, KernelSource
 from tensorforge.errors import ArgumentError, BuildError
 from tensorforge.runtime.library_file import LibraryFile, pack, source_from_json, source_to_json
-from tensorforge.runtime.native_call import argtypes, make_gomp_fork_safe, num_threads
+from tensorforge.runtime.native_call import (
+    AllocErrorSlot,
+    argtypes,
+    make_gomp_fork_safe,
+    num_threads,
+    raise_alloc_error,
+)
 
 if TYPE_CHECKING:
     from tensorforge.runtime.module import Function
@@ -112,13 +118,15 @@ def build_llvm_library(
                 ir_text, target, source.entry, suffix=source.entry if several else None
             )
             threads_symbol = symbols.get(threads_global) if threads_global else None
-        else:
-            code, threads_symbol = objects[i], threads_global  # looked up at load, if there
+            error_symbol = symbols.get(ALLOC_ERROR_SYMBOL)
+        else:  # the symbols keep their names; looked up at load, if there
+            code, threads_symbol, error_symbol = objects[i], threads_global, ALLOC_ERROR_SYMBOL
         entries.append(
             {
                 **source_to_json(source),
                 "symbol": source.entry,
                 "threads_symbol": threads_symbol,
+                "error_symbol": error_symbol,
                 "ll": ir_text,
                 "object": code,
             }
@@ -175,6 +183,7 @@ def open_llvm_library(
             function.get("threads_symbol"),
             ir_text,
             metadata.get("target") or source.target_string,
+            error_symbol=function.get("error_symbol"),
         )
         kernels.append((source, executable))
     return kernels
@@ -227,6 +236,7 @@ class LibraryExecutable:
         threads_symbol: str | None,
         ir_text: str,
         target: str,
+        error_symbol: str | None = None,
     ):
         self.source = source
         self.target = target
@@ -244,6 +254,12 @@ class LibraryExecutable:
                 self._threads = ctypes.c_int32.in_dll(library, threads_symbol)
             except ValueError:
                 pass
+        self._alloc_error = None  # no heap-allocated intermediate (or a library made before)
+        if error_symbol:
+            try:
+                self._alloc_error = AllocErrorSlot.in_dll(library, error_symbol)
+            except ValueError:
+                pass
         function.argtypes = argtypes(source)
         function.restype = None
         self._function = function
@@ -253,6 +269,8 @@ class LibraryExecutable:
         if self._threads is not None:
             self._threads.value = num_threads()
         self._function(*raw_args)
+        if self._alloc_error is not None and self._alloc_error.buffer:
+            raise_alloc_error(self._alloc_error, self.source.entry)
 
     def get_source(self, fmt: str = "ll") -> str:
         """The optimized LLVM IR ("ll"); "asm" is made from it again, where llvmlite is here."""

@@ -66,7 +66,9 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="tensorforge tune",
-        description="Tune a built-in operator or a template from a file, writing a JSON-lines log.",
+        description="Tune a built-in operator or a template from a file, writing a JSON-lines log. "
+        "(A PyTorch model's kernels: tensorforge tune --torch FILE.py:MODEL_FN --example-input "
+        "SHAPE; see tensorforge tune --torch x --help.)",
     )
     parser.add_argument("op", nargs="?", choices=sorted(DEFAULT_ARGS), help="a built-in template")
     parser.add_argument("--template", help="a template in a file: FILE.py:NAME")

@@ -54,64 +54,97 @@ def target_resource(target: str) -> str:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A picklable recipe for a Task on another machine."""
+    """A picklable recipe for a task on another machine: a template's Task, or an
+    auto-scheduler SearchTask (`kind="auto"`, whose candidates are schedule traces)."""
 
     name: str
     args: tuple
     target: str
     module: str | None
-    template_by_value: bytes | None = field(default=None, repr=False)
+    code_by_value: bytes | None = field(default=None, repr=False)
+    kind: str = "template"
 
     @staticmethod
-    def of(task: Task) -> TaskSpec:
-        from ray import cloudpickle
-
-        func = task.template.func
+    def of(task: Any) -> TaskSpec:
+        if isinstance(task, Task):
+            func, kind, name = task.template.func, "template", task.name
+        else:  # tune.auto.SearchTask: the workload function builds the computation
+            func, kind, name = task.func, "auto", task.workload_name
         module = getattr(func, "__module__", None)
         by_value = None
         if not (module or "").startswith("tensorforge."):
-            # A template from a script, a notebook or a test module: the worker may not be able
-            # to import it, so its code travels along.
-            owner = sys.modules.get(module or "")
-            registered = False
-            if owner is not None and module != "__main__":
-                try:
-                    cloudpickle.register_pickle_by_value(owner)
-                    registered = True
-                except ValueError:
-                    registered = False
-            try:
-                by_value = cloudpickle.dumps(func)
-            finally:
-                if registered:
-                    cloudpickle.unregister_pickle_by_value(owner)
-        return TaskSpec(task.name, tuple(task.args), task.target, module, by_value)
+            by_value = _pickle_by_value(func, module)
+        return TaskSpec(name, tuple(task.args), task.target, module, by_value, kind)
 
-    def task(self) -> Task:
+    def task(self) -> Any:
         cached = _TASKS.get(self)
         if cached is None:
-            cached = _TASKS[self] = Task(self._template(), self.args, self.target)
+            if self.kind == "auto":
+                cached = self._search_task()
+            else:
+                cached = Task(self._template(), self.args, self.target)
+            _TASKS[self] = cached
         return cached
 
     def _template(self) -> Any:
         from tensorforge.tune.template import _TEMPLATES, _template_by_name
 
-        if self.template_by_value is None:
+        if self.code_by_value is None:
             return _template_by_name(self.name, self.module)
         if self.name not in _TEMPLATES:
             from ray import cloudpickle
 
-            template(self.name)(cloudpickle.loads(self.template_by_value))
+            template(self.name)(cloudpickle.loads(self.code_by_value))
         return get_template(self.name)
 
+    def _search_task(self) -> Any:
+        from tensorforge.tune.auto.task import _WORKLOADS, SearchTask, register_workload
 
-_TASKS: dict[TaskSpec, Task] = {}
+        if self.name not in _WORKLOADS:
+            if self.code_by_value is not None:
+                from ray import cloudpickle
+
+                register_workload(name=self.name)(cloudpickle.loads(self.code_by_value))
+            elif self.module:
+                import importlib
+
+                importlib.import_module(self.module)
+        return SearchTask(self.name, self.args, self.target)
+
+
+def _pickle_by_value(func: Any, module: str | None) -> bytes:
+    """`func`'s code, so a worker that cannot import its module (a script, a notebook, a test
+    module) can still run it."""
+    from ray import cloudpickle
+
+    owner = sys.modules.get(module or "")
+    registered = False
+    if owner is not None and module != "__main__":
+        try:
+            cloudpickle.register_pickle_by_value(owner)
+            registered = True
+        except ValueError:
+            registered = False
+    try:
+        return cloudpickle.dumps(func)
+    finally:
+        if registered:
+            cloudpickle.unregister_pickle_by_value(owner)
+
+
+def config_payload(task: Any, config: Any) -> Any:
+    """What travels to a build worker for `config`: a template config's index (the worker has
+    the space), or the schedule trace itself."""
+    return config.index if isinstance(task, Task) else config
+
+
+_TASKS: dict[TaskSpec, Any] = {}
 
 
 # -- builds ------------------------------------------------------------------------------------------
 
 
-def _build_in_child(spec: TaskSpec, config_index: int, feature_fn: Any) -> dict:
+def _build_in_child(spec: TaskSpec, payload: Any, feature_fn: Any) -> dict:
     os.environ["TENSORFORGE_CACHE"] = "0"
     # A build only compiles: hide the GPUs so it never opens a CUDA context (seconds per build,
     # and a context on the GPU that another candidate is being timed on).
@@ -119,7 +152,8 @@ def _build_in_child(spec: TaskSpec, config_index: int, feature_fn: Any) -> dict:
     task = spec.task()
     start = time.perf_counter()
     try:
-        mod, features = default_builder(task, task.config_space.get(config_index), feature_fn)
+        config = task.config_space.get(payload) if isinstance(payload, int) else payload
+        mod, features = default_builder(task, config, feature_fn)
     except InstantiationError as e:
         return _error(MeasureErrorNo.INSTANTIATION_ERROR, str(e))
     except Exception as e:  # noqa: BLE001 - any compiler failure is this candidate's result
@@ -138,11 +172,11 @@ def _build_in_child(spec: TaskSpec, config_index: int, feature_fn: Any) -> dict:
     }
 
 
-def build_candidate(spec: TaskSpec, config_index: int, feature_fn: Any, timeout: float) -> dict:
+def build_candidate(spec: TaskSpec, payload: Any, feature_fn: Any, timeout: float) -> dict:
     """Build one config into an exported module (bytes) in a child process; never raises."""
     start = time.perf_counter()
     try:
-        return call_in_child(partial(_build_in_child, spec, config_index, feature_fn), timeout)
+        return call_in_child(partial(_build_in_child, spec, payload, feature_fn), timeout)
     except TimeoutError:
         return _error(
             MeasureErrorNo.BUILD_TIMEOUT,

@@ -35,6 +35,7 @@ from tensorforge.tune.ray_remote import (
     Protocol,
     TaskSpec,
     build_candidate,
+    config_payload,
     target_resource,
 )
 from tensorforge.tune.template import Task, TuneError
@@ -245,7 +246,7 @@ class RayMeasurer:
         default = self.task.config_space.default()
         built = self.ray.get(
             self._build.options(num_cpus=1).remote(
-                self.spec, default.index, None, self.option.timeout
+                self.spec, config_payload(self.task, default), None, self.option.timeout
             )
         )
         if built["status"] != "built":
@@ -291,7 +292,7 @@ class RayMeasurer:
         for k, config in enumerate(configs):
             trial = _Trial(k, config)
             ref = self._build.options(num_cpus=1, max_retries=self.runner.retries).remote(
-                self.spec, config.index, self.feature_fn, self.option.timeout
+                self.spec, config_payload(self.task, config), self.feature_fn, self.option.timeout
             )
             builds[ref] = trial
         ready: deque[_Trial] = deque()

@@ -57,6 +57,7 @@ def auto_main(options: Any) -> int:
         timeout=options.timeout,
         n_parallel=options.n_parallel,
         check_correctness=options.check_correctness,
+        runner=tune.RayRunner(address=options.ray) if getattr(options, "ray", None) else None,
     )
     seed = 0 if options.seed is None else options.seed
     tuner = task.tune(

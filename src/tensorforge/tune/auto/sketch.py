@@ -399,7 +399,12 @@ class SketchBuilder:
             self.rec.reorder(outer, [lv[k] for k in range(3) for lv in levels])
             self.parallel_outer(outer, key, [lv[0] for lv in levels])
             if levels[-1][2] is not levels[-1][1] and s_tiles[-1][1] * s_tiles[-1][2] > 1:
-                self.rec.annotate("vectorize", outer, levels[-1][2])
+                # the epilogue (copy-out, fused consumer) in vectors of the register tile's
+                # width, not one vector of the whole block row: a 128-lane erf ran ~2x slower
+                vector = levels[-1][2]
+                if s_tiles[-1][1] > 1 and s_tiles[-1][2] > 1:
+                    _, vector = self.rec.split(outer, vector, s_tiles[-1][2])
+                self.rec.annotate("vectorize", outer, vector)
             self.rec.compute_at(inner, outer, levels[-1][1])
             s_levels = [self.rec.split_many(inner, a, [t[2]]) for a, t in zip(sp_axes, s_tiles)]
             r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]

@@ -119,7 +119,9 @@ class TaskTuner:
         callbacks: Sequence[Callable[..., Any]] = (),
     ) -> int:
         """Measure up to `trials` new schedules; returns how many were measured."""
-        measurer = Measurer(self.task, option, build_report)
+        # A runner that drives whole runs (tune.RayRunner) brings its own measurer.
+        make_measurer = getattr(option.runner, "create_measurer", None) or Measurer
+        measurer = make_measurer(self.task, option, build_report)
         done = 0
         start = time.perf_counter()
         try:
@@ -146,6 +148,9 @@ class TaskTuner:
                 self.trials += len(batch)
         finally:
             self.time_total += time.perf_counter() - start
+            close = getattr(measurer, "close", None)
+            if close is not None:
+                close()
         return done
 
     @property

@@ -1,0 +1,120 @@
+"""The kernels of a CUDA graph as one CUDA driver graph: the node chain and its argument updates
+(with a fake driver, no GPU), and on a GPU, repeated calls against eager torch."""
+
+import ctypes
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
+from tensorforge.graph import cuda_graph as cg  # noqa: E402
+from tensorforge.graph.program import CompiledGraph  # noqa: E402
+from tensorforge.runtime.cuda_exec import CUDAExecutable  # noqa: E402
+from tests.graph.test_dynamic_and_cuda import TORCH_CUDA, cuda_graph  # noqa: E402
+
+
+class FakeDriver:
+    """Records the driver calls; a launch reads every node's arguments through its pointers."""
+
+    def __init__(self):
+        self.edges, self.updates, self.launched = [], [], []
+
+    def function(self, image, symbol):
+        return f"fn:{symbol}"
+
+    def graph_create(self):
+        return "graph"
+
+    def add_kernel_node(self, graph, previous, function, node, params):
+        handle = f"node{len(self.edges)}"
+        self.edges.append((previous, handle, function))
+        desc = cg._node_params(ctypes.c_void_p(1234), node, params)
+        assert (desc.gridDimX, desc.blockDimX) == (node.grid[0], node.block[0])
+        return handle
+
+    def instantiate(self, graph):
+        return "exec"
+
+    def set_kernel_node(self, exec_, handle, function, node, params):
+        self.updates.append(handle)
+
+    def launch(self, exec_, stream):
+        self.launched.append(stream)
+
+
+def read_back(params: cg.KernelParams) -> list:
+    out = []
+    for k, kind in enumerate(params.kinds):
+        ctype = ctypes.c_uint64 if kind == "ptr" else cg._CTYPES[kind]
+        out.append(ctypes.cast(params.array[k], ctypes.POINTER(ctype)).contents.value)
+    return out
+
+
+def test_kernel_params_point_at_their_values_and_see_changes():
+    params = cg.KernelParams(("ptr", "int32", "float32", "ptr"), [0x7F001000, -7, 2.5, 0x10])
+    assert read_back(params) == [0x7F001000, -7, 2.5, 0x10]
+    assert not params.set([0x7F001000, -7, 2.5, 0x10])
+    assert params.set([0x7F001000, -7, 2.5, 0x20])
+    assert read_back(params) == [0x7F001000, -7, 2.5, 0x20]
+
+
+def node(symbol, kinds=("ptr", "ptr")):
+    return cg.Node(b"image", symbol, (3, 1, 1), (256, 1, 1), 0, kinds)
+
+
+def test_the_graph_is_a_chain_and_a_call_updates_only_moved_arguments():
+    driver = FakeDriver()
+    nodes = [node("a"), node("b", ("ptr", "ptr", "int64")), node("c")]
+    args = [[100, 200], [200, 300, 5], [300, 400]]
+    graph = cg.CudaGraph(nodes, args, driver=driver)
+    assert driver.edges == [(None, "node0", "fn:a"), ("node0", "node1", "fn:b"),
+                            ("node1", "node2", "fn:c")]  # fmt: skip
+    assert graph.launch(args, stream=7) == 0 and driver.launched == [7]
+    # a new input (first kernel) and a new output (last kernel): those two nodes only
+    assert graph.launch([[111, 200], [200, 300, 5], [300, 444]], stream=0) == 2
+    assert driver.updates == ["node0", "node2"]
+    assert read_back(graph.params[2]) == [300, 444]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_every_kernel_of_a_cuda_graph_becomes_a_node():
+    fn, inputs, constants = cuda_graph()
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    known = {k: inputs[k] for k in constants}
+    compiled = compile_aten(gm, inputs, known, Options(target="cuda -arch=sm_90"))
+    assert isinstance(compiled, CompiledGraph)
+    assert compiled.use_cuda_graph  # every step a kernel, static sizes
+    steps = compiled.steps
+    args = [[4096 * (k + 1) for _ in s.plan] for k, s in enumerate(steps)]
+    # without a GPU the built kernels cannot launch: their sources, as launchable kernels
+    executables = [CUDAExecutable(s.executable.source, compiled.target) for s in steps]
+    nodes = [cg.node_of(e, a) for e, a in zip(executables, args)]
+    assert all(n is not None and n.image and min(n.grid) >= 1 for n in nodes)
+    driver = FakeDriver()
+    cg.CudaGraph(nodes, args, driver=driver).launch(args)
+    assert len(driver.edges) == len(steps) and driver.launched == [0]
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_repeated_calls_run_one_cuda_graph_and_match_eager():
+    fn, inputs, constants = cuda_graph()
+    inputs = [t.cuda() for t in inputs]
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    known = {k: inputs[k] for k in constants}
+    compiled = compile_aten(gm, inputs, known, Options())
+    assert isinstance(compiled, CompiledGraph) and compiled.use_cuda_graph
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(4):  # new input values (and addresses) each call
+        args = list(inputs)
+        args[0] = torch.randn(7, 13, generator=gen).cuda()
+        args[3] = torch.randn(1, 3, 9, 9, generator=gen).cuda()
+        got = compiled(args)
+        torch.cuda.synchronize()
+        for g, e in zip(got, fn(*args)):
+            assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4
+    assert compiled._graph is not None

@@ -1,0 +1,51 @@
+"""legalize_bfloat16: bfloat16 values computed in float32, rounded after each operation."""
+
+from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
+from tensorforge.ir.stmt import LetStmt
+from tensorforge.te.expr import Cast, Const, Var
+from tests.codegen.cuda_kernel_builders import buf, f32, load, store
+
+A, B = buf("A", 8, "bfloat16"), buf("B", 8, "bfloat16")
+F = buf("F", 8)
+
+
+def f32_of(x):
+    return Cast("float32", x)
+
+
+def bf16(x):
+    return Cast("bfloat16", x)
+
+
+def test_one_operation_widens_its_operands_and_narrows_the_store():
+    i = Var("i")
+    before = store(B, i, load(A, i) * Const(3.0, "bfloat16"))
+    assert legalize_bfloat16(before) == store(B, i, bf16(f32_of(load(A, i)) * f32(3.0)))
+
+
+def test_each_intermediate_result_is_rounded_to_bfloat16():
+    i = Var("i")
+    before = store(B, i, load(A, i) * Const(3.0, "bfloat16") + load(A, i))
+    product = f32_of(bf16(f32_of(load(A, i)) * f32(3.0)))  # rounded, then widened again
+    assert legalize_bfloat16(before) == store(B, i, bf16(product + f32_of(load(A, i))))
+
+
+def test_constants_are_rounded_to_bfloat16_values():
+    i = Var("i")
+    before = store(B, i, load(A, i) + Const(0.1, "bfloat16"))
+    out = legalize_bfloat16(before)
+    assert out.value.value.b == f32(0.10009765625)  # 0.1 in bfloat16
+
+
+def test_bfloat16_let_variable_becomes_float32():
+    i, x = Var("i"), Var("x", "bfloat16")
+    before = LetStmt(x, load(A, i), store(B, i, x * x))
+    out = legalize_bfloat16(before)
+    assert out.var.dtype == "float32" and out.var.name == "x"
+    assert out == LetStmt(out.var, f32_of(load(A, i)), store(B, i, bf16(out.var * out.var)))
+
+
+def test_float32_code_is_unchanged():
+    i = Var("i")
+    before = store(F, i, load(F, i) * 2.0)
+    assert legalize_bfloat16(before) == before
