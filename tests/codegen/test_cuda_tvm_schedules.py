@@ -206,12 +206,25 @@ def test_build_name_is_the_entry_for_one_kernel_and_several(make):
     assert re.findall(r"__global__ void __launch_bounds__\(\d+\) (\w+)\(", text) == kernels
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("target", ["cuda", "llvm"])
-@pytest.mark.parametrize("make", [one_kernel, two_grids], ids=["one_kernel", "two_kernels"])
+def cpu_kernel(n):
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] * 3, name="C")
+    s = te.create_schedule(C.op)
+    outer, inner = s[C].split(C.op.axis[0], factor=16)
+    s[C].vectorize(inner)
+    return s, [A, C]
+
+
+@pytest.mark.parametrize(
+    "target, make",
+    [
+        pytest.param("cuda", one_kernel, marks=pytest.mark.cuda, id="cuda-one_kernel"),
+        pytest.param("cuda", two_grids, marks=pytest.mark.cuda, id="cuda-two_kernels"),
+        pytest.param("llvm", cpu_kernel, id="llvm"),
+        pytest.param("c", cpu_kernel, id="c"),
+    ],
+)
 def test_named_entry_runs_and_times_on_each_target(make, target, rng):
-    if target == "llvm" and make is two_grids:
-        pytest.skip("one CPU function either way")
     mod = tf.build(*make(1000), target=target, name="f")
     a = rng.standard_normal(1000).astype("float32")
     dev = tf.device(target, 0)
