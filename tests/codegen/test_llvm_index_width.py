@@ -1,0 +1,35 @@
+"""Integer operands of two widths in one operation (index widening can leave an int32 index
+beside an int64 extent): LLVM codegen widens them as C's conversions do."""
+
+import numpy as np
+import pytest
+
+import tensorforge as tf
+from tensorforge import te
+
+
+def _axis(stage, name):
+    return next(v for v in stage.leaf_iter_vars if v.name == name)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_fused_symbolic_axis_split_with_a_guard_builds_and_runs(target):
+    """fuzz seed 7 #271 (--target c): `int32(fused) % int64(m)` failed LLVM codegen."""
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), name="A")
+    B = te.placeholder((m,), name="B")
+    C = te.compute((n, m), lambda i, j: A[i, j] * 2.0 + B[j], name="C")
+    D = te.compute((n, m), lambda i, j: te.max(C[i, j], 0.0) - A[i, j], name="D")
+    s = te.create_schedule(D.op)
+    s[C].tile(_axis(s[C], "j"), _axis(s[C], "i"), 7, 3, tail="auto")
+    s[D].fuse(_axis(s[D], "i"), _axis(s[D], "j"))
+    s[C].tile(_axis(s[C], "j.inner"), _axis(s[C], "j.outer"), 16, 4, tail="auto")
+    s[D].split(_axis(s[D], "i.j.fused"), factor=1, tail="guard")
+    mod = tf.build(s, [A, B, D], target=target)
+    rng = np.random.default_rng(271)
+    for shape in [(3, 2), (1, 1), (5, 13)]:
+        a = rng.standard_normal(shape).astype("float32")
+        b = rng.standard_normal(shape[1]).astype("float32")
+        d = np.empty(shape, "float32")
+        mod(a, b, d)
+        np.testing.assert_allclose(d, np.maximum(a * 2 + b, 0) - a, rtol=1e-6, atol=1e-6)
