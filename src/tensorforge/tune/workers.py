@@ -76,6 +76,10 @@ def _child_entry(target: Callable[..., Any], *args: Any) -> None:
     # Ctrl-C reaches the whole process group: the tuner (the parent) handles it and ends its
     # workers; a worker ignores it, so it prints no traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # blocked across the fork (start_process): a Ctrl-C
+        signal.pthread_sigmask(
+            signal.SIG_UNBLOCK, {signal.SIGINT}
+        )  # that came meanwhile is dropped
     _die_with_parent()
     for conn in list(_parent_ends.values()):
         try:
@@ -91,9 +95,19 @@ def _child_entry(target: Callable[..., Any], *args: Any) -> None:
 def start_process(target: Callable[..., Any], args: tuple, method: str = "fork") -> Any:
     """Start `target(*args)` in a child process (see mp_context); returns the Process."""
     proc = mp_context(method).Process(target=_child_entry, args=(target, *args), daemon=True)
-    with warnings.catch_warnings():  # Python 3.12 warns about forking a threaded process
-        warnings.simplefilter("ignore", DeprecationWarning)
-        proc.start()
+    # SIGINT stays blocked from the fork until the child ignores it: a Ctrl-C in between would
+    # raise KeyboardInterrupt inside multiprocessing's bootstrap and print its traceback. The
+    # parent gets its pending Ctrl-C as soon as the mask is restored.
+    block = hasattr(signal, "pthread_sigmask")
+    if block:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with warnings.catch_warnings():  # Python 3.12 warns about forking a threaded process
+            warnings.simplefilter("ignore", DeprecationWarning)
+            proc.start()
+    finally:
+        if block:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     return proc
 
 
