@@ -54,12 +54,17 @@ def build_kernels(program: Program, target, tuning_log: str | None = None) -> li
             s, source = schedule_kernel(spec, target, simple=True)
             module = tf_build(s, args, target=target, name=spec.name)
         function = module[module.entry_name]
-        by_name = {b.name: b for b in spec.reads}
-        by_name[spec.out.name] = spec.buffer
-        plan = [by_name.get(p.name, p.name) for p in function.source.params]
+        plan = plan_of(spec, function.source.params)
         executable = function.executable
         built.append(BuiltKernel(spec, executable.call, plan, source, module, executable))
     return built
+
+
+def plan_of(spec: KernelSpec, params) -> list:
+    """Per kernel parameter, the Buffer it is bound to (or the size symbol's name)."""
+    by_name = {b.name: b for b in spec.reads}
+    by_name[spec.out.name] = spec.buffer
+    return [by_name.get(p.name, p.name) for p in params]
 
 
 class CompiledGraph:
