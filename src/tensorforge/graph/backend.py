@@ -97,7 +97,7 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
     try:
         program = Lowerer(gm, constants, target).run()
         with _tuning(opts.tuning_log):
-            steps = build_kernels(program, target, opts.tuning_log)
+            steps = build_kernels(program, target, opts.tuning_log, opts.schedule)
         compiled = CompiledGraph(program, steps, target, device)
     except Exception as err:
         if os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0"):

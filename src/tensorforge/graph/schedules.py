@@ -28,11 +28,22 @@ SOURCES = {
 }
 
 
-def schedule_kernel(spec, target, simple: bool = False, s=None):
+# anchors whose schedule by hand (the ops library's) the first guess does not beat: "auto" keeps it
+HAND_SCHEDULED = ("matmul", "conv2d", "softmax")
+FIRST_GUESS = "first guess (auto-scheduler, no measurement)"
+
+
+def schedule_kernel(spec, target, simple: bool = False, s=None, schedule: str = "rules"):
     """The schedule of one KernelSpec, and the name of the rule that made it. `simple`: the
     plainest correct one (what a kernel falls back to if its own schedule fails to build).
-    `s`: a fresh schedule of the kernel to apply the rule to (tuning.py records the calls)."""
+    `s`: a fresh schedule of the kernel to apply the rule to (tuning.py records the calls).
+    `schedule` (the backend's option): "rules"; "first_guess": the auto-scheduler's first guess
+    where it applies (CPU, static sizes); "auto": the first guess except for HAND_SCHEDULED."""
     out = spec.out
+    if schedule != "rules" and not simple and s is None:
+        guessed = _first_guess(spec, target, schedule)
+        if guessed is not None:
+            return guessed, FIRST_GUESS
     if s is None:
         s = te.create_schedule(out.op)
     anchor = spec.anchor
@@ -56,6 +67,26 @@ def schedule_kernel(spec, target, simple: bool = False, s=None):
     else:
         _reduction(s, out, anchor, target)
     return s, SOURCES[kind]
+
+
+def _first_guess(spec, target, schedule: str):
+    """The auto-scheduler's first guess for the kernel (tune.auto.analytic), or None where the
+    rules serve: CUDA (graphcuda's schedules), symbolic sizes, a hand-scheduled anchor under
+    "auto", or a computation the sketch rules cannot schedule."""
+    from tensorforge.tune.auto.analytic import first_guess_schedule
+
+    kind = spec.anchor.kind if spec.anchor is not None else None
+    if target.kind == "cuda" or (schedule == "auto" and kind in HAND_SCHEDULED):
+        return None
+    tensors = [b.placeholder for b in spec.reads] + [spec.out]
+    if not all(isinstance(getattr(e, "value", None), int) for t in tensors for e in t.shape):
+        return None
+    try:
+        with target:
+            s, _ = first_guess_schedule([spec.out], target)
+    except Exception:  # any failure of the sketch rules: the graph layer's own rules instead
+        return None
+    return s
 
 
 def _static_numel(tensor) -> int | None:
