@@ -7,6 +7,8 @@ the pipeline and shapes that leave partial tiles."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -63,6 +65,20 @@ def test_tensorcore_gemm_pipeline_and_raster_order():
     assert "grid=(16, 1, 1)" in text  # one fused block index: 4 x 4 blocks
     text = source_of(256, 256, 128, tiles=TensorCoreTiles(128, 128, 32, 64, 64, 1, 1))
     assert "cp.async" not in text and "grid=(2, 2, 1)" in text
+
+
+def test_tensorcore_gemm_asks_ptxas_for_one_block_of_registers():
+    # launch_min_blocks 1: __launch_bounds__(threads, 1), so ptxas may keep the next k step's
+    # fragments in registers; the big-problem default is 128 x 256 blocks of 8 warps
+    text = source_of(4096, 4096, 4096)
+    assert "__launch_bounds__(256, 1)" in text and "tf_mma_sync<64, 64, 64>" in text
+    plain = kernel_text(*staged_gemm(64, 64, 64, 2))  # other kernels: no minimum
+    assert re.search(r"__launch_bounds__\(\d+\) ", plain)
+    s, args = staged_gemm(64, 64, 64, 2)
+    out = s[args[-1]]
+    out.pragma(out.leaf_iter_vars[0], "launch_min_blocks", 0)
+    with pytest.raises(tf.BuildError, match="launch_min_blocks must be at least 1"):
+        kernel_text(s, args)
 
 
 def test_tensorcore_tiles_too_deep_for_shared_memory_are_refused():

@@ -121,20 +121,21 @@ def test_a_damaged_entry_is_deleted_and_the_graph_compiled_again(tmp_path, monke
     assert torch.allclose(third([x, w2])[0], torch.relu(x @ w2) + 1.0, rtol=1e-5, atol=1e-5)
 
 
-def test_the_key_changes_with_shapes_target_and_tuning_log(tmp_path):
+def test_the_key_changes_with_shapes_target_tuning_log_and_schedule(tmp_path):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from tensorforge.graph.cache import graph_key
     from tensorforge.target import Target
 
-    def key(shape, target="llvm", log=None):
+    def key(shape, target="llvm", log=None, schedule="auto"):
         gm = make_fx(lambda a: torch.sin(a) * 2)(torch.randn(*shape))
-        return graph_key(gm, {}, Target(target), log)
+        return graph_key(gm, {}, Target(target), log, schedule)
 
     log = tmp_path / "log.json"
     log.write_text("{}")
     assert key((3, 4)) == key((3, 4))
     keys = {key((3, 4)), key((4, 3)), key((3, 4), "cuda"), key((3, 4), log=str(log))}
-    assert len(keys) == 4
+    keys.add(key((3, 4), schedule="rules"))
+    assert len(keys) == 5
     log.write_text('{"a": 1}')
     assert key((3, 4), log=str(log)) not in keys

@@ -193,6 +193,7 @@ class _KernelWriter:
         launch = self.threads.launch
         launch = Launch(launch.grid, launch.block, self.shared_bytes if self.dynamic_shared else 0)
         threads = launch.block[0] * launch.block[1] * launch.block[2]
+        bounds = f"{threads}, {min_blocks}" if (min_blocks := _min_blocks(body)) else f"{threads}"
         launch_note = (
             f"// launch: grid=({', '.join(map(str, launch.grid))}) "
             f"block=({', '.join(map(str, launch.block))}); shared memory: {self.shared_bytes} bytes"
@@ -213,7 +214,7 @@ class _KernelWriter:
         params_text = ",\n    ".join(decls)
         self.kernel_text = "\n".join(
             [
-                f'extern "C" __global__ void __launch_bounds__({threads}) {symbol}(\n    {params_text}) {{',
+                f'extern "C" __global__ void __launch_bounds__({bounds}) {symbol}(\n    {params_text}) {{',
                 *(
                     ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
                     if self.dynamic_shared
@@ -540,3 +541,19 @@ def _shape_entry(e: E.Expr) -> int | str:
         return host_expr(e)
     except BuildError:
         return str(e)
+
+
+def _min_blocks(body: Stmt) -> int:
+    """The largest `launch_min_blocks` pragma in the kernel (0: none). With it ptxas budgets
+    registers for that many resident blocks of the kernel a multiprocessor (1: up to 255 a
+    thread, so a tensor-core mainloop can keep its fragments of the next k step in flight)."""
+    found = [
+        int(value)
+        for n in walk(body)
+        if isinstance(n, For)
+        for name, value in n.pragmas
+        if name == "launch_min_blocks"
+    ]
+    if any(v < 1 for v in found):
+        raise BuildError(f"pragma launch_min_blocks must be at least 1, got {min(found)}")
+    return max(found, default=0)

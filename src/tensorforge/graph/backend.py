@@ -99,12 +99,12 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
     device = torch.device("cuda" if target.kind == "cuda" else "cpu")
     try:
         program = Lowerer(gm, constants, target).run()  # (constants from the live weights)
-        key = graph_cache.graph_key(gm, constants, target, opts.tuning_log)
+        key = graph_cache.graph_key(gm, constants, target, opts.tuning_log, opts.schedule)
         cached = graph_cache.enabled(target)
         steps = graph_cache.load(key, program, target) if cached else None
         if steps is None:
             with _tuning(opts.tuning_log):
-                steps = build_kernels(program, target, opts.tuning_log)
+                steps = build_kernels(program, target, opts.tuning_log, opts.schedule)
             if cached:
                 graph_cache.store(key, steps, target)
         compiled = CompiledGraph(program, steps, target, device)

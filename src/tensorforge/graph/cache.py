@@ -61,9 +61,14 @@ def graphs_dir() -> str:
 
 # -- the key --------------------------------------------------------------------------------------
 def graph_key(
-    gm: torch.fx.GraphModule, constants: dict, target, tuning_log: str | None = None
+    gm: torch.fx.GraphModule,
+    constants: dict,
+    target,
+    tuning_log: str | None = None,
+    schedule: str = "auto",
 ) -> str:
-    """The hash naming the entry of this ATen graph compiled for `target` (module docstring)."""
+    """The hash naming the entry of this ATen graph compiled for `target` with these options
+    (module docstring)."""
     digest = hashlib.sha256()
 
     def part(*items) -> None:
@@ -80,7 +85,7 @@ def graph_key(
     part("constants", *sorted(constants))
     for k in sorted(constants):
         part(_value_signature(constants[k]))
-    part("tuning", _file_digest(tuning_log) if tuning_log else "")
+    part("tuning", _file_digest(tuning_log) if tuning_log else "", "schedule", schedule)
     settings = sorted(
         (k, v)
         for k, v in os.environ.items()

@@ -295,6 +295,7 @@ class Stage:
             "vectorize",
             "unroll",
             "async_copy",  # CUDA: fill a double-buffered shared tile with cp.async (sm_80+)
+            "launch_min_blocks",  # CUDA: __launch_bounds__(threads, value) on the kernel
         )
         if name not in known:
             raise ScheduleError(

@@ -140,12 +140,15 @@ class AnalyticPolicy:
         last = spatial[-1]
         best, best_score = (1, 1), -1.0
         rows_extent = spatial[row] if row is not None else 1
+        panel = _panel_width(op)
         for mr in range(1, min(rows_extent, 14) + 1):
             for v in range(1, 5):
                 if mr * v + v + 1 > self.machine.registers - 1 or (row is None and mr > 1):
                     continue
                 nr = min(v * lanes, last)
                 if nr < v * lanes and v > 1:
+                    continue
+                if panel and panel % nr and v > 1:  # a vector tile across two panels gathers
                     continue
                 flops_per_load = mr * v / (mr + v)
                 waste = (rows_extent / _round_up(rows_extent, mr)) * (last / _round_up(last, nr))
@@ -234,6 +237,27 @@ def _best_divisor(n: int, at_most: int) -> int | None:
     good = [d for d in divisors(n) if d <= at_most]
     best = max(good) if good else None
     return best if best is not None and best * 2 >= min(at_most, n) else None
+
+
+def _panel_width(op: ComputeOp) -> int | None:
+    """The width of the panels an operand is packed in along the last spatial axis (`B[j // 16,
+    k, j % 16]`, as the torch backend packs weights), or None: a register tile wider than a
+    panel, or not dividing it, reads its vectors across two panels (a gather per load)."""
+    from tensorforge.te.expr import Const, FloorDiv, FloorMod
+
+    last = op.axis[-1].var if op.axis else None
+    widths = []
+    for body in op.body:
+        for node in walk(body):
+            if (
+                isinstance(node, (FloorDiv, FloorMod))
+                and isinstance(node.b, Const)
+                and isinstance(node.b.value, int)
+                and node.b.value > 1
+                and any(n is last for n in walk(node.a))
+            ):
+                widths.append(node.b.value)
+    return math.gcd(*widths) if widths else None
 
 
 def _row_axis(op: ComputeOp) -> int | None:
