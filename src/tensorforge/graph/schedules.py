@@ -10,12 +10,12 @@ loops (`compute_at`), so the epilogue reads each result while it is in registers
 from __future__ import annotations
 
 from tensorforge import te
+from tensorforge.graph import schedules_cuda
 from tensorforge.graph.lower_linalg import matmul_tiles
 from tensorforge.graph.values import numel
 
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, one thread: waking the pool costs more
 CHUNK = 4096  # elements each parallel iteration of an element-wise kernel walks
-CUDA_THREADS = 256
 
 SOURCES = {
     None: "rule-based element-wise",
@@ -52,11 +52,11 @@ def schedule_kernel(spec, target, simple: bool = False, s=None, schedule: str = 
         if anchor is not None and target.kind != "cuda":
             _reduction(s, out, anchor, target, vectorize=False)
         elif target.kind == "cuda":
-            _cuda(s, out, anchor)
+            schedules_cuda.schedule_simple(s, out, anchor)
         return s, "simple (fallback: its own schedule failed)"
     if target.kind == "cuda":
-        _cuda(s, out, anchor)
-    elif kind is None:
+        return s, schedules_cuda.schedule_cuda(s, out, anchor)
+    if kind is None:
         _elementwise(s, out, target)
     elif kind == "matmul":
         _matmul(s, out, anchor, target)
@@ -233,25 +233,3 @@ def _reduction(s, out, anchor, target, vectorize: bool = True) -> None:
         s[out].parallel(chunk)
     for stage in reversed(anchor.info["stages"]):
         s[stage].compute_at(s[out], inner)
-
-
-def _cuda(s, out, anchor) -> None:
-    """CUDA: each thread computes elements of the output; anchor stages at that thread (a row
-    operator's statistics once per row block)."""
-    axes = s[out].op.axis
-    if not axes:
-        return
-    if anchor is not None and anchor.kind in ("softmax", "layer_norm") and len(axes) > 1:
-        *rows, j = axes
-        row = s[out].fuse(*rows) if len(rows) > 1 else rows[0]
-        s[out].bind(row, te.thread_axis("blockIdx.x"))
-        for stage in reversed(anchor.info["stages"]):
-            s[stage].compute_at(s[out], row)
-        return
-    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
-    block, thread = s[out].split(fused, factor=CUDA_THREADS)
-    s[out].bind(block, te.thread_axis("blockIdx.x"))
-    s[out].bind(thread, te.thread_axis("threadIdx.x"))
-    if anchor is not None:
-        for stage in reversed(anchor.info["stages"]):
-            s[stage].compute_at(s[out], thread)
