@@ -6,13 +6,19 @@ from dataclasses import dataclass, fields
 
 from tensorforge.errors import ArgumentError
 
+SCHEDULES = ("auto", "rules", "first_guess")
+
 
 @dataclass(frozen=True)
 class Options:
     """target: "llvm" (the host CPU) or "cuda" (default: where the inputs live);
     tuning_log: a tuning log applied while the kernels are built; check: compare every kernel
     with eager torch and report the largest error; report: print the kernels (fused operators,
-    schedule source, time) and the fallbacks after the first call."""
+    schedule source, time) and the fallbacks after the first call; schedule: where a kernel
+    with no tuning record gets its schedule: "auto" (the auto-scheduler's first guess, except for
+    the anchors the ops library schedules better by hand: matmul, conv2d, softmax), "rules"
+    (the graph layer's rule-based schedules, schedules.py), "first_guess" (always the first
+    guess, where it applies: CPU kernels with static sizes)."""
 
     target: str | None = None
     tuning_log: str | None = None
@@ -21,6 +27,7 @@ class Options:
     tolerance: float = (
         1e-4  # check: relative (max abs error / max abs value) past which a kernel is named
     )
+    schedule: str = "auto"
 
     @staticmethod
     def of(options: dict | None) -> Options:
@@ -31,5 +38,11 @@ class Options:
             raise ArgumentError(
                 f"torch.compile(backend='tensorforge'): unknown option(s) {', '.join(unknown)}; "
                 f"known: {', '.join(sorted(known))}"
+            )
+        schedule = options.get("schedule", "auto")
+        if schedule not in SCHEDULES:
+            raise ArgumentError(
+                f"torch.compile(backend='tensorforge'): options['schedule'] is {schedule!r}; "
+                f"known: {', '.join(SCHEDULES)}"
             )
         return Options(**options)

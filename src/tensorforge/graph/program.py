@@ -34,9 +34,12 @@ class BuiltKernel:
     executable: object = None  # what `call` belongs to (a CUDA graph reads its launch)
 
 
-def build_kernels(program: Program, target, tuning_log: str | None = None) -> list:
+def build_kernels(
+    program: Program, target, tuning_log: str | None = None, schedule: str = "auto"
+) -> list:
     """Build every kernel of the program (through the compiled-code caches); a kernel with a
-    record in `tuning_log` gets that record's schedule."""
+    record in `tuning_log` gets that record's schedule, the others the `schedule` option's
+    (schedules.py: the first guess or the rules), falling back to the rules, then the plainest."""
     names = program.symbols.var_names()
     variables = {v.name: v for v in program.symbols.vars.values()}
     built = []
@@ -46,20 +49,39 @@ def build_kernels(program: Program, target, tuning_log: str | None = None) -> li
             continue
         args = [b.placeholder for b in spec.reads] + [spec.out] + [variables[n] for n in names]
         tuning.note(spec, target)
-        try:
-            tuned = tuning.tuned_schedule(spec, target, tuning_log) if tuning_log else None
-            s, source = tuned or schedule_kernel(spec, target)
-            module = tf_build(s, args, target=target, name=spec.name)
-        except TensorForgeError:  # this shape defeats the rule: the plainest schedule instead
-            s, source = schedule_kernel(spec, target, simple=True)
-            module = tf_build(s, args, target=target, name=spec.name)
+        module, source = _schedule_and_build(spec, target, args, tuning_log, schedule)
         function = module[module.entry_name]
-        by_name = {b.name: b for b in spec.reads}
-        by_name[spec.out.name] = spec.buffer
-        plan = [by_name.get(p.name, p.name) for p in function.source.params]
+        plan = plan_of(spec, function.source.params)
         executable = function.executable
         built.append(BuiltKernel(spec, executable.call, plan, source, module, executable))
     return built
+
+
+def plan_of(spec: KernelSpec, params) -> list:
+    """Per kernel parameter, the Buffer it is bound to (or the size symbol's name)."""
+    by_name = {b.name: b for b in spec.reads}
+    by_name[spec.out.name] = spec.buffer
+    return [by_name.get(p.name, p.name) for p in params]
+
+
+def _schedule_and_build(spec, target, args, tuning_log, schedule) -> tuple:
+    """(module, source) from the first schedule of the kernel that builds: its tuning record's,
+    the `schedule` option's, the rules', and the plainest (a shape that defeats a rule)."""
+    choices = [
+        lambda: tuning.tuned_schedule(spec, target, tuning_log) if tuning_log else None,
+        lambda: schedule_kernel(spec, target, schedule=schedule),
+        lambda: schedule_kernel(spec, target) if schedule != "rules" else None,
+    ]
+    for choose in choices:
+        try:
+            chosen = choose()
+            if chosen is not None:
+                s, source = chosen
+                return tf_build(s, args, target=target, name=spec.name), source
+        except TensorForgeError:
+            pass
+    s, source = schedule_kernel(spec, target, simple=True)
+    return tf_build(s, args, target=target, name=spec.name), source
 
 
 class CompiledGraph:

@@ -10,12 +10,12 @@ loops (`compute_at`), so the epilogue reads each result while it is in registers
 from __future__ import annotations
 
 from tensorforge import te
+from tensorforge.graph import schedules_cuda
 from tensorforge.graph.lower_linalg import matmul_tiles
 from tensorforge.graph.values import numel
 
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, one thread: waking the pool costs more
 CHUNK = 4096  # elements each parallel iteration of an element-wise kernel walks
-CUDA_THREADS = 256
 
 SOURCES = {
     None: "rule-based element-wise",
@@ -28,11 +28,22 @@ SOURCES = {
 }
 
 
-def schedule_kernel(spec, target, simple: bool = False, s=None):
+# anchors whose schedule by hand (the ops library's) the first guess does not beat: "auto" keeps it
+HAND_SCHEDULED = ("matmul", "conv2d", "softmax")
+FIRST_GUESS = "first guess (auto-scheduler, no measurement)"
+
+
+def schedule_kernel(spec, target, simple: bool = False, s=None, schedule: str = "rules"):
     """The schedule of one KernelSpec, and the name of the rule that made it. `simple`: the
     plainest correct one (what a kernel falls back to if its own schedule fails to build).
-    `s`: a fresh schedule of the kernel to apply the rule to (tuning.py records the calls)."""
+    `s`: a fresh schedule of the kernel to apply the rule to (tuning.py records the calls).
+    `schedule` (the backend's option): "rules"; "first_guess": the auto-scheduler's first guess
+    where it applies (CPU, static sizes); "auto": the first guess except for HAND_SCHEDULED."""
     out = spec.out
+    if schedule != "rules" and not simple and s is None:
+        guessed = _first_guess(spec, target, schedule)
+        if guessed is not None:
+            return guessed, FIRST_GUESS
     if s is None:
         s = te.create_schedule(out.op)
     anchor = spec.anchor
@@ -41,11 +52,11 @@ def schedule_kernel(spec, target, simple: bool = False, s=None):
         if anchor is not None and target.kind != "cuda":
             _reduction(s, out, anchor, target, vectorize=False)
         elif target.kind == "cuda":
-            _cuda(s, out, anchor)
+            schedules_cuda.schedule_simple(s, out, anchor)
         return s, "simple (fallback: its own schedule failed)"
     if target.kind == "cuda":
-        _cuda(s, out, anchor)
-    elif kind is None:
+        return s, schedules_cuda.schedule_cuda(s, out, anchor)
+    if kind is None:
         _elementwise(s, out, target)
     elif kind == "matmul":
         _matmul(s, out, anchor, target)
@@ -56,6 +67,26 @@ def schedule_kernel(spec, target, simple: bool = False, s=None):
     else:
         _reduction(s, out, anchor, target)
     return s, SOURCES[kind]
+
+
+def _first_guess(spec, target, schedule: str):
+    """The auto-scheduler's first guess for the kernel (tune.auto.analytic), or None where the
+    rules serve: CUDA (graphcuda's schedules), symbolic sizes, a hand-scheduled anchor under
+    "auto", or a computation the sketch rules cannot schedule."""
+    from tensorforge.tune.auto.analytic import first_guess_schedule
+
+    kind = spec.anchor.kind if spec.anchor is not None else None
+    if target.kind == "cuda" or (schedule == "auto" and kind in HAND_SCHEDULED):
+        return None
+    tensors = [b.placeholder for b in spec.reads] + [spec.out]
+    if not all(isinstance(getattr(e, "value", None), int) for t in tensors for e in t.shape):
+        return None
+    try:
+        with target:
+            s, _ = first_guess_schedule([spec.out], target)
+    except Exception:  # any failure of the sketch rules: the graph layer's own rules instead
+        return None
+    return s
 
 
 def _static_numel(tensor) -> int | None:
@@ -202,25 +233,3 @@ def _reduction(s, out, anchor, target, vectorize: bool = True) -> None:
         s[out].parallel(chunk)
     for stage in reversed(anchor.info["stages"]):
         s[stage].compute_at(s[out], inner)
-
-
-def _cuda(s, out, anchor) -> None:
-    """CUDA: each thread computes elements of the output; anchor stages at that thread (a row
-    operator's statistics once per row block)."""
-    axes = s[out].op.axis
-    if not axes:
-        return
-    if anchor is not None and anchor.kind in ("softmax", "layer_norm") and len(axes) > 1:
-        *rows, j = axes
-        row = s[out].fuse(*rows) if len(rows) > 1 else rows[0]
-        s[out].bind(row, te.thread_axis("blockIdx.x"))
-        for stage in reversed(anchor.info["stages"]):
-            s[stage].compute_at(s[out], row)
-        return
-    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
-    block, thread = s[out].split(fused, factor=CUDA_THREADS)
-    s[out].bind(block, te.thread_axis("blockIdx.x"))
-    s[out].bind(thread, te.thread_axis("threadIdx.x"))
-    if anchor is not None:
-        for stage in reversed(anchor.info["stages"]):
-            s[stage].compute_at(s[out], thread)

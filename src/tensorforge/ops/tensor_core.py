@@ -84,33 +84,42 @@ __device__ __forceinline__ void tf_mma_fill_zero(float* acc) {
   for (int i = 0; i < WM * WN / 32; ++i) acc[i] = 0.f;
 }
 
-// acc[WM, WN] += a[WM, WK] @ b[WK, WN]; a and b are row-major tiles in shared memory
+// acc[WM, WN] += a[WM, WK] @ b[WK, WN]; a and b are row-major tiles in shared memory. The
+// fragments are double-buffered in registers: the ldmatrix loads of k step kk + 1 are issued
+// before the mma of step kk, so their latency hides behind the math (fully unrolled).
 template <int WM, int WN, int WK, typename T>
 __device__ __forceinline__ void tf_mma_sync(float* acc, const T* a, int lda, const T* b, int ldb) {
   static_assert(WM % 16 == 0 && WN % 16 == 0 && WK % 16 == 0, "tile must be 16-aligned");
+  constexpr int MI = WM / 16, NJ = WN / 16, KK = WK / 16;
   const int lane = static_cast<int>(tf_tc::lane_id());
   const int q = lane >> 3, r = lane & 7;
+  const T* pa = a + (r + (q & 1) * 8) * lda + (q >> 1) * 8;
+  const T* pb = b + (r + (q & 1) * 8) * ldb + (q >> 1) * 8;
+  unsigned af[2][MI][4];
+  unsigned bf[2][NJ][4];  // [nj][0..1]: columns nj * 16 + 0..7, [2..3]: + 8..15
 #pragma unroll
-  for (int kk = 0; kk < WK; kk += 16) {
-    unsigned af[WM / 16][4];
-    unsigned bf[WN / 8][2];
+  for (int mi = 0; mi < MI; ++mi) tf_tc::ldmatrix_x4(af[0][mi], pa + mi * 16 * lda);
 #pragma unroll
-    for (int mi = 0; mi < WM / 16; ++mi)
-      tf_tc::ldmatrix_x4(af[mi], a + (mi * 16 + r + (q & 1) * 8) * lda + kk + (q >> 1) * 8);
+  for (int nj = 0; nj < NJ; ++nj) tf_tc::ldmatrix_x4_trans(bf[0][nj], pb + nj * 16);
 #pragma unroll
-    for (int nj = 0; nj < WN / 16; ++nj) {
-      unsigned t[4];
-      tf_tc::ldmatrix_x4_trans(t, b + (kk + r + (q & 1) * 8) * ldb + nj * 16 + (q >> 1) * 8);
-      bf[2 * nj][0] = t[0];
-      bf[2 * nj][1] = t[1];
-      bf[2 * nj + 1][0] = t[2];
-      bf[2 * nj + 1][1] = t[3];
+  for (int kk = 0; kk < KK; ++kk) {
+    const int cur = kk & 1, nxt = cur ^ 1;
+    if (kk + 1 < KK) {
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+        tf_tc::ldmatrix_x4(af[nxt][mi], pa + mi * 16 * lda + (kk + 1) * 16);
+#pragma unroll
+      for (int nj = 0; nj < NJ; ++nj)
+        tf_tc::ldmatrix_x4_trans(bf[nxt][nj], pb + (kk + 1) * 16 * ldb + nj * 16);
     }
 #pragma unroll
-    for (int mi = 0; mi < WM / 16; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < WN / 8; ++ni)
-        tf_tc::mma_16816(acc + (mi * (WN / 8) + ni) * 4, af[mi], bf[ni][0], bf[ni][1], a);
+      for (int n = 0; n < 2 * NJ; ++n) {
+        const int ni = (mi & 1) ? 2 * NJ - 1 - n : n;  // serpentine: reuse b across mi
+        tf_tc::mma_16816(acc + (mi * (2 * NJ) + ni) * 4, af[cur][mi], bf[cur][ni >> 1][(ni & 1) * 2],
+                         bf[cur][ni >> 1][(ni & 1) * 2 + 1], a);
+      }
   }
 }
 

@@ -1,0 +1,357 @@
+"""CUDA schedules for the graph layer's kernels: the anchor picks the schedule, the element-wise
+epilogue is the stage it is computed in.
+
+- matmul / bmm / linear (and conv2d, an implicit GEMM over its filters x output pixels): each
+  thread keeps a `vi` x `vj` tile of the product in registers (rows read once per step and
+  broadcast across the warp, `vj` contiguous columns as one vector load). Where the outputs are
+  too few to fill the GPU (small batches, late convolution layers), the reduction is split
+  across the block's `threadIdx.z` (split-K): each slice accumulates its partial tile in
+  registers, writes it to shared memory, and the block sums the slices while it applies the
+  epilogue, one output per thread, coalesced.
+- softmax / log-softmax / layer norm: a block per row; its threads reduce strided parts of the
+  row and combine across the block (warp shuffles), then apply the epilogue along the row.
+- everything else: a thread per output element (`schedule_simple`), vectorized where the
+  output's rows are whole vectors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorforge import te
+from tensorforge.graph.values import numel
+
+THREADS = 256  # threads per block
+FILL_THREADS = 1 << 16  # split the reduction until this many threads share the work
+MIN_K_SLICE = 16  # ... while each slice still reduces at least this many terms
+ROW_THREADS = 256
+
+SOURCES = {
+    "gemm": "cuda gemm: register tiles",
+    "gemm_split": "cuda gemm: register tiles, split-K",
+    "rows": "cuda row operator: a block per row",
+    "simple": "cuda: a thread per output",
+}
+
+
+def schedule_cuda(s, out, anchor) -> str:
+    """Apply the CUDA schedule of a kernel (output stage `out`, anchor or None) to `s`; the
+    name of the rule used."""
+    kind = anchor.kind if anchor is not None else None
+    if kind == "matmul" and _static(anchor.info["shape"]) and len(anchor.info["stages"]) == 1:
+        return _gemm(s, out, anchor)
+    if kind == "conv2d" and _static(anchor.info["shape"]):
+        return _conv(s, out, anchor)
+    if kind in ("softmax", "layer_norm") and len(s[out].op.axis) > 1:
+        _rows(s, out, anchor)
+        return SOURCES["rows"]
+    schedule_simple(s, out, anchor)
+    return SOURCES["simple"]
+
+
+def schedule_simple(s, out, anchor) -> None:
+    """Each thread computes one output element; the anchor's stages at that thread."""
+    axes = s[out].op.axis
+    if not axes:
+        return
+    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
+    block, thread = s[out].split(fused, factor=THREADS)
+    s[out].bind(block, te.thread_axis("blockIdx.x"))
+    s[out].bind(thread, te.thread_axis("threadIdx.x"))
+    if anchor is not None:
+        for stage in reversed(anchor.info["stages"]):
+            s[stage].compute_at(s[out], thread)
+
+
+# -- matrix products ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """A block of `tx` x `ty` x `kz` threads; thread (x, y, z) accumulates rows
+    [y*vi, y*vi + vi) x columns [x*vj, x*vj + vj) of the block's tile over the z-th of `kz`
+    interleaved slices of the reduction."""
+
+    vi: int
+    vj: int
+    tx: int
+    ty: int
+    kz: int
+
+    @property
+    def rows(self) -> int:
+        return self.vi * self.ty
+
+    @property
+    def cols(self) -> int:
+        return self.vj * self.tx
+
+
+def _pow2_at_most(x: int, cap: int) -> int:
+    p = 1
+    while p * 2 <= min(x, cap):
+        p *= 2
+    return p
+
+
+def gemm_plan(batch: int, n: int, m: int, k: int) -> GemmPlan:
+    """Tiles for a (batch x) n x m product over k terms: 4 x 4 registers a thread where the
+    matrix is that large, then as many reduction slices as it takes to fill the GPU."""
+    vj = 4 if m >= 16 else (2 if m >= 4 else 1)
+    vi = 4 if n >= 16 else (2 if n >= 4 else 1)
+    col_tiles, row_tiles = -(-m // vj), -(-n // vi)
+    tiles = batch * col_tiles * row_tiles
+    kz = 1
+    while kz < 32 and tiles * kz < FILL_THREADS and k // (kz * 2) >= MIN_K_SLICE:
+        kz *= 2
+    per_block = THREADS // kz
+    tx = _pow2_at_most(col_tiles, min(32, per_block))
+    ty = _pow2_at_most(row_tiles, per_block // tx)
+    return GemmPlan(vi, vj, tx, ty, kz)
+
+
+def _gemm(s, out, anchor) -> str:
+    """The product C[*b, i, j] = sum_k A * B, its epilogue the output stage."""
+    (C,) = anchor.info["stages"]
+    *batch, n, m = anchor.info["shape"]
+    (k,) = s[C].op.reduce_axis
+    plan = gemm_plan(numel(batch), n, m, k.dom.extent.value)
+    *b_axes, i, j = s[out].op.axis
+    return _tiled_product(s, out, C, b_axes, [i], [j], [(n, plan.rows)], [(m, plan.cols)], plan)
+
+
+def _tiled_product(s, out, C, batch_axes, row_axes, col_axes, row_tiles, col_tiles, plan):
+    """Schedule reduction stage C (its data axes those of `out`) under output stage `out`:
+    `row_axes` / `col_axes` (of out) are tiled by `row_tiles` / `col_tiles` ((extent, tile)
+    per axis; their product is plan.rows / plan.cols); the tiles of the innermost row and column
+    axes split across threadIdx.y / threadIdx.x, `vi` x `vj` registers each."""
+    axes = list(s[out].op.axis)
+    positions = {ax: d for d, ax in enumerate(axes)}
+    tiles = {}
+    for ax, (_, tile) in zip(row_axes + col_axes, row_tiles + col_tiles):
+        tiles[ax] = tile
+    outer, inner = [], []
+    for ax in axes:
+        if ax in tiles:
+            o, i_ = s[out].split(ax, factor=tiles[ax])
+            outer.append(o)
+            inner.append(i_)
+        else:
+            outer.append(ax)
+    s[out].reorder(*outer, *inner)
+    block = _bind_blocks(s, out, outer, len(row_axes), len(col_axes))
+    data = [positions[ax] for ax in row_axes + col_axes]
+    if plan.kz == 1:
+        # the output's own inner tile: rows over threadIdx.y, columns over threadIdx.x
+        *ri, r_last = inner[: len(row_axes)]
+        *cl, c_last = inner[len(row_axes) :]
+        ty_ax, vi_ax = s[out].split(r_last, factor=plan.vi)
+        tx_ax, vj_ax = s[out].split(c_last, factor=plan.vj)
+        s[out].reorder(*ri, *cl, ty_ax, tx_ax, vi_ax, vj_ax)
+        for extra in ri + cl:
+            s[out].unroll(extra)
+        s[out].bind(ty_ax, te.thread_axis("threadIdx.y"))
+        s[out].bind(tx_ax, te.thread_axis("threadIdx.x"))
+        s[out].unroll(vi_ax)
+        s[out].unroll(vj_ax)
+        s[C].set_scope("local")
+        s[C].compute_at(s[out], tx_ax)
+        _register_tile(s, C, [s[C].op.axis[d] for d in data], plan)
+        return SOURCES["gemm"]
+    # split-K: partial tiles CF[kz, ...] in shared memory, summed per output by the block
+    k = s[C].op.reduce_axis[0]
+    _, kz = s[C].split(k, factor=plan.kz)
+    CF = s.rfactor(C, kz, factor_axis=0)
+    CL = s.cache_write(CF, "local")
+    s[CF].set_scope("shared")
+    s[CF].compute_at(s[out], block)
+    cf_axes = s[CF].op.axis
+    z_ax, cf_data = cf_axes[0], [cf_axes[1 + d] for d in data]
+    rows_cf, cols_cf = cf_data[: len(row_axes)], cf_data[len(row_axes) :]
+    *rr, r_last = rows_cf
+    *cc, c_last = cols_cf
+    ty_ax, vi_ax = s[CF].split(r_last, factor=plan.vi)
+    tx_ax, vj_ax = s[CF].split(c_last, factor=plan.vj)
+    s[CF].reorder(z_ax, *rr, *cc, ty_ax, tx_ax, vi_ax, vj_ax)
+    s[CF].bind(z_ax, te.thread_axis("threadIdx.z"))
+    s[CF].bind(ty_ax, te.thread_axis("threadIdx.y"))
+    s[CF].bind(tx_ax, te.thread_axis("threadIdx.x"))
+    for extra in rr + cc:
+        s[CF].unroll(extra)
+    s[CF].unroll(vi_ax)
+    s[CF].vectorize(vj_ax) if plan.vj in (2, 4) else s[CF].unroll(vj_ax)
+    s[CL].compute_at(s[CF], tx_ax)
+    cl_axes = s[CL].op.axis
+    _register_tile(s, CL, [cl_axes[1 + d] for d in data], plan)
+    # the epilogue: the block's tile, one element per thread per step, summing the slices
+    tile = s[out].fuse(*inner) if len(inner) > 1 else inner[0]
+    t_x = _spread(s, out, tile, plan, plan.rows * plan.cols)
+    s[C].set_scope("local")
+    s[C].compute_at(s[out], t_x)
+    return SOURCES["gemm_split"]
+
+
+def _spread(s, out, tile, plan, elements: int):
+    """The block's `elements` outputs (fused axis `tile`) over its threads, consecutive
+    elements on consecutive threads; never more threads than elements (a split past the tile
+    would widen the region the shared partial tiles are computed over)."""
+    threads = min(plan.tx * plan.ty * plan.kz, elements)
+    rest, t = s[out].split(tile, factor=threads)
+    t_zy, t_x = s[out].split(t, factor=plan.tx)
+    t_z, t_y = s[out].split(t_zy, factor=plan.ty)
+    s[out].reorder(rest, t_z, t_y, t_x)
+    s[out].bind(t_z, te.thread_axis("threadIdx.z"))
+    s[out].bind(t_y, te.thread_axis("threadIdx.y"))
+    s[out].bind(t_x, te.thread_axis("threadIdx.x"))
+    return t_x
+
+
+def _bind_blocks(s, out, outer, n_rows: int, n_cols: int):
+    """Column tiles on blockIdx.x, row tiles on blockIdx.y, the rest (batch) on blockIdx.z:
+    each index stays a plain loop variable, so the tile guards simplify away. Returns the
+    innermost block axis (where the block's shared stages are computed)."""
+    k = len(outer) - n_rows - n_cols
+    batch, rows, cols = outer[:k], outer[k : k + n_rows], outer[k + n_rows :]
+    groups = [(batch, "blockIdx.z"), (rows, "blockIdx.y"), (cols, "blockIdx.x")]
+    last = None
+    for axes, tag in groups:
+        if axes:
+            last = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
+            s[out].bind(last, te.thread_axis(tag))
+    return last
+
+
+def _register_tile(s, stage, data_axes, plan) -> None:
+    """The accumulating stage at a thread: the reduction outside, the tile's axes unrolled
+    inside (the last, contiguous one as a vector)."""
+    reduce_axes = list(s[stage].op.reduce_axis)
+    others = [ax for ax in s[stage].op.axis if ax not in data_axes]
+    s[stage].reorder(*others, *reduce_axes, *data_axes)
+    for ax in data_axes[:-1]:
+        s[stage].unroll(ax)
+    last = data_axes[-1]
+    if plan.vj in (2, 4):
+        s[stage].vectorize(last)
+    else:
+        s[stage].unroll(last)
+
+
+# -- convolution --------------------------------------------------------------------------------
+
+
+def _conv(s, out, anchor) -> str:
+    """conv[n, f, y, x] = sum over (c, ky, kx): filters are the rows, output positions (a run of
+    whole rows of y, a tile of x) the columns; split-K over the input channels."""
+    (conv,) = anchor.info["stages"]
+    N, F, OH, OW = anchor.info["shape"]
+    rc = s[conv].op.reduce_axis[0]
+    K = rc.dom.extent.value * numel([r.dom.extent.value for r in s[conv].op.reduce_axis[1:]])
+    plan = gemm_plan(N, F, OH * OW, K)
+    # x tiles: the whole row where it is short, else `tx` vectors; y rows to fill the tile
+    vj = plan.vj if OW % plan.vj == 0 else 1
+    if -(-OW // vj) <= plan.tx:
+        x_threads, x_tile = -(-OW // vj), OW
+    else:
+        x_threads, x_tile = plan.tx, plan.tx * vj
+    y_tile = max(1, min(OH, plan.tx // x_threads))
+    kz = plan.kz
+    while kz > 1 and rc.dom.extent.value // kz < 2:
+        kz //= 2
+    # threadIdx.x covers the (y, x) tile: its y rows and x positions fused
+    tx = y_tile * x_threads
+    ty = max(1, THREADS // kz // tx)
+    ty = _pow2_at_most(-(-F // plan.vi), ty)
+    cplan = GemmPlan(plan.vi, vj, tx, ty, kz)
+    return _conv_tiles(s, out, conv, cplan, x_threads, y_tile, x_tile)
+
+
+def _conv_tiles(s, out, conv, plan, x_threads, y_tile, x_tile) -> str:
+    n, f, y, x = s[out].op.axis
+    fo, fi = s[out].split(f, factor=plan.rows)
+    yo, yi = s[out].split(y, factor=y_tile)
+    xo, xi = s[out].split(x, factor=x_tile)
+    s[out].reorder(n, fo, yo, xo, fi, yi, xi)
+    block = _bind_blocks(s, out, [n, fo, s[out].fuse(yo, xo)], 1, 1)
+    if plan.kz == 1:
+        ty_ax, vi_ax = s[out].split(fi, factor=plan.vi)
+        xt, vj_ax = s[out].split(xi, factor=plan.vj)
+        s[out].reorder(ty_ax, yi, xt, vi_ax, vj_ax)
+        tx_ax = s[out].fuse(yi, xt)
+        s[out].bind(ty_ax, te.thread_axis("threadIdx.y"))
+        s[out].bind(tx_ax, te.thread_axis("threadIdx.x"))
+        s[out].unroll(vi_ax)
+        s[out].unroll(vj_ax)
+        s[conv].set_scope("local")
+        s[conv].compute_at(s[out], tx_ax)
+        _, cf, _, cx = s[conv].op.axis
+        _conv_register_tile(s, conv, cf, cx, plan)
+        return SOURCES["gemm"]
+    rc = s[conv].op.reduce_axis[0]
+    _, kz = s[conv].split(rc, factor=plan.kz)
+    CF = s.rfactor(conv, kz, factor_axis=0)
+    CL = s.cache_write(CF, "local")
+    s[CF].set_scope("shared")
+    s[CF].compute_at(s[out], block)
+    z_ax, _, cf, cy, cx = s[CF].op.axis
+    ty_ax, vi_ax = s[CF].split(cf, factor=plan.vi)
+    xt, vj_ax = s[CF].split(cx, factor=plan.vj)
+    s[CF].reorder(z_ax, ty_ax, cy, xt, vi_ax, vj_ax)
+    tx_ax = s[CF].fuse(cy, xt)
+    s[CF].bind(z_ax, te.thread_axis("threadIdx.z"))
+    s[CF].bind(ty_ax, te.thread_axis("threadIdx.y"))
+    s[CF].bind(tx_ax, te.thread_axis("threadIdx.x"))
+    s[CF].unroll(vi_ax)
+    s[CF].unroll(vj_ax)
+    s[CL].compute_at(s[CF], tx_ax)
+    _, _, lf, _, lx = s[CL].op.axis
+    _conv_register_tile(s, CL, lf, lx, plan)
+    tile = s[out].fuse(fi, yi, xi)
+    t_x = _spread(s, out, tile, plan, plan.rows * y_tile * x_tile)
+    s[conv].set_scope("local")
+    s[conv].compute_at(s[out], t_x)
+    return SOURCES["gemm_split"]
+
+
+def _conv_register_tile(s, stage, f_ax, x_ax, plan) -> None:
+    axes = s[stage].op.axis
+    others = [ax for ax in axes if ax not in (f_ax, x_ax)]
+    s[stage].reorder(*others, *s[stage].op.reduce_axis, f_ax, x_ax)
+    s[stage].unroll(f_ax)
+    s[stage].unroll(x_ax)
+
+
+# -- row operators ------------------------------------------------------------------------------
+
+
+def _rows(s, out, anchor) -> None:
+    """A block per row: each reduction stage reduced across the block's threads (its result in
+    shared memory, for every thread), element-wise stages inlined, the epilogue along the row."""
+    *rows, j = s[out].op.axis
+    row = s[out].fuse(*rows) if len(rows) > 1 else rows[0]
+    length = getattr(s[out].op.axis[-1].dom.extent, "value", None)
+    threads = ROW_THREADS if not isinstance(length, int) else _row_threads(length)
+    jo, ji = s[out].split(j, factor=threads)
+    s[out].reorder(row, ji, jo)
+    s[out].bind(row, te.thread_axis("blockIdx.x"))
+    s[out].bind(ji, te.thread_axis("threadIdx.x"))
+    for stage in reversed(anchor.info["stages"]):
+        if not stage.op.reduce_axis:  # softmax's exps: recomputed where they are read
+            s[stage].compute_inline()
+            continue
+        s[stage].set_scope("shared")
+        s[stage].compute_at(s[out], row)
+        (k,) = s[stage].op.reduce_axis
+        _, ki = s[stage].split(k, factor=threads)
+        s[stage].bind(ki, te.thread_axis("threadIdx.x"))
+
+
+def _row_threads(length: int) -> int:
+    """Threads per row: a warp for short rows, up to ROW_THREADS, a few elements each."""
+    threads = 32
+    while threads < ROW_THREADS and threads * 4 < length:
+        threads *= 2
+    return threads
+
+
+def _static(shape) -> bool:
+    return all(isinstance(v, int) for v in shape)

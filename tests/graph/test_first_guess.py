@@ -1,0 +1,91 @@
+"""The backend's `schedule` option: kernels with no tuning record take the auto-scheduler's first
+guess (tune.auto.analytic) by default, except the anchors the ops library schedules by hand; each
+result against eager torch on random data with prime and 1 extents, and the source reported."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+from tensorforge.errors import ArgumentError  # noqa: E402
+from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
+from tensorforge.graph.program import BuiltKernel  # noqa: E402
+from tensorforge.graph.report import relative_error  # noqa: E402
+from tensorforge.graph.schedules import FIRST_GUESS, HAND_SCHEDULED  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")
+
+
+def rand(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def model(x, w, b, img, cw, gamma, beta):
+    """Element-wise chains, reductions, a window, layer norm, softmax, matmul + bias + GELU,
+    conv + BN-like affine + ReLU: one kernel each (each result is an output)."""
+    y = torch.tanh(x) * 0.5 + x.exp().clamp(max=3.0)
+    total = (x * x).sum(-1)
+    norm = F.layer_norm(x + y, (x.shape[-1],), gamma, beta)
+    soft = torch.softmax(x * 2.0, -1)
+    gelu = F.gelu(x @ w + b)
+    conv = F.relu(F.conv2d(img, cw, padding=1) * 1.5 - 0.25)
+    pool = F.max_pool2d(img, 2)
+    return y, total, norm, soft, gelu, conv, pool
+
+
+def inputs():
+    return [
+        rand(7, 13, seed=1),  # x: prime extents
+        rand(13, 11, seed=2),  # w
+        rand(11, seed=3),  # b
+        rand(1, 3, 5, 16, seed=4),  # img: a batch of 1, rows of two vectors (a direct conv)
+        rand(5, 3, 3, 3, seed=5),  # conv weight
+        rand(13, seed=6),  # gamma
+        rand(13, seed=7),  # beta
+    ]
+
+
+def compile_with(options: dict):
+    args = inputs()
+    gm = make_fx(model, decomposition_table=decompositions())(*args)
+    compiled = compile_aten(gm, args, {1: args[1], 4: args[4]}, Options.of(options))
+    got = compiled(list(args))
+    for k, (g, e) in enumerate(zip(got, model(*args))):
+        assert g.shape == e.shape
+        assert relative_error(g, e) <= 1e-4, f"output {k}: error {relative_error(g, e):.2e}"
+    compiled = getattr(compiled, "compiled", compiled)
+    return [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+
+
+def kind(step) -> str | None:
+    return step.spec.anchor.kind if step.spec.anchor is not None else None
+
+
+def test_auto_takes_the_first_guess_where_ops_has_no_schedule(capsys):
+    kernels = compile_with({"report": True})  # "auto" is the default
+    kinds = {kind(k) for k in kernels}
+    assert {None, "reduce", "window", "layer_norm", "matmul", "conv2d", "softmax"} <= kinds
+    for k in kernels:
+        if kind(k) in HAND_SCHEDULED:
+            assert k.source != FIRST_GUESS, k.spec.name
+        else:
+            assert k.source == FIRST_GUESS, (k.spec.name, k.source)
+    rows = [line for line in capsys.readouterr().err.splitlines() if "native_layer_norm" in line]
+    assert rows and FIRST_GUESS in rows[0]  # the report names each kernel's schedule source
+
+
+def test_first_guess_everywhere_and_rules_nowhere():
+    guessed = compile_with({"schedule": "first_guess"})
+    assert all(k.source == FIRST_GUESS for k in guessed), [k.source for k in guessed]
+    ruled = compile_with({"schedule": "rules"})
+    assert not any(k.source == FIRST_GUESS for k in ruled)
+
+
+def test_an_unknown_schedule_option_is_named():
+    with pytest.raises(ArgumentError, match="schedule.*'fast'"):
+        Options.of({"schedule": "fast"})
