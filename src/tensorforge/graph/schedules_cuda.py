@@ -31,6 +31,7 @@ SOURCES = {
     "gemm_split": "cuda gemm: register tiles, split-K",
     "rows": "cuda row operator: a block per row",
     "simple": "cuda: a thread per output",
+    "elementwise": "cuda element-wise: a vector per thread",
 }
 
 
@@ -45,8 +46,30 @@ def schedule_cuda(s, out, anchor) -> str:
     if kind in ("softmax", "layer_norm") and len(s[out].op.axis) > 1:
         _rows(s, out, anchor)
         return SOURCES["rows"]
+    if anchor is None and _vector_width(out) > 1:
+        _elementwise(s, out, _vector_width(out))
+        return SOURCES["elementwise"]
     schedule_simple(s, out, anchor)
     return SOURCES["simple"]
+
+
+def _vector_width(out) -> int:
+    """4 (float4 stores) where the output's rows are whole vectors of 32-bit values."""
+    last = getattr(out.shape[-1], "value", None) if out.shape else None
+    wide = out.dtype in ("float32", "int32") and isinstance(last, int) and last % 4 == 0
+    return 4 if wide else 1
+
+
+def _elementwise(s, out, width: int) -> None:
+    """A thread per `width` contiguous outputs: one vector store, the loads as the inputs'
+    layout allows (a vector where they are contiguous and aligned too)."""
+    axes = s[out].op.axis
+    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
+    rest, vec = s[out].split(fused, factor=width)
+    block, thread = s[out].split(rest, factor=THREADS)
+    s[out].bind(block, te.thread_axis("blockIdx.x"))
+    s[out].bind(thread, te.thread_axis("threadIdx.x"))
+    s[out].vectorize(vec)
 
 
 def schedule_simple(s, out, anchor) -> None:
@@ -239,30 +262,46 @@ def _register_tile(s, stage, data_axes, plan) -> None:
 # -- convolution --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ConvPlan:
+    """`plan` over (filters x output positions); a block's positions are `y_tile` rows of
+    `x_tile` columns, `x_threads` threads along a row (`plan.vj` positions each)."""
+
+    plan: GemmPlan
+    x_threads: int
+    y_tile: int
+    x_tile: int
+
+
+def conv_plan(N: int, F: int, OH: int, OW: int, C: int, window: int) -> ConvPlan:
+    """A GEMM plan for F x (OH * OW) outputs over C * window terms, fitted to whole rows:
+    `vj` positions a thread where they divide the row (4, else 7 for ResNet's 7 x 7 and 14 x 14
+    maps, else 2), whole rows in a block where they are short."""
+    plan = gemm_plan(N, F, OH * OW, C * window)
+    vj = next(v for v in (4, 7, 2, 1) if OW % v == 0 and (v <= plan.vj or v == 7))
+    cols = max(plan.cols, vj)
+    if -(-OW // vj) * vj <= cols:
+        x_threads, x_tile = -(-OW // vj), OW
+    else:
+        x_threads = max(1, cols // vj)
+        x_tile = vj * x_threads
+    y_tile = max(1, min(OH, cols // x_tile))
+    kz = plan.kz
+    while kz > 1 and C // kz < 2:
+        kz //= 2
+    tx = y_tile * x_threads
+    ty = _pow2_at_most(-(-F // plan.vi), max(1, THREADS // kz // tx))
+    return ConvPlan(GemmPlan(plan.vi, vj, tx, ty, kz), x_threads, y_tile, x_tile)
+
+
 def _conv(s, out, anchor) -> str:
     """conv[n, f, y, x] = sum over (c, ky, kx): filters are the rows, output positions (a run of
     whole rows of y, a tile of x) the columns; split-K over the input channels."""
     (conv,) = anchor.info["stages"]
     N, F, OH, OW = anchor.info["shape"]
-    rc = s[conv].op.reduce_axis[0]
-    K = rc.dom.extent.value * numel([r.dom.extent.value for r in s[conv].op.reduce_axis[1:]])
-    plan = gemm_plan(N, F, OH * OW, K)
-    # x tiles: the whole row where it is short, else `tx` vectors; y rows to fill the tile
-    vj = plan.vj if OW % plan.vj == 0 else 1
-    if -(-OW // vj) <= plan.tx:
-        x_threads, x_tile = -(-OW // vj), OW
-    else:
-        x_threads, x_tile = plan.tx, plan.tx * vj
-    y_tile = max(1, min(OH, plan.tx // x_threads))
-    kz = plan.kz
-    while kz > 1 and rc.dom.extent.value // kz < 2:
-        kz //= 2
-    # threadIdx.x covers the (y, x) tile: its y rows and x positions fused
-    tx = y_tile * x_threads
-    ty = max(1, THREADS // kz // tx)
-    ty = _pow2_at_most(-(-F // plan.vi), ty)
-    cplan = GemmPlan(plan.vi, vj, tx, ty, kz)
-    return _conv_tiles(s, out, conv, cplan, x_threads, y_tile, x_tile)
+    rc, *window = s[conv].op.reduce_axis
+    cp = conv_plan(N, F, OH, OW, rc.dom.extent.value, numel([r.dom.extent.value for r in window]))
+    return _conv_tiles(s, out, conv, cp.plan, cp.x_threads, cp.y_tile, cp.x_tile)
 
 
 def _conv_tiles(s, out, conv, plan, x_threads, y_tile, x_tile) -> str:
