@@ -165,9 +165,9 @@ def convolution(
             v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
             return te.if_then_else(inside, v, te.const(0, v.dtype))
 
-        x = Lazy(padded_shape, x.dtype, pad, x.reads, (), 2)
-        if ctx.target.kind != "cuda":  # CUDA reads through the guard: no padded copy kernel
-            x = ctx.materialize(x, node=f"{node.name}_pad")
+        x = ctx.materialize(
+            Lazy(padded_shape, x.dtype, pad, x.reads, (), 2), node=f"{node.name}_pad"
+        )
     else:
         x = ctx.buffer(x)
     rc = te.reduce_axis((0, cg), name="rc")

@@ -24,6 +24,7 @@ from tensorforge.graph.values import numel
 THREADS = 256  # threads per block
 FILL_THREADS = 1 << 16  # split the reduction until this many threads share the work
 MIN_K_SLICE = 16  # ... while each slice still reduces at least this many terms
+UNROLL_K = 4  # reduction steps unrolled in a thread's tile loop
 ROW_THREADS = 256
 
 SOURCES = {
@@ -250,6 +251,7 @@ def _register_tile(s, stage, data_axes, plan) -> None:
     reduce_axes = list(s[stage].op.reduce_axis)
     others = [ax for ax in s[stage].op.axis if ax not in data_axes]
     s[stage].reorder(*others, *reduce_axes, *data_axes)
+    _unroll_reduction(s, stage, reduce_axes[-1])
     for ax in data_axes[:-1]:
         s[stage].unroll(ax)
     last = data_axes[-1]
@@ -354,9 +356,30 @@ def _conv_tiles(s, out, conv, plan, x_threads, y_tile, x_tile) -> str:
 def _conv_register_tile(s, stage, f_ax, x_ax, plan) -> None:
     axes = s[stage].op.axis
     others = [ax for ax in axes if ax not in (f_ax, x_ax)]
-    s[stage].reorder(*others, *s[stage].op.reduce_axis, f_ax, x_ax)
+    rc, *window = s[stage].op.reduce_axis
+    s[stage].reorder(*others, rc, *window, f_ax, x_ax)
     s[stage].unroll(f_ax)
     s[stage].unroll(x_ax)
+    if window:  # a window row unrolled: its loads issue together (kx, and ky for 3 x 3)
+        s[stage].unroll(window[-1])
+        if len(window) > 1 and numel([_extent(w) or 99 for w in window]) <= 9:
+            s[stage].unroll(window[0])
+    else:
+        _unroll_reduction(s, stage, rc)
+
+
+def _unroll_reduction(s, stage, axis) -> None:
+    """UNROLL_K steps of the reduction unrolled: their loads issue before the FMAs wait (a loop
+    of one step at a time waits out a memory latency per step where operands come from DRAM)."""
+    extent = _extent(axis)
+    if extent is not None and extent >= 2 * UNROLL_K and extent % UNROLL_K == 0:
+        _, inner = s[stage].split(axis, factor=UNROLL_K)
+        s[stage].unroll(inner)
+
+
+def _extent(axis) -> int | None:
+    value = getattr(axis.dom.extent, "value", None) if axis.dom is not None else None
+    return value if isinstance(value, int) else None
 
 
 # -- row operators ------------------------------------------------------------------------------
