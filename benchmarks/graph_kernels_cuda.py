@@ -121,7 +121,9 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default="mlp1,mlp64,gpt2,resnet18")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--small", action="store_true")
-    parser.add_argument("--fill", type=int, default=None, help="schedules_cuda.FILL_THREADS")
+    parser.add_argument(
+        "--fill", type=int, default=None, help="schedules_cuda.FILL_THREADS (products)"
+    )
     args = parser.parse_args(argv)
     if args.fill:
         from tensorforge.graph import schedules_cuda
