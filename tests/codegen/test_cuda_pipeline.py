@@ -18,11 +18,11 @@ from tests.codegen.test_cuda_tvm_schedules import vthread_gemm
 from tests.ops.test_gemm_fp16 import run_gemm, source_of
 
 
-def staged_gemm(n, m, k, stages):
+def staged_gemm(n, m, k, stages, sync="barrier"):
     s, args = vthread_gemm(n, m, k)
     for stage in s.stages:
         if stage.name.endswith(".shared"):
-            stage.double_buffer(stages)
+            stage.double_buffer(stages, sync)
     return s, args
 
 
@@ -44,6 +44,22 @@ def test_fills_run_stages_minus_one_steps_ahead(stages):
     assert loop.index("__syncthreads()") < loop.index("tf_cp_async")  # one barrier, then fill
 
 
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_mbarrier_pipeline_waits_on_slots_not_on_the_block(stages):
+    text = kernel_text(*staged_gemm(128, 128, 256, stages, "mbarrier"))
+    loop = text[text.index("for (int k_c_outer") :]
+    assert f"unsigned long long A_shared_mbar[{2 * stages}];" in text
+    assert "__syncthreads()" not in loop[: loop.index("cp.async.wait_all")]  # none in the loop
+    assert "cp.async.commit_group;" not in text and "cp.async.wait_group 0" not in text
+    assert text.count("tf_mbar_cp_arrive(&") == stages  # the prologue's stages-1, the loop's
+    wait, arrive = loop.index("tf_mbar_wait(&A_shared_mbar[tf_floormod"), loop.index("tf_mbar_warp_arrive")  # fmt: skip
+    refill = loop.index("tf_cp_async")
+    assert wait < arrive and (refill < wait if stages == 2 else arrive < refill)
+    assert f"tf_mbar_wait(&A_shared_mbar[{stages} + " in loop  # the slot is free before a refill
+    with pytest.raises(tf.ScheduleError, match="sync must be 'barrier' or 'mbarrier'"):
+        next(st for st in vthread_gemm(64, 64, 64)[0].stages if st.name.endswith(".shared")).double_buffer(2, "fence")  # fmt: skip
+
+
 def test_double_buffer_takes_a_stage_count_from_2_to_8():
     s, _ = vthread_gemm(64, 64, 64)
     stage = next(st for st in s.stages if st.name.endswith(".shared"))
@@ -59,10 +75,14 @@ def test_plain_double_buffer_is_two_stages_with_async_fills():
 
 def test_tensorcore_gemm_pipeline_and_raster_order():
     text = source_of(512, 512, 256)  # default: 4 stages, groups of 4 block rows (512 / 128)
-    assert "cp.async.wait_group 2;" in text and "tf_mma_sync<64, 64, 32>" in text
+    assert "A_shared_mbar[8]" in text and "tf_mma_sync<64, 64, 32>" in text  # mbarriers
     loop = text[text.index("for (int k_outer") :]  # 3+ stages: the refill follows the mma
-    assert loop.index("__syncthreads()") < loop.index("tf_mma_sync") < loop.index("tf_cp_async")
+    assert loop.index("tf_mbar_wait") < loop.index("tf_mma_sync") < loop.index("tf_cp_async")
     assert "grid=(16, 1, 1)" in text  # one fused block index: 4 x 4 blocks
+    text = source_of(512, 512, 256, tiles=TensorCoreTiles(128, 128, 32, 64, 64, 4, 4, "barrier"))
+    assert "cp.async.wait_group 2;" in text and "mbar" not in text[text.index("extern") :]
+    loop = text[text.index("for (int k_outer") :]
+    assert loop.index("__syncthreads()") < loop.index("tf_mma_sync") < loop.index("tf_cp_async")
     text = source_of(256, 256, 128, tiles=TensorCoreTiles(128, 128, 32, 64, 64, 1, 1))
     assert "cp.async" not in text and "grid=(2, 2, 1)" in text
 
@@ -90,13 +110,14 @@ def test_tensorcore_tiles_too_deep_for_shared_memory_are_refused():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("sync", ["barrier", "mbarrier"])
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("shape", [(128, 128, 256), (200, 130, 77), (97, 64, 8), (64, 64, 24)])
-def test_staged_vthread_gemm_matches_numpy(stages, shape, rng):
+def test_staged_vthread_gemm_matches_numpy(stages, shape, sync, rng):
     n, m, k = (
         shape  # k / 8 = 32, 10 (partial), 1 and 3 slices: shorter and longer than the pipeline
     )
-    s, args = staged_gemm(n, m, k, stages)
+    s, args = staged_gemm(n, m, k, stages, sync)
     mod = tf.build(s, args, target="cuda")
     a = rng.uniform(-1, 1, (n, k)).astype("float32")
     b = rng.uniform(-1, 1, (k, m)).astype("float32")
@@ -116,6 +137,8 @@ def test_staged_vthread_gemm_matches_numpy(stages, shape, rng):
         ((384, 128, 48), TensorCoreTiles(64, 64, 16, 32, 32, 4, 4)),
         ((128, 256, 192), TensorCoreTiles(128, 128, 64, 64, 64, 3, 1)),
         ((64, 64, 96), TensorCoreTiles(64, 64, 32, 32, 32, 1, 1)),
+        ((256, 512, 320), TensorCoreTiles(128, 256, 64, 64, 64, 4, 2, "barrier")),
+        ((256, 256, 128), TensorCoreTiles(128, 128, 64, 64, 64, 4, 2)),  # 2 steps, 4 stages
     ],
 )
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -20,6 +20,7 @@ from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, cty
 from tensorforge.codegen.cuda_intrin import (
     ASYNC_COMMIT,
     ASYNC_WAIT,
+    MBARRIER_SOURCE,
     async_copy_lines,
     async_wait_group,
     warp_fragment_size,
@@ -150,6 +151,8 @@ class _KernelWriter:
         self.async_copies = False  # a cp.async was issued: barriers wait for copies first
         self.async_depth = 0  # inside fills of multi-buffered tiles (or loops pragma "async_copy")
         self.async_wait: int | None = None  # the next barrier waits for all but this many groups
+        self.async_copy_count = 0  # cp.async statements written so far
+        self.mbarriers: dict[str, tuple[str, int]] = {}  # pipeline -> (C array, stages)
 
     # -- output helpers -------------------------------------------
     def line(self, text: str) -> None:
@@ -341,6 +344,29 @@ class _KernelWriter:
                     self.async_depth -= 1
                 if self.async_copies:
                     self.line(ASYNC_COMMIT)
+            case Attr(key="mbarrier_init", value=(name, stages), body=body):
+                self._mbarrier_init(name, int(stages))
+                self._stmt(body)
+            case Attr(key="mbarrier_fill", value=(name, slot), body=body):
+                before = self.async_copy_count
+                self.async_depth += 1
+                try:
+                    self._stmt(body)
+                finally:
+                    self.async_depth -= 1
+                bars, _ = self.mbarriers[name]
+                # arrive when this thread's copies land (or now, for plain stores: release)
+                arrive = "tf_mbar_cp_arrive" if self.async_copy_count > before else "tf_mbar_arrive"
+                self.line(f"{arrive}(&{bars}[{self.printer(slot)}]);")
+            case Attr(key="mbarrier_wait", value=(name, which, slot, parity)):
+                bars, stages = self.mbarriers[name]
+                index = (
+                    self.printer(slot) if which == "full" else f"{stages} + {self.printer(slot)}"
+                )
+                self.line(f"tf_mbar_wait(&{bars}[{index}], {self.printer(parity)});")
+            case Attr(key="mbarrier_arrive", value=(name, _, slot)):
+                bars, stages = self.mbarriers[name]
+                self.line(f"tf_mbar_warp_arrive(&{bars}[{stages} + {self.printer(slot)}]);")
             case Attr(key="async_wait", value=pending, body=body):
                 self.async_wait = int(pending)
                 try:
@@ -373,6 +399,27 @@ class _KernelWriter:
                 raise BuildError(
                     f"CUDA codegen: cannot generate code for statement {type(s).__name__}"
                 )
+
+    def _mbarrier_init(self, name: str, stages: int) -> None:
+        """Shared mbarriers of a pipeline (inject_double_buffer): full[s] completes when every
+        thread's copies into slot s have landed, empty[s] when every warp is done reading it."""
+        if not _has_mbarrier(self.target.arch):
+            raise BuildError(
+                f"CUDA codegen: double_buffer(sync='mbarrier') of '{name}' needs sm_80 or newer, "
+                f"not {self.target.arch}"
+            )
+        if MBARRIER_SOURCE not in self.printer.device_sources:
+            self.printer.device_sources.append(MBARRIER_SOURCE)
+        bars = self.names.fresh(re.sub(r"\W", "_", name))
+        self.mbarriers[name] = (bars, stages)
+        block = self.threads.launch.block
+        threads = block[0] * block[1] * block[2]
+        self.line(f"__shared__ __align__(8) unsigned long long {bars}[{2 * stages}];")
+        with self.block("if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {"):
+            with self.block(f"for (int s = 0; s < {stages}; ++s) {{"):
+                self.line(f"tf_mbar_init(&{bars}[s], {threads});  // full: a thread's copies")
+                self.line(f"tf_mbar_init(&{bars}[{stages} + s], {-(-threads // 32)});  // empty: a warp")  # fmt: skip
+        self.line("__syncthreads();")
 
     def _for(self, s: For) -> None:
         if any(name == "async_copy" for name, _ in s.pragmas):
@@ -455,6 +502,7 @@ class _KernelWriter:
             if copies is not None:
                 self.lines_(copies)
                 self.async_copies = True
+                self.async_copy_count += 1
                 return
         if s.buffer.scope == "warp":
             raise BuildError(
@@ -557,3 +605,8 @@ def _min_blocks(body: Stmt) -> int:
     if any(v < 1 for v in found):
         raise BuildError(f"pragma launch_min_blocks must be at least 1, got {min(found)}")
     return max(found, default=0)
+
+
+def _has_mbarrier(arch: str) -> bool:
+    digits = "".join(ch for ch in (arch or "") if ch.isdigit())
+    return bool(digits) and int(digits) >= 80

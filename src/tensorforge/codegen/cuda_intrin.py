@@ -80,6 +80,41 @@ __device__ __forceinline__ void tf_cp_async(void* shared_dst, const void* global
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(dst), "l"(global_src), "n"(BYTES));
 }
 """
+MBARRIER_SOURCE = r"""
+// mbarriers of a pipeline of shared tiles (double_buffer(sync="mbarrier")): "full" counts one
+// arrival a thread, made when that thread's cp.async copies into the slot have landed; "empty"
+// one a warp, made once the warp is done reading the slot. A wait names the phase's parity.
+__device__ __forceinline__ unsigned tf_mbar_addr(const unsigned long long* bar) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(bar));
+}
+__device__ __forceinline__ void tf_mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tf_mbar_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void tf_mbar_arrive(unsigned long long* bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}" :: "r"(tf_mbar_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void tf_mbar_cp_arrive(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(tf_mbar_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void tf_mbar_warp_arrive(unsigned long long* bar) {
+  unsigned lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  __syncwarp();
+  if (lane == 0) tf_mbar_arrive(bar);
+}
+__device__ __forceinline__ void tf_mbar_wait(unsigned long long* bar, int parity) {
+  unsigned done;
+  do {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(tf_mbar_addr(bar)), "r"(parity) : "memory");
+#else
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(tf_mbar_addr(bar)), "r"(parity) : "memory");
+#endif
+  } while (!done);
+}
+"""
 ASYNC_WAIT = 'asm volatile("cp.async.wait_all;" ::: "memory");'
 ASYNC_COMMIT = 'asm volatile("cp.async.commit_group;" ::: "memory");'
 

@@ -6,6 +6,8 @@ the composites tensorforge fuses better kept whole: layer norm, softmax, log-sof
 for inference, and calls `compile_aten` on it. Parameters and buffers of the model are constants:
 their values are read once, at compile time (weights are packed, batch norms folded), as
 Inductor's freezing does; a model whose weights change afterwards must be compiled again.
+Compiled graphs are kept on disk (cache.py): compiling the same graph again, in any process,
+lowers it (folding the live weights) and loads its kernels instead of building them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import warnings
 
 import torch
 
+from tensorforge.graph import cache as graph_cache
 from tensorforge.graph.lowerer import Lowerer
 from tensorforge.graph.options import Options
 from tensorforge.graph.program import CompiledGraph, build_kernels
@@ -95,9 +98,15 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
     target = Target(kind) if isinstance(kind, str) else kind
     device = torch.device("cuda" if target.kind == "cuda" else "cpu")
     try:
-        program = Lowerer(gm, constants, target).run()
-        with _tuning(opts.tuning_log):
-            steps = build_kernels(program, target, opts.tuning_log, opts.schedule)
+        program = Lowerer(gm, constants, target).run()  # (constants from the live weights)
+        key = graph_cache.graph_key(gm, constants, target, opts.tuning_log, opts.schedule)
+        cached = graph_cache.enabled(target)
+        steps = graph_cache.load(key, program, target) if cached else None
+        if steps is None:
+            with _tuning(opts.tuning_log):
+                steps = build_kernels(program, target, opts.tuning_log, opts.schedule)
+            if cached:
+                graph_cache.store(key, steps, target)
         compiled = CompiledGraph(program, steps, target, device)
     except Exception as err:
         if os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0"):

@@ -51,12 +51,17 @@ def build_kernels(
         tuning.note(spec, target)
         module, source = _schedule_and_build(spec, target, args, tuning_log, schedule)
         function = module[module.entry_name]
-        by_name = {b.name: b for b in spec.reads}
-        by_name[spec.out.name] = spec.buffer
-        plan = [by_name.get(p.name, p.name) for p in function.source.params]
+        plan = plan_of(spec, function.source.params)
         executable = function.executable
         built.append(BuiltKernel(spec, executable.call, plan, source, module, executable))
     return built
+
+
+def plan_of(spec: KernelSpec, params) -> list:
+    """Per kernel parameter, the Buffer it is bound to (or the size symbol's name)."""
+    by_name = {b.name: b for b in spec.reads}
+    by_name[spec.out.name] = spec.buffer
+    return [by_name.get(p.name, p.name) for p in params]
 
 
 def _schedule_and_build(spec, target, args, tuning_log, schedule) -> tuple:

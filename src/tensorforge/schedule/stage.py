@@ -45,6 +45,7 @@ class Stage:
         self.storage_align_: dict[int, tuple[int, int]] = {}  # dimension -> (factor, offset)
         self.double_buffered = False
         self.buffer_stages = 2  # copies of a double_buffer()ed tile (an N-stage pipeline)
+        self.buffer_sync = "barrier"  # how its pipeline synchronizes: "barrier" or "mbarrier"
         self.prefetches: list[tuple[Tensor, IterVar, int]] = []  # (tensor, loop, iterations ahead)
         # (consumer stage whose output lines are fetched writable, loop, iterations ahead)
         self.write_prefetches: list[tuple[Stage, IterVar, int]] = []
@@ -396,17 +397,27 @@ class Stage:
             )
         self.storage_align_[root.index(axis)] = (int(factor), int(offset))
 
-    def double_buffer(self, stages: int = 2) -> None:
+    def double_buffer(self, stages: int = 2, sync: str = "barrier") -> None:
         """Keep `stages` copies of this stage's tile where a serial loop refills it: the fills
         of the next `stages - 1` iterations run ahead of the compute (on the GPU as `cp.async`
-        copies where the fill is a plain copy of global memory, sm_80+); one barrier a step."""
+        copies where the fill is a plain copy of global memory, sm_80+).
+
+        sync="barrier": one block-wide barrier a step. sync="mbarrier" (CUDA sm_80+): each
+        copy of the tile has a "full" and an "empty" mbarrier in shared memory instead; a warp
+        waits only for the copies it reads to land and for every warp to be done with a copy
+        before refilling it, so warps drift apart instead of all stalling at every step."""
         self._check_compute("double_buffer")
         if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
             raise ScheduleError(
                 f"double_buffer on '{self.name}': stages must be an int from 2 to 8, got {stages!r}"
             )
+        if sync not in ("barrier", "mbarrier"):
+            raise ScheduleError(
+                f"double_buffer on '{self.name}': sync must be 'barrier' or 'mbarrier', got {sync!r}"
+            )
         self.double_buffered = True
         self.buffer_stages = stages
+        self.buffer_sync = sync
 
     def prefetch(self, tensor: Tensor, axis: IterVar, offset: Any) -> None:
         """At the top of each iteration of loop `axis`, prefetch the part of `tensor` that this

@@ -145,8 +145,9 @@ def build_nests(low: Lowering) -> Lowering:
             if t not in tensors and t not in low.aliases:
                 body = Realize(buffers[t], mins, extents, body)
                 if stage.double_buffered:
-                    n = stage.buffer_stages
-                    body = Attr("double_buffer", t.name if n == 2 else (t.name, n), body)
+                    n, sync = stage.buffer_stages, stage.buffer_sync
+                    mark = (t.name, n, sync) if sync != "barrier" else (t.name, n) if n != 2 else t.name  # fmt: skip
+                    body = Attr("double_buffer", mark, body)
         return body
 
     attached: dict[int, list[Stage]] = {}  # id(leaf IterVar) -> stages computed at that loop

@@ -31,6 +31,7 @@ from tensorforge.ir.stmt import (
     Allocate,
     Attr,
     BufferStore,
+    Evaluate,
     For,
     IfThenElse,
     LoopKind,
@@ -63,20 +64,22 @@ def _visit(node: Any) -> Any:
     return map_children(node, _visit)
 
 
-def _peel(body: Stmt) -> tuple[list[tuple[Allocate, int]], Stmt]:
-    layers: list[tuple[Allocate, int]] = []
+def _peel(body: Stmt) -> tuple[list[tuple[Allocate, int, str]], Stmt]:
+    layers: list[tuple[Allocate, int, str]] = []
     while (
         isinstance(body, Attr) and body.key == "double_buffer" and isinstance(body.body, Allocate)
     ):
-        stages = body.value[1] if isinstance(body.value, tuple) else 2
-        layers.append((body.body, int(stages)))
+        value = body.value if isinstance(body.value, tuple) else (body.value, 2)
+        sync = value[2] if len(value) > 2 else "barrier"
+        layers.append((body.body, int(value[1]), sync))
         body = body.body.body
     return layers, body
 
 
-def _double_buffer(loop: For, marked: list[tuple[Allocate, int]], body: Stmt) -> Stmt:
-    layers = [a for a, _ in marked]
-    stages_of = {id(a.buffer): n for a, n in marked}
+def _double_buffer(loop: For, marked: list[tuple[Allocate, int, str]], body: Stmt) -> Stmt:
+    layers = [a for a, _, _ in marked]
+    stages_of = {id(a.buffer): n for a, n, _ in marked}
+    mbarrier = any(sync == "mbarrier" for *_, sync in marked)
     buffers = {id(a.buffer): a for a in layers}
     stmts = list(body.stmts) if isinstance(body, Seq) else [body]
     fills: list[Stmt] = []
@@ -99,6 +102,12 @@ def _double_buffer(loop: For, marked: list[tuple[Allocate, int]], body: Stmt) ->
 
     def committed(body: Stmt) -> Stmt:
         return Attr("async_commit", 0, body)
+
+    if mbarrier:
+        out = _mbarrier_pipeline(loop, layers, fill_at, _offset(rest, buffers, slot(k), stores=False), stages)  # fmt: skip
+        for alloc in reversed(layers):
+            out = Allocate(alloc.buffer, alloc.extent * stages, out)
+        return out
 
     prologue = []
     for s in range(ahead):
@@ -127,6 +136,64 @@ def _double_buffer(loop: For, marked: list[tuple[Allocate, int]], body: Stmt) ->
     for alloc in reversed(layers):
         out = Allocate(alloc.buffer, alloc.extent * stages, out)
     return out
+
+
+def _mbarrier_pipeline(loop: For, layers: list[Allocate], fill_at, compute: Stmt, stages: int):
+    """The pipeline synchronized by a pair of mbarriers per slot instead of block barriers:
+
+        init full[N] (one arrival a thread), empty[N] (one a warp); barrier
+        for s in range(N - 1): fill(slot s); arrive full[s] when its copies land
+        for ko in range(n):
+            wait full[ko % N] (phase ko // N)
+            compute(slot ko % N); arrive empty[ko % N]
+            if ko + N - 1 < n:
+                if ko > 0: wait empty[(ko - 1) % N] (phase (ko - 1) // N): all warps are done
+                fill(slot (ko + N - 1) % N); arrive full[...] when its copies land
+        barrier
+
+    A warp waits for nobody at the top of a step unless the copies it reads are late, and
+    before a refill only for warps a whole step behind it. With 2 stages the refill goes first
+    (else nothing would overlap it)."""
+    k, first, last = loop.var, loop.min, loop.min + loop.extent
+    ahead = stages - 1
+    name = f"{layers[0].buffer.name}_mbar"
+
+    def slot(iteration: Expr) -> Expr:
+        return (iteration - first) % stages
+
+    def phase(iteration: Expr) -> Expr:
+        return ((iteration - first) // stages) % 2
+
+    def mark(key: str, value: tuple, body: Stmt | None = None) -> Stmt:
+        return Attr(key, (name, *value), body if body is not None else Evaluate(const(0)))
+
+    prologue = []
+    for s in range(ahead):
+        at = first + s
+        known = isinstance(loop.extent, Const) and int(loop.extent.value) > s
+        filled = mark("mbarrier_fill", (const(s),), fill_at(at))
+        prologue.append(filled if s == 0 or known else IfThenElse(LT(at, last), filled))
+    nxt = k + ahead
+    refill = IfThenElse(
+        LT(nxt, last),
+        seq(
+            IfThenElse(LT(first, k), mark("mbarrier_wait", ("empty", slot(k - 1), phase(k - 1)))),
+            mark("mbarrier_fill", (slot(nxt),), fill_at(nxt)),
+        ),
+    )
+    step = [
+        mark("mbarrier_wait", ("full", slot(k), phase(k))),
+        compute,
+        mark("mbarrier_arrive", ("empty", slot(k))),
+    ]
+    step = [refill, *step] if stages == 2 else [*step, refill]
+    new_loop = For(k, loop.min, loop.extent, seq(*step), loop.kind, loop.thread_tag, loop.pragmas)
+    body = seq(*prologue, new_loop, Sync())
+    return Attr(
+        "double_buffer_managed",
+        tuple(a.buffer.name for a in layers),
+        mark("mbarrier_init", (stages,), body),
+    )
 
 
 def _restore(loop: For, layers: list[Allocate], body: Stmt) -> Stmt:

@@ -1,0 +1,263 @@
+"""Compiled graphs on disk: compiling the same model again (in another process, at the same
+shapes) loads its kernels from one library file instead of scheduling, lowering, generating and
+optimizing each of them again.
+
+The key is a hash of what the kernels are made from: the ATen graph (its code, each node's
+operator, shape and dtype, symbolic sizes by their expressions, which inputs are constants), the
+full target string, the tuning log's content, the `TENSORFORGE_*` settings, the tensorforge
+version and a fingerprint of its source files. Weight values are not in it: lowering decides
+nothing by them, and it runs again on every compile (a few hundred milliseconds), so what it
+derives from the live weights (batch norms folded into convolution weights, packed matrices)
+is always recomputed, never served from the cache. The entry holds the kernels' compiled code
+(one shared library: runtime/library_file.py's format, checked before it is loaded) and, per
+kernel, the names the lowering gave it and its buffers: an entry that does not match the
+program lowered now is deleted and the graph compiled as if it were not there.
+
+Entries lie in $TENSORFORGE_CACHE_DIR/graphs (the kernel disk cache's folder, runtime/
+disk_cache.py, whose settings apply: TENSORFORGE_CACHE=0 turns this cache off too). Writing one
+links object code of every kernel (seconds), so it is done by a background thread at low
+priority after the compile returns; the thread is not a daemon, so a short script still leaves
+its entry behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from tensorforge.errors import TensorForgeError
+from tensorforge.graph.lowerer import KernelSpec, Program
+from tensorforge.runtime import disk_cache, library_file
+from tensorforge.runtime.registry import runtime_for
+
+FORMAT = 1  # bump when the entry's layout or what the key covers changes
+_SETTINGS_IGNORED = ("TENSORFORGE_CACHE", "TENSORFORGE_GRAPH_STRICT", "TENSORFORGE_CUDA_GRAPH")
+
+
+@dataclass
+class Stats:
+    hits: int = 0
+    misses: int = 0
+    writes: int = 0
+    rejected: int = 0
+    write_errors: int = 0
+    last_error: str = ""
+
+
+STATS = Stats()
+
+
+def enabled(target) -> bool:
+    return disk_cache.enabled() and runtime_for(target.kind).disk_cacheable
+
+
+def graphs_dir() -> str:
+    return os.path.join(disk_cache.cache_dir(), "graphs")
+
+
+# -- the key --------------------------------------------------------------------------------------
+def graph_key(
+    gm: torch.fx.GraphModule,
+    constants: dict,
+    target,
+    tuning_log: str | None = None,
+    schedule: str = "auto",
+) -> str:
+    """The hash naming the entry of this ATen graph compiled for `target` with these options
+    (module docstring)."""
+    digest = hashlib.sha256()
+
+    def part(*items) -> None:
+        for item in items:
+            digest.update(str(item).encode())
+            digest.update(b"\0")
+
+    part("format", FORMAT, library_file.tensorforge_version(), source_fingerprint(), target)
+    part(gm.code)
+    for node in gm.graph.nodes:
+        part(node.op, node.name, node.target, _value_signature(node.meta.get("val")))
+        if node.op == "get_attr":
+            part(_value_signature(getattr(gm, node.target, None)))
+    part("constants", *sorted(constants))
+    for k in sorted(constants):
+        part(_value_signature(constants[k]))
+    part("tuning", _file_digest(tuning_log) if tuning_log else "", "schedule", schedule)
+    settings = sorted(
+        (k, v)
+        for k, v in os.environ.items()
+        if k.startswith("TENSORFORGE_") and not k.startswith(_SETTINGS_IGNORED)
+    )
+    part("settings", *settings)
+    return digest.hexdigest()
+
+
+def _value_signature(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"T{tuple(str(s) for s in value.shape)}{value.dtype}{value.device.type}"
+    if isinstance(value, (list, tuple)):
+        return "(" + ",".join(_value_signature(v) for v in value) + ")"
+    if isinstance(value, (int, float, bool, str, torch.SymInt, torch.SymFloat)) or value is None:
+        return f"{type(value).__name__}:{value}"
+    return type(value).__name__
+
+
+def _file_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return f"unreadable:{path}"
+
+
+_FINGERPRINT: str | None = None
+
+
+def source_fingerprint() -> str:
+    """A hash of tensorforge's source files (path, size, mtime): an edited compiler never
+    loads a graph the old one compiled (the version string alone would not change)."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        digest = hashlib.sha256()
+        for folder, dirs, files in os.walk(root):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    info = os.stat(path)
+                    rel = os.path.relpath(path, root)
+                    digest.update(f"{rel}:{info.st_size}:{info.st_mtime_ns}\0".encode())
+        _FINGERPRINT = digest.hexdigest()
+    return _FINGERPRINT
+
+
+# -- loading --------------------------------------------------------------------------------------
+def entry_path(key: str) -> str:
+    return os.path.join(graphs_dir(), f"{key}.tflib")
+
+
+def load(key: str, program: Program, target) -> list | None:
+    """The program's steps with every kernel loaded from the entry `key`, or None (a miss)."""
+    from tensorforge.graph.program import BuiltKernel, plan_of
+    from tensorforge.runtime.module import Module
+
+    path = entry_path(key)
+    try:
+        file = library_file.read(path)
+    except TensorForgeError:
+        if os.path.exists(path):  # there but damaged: never loaded
+            _reject(path)
+        STATS.misses += 1
+        return None
+    specs = [s for s in program.steps if isinstance(s, KernelSpec)]
+    meta = file.metadata
+    kernels = meta.get("graph_kernels")
+    if (
+        meta.get("graph_key") != key
+        or meta.get("kind") != target.kind
+        or not isinstance(kernels, list)
+        or [k.get("fingerprint") for k in kernels] != [kernel_fingerprint(s) for s in specs]
+    ):
+        _reject(path)
+        STATS.misses += 1
+        return None
+    try:
+        loaded = runtime_for(target.kind).load_library(file)
+    except TensorForgeError:
+        _reject(path)
+        STATS.misses += 1
+        return None
+    by_entry = {source.entry: (source, executable) for source, executable in loaded}
+    built, at = [], 0
+    for step in program.steps:
+        if not isinstance(step, KernelSpec):
+            built.append(step)
+            continue
+        info = kernels[at]
+        at += 1
+        source, executable = by_entry[info["entry"]]
+        module = Module([(source, executable)], target)
+        plan = plan_of(step, source.params)
+        built.append(BuiltKernel(step, executable.call, plan, info["rule"], module, executable))
+    STATS.hits += 1
+    return built
+
+
+def kernel_fingerprint(spec: KernelSpec) -> str:
+    """What of a kernel the entry must agree with: its name and its buffers' names and shapes."""
+    buffers = [*spec.reads, spec.buffer]
+    return spec.name + "|" + ";".join(f"{b.name}{[str(s) for s in b.shape]}" for b in buffers)
+
+
+def _reject(path: str) -> None:
+    STATS.rejected += 1
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# -- storing --------------------------------------------------------------------------------------
+def store(key: str, steps: list, target) -> None:
+    """Write the entry of these built steps, in the background (see `flush`)."""
+    from tensorforge.graph.program import BuiltKernel
+
+    kernels = [s for s in steps if isinstance(s, BuiltKernel)]
+    if not kernels:
+        return
+    functions, seen, described = [], set(), []
+    for k in kernels:
+        function = k.module[k.module.entry_name]
+        if function.name not in seen:
+            seen.add(function.name)
+            functions.append(function)
+        described.append(
+            {"fingerprint": kernel_fingerprint(k.spec), "entry": function.name, "rule": k.source}
+        )
+    thread = threading.Thread(
+        target=_write,
+        args=(entry_path(key), key, functions, target, described),
+        name="tensorforge-graph-cache",
+    )
+    with _LOCK:
+        _PENDING.append(thread)
+    thread.start()
+
+
+_LOCK = threading.Lock()
+_PENDING: list[threading.Thread] = []
+
+
+def _write(path: str, key: str, functions: list, target, described: list) -> None:
+    try:
+        try:  # Linux: this thread (and the linker it runs) at the lowest priority
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
+        metadata = {"target": str(target), "graph_key": key, "graph_kernels": described}
+        data = runtime_for(target.kind).export_library(functions, target, metadata)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        library_file.write_atomically(path, data)
+        STATS.writes += 1
+    except Exception as err:  # noqa: BLE001 - the cache is best effort, never an error
+        STATS.write_errors += 1
+        STATS.last_error = f"{type(err).__name__}: {err}"
+    finally:
+        with _LOCK:
+            if threading.current_thread() in _PENDING:
+                _PENDING.remove(threading.current_thread())
+
+
+def flush() -> None:
+    """Wait until every entry this process started writing is written."""
+    while True:
+        with _LOCK:
+            pending = list(_PENDING)
+        if not pending:
+            return
+        for thread in pending:
+            thread.join()

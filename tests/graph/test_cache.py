@@ -1,0 +1,141 @@
+"""The disk cache of compiled graphs (graph/cache.py): a second process compiling the same
+model loads it; the folded weights follow the live ones; another shape is another entry."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from tensorforge.graph import cache
+    from tensorforge.graph import backend as tfb
+    from tests.graph.models import SmallCNN, randomize_batch_norms
+
+    def compiled_output(model, x):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            return torch.compile(model, backend=tfb)(x), model(x)
+
+    torch.manual_seed(0)
+    model = randomize_batch_norms(SmallCNN().eval())
+    x = torch.randn(2, 3, 12, 12)
+    report = {}
+    got, expected = compiled_output(model, x)
+    report["first"] = [got.tolist(), cache.STATS.hits, cache.STATS.misses]
+    if sys.argv[1] == "second":
+        with torch.no_grad():  # new weights, same graph: a hit, computed with the new ones
+            model.c1.weight.mul_(1.5)
+            model.b1.running_var.add_(0.25)
+            model.b2.bias.sub_(0.5)
+        got, expected = compiled_output(model, x)
+        error = ((got - expected).abs().max() / expected.abs().max()).item()
+        report["new_weights"] = [got.tolist(), error, cache.STATS.hits, cache.STATS.misses]
+        got, expected = compiled_output(model, torch.randn(2, 3, 10, 10))
+        error = ((got - expected).abs().max() / expected.abs().max()).item()
+        report["new_shape"] = [error, cache.STATS.hits, cache.STATS.misses]
+    cache.flush()
+    print("REPORT", json.dumps(report))
+    """
+)
+
+
+def _run(tmp_path, which: str) -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["TENSORFORGE_CACHE_DIR"] = str(tmp_path / "cache")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "src"), root])
+    env.pop("TENSORFORGE_CACHE", None)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, which],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("REPORT "))
+    return json.loads(line[len("REPORT ") :])
+
+
+def test_a_second_process_loads_the_graph_and_follows_the_live_weights(tmp_path):
+    first = _run(tmp_path, "first")
+    assert first["first"][1:] == [0, 1]  # compiled, then written
+    assert os.listdir(tmp_path / "cache" / "graphs")
+    second = _run(tmp_path, "second")
+    output, hits, misses = second["first"]
+    assert (hits, misses) == (1, 0)
+    assert output == first["first"][0]  # the same kernels: the same numbers
+    new_output, error, hits, misses = second["new_weights"]
+    assert (hits, misses) == (2, 0)  # the same graph: the entry serves it...
+    assert error < 1e-4  # ...with batch norms folded from the new weights
+    assert new_output != output
+    error, hits, misses = second["new_shape"]
+    assert (hits, misses) == (2, 1)  # another input shape: another graph
+    assert error < 1e-4
+
+
+def _compile_small(x, w):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+
+    def fn(x, w):
+        return torch.relu(x @ w) + 1.0
+
+    gm = make_fx(fn, decomposition_table=decompositions())(x, w)
+    return compile_aten(gm, [x, w], {1: w}, Options())
+
+
+def test_a_damaged_entry_is_deleted_and_the_graph_compiled_again(tmp_path, monkeypatch):
+    from tensorforge.graph import cache
+
+    monkeypatch.setenv("TENSORFORGE_CACHE", "1")
+    monkeypatch.setenv("TENSORFORGE_CACHE_DIR", str(tmp_path))
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(5, 7, generator=gen), torch.randn(7, 3, generator=gen)
+    expected = torch.relu(x @ w) + 1.0
+    before = (cache.STATS.hits, cache.STATS.misses, cache.STATS.rejected)
+    first = _compile_small(x, w)
+    cache.flush()
+    (entry,) = os.listdir(tmp_path / "graphs")
+    second = _compile_small(x, w)  # loaded
+    w2 = torch.randn(7, 3, generator=gen)  # the constant changed: same entry, new values
+    third = _compile_small(x, w2)
+    with open(tmp_path / "graphs" / entry, "r+b") as f:  # damage it
+        f.seek(100)
+        f.write(b"\xff" * 16)
+    fourth = _compile_small(x, w)
+    after = (cache.STATS.hits, cache.STATS.misses, cache.STATS.rejected)
+    assert [a - b for a, b in zip(after, before)] == [2, 2, 1]
+    for compiled in (first, second, fourth):
+        assert torch.allclose(compiled([x, w])[0], expected, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(third([x, w2])[0], torch.relu(x @ w2) + 1.0, rtol=1e-5, atol=1e-5)
+
+
+def test_the_key_changes_with_shapes_target_tuning_log_and_schedule(tmp_path):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph.cache import graph_key
+    from tensorforge.target import Target
+
+    def key(shape, target="llvm", log=None, schedule="auto"):
+        gm = make_fx(lambda a: torch.sin(a) * 2)(torch.randn(*shape))
+        return graph_key(gm, {}, Target(target), log, schedule)
+
+    log = tmp_path / "log.json"
+    log.write_text("{}")
+    assert key((3, 4)) == key((3, 4))
+    keys = {key((3, 4)), key((4, 3)), key((3, 4), "cuda"), key((3, 4), log=str(log))}
+    keys.add(key((3, 4), schedule="rules"))
+    assert len(keys) == 5
+    log.write_text('{"a": 1}')
+    assert key((3, 4), log=str(log)) not in keys
