@@ -113,6 +113,50 @@ def inner() -> None:
             )
 
 
+WIDE_SOURCE = r"""
+extern "C" __global__ void __launch_bounds__(256, 1) mma_wide(half* out, int iters) {
+  __shared__ __align__(16) half a[128 * 40];
+  __shared__ __align__(16) half b[32 * 264];
+  for (int i = threadIdx.x + 32 * threadIdx.y; i < 128 * 40; i += 256)
+    a[i] = __float2half(0.001f * (i % 7));
+  for (int i = threadIdx.x + 32 * threadIdx.y; i < 32 * 264; i += 256)
+    b[i] = __float2half(0.001f * (i % 5));
+  __syncthreads();
+  float acc[128];
+  tf_mma_fill_zero<64, 64>(acc);
+  const int w = threadIdx.y;
+  for (int it = 0; it < iters; ++it)
+    tf_mma_sync<64, 64, 32>(acc, &a[(w / 4) * 64 * 40], 40, &b[(w % 4) * 64], 264);
+  tf_mma_store<64, 64>(out + blockIdx.x * 128 * 256 + (w / 4) * 64 * 256 + (w % 4) * 64, 256, acc);
+}
+"""
+
+
+def wide() -> None:
+    """The GEMM's block shape (128 x 256, 8 warps of 64 x 64, one block an SM) on shared tiles
+    that never change: the ldmatrix + mma ceiling of the default schedule, no memory."""
+    import numpy as np
+    import pycuda.autoinit  # noqa: F401
+    import pycuda.driver as cuda
+    from pycuda.compiler import SourceModule
+
+    from tensorforge.ops.tensor_core import DEVICE_SOURCE
+
+    mod = SourceModule(DEVICE_SOURCE + WIDE_SOURCE, no_extern_c=True, arch="sm_90", options=["-O3"])
+    fn = mod.get_function("mma_wide")
+    blocks, iters = 132, 4096
+    out = cuda.mem_alloc(blocks * 128 * 256 * 2)
+    fn(out, np.int32(iters), block=(32, 8, 1), grid=(blocks, 1))
+    start, end = cuda.Event(), cuda.Event()
+    start.record()
+    fn(out, np.int32(iters), block=(32, 8, 1), grid=(blocks, 1))
+    end.record()
+    end.synchronize()
+    flops = blocks * 2.0 * 128 * 256 * 32 * iters
+    seconds = start.time_till(end) / 1e3
+    print(f"ldmatrix+mma loop 128x256, 8 warps, 1 block/SM: {flops / seconds / 1e12:.1f} TFLOP/s")
+
+
 def once() -> None:
     import numpy as np
 
@@ -133,4 +177,4 @@ def once() -> None:
 
 
 if __name__ == "__main__":
-    {"peak": peak, "once": once, "inner": inner}[sys.argv[1]]()
+    {"peak": peak, "once": once, "inner": inner, "wide": wide}[sys.argv[1]]()

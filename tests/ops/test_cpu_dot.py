@@ -22,7 +22,14 @@ def microkernels():
 
 @pytest.mark.parametrize("kind", ["int8", "bfloat16"])
 @pytest.mark.parametrize(
-    "shape, mr, kc", [((64, 48, 512), 8, 256), ((12, 16, 8), 4, 8), ((5, 32, 4), 5, 4)]
+    "shape, mr, kc",
+    [
+        ((64, 48, 512), 8, 256),
+        ((12, 16, 8), 4, 8),
+        ((5, 32, 4), 5, 4),
+        ((12, 128, 64), 6, 32),  # 64-wide tiles (the permuting micro-kernel), 4 + 2 rows
+        ((5, 64, 8), 5, 8),
+    ],
 )
 def test_dot_gemm_matches_numpy(kind, shape, mr, kc, rng):
     m, n, k = shape

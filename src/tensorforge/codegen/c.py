@@ -24,6 +24,7 @@ from tensorforge.codegen.base import (
 from tensorforge.codegen.c_expr import _LIBM, _SHORT, SCALAR, CExprPrinter
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, Ramp
+from tensorforge.ir.passes.unroll_loops import partial_unroll
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -314,8 +315,9 @@ class _FunctionWriter(CExprPrinter):
             self.emit(
                 f"const {ctype} {lo} = ({ctype})({begin}), {hi} = ({ctype})({lo} + {extent});"
             )
-        if loop.kind == LoopKind.UNROLLED:
-            self.emit("#pragma GCC unroll 4")  # one unroll_loops left alone: a bounded count
+        count = partial_unroll(loop) if loop.kind == LoopKind.UNROLLED else 1
+        if count > 1:  # an `unroll` loop unroll_loops left alone: a bounded count
+            self.emit(f"#pragma GCC unroll {count}")
         name, old = self.bind(loop.var)
         self.block(f"for ({ctype} {name} = {lo}; {name} < {hi}; ++{name})", loop.body)
         self.unbind(loop.var, old)

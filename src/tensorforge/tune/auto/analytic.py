@@ -20,6 +20,12 @@ from tensorforge.te.tensor import ComputeOp
 from tensorforge.te.visit import walk
 from tensorforge.tune.auto.decisions import Decisions, divisors
 
+MAX_TILE_ROWS = 8  # register tile rows (ops/matmul: 6 of 16 ymm registers, 8 of 32 zmm)
+MAX_TILE_VECTORS = 2  # register tile columns, in vectors
+BLOCK_PANELS = 2  # register tiles across an accumulator block (ops/matmul on AVX-512: nb = 2 nr)
+TAIL_ROWS = 0.02  # the share of rows a guarded tail block may hold
+FMAS_IN_FLIGHT = 10  # independent accumulators that keep both FMA units busy
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -72,7 +78,7 @@ class AnalyticPolicy:
     def __init__(self, target: Any):
         self.target = target
         self.machine = Machine.of(target)
-        self._columns: dict[str, int] = {}  # stage -> register tile columns chosen for it
+        self._tiles: dict[str, tuple[int, int]] = {}  # stage -> its register tile (rows, columns)
 
     # -- choices --------------------------------------------------------------------------------
     def choice(self, key: str, options: Sequence[Any], hint: dict) -> Any:
@@ -122,10 +128,12 @@ class AnalyticPolicy:
             return [[_fit(extent, 4 * lanes, lanes)]]
         if kind == "tile" and levels == 4 and not self.machine.gpu:
             tiles = self.cpu_tiles(hint)
-            self._columns[key.split(":", 1)[1]] = tiles[-1][-1]
+            row = _row_axis(hint["op"])
+            rows = tiles[row][-1] if row is not None else 1
+            self._tiles[key.split(":", 1)[1]] = (rows, tiles[-1][-1])
             return tiles
         if kind == "rtile" and levels == 2 and not self.machine.gpu:
-            return self.cpu_reduce_tiles(hint, self._columns.get(key.split(":", 1)[1]))
+            return self.cpu_reduce_tiles(hint, self._tiles.get(key.split(":", 1)[1]))
         if kind == "gtile" and self.machine.gpu:
             return self.gpu_tiles(extents, levels, hint)
         if kind == "grtile" and self.machine.gpu:  # reduction blocks of 16 staged in shared memory
@@ -137,12 +145,23 @@ class AnalyticPolicy:
         spatial, lanes, op = hint["spatial"], hint["lanes"], hint["op"]
         n = len(spatial)
         row = _row_axis(op)
+        if row == n - 1:
+            row = None
         last = spatial[-1]
-        best, best_score = (1, 1), -1.0
         rows_extent = spatial[row] if row is not None else 1
         panel = _panel_width(op)
-        for mr in range(1, min(rows_extent, 14) + 1):
-            for v in range(1, 5):
+        # the accumulator block: two register tiles wide and as tall as a quarter of L2 holds
+        # (all the rows, mostly). The block's B panel is packed once per k block and serves
+        # every row; shorter blocks pack each panel again for each block of rows, a strided
+        # copy from L3 (GEMM 1024³, AVX2: 48 x 128 blocks 0.61x the hand schedule, 1024 x 32
+        # 0.8x)
+        block_floats = self.machine.l2 // 4 // 4
+        best, best_score = (1, 1, 1), -1.0
+        # the micro-kernel of the hand schedule (ops/matmul): two vectors wide, 6 rows of 16
+        # ymm registers, 8 of 32 zmm (GEMM 512³, AVX2: 4 x 2 vectors 0.8x the hand's 6 x 2,
+        # 2 x 4 vectors 0.5x, 8 x 1 vector 0.5x: a wider row streams more of B per broadcast)
+        for mr in range(1, min(rows_extent, MAX_TILE_ROWS) + 1):
+            for v in range(1, MAX_TILE_VECTORS + 1):
                 if mr * v + v + 1 > self.machine.registers - 1 or (row is None and mr > 1):
                     continue
                 nr = min(v * lanes, last)
@@ -150,33 +169,40 @@ class AnalyticPolicy:
                     continue
                 if panel and panel % nr and v > 1:  # a vector tile across two panels gathers
                     continue
+                columns = _fit_blocks(last, nr, BLOCK_PANELS) * nr
+                block = _block_rows(rows_extent, mr, max(1, block_floats // columns))
                 flops_per_load = mr * v / (mr + v)
-                waste = (rows_extent / _round_up(rows_extent, mr)) * (last / _round_up(last, nr))
-                # a tile that does not divide its extent guards every row of the inner loops,
-                # which keeps the accumulators out of registers: worth a weaker micro-kernel
-                uneven = (rows_extent % mr != 0) + (last % nr != 0)
-                score = flops_per_load * waste * 0.6**uneven
+                # FMAs in flight: 2 units x 4-5 cycles want ~10 independent accumulators
+                in_flight = min(1.0, mr * v / FMAS_IN_FLIGHT)
+                # rows past the last whole block: a peeled block, guarded throughout. Where
+                # LLVM hoists its guards (GEMM: 4 of 1024 rows) it costs its share; where not
+                # (conv2d, 4 of 64 filters: 0.7x the hand schedule, 4-row tiles 0.96x) as
+                # much as a whole block: a few tail rows only
+                tail = (rows_extent % block) / rows_extent
+                score = flops_per_load * in_flight * (1 - tail if tail <= TAIL_ROWS else 0.6)
+                # a vector tile that does not divide the vector axis: masked vectors in a
+                # peeled block (conv2d, 56 columns in 16s: 0.96x)
+                if last % nr:
+                    score *= 0.85 * last / _round_up(last, nr)
                 if score > best_score + 1e-9:
-                    best, best_score = (mr, nr), score
-        mr, nr = best
+                    best, best_score = (mr, nr, block), score
+        mr, nr, block = best
         tiles = [[1, 1, 1] for _ in range(n)]
         tiles[-1][2] = nr
-        l2_floats = self.machine.l2 // 4
-        # the accumulator block: ~128 columns by ~48 rows (measured on GEMM 1024³, AVX2: 48 x
-        # 128 ran 1.15x faster than 32 x 256; the packed B panel serves more row tiles)
-        tiles[-1][1] = _fit_blocks(last, nr, max(1, 128 // nr))
-        if row is not None and row != n - 1:
+        tiles[-1][1] = _fit_blocks(last, nr, BLOCK_PANELS)
+        if row is not None:
             tiles[row][2] = mr
-            block_rows = max(1, min(48, l2_floats // 8 // max(1, tiles[-1][1] * nr)) // mr)
-            tiles[row][1] = _nearest_divisor(max(1, spatial[row] // mr), block_rows)
+            tiles[row][1] = block // mr
         return tiles
 
-    def cpu_reduce_tiles(self, hint: dict, columns: int | None) -> list[list[int]]:
-        """R1 per reduction axis: small axes whole, the rest blocked so that the panel of the
-        vector operand the register tile streams (R1 x its columns) fills half of L1."""
-        reduce, lanes = hint["reduce"], hint["lanes"]
-        columns = columns or 2 * lanes
-        budget = max(1, self.machine.l1 // 2 // (4 * columns))
+    def cpu_reduce_tiles(self, hint: dict, tile: tuple[int, int] | None) -> list[list[int]]:
+        """R1 per reduction axis: small axes whole, the rest blocked so that the sliver of the
+        broadcast operand one register tile reads (its rows x R1) stays in L1 beside the
+        vector operand's stream, as ops/matmul blocks k (GEMM 1024³, AVX2: k blocks of 1024
+        0.97x the hand schedule, of 256 0.91x, of 128 0.83x)."""
+        reduce = hint["reduce"]
+        rows = tile[0] if tile else 1
+        budget = max(1, self.machine.l1 * 3 // 4 // (4 * rows))
         tiles = []
         for extent in reversed(reduce):
             if extent <= 8:
@@ -227,9 +253,12 @@ def _fit_blocks(extent: int, tile: int, want: int) -> int:
     return _best_divisor(count, want) or want
 
 
-def _nearest_divisor(n: int, want: int) -> int:
-    """The divisor of n nearest to `want` (ties to the larger): blocks without a tail."""
-    return min(divisors(n), key=lambda d: (abs(d - want), -d))
+def _block_rows(extent: int, tile: int, at_most: int) -> int:
+    """Rows of an accumulator block: a multiple of `tile`, at most `at_most` (and `extent`)
+    rows, leaving the fewest rows past the last whole block (then the tallest)."""
+    tiles = max(1, min(extent, at_most) // tile)
+    count = min(range(1, tiles + 1), key=lambda k: (extent % (k * tile), -k))
+    return count * tile
 
 
 def _best_divisor(n: int, at_most: int) -> int | None:
