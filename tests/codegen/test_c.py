@@ -274,3 +274,58 @@ def test_float_dtypes_and_casts_match_llvm(dtype, rng):
     close = np.isclose(d, want, rtol=1e-2 if dtype == "float16" else 1e-5)
     # float16 rounding may move a value across an integer before the cast
     assert close.all() if dtype != "float16" else close.mean() > 0.8
+
+
+def test_unroll_counts_on_innermost_loops_only(rng):
+    # fuzz seed 13 #82: a 7x7 tile over symbolic extents with both outer loops `unroll`: each
+    # got a count of 4 around the tile LLVM unrolls itself (4 x 4 x 49 copies, 5 s to build)
+    r, q = te.var("r"), te.var("q")
+    X = te.placeholder((r, q), name="X")
+    Y = te.compute((r, q), lambda i, j: X[i, (j * 5 + 3) % q] + 1.0, name="Y")
+    s = te.create_schedule(Y.op)
+    io, jo, _, _ = s[Y].tile(Y.op.axis[0], Y.op.axis[1], 7, 7)
+    s[Y].unroll(io)
+    s[Y].unroll(jo)
+    x = rng.random((31, 4), dtype=np.float32)
+    (y,) = both(s, [X, Y], [x, np.zeros((31, 4), np.float32)])[1:]
+    np.testing.assert_allclose(y, x[:, (np.arange(4) * 5 + 3) % 4] + 1, rtol=1e-6)
+    assert "#pragma GCC unroll" not in _generated(s, [X, Y], "c")
+    assert "llvm.loop.unroll.count" not in _generated(s, [X, Y], "llvm")
+    # an innermost one keeps its bounded count
+    s = te.create_schedule(Y.op)
+    s[Y].unroll(Y.op.axis[1])
+    assert "#pragma GCC unroll 4" in _generated(s, [X, Y], "c")
+    assert 'llvm.loop.unroll.count", i32 4' in _generated(s, [X, Y], "llvm")
+
+
+def _generated(s, args, target) -> str:
+    """The source codegen prints for `target` (LLVM's before its optimizer)."""
+    from tensorforge.codegen.base import codegen_for
+
+    target = tf.Target(target)
+    return codegen_for(target.kind).generate(tf.lower(s, args, target=target), target).text
+
+
+def test_bfloat16_computes_in_float32_as_on_llvm(rng):
+    # the pipeline's legalize_bfloat16 leaves conversions only: C does them with bit operations
+    from tensorforge.te.dtype import from_bfloat16, to_bfloat16
+
+    def bf16(x):
+        return from_bfloat16(to_bfloat16(x))
+
+    n = 29  # 3 vectors of 8 and a tail of 5
+    A = te.placeholder((n,), "bfloat16", name="A")
+    B = te.compute((n,), lambda i: A[i] * 3.0 + te.exp(A[i]), name="B")
+    C = te.compute((n,), lambda i: B[i].astype("float32") * 2.0, name="C")
+    for vectorize in (False, True):
+        s = te.create_schedule(C.op)
+        if vectorize:
+            for T in (B, C):
+                s[T].vectorize(s[T].split(T.op.axis[0], factor=8)[1])
+        a = to_bfloat16(rng.standard_normal(n))
+        a[3] = 0x7FC0  # a NaN stays a NaN
+        b, c = both(s, [A, B, C], [a, np.zeros(n, np.uint16), np.zeros(n, np.float32)])[1:]
+        x = from_bfloat16(a)
+        want = bf16(bf16(x * 3) + bf16(np.exp(x)))  # rounded after each operation
+        np.testing.assert_allclose(from_bfloat16(b), want, rtol=2**-7)
+        np.testing.assert_array_equal(c, from_bfloat16(b) * 2)

@@ -271,3 +271,31 @@ def test_check_and_report_name_the_kernels(capsys):
     assert "check: largest error" in err and "EAGER aten.sin" in err and "_softmax" in err
     assert compiled.worst is not None and compiled.worst.error < 1e-5
     assert compiled.first_failure is None
+
+
+@pytest.mark.parametrize(
+    "filters, kernel, stride, padding, dilation, size",
+    [
+        (16, 3, 1, 1, 1, 13),  # two vectors of filters, a prime width: a partial tile
+        (8, 3, 2, 1, 1, 11),  # one vector of filters, strided
+        (16, 7, 2, 3, 1, 17),  # a ResNet stem
+        (24, 1, 2, 0, 1, 9),  # a 1 x 1 downsample of stride 2
+        (16, 3, 1, 2, 2, 7),  # dilated
+        (32, 3, 1, 1, 1, 2),  # a row narrower than a tile
+    ],
+)
+def test_convolutions_with_vectors_along_the_filters(
+    filters, kernel, stride, padding, dilation, size
+):
+    x = rand(2, 5, size, size + 1, seed=30)
+    w = rand(filters, 5, kernel, kernel, seed=31)
+    b = rand(filters, seed=32)
+    r = rand(filters, seed=33)  # a per-channel residual: the epilogue reads another operand
+
+    def fn(x, w, b, r):
+        y = F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation)
+        return F.relu(y + r[:, None, None] * y.tanh())
+
+    compiled = check(fn, x, w, b, r, constants=(1, 2))
+    convs = [s for s in compiled.steps if "convolution" in s.spec.nodes and s.spec.anchor]
+    assert [s.spec.anchor.info.get("lanes") for s in convs] == [8]

@@ -22,6 +22,7 @@ from tensorforge import te
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.stmt import BufferStore, For, PrimFunc
 from tensorforge.te.expr import Var, const
+from tensorforge.testing import fuzz_run
 from tensorforge.testing.fuzz import cases, draw_case, report, shrink
 from tensorforge.testing.fuzz_choice import RandomChooser
 from tensorforge.testing.fuzz_families import FAMILIES
@@ -176,8 +177,20 @@ def test_crash_and_hang_are_reported_not_fatal():
     crash = STENCIL.with_steps(("import ctypes; ctypes.string_at(0)",))
     outcome = run_isolated(crash)
     assert outcome.status == "crash" and "SIGSEGV" in outcome.message
-    hang = STENCIL.with_steps(("import time; time.sleep(60)",))
-    assert run_isolated(hang, timeout=3).status == "timeout"
+    spin = STENCIL.with_steps(("while True: pass",))  # the time limit is on CPU time
+    outcome = run_isolated(spin, timeout=2)
+    assert outcome.status == "timeout" and "of CPU time" in outcome.message
+
+
+def test_a_case_that_spends_no_cpu_times_out_on_wall_time(monkeypatch):
+    # a deadlock spends no CPU time: WALL_FACTOR times the limit of wall time ends it
+    monkeypatch.setattr(fuzz_run, "WALL_FACTOR", 2)
+    sleep = STENCIL.with_steps(("import time; time.sleep(60)",))
+    assert run_isolated(sleep, timeout=1).status == "timeout"
+
+
+def test_cpu_seconds_counts_this_process():
+    assert fuzz_run.cpu_seconds(os.getpid()) > 0 and fuzz_run.cpu_seconds(-1) is None
 
 
 # -- a deliberately broken bound inference is caught -------------------------------------------------

@@ -36,7 +36,7 @@ from tensorforge.codegen.llvm_expr import (
 from tensorforge.codegen.llvm_math import mangle
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
-from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
+from tensorforge.ir.passes.unroll_loops import partial_unroll
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -60,14 +60,17 @@ from tensorforge.te.expr import Const, Expr, Var
 # size). Set it to 64 only where the caller guarantees it (e.g. NDArray-only entry points).
 PARAM_ALIGN_ATTR = "llvm.param_align"
 _STACK_LIMIT = 64 * 1024  # constant-size buffers up to this many bytes live on the stack
-# NOTE: an `unroll` loop that reaches codegen is one unroll_loops left alone (a symbolic extent,
-# or too many statements): it gets a bounded unroll count, not "unroll.enable", under which
-# LLVM fully unrolled nests of such loops for minutes (a fuzz case never finished building)
-_UNROLL_COUNT = 4
-_LOOP_HINTS = {
-    LoopKind.UNROLLED: ("llvm.loop.unroll.count", ir.Constant(I32, _UNROLL_COUNT)),
-    LoopKind.VECTORIZED: ("llvm.loop.vectorize.enable", ir.Constant(I1, 1)),
-}
+_VECTORIZE_HINT = ("llvm.loop.vectorize.enable", ir.Constant(I1, 1))
+
+
+def _loop_hint(loop: For) -> tuple[str, ir.Constant] | None:
+    """The loop metadata of `loop`: an `unroll` loop that reaches codegen is one unroll_loops
+    left alone (a symbolic extent, or too much code): a bounded unroll count, not "unroll.enable",
+    under which LLVM fully unrolled nests of such loops for minutes."""
+    if loop.kind is LoopKind.VECTORIZED:
+        return _VECTORIZE_HINT
+    count = partial_unroll(loop) if loop.kind is LoopKind.UNROLLED else 1
+    return ("llvm.loop.unroll.count", ir.Constant(I32, count)) if count > 1 else None
 
 
 @functools.lru_cache(maxsize=8)
@@ -114,7 +117,7 @@ class LLVMCodegen:
                 emitter.buffers[param] = arg
             else:
                 emitter.vars[param] = arg
-        emitter.stmt(legalize_bfloat16(func.body))  # LLVM IR has no bfloat16 arithmetic here
+        emitter.stmt(func.body)  # bfloat16 computes in float32 (the pipeline's legalize_bfloat16)
         emitter.builder.ret_void()
         return KernelSource(
             target="llvm",
@@ -383,7 +386,7 @@ class _FunctionEmitter(ExprEmitter):
             self._parallel_for(loop, begin, extent)
             return
         end = self._arith("add", loop.var.dtype, begin, extent)
-        self.serial_loop(loop.var, begin, end, loop.body, _LOOP_HINTS.get(loop.kind))
+        self.serial_loop(loop.var, begin, end, loop.body, _loop_hint(loop))
 
     def _loop_bound(self, e: Expr, var: Var) -> ir.Value:
         return self.cast(self.expr(e), e.dtype, var.dtype)

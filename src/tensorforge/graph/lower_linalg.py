@@ -150,6 +150,16 @@ def convolution(
     F, cg, KH, KW = weight.shape
     fg = F // groups
     shape = ctx.shape_of(node)
+    lanes = ctx.target.vector_lanes(dtype) if ctx.target.kind == "llvm" else 0
+    if (
+        w is not None
+        and groups == 1
+        and lanes > 1
+        and F % lanes == 0
+        and _filter_vectors(KH, KW, stride)
+    ):
+        out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype)
+        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     if w is not None and groups == 1 and _as_matmul(ctx, shape, stride, KH, KW):
         out = _conv_as_matmul(ctx, node, x, w, shape, stride, padding, dilation, dtype)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
@@ -196,6 +206,67 @@ def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype) -> La
         out = dataclasses.replace(out, nodes=out.nodes + (folded[0].name,))
         ctx.replaced[folded[0]] = (out, None, None)
     return out
+
+
+def _filter_vectors(KH: int, KW: int, stride) -> bool:
+    """Direct, vectors along the filters? All but the 1 x 1 convolutions of stride 1 (matrix
+    products of the input as it lies in memory)."""
+    return (KH, KW) != (1, 1) or tuple(stride) != (1, 1)
+
+
+def _conv_filter_vectors(
+    ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype
+):
+    """Direct convolution with vectors along the filters: the weights packed once as
+    [F / lanes][C][KH][KW][lanes], so each step of the reduction broadcasts one input value per
+    output column and loads one weight vector per `lanes` filters. Any output width and stride
+    fills the vectors (the direct schedule along rows needs rows of whole vectors)."""
+    N, C, H, W = x.shape
+    F, _, KH, KW = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    lanes = ctx.target.vector_lanes(dtype)
+    packed = w.reshape(F // lanes, lanes, C, KH, KW).permute(0, 2, 3, 4, 1).contiguous()
+    weights = ctx.add_constant(packed, f"{node.name}_wvec")
+    src = _padded(ctx, node, x, padding)
+    rc = te.reduce_axis((0, C), name="rc")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    _, _, OH, OW = shape
+
+    def body(n, fo, y, xx, fi):
+        v = src.at((n, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw))
+        return te.sum(v * weights.at((fo, rc.var, ry.var, rx.var, fi)), axis=[rc, ry, rx])
+
+    conv = te.compute((N, F // lanes, OH, OW, lanes), body, name=ctx.unique(f"conv_{node.name}"))
+    info = {"shape": shape, "stages": [conv], "groups": 1, "depthwise": False, "lanes": lanes}
+    anchor = Anchor("conv2d", conv, frozenset(src.reads | weights.reads), (node.name,), info)
+
+    def at(ia):
+        n, f, y, xx = ia
+        return conv[n, f // lanes, y, xx, f % lanes]
+
+    return ctx.anchored(anchor, at, dtype)
+
+
+def _padded(ctx, node, x: Lazy, padding) -> Lazy:
+    """The input in memory, zero-padded by `padding` (a kernel of its own if padded)."""
+    ph, pw = padding
+    if not (ph or pw):
+        return ctx.buffer(x)
+    N, C, H, W = x.shape
+    src = ctx.no_anchor(x)
+
+    def pad(idx):
+        n, c, y, xx = idx
+        iy, ix = y - ph, xx - pw
+        inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
+        v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
+        return te.if_then_else(inside, v, te.const(0, v.dtype))
+
+    shape = (N, C, H + 2 * ph, W + 2 * pw)
+    return ctx.materialize(
+        Lazy(shape, x.dtype, pad, src.reads, (), 2 + src.cost), node=f"{node.name}_pad"
+    )
 
 
 def _as_matmul(ctx, shape, stride, KH: int, KW: int) -> bool:

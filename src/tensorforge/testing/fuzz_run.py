@@ -252,6 +252,21 @@ def _child(case: Case, patches: tuple[Patch, ...], conn) -> None:
     conn.close()
 
 
+WALL_FACTOR = 10  # a case may wait this many times its CPU time limit for a CPU
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time process `pid` and its waited-for children (the C compiler) have used, or None
+    where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # after the name: state is field 3, utime stime cutime cstime are fields 14..17
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Running:
     """A case running in a child process; `result()` waits for it."""
@@ -268,13 +283,20 @@ class Running:
         return self.conn.poll() or not self.process.is_alive() or self._left() <= 0
 
     def _left(self) -> float:
-        return self.started + self.timeout - time.monotonic()
+        """Seconds the case has left: of CPU time where the OS tells it (on a loaded machine, or
+        at a low priority, a case waits for a CPU: no hang), and of WALL_FACTOR times as much
+        wall time (a deadlock spends no CPU time)."""
+        wall = time.monotonic() - self.started
+        cpu = cpu_seconds(self.process.pid)
+        return self.timeout - (wall if cpu is None else max(cpu, wall / WALL_FACTOR))
 
     def result(self) -> Outcome:
         if self.outcome is not None:
             return self.outcome
         got = None
-        if self.conn.poll(max(0.0, self._left())):
+        while self.process.is_alive() and self._left() > 0 and not self.conn.poll(1.0):
+            pass
+        if self.conn.poll():
             try:
                 got = self.conn.recv()
             except EOFError:
@@ -283,7 +305,11 @@ class Running:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
-            got = got or Outcome("timeout", f"no result within {self.timeout:g} s (a hang?)")
+            wall = time.monotonic() - self.started
+            got = got or Outcome(
+                "timeout",
+                f"no result within {self.timeout:g} s of CPU time ({wall:.0f} s of wall time; a hang?)",
+            )
         if got is None:
             code = self.process.exitcode
             if code is not None and code < 0:

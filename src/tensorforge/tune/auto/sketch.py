@@ -319,9 +319,19 @@ class SketchBuilder:
             reads = [r for r in _reads_through(stage, t) if r.indices]
             if reads and all(any(n is last for n in walk(r.indices[-1])) for r in reads):
                 inputs.append(home)
+        # and the output rows this stage's values are written to, element for element, fetched
+        # writable as they are computed: the stores then find their lines in cache instead of
+        # stalling on each read-for-ownership (as ops/softmax; 4096², AVX2: 0.77x -> ~0.9x it)
+        outputs = [
+            c
+            for c in self.s.consumers_of(stage)
+            if c.is_output and c.attach_type == "root" and reads_elementwise(c.op, stage.op)
+        ]
         if inputs and self.d.choice(f"prefetch:{key}", [False, True], {"row": steps}):
             for home in inputs:
                 self.rec.prefetch(stage, home, loop, steps)
+            for out in outputs:
+                self.rec.prefetch(stage, out, loop, 0)
 
     def parallel_outer(self, stage: Any, key: str, axes: list[Any]) -> None:
         """Fuse the leading `n` of `axes` (a decision) and run that loop in parallel."""
