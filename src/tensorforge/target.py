@@ -111,13 +111,18 @@ class KindFacts:
     device: str  # "cpu" | "cuda": the device kind its kernels run on
     options: tuple[str, ...]  # the options a target string of this kind may carry
     description: str
+    # its kernels compute in bfloat16 themselves; if not, the pipeline computes bfloat16 in
+    # float32 (legalize_bfloat16) and codegen only converts between the two
+    bfloat16_arithmetic: bool = False
 
 
 # NOTE: a backend's Target entry: one line here (its codegen sits in codegen.CODEGENS and its
 # runtime in runtime.registry.RUNTIMES, under the same name).
 KINDS: dict[str, KindFacts] = {
     "llvm": KindFacts("cpu", ("mcpu", "mattr", "mtriple"), "this CPU, through LLVM IR"),
-    "cuda": KindFacts("cuda", ("arch",), "an NVIDIA GPU, through CUDA C and nvcc"),
+    "cuda": KindFacts(
+        "cuda", ("arch",), "an NVIDIA GPU, through CUDA C and nvcc", bfloat16_arithmetic=True
+    ),
     "c": KindFacts("cpu", ("mcpu", "mattr", "mtriple"), "this CPU, through C and the system cc"),
 }
 _ALIASES = {"cpu": "llvm", "nvidia": "cuda"}  # other spellings of a kind

@@ -304,3 +304,28 @@ def _generated(s, args, target) -> str:
 
     target = tf.Target(target)
     return codegen_for(target.kind).generate(tf.lower(s, args, target=target), target).text
+
+
+def test_bfloat16_computes_in_float32_as_on_llvm(rng):
+    # the pipeline's legalize_bfloat16 leaves conversions only: C does them with bit operations
+    from tensorforge.te.dtype import from_bfloat16, to_bfloat16
+
+    def bf16(x):
+        return from_bfloat16(to_bfloat16(x))
+
+    n = 29  # 3 vectors of 8 and a tail of 5
+    A = te.placeholder((n,), "bfloat16", name="A")
+    B = te.compute((n,), lambda i: A[i] * 3.0 + te.exp(A[i]), name="B")
+    C = te.compute((n,), lambda i: B[i].astype("float32") * 2.0, name="C")
+    for vectorize in (False, True):
+        s = te.create_schedule(C.op)
+        if vectorize:
+            for T in (B, C):
+                s[T].vectorize(s[T].split(T.op.axis[0], factor=8)[1])
+        a = to_bfloat16(rng.standard_normal(n))
+        a[3] = 0x7FC0  # a NaN stays a NaN
+        b, c = both(s, [A, B, C], [a, np.zeros(n, np.uint16), np.zeros(n, np.float32)])[1:]
+        x = from_bfloat16(a)
+        want = bf16(bf16(x * 3) + bf16(np.exp(x)))  # rounded after each operation
+        np.testing.assert_allclose(from_bfloat16(b), want, rtol=2**-7)
+        np.testing.assert_array_equal(c, from_bfloat16(b) * 2)

@@ -17,7 +17,7 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
 from tensorforge.graph.program import BuiltKernel, CompiledGraph  # noqa: E402
-from tensorforge.graph.schedules_cuda import SOURCES, THREADS, gemm_plan  # noqa: E402
+from tensorforge.graph.schedules_cuda import SOURCES, THREADS, conv_plan, gemm_plan  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 
 
@@ -39,6 +39,23 @@ def test_small_products_split_the_reduction_to_fill_the_gpu():
     assert gemm_plan(1, 1, 3072, 768).kz >= 16  # a matrix-vector product
     assert gemm_plan(1, 128, 768, 3072).kz > 1
     assert gemm_plan(1, 2048, 2048, 2048).kz == 1  # enough outputs already
+
+
+@pytest.mark.parametrize(
+    "N, F, OH, OW, C, window",
+    [(1, 64, 112, 112, 3, 49), (1, 64, 56, 56, 64, 9), (1, 256, 14, 14, 256, 9),
+     (1, 512, 7, 7, 512, 9), (1, 512, 7, 7, 256, 1), (3, 24, 4, 4, 16, 9),
+     (2, 8, 15, 13, 3, 9), (1, 64, 15, 15, 64, 9), (1, 5, 1, 1, 7, 1)],
+)  # fmt: skip
+def test_conv_plans_fit_a_block_and_tile_whole_vectors(N, F, OH, OW, C, window):
+    cp = conv_plan(N, F, OH, OW, C, window)
+    plan = cp.plan
+    # at most THREADS threads, so the shared partial tiles stay far under 48 KiB
+    assert plan.tx * plan.ty * plan.kz <= THREADS
+    assert plan.kz * plan.rows * cp.y_tile * cp.x_tile * 4 <= 48 * 1024
+    assert plan.tx == cp.y_tile * cp.x_threads and cp.x_tile == min(OW, plan.vj * cp.x_threads)
+    assert OW % plan.vj == 0 and 1 <= cp.y_tile <= OH
+    assert plan.kz == 1 or C // plan.kz >= 2  # a slice reduces whole channels
 
 
 def graph_of_every_rule():

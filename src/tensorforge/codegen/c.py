@@ -389,6 +389,16 @@ def _float_fn(element: str, name: str, *args: str) -> str:
 
 def _scalar(printer: CExprPrinter, op: str, element: str) -> str:
     t = SCALAR[element]
+    if op == "bf16_to_f32":  # bfloat16 is the high half of a float32
+        return (
+            "static inline float NAME(uint16_t x) {\n  uint32_t b = (uint32_t)x << 16;\n"
+            "  float f;\n  memcpy(&f, &b, 4);\n  return f;\n}"
+        )
+    if op == "f32_to_bf16":  # rounded to nearest even; a NaN stays a (quiet) NaN
+        return (
+            "static inline uint16_t NAME(float x) {\n  uint32_t b;\n  memcpy(&b, &x, 4);\n"
+            "  return x != x ? (uint16_t)0x7FC0 : (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);\n}"
+        )
     signature = f"static inline {t} NAME({t} a, {t} b)" if op in _BINARY else None
     unary = f"static inline {t} NAME({t} x)"
     is_float, signed = dt.is_float(element), element.startswith("int")
@@ -447,6 +457,21 @@ def _scalar(printer: CExprPrinter, op: str, element: str) -> str:
 
 def _vector(printer: CExprPrinter, op: str, element: str, lanes: int) -> str:
     vt = printer.ctype(dt.with_lanes(element, lanes))
+    if op in ("bf16_to_f32", "f32_to_bf16"):  # as the scalar helpers, lane by lane in vectors
+        bf, u32 = printer.vector_type("bfloat16", lanes), printer.vector_type("uint32", lanes)
+        f32 = printer.vector_type("float32", lanes)
+        if op == "bf16_to_f32":
+            return (
+                f"static inline {f32} NAME({bf} x) {{\n"
+                f"  return ({f32})(__builtin_convertvector(x, {u32}) << 16);\n}}"
+            )
+        nan = printer.mask_type(32, lanes)
+        return (
+            f"static inline {bf} NAME({f32} x) {{\n  {u32} b = ({u32})x;\n"
+            f"  {u32} r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;\n"
+            f"  {u32} nan = ({u32})({nan})(x != x);\n"
+            f"  return __builtin_convertvector((r & ~nan) | (nan & 0x7FC0u), {bf});\n}}"
+        )
     if op == "select":
         bits = 8 if element == "bool" else dt.bits_of(element)
         iw = printer.mask_type(bits, lanes)

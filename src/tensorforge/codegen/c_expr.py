@@ -55,6 +55,7 @@ SCALAR = {
     "uint32": "uint32_t",
     "uint64": "uint64_t",
     "float16": "_Float16",
+    "bfloat16": "uint16_t",  # its bits: the pipeline computes bfloat16 in float32
     "float32": "float",
     "float64": "double",
 }
@@ -69,6 +70,7 @@ _SHORT = {
     "uint32": "u32",
     "uint64": "u64",
     "float16": "f16",
+    "bfloat16": "bf16",
     "float32": "f32",
     "float64": "f64",
 }
@@ -335,6 +337,11 @@ class CExprPrinter:
         s, d = dt.element_of(src), dt.element_of(dst)
         if s == d:
             return value
+        if "bfloat16" in (s, d):  # through float32, with bit operations (c.py's helpers)
+            wide = dt.with_lanes("float32", lanes_dst)
+            if s == "bfloat16":
+                return self.cast(self.call_helper("bf16_to_f32", src, value), wide, dst)
+            return self.call_helper("f32_to_bf16", wide, self.cast(value, src, wide))
         if lanes_dst == 1:
             if d == "bool":
                 return f"({value} != 0)"

@@ -16,7 +16,7 @@ class Options:
     with eager torch and report the largest error; report: print the kernels (fused operators,
     schedule source, time) and the fallbacks after the first call; schedule: where a kernel
     with no tuning record gets its schedule: "auto" (the auto-scheduler's first guess, except for
-    the anchors the ops library schedules better by hand: matmul, conv2d, softmax), "rules"
+    the anchors the ops library schedules better by hand: matmul), "rules"
     (the graph layer's rule-based schedules, schedules.py), "first_guess" (always the first
     guess, where it applies: CPU kernels with static sizes)."""
 

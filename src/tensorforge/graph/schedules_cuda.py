@@ -286,18 +286,19 @@ def conv_plan(N: int, F: int, OH: int, OW: int, C: int, window: int) -> ConvPlan
     maps, else 2), whole rows in a block where they are short."""
     plan = gemm_plan(N, F, OH * OW, C * window, CONV_FILL_THREADS)
     vj = next(v for v in (4, 7, 2, 1) if OW % v == 0 and (v <= plan.vj or v == 7))
-    cols = max(plan.cols, vj)
-    if -(-OW // vj) * vj <= cols:
-        x_threads, x_tile = -(-OW // vj), OW
-    else:
-        x_threads = max(1, cols // vj)
-        x_tile = vj * x_threads
-    y_tile = max(1, min(OH, cols // x_tile))
     kz = plan.kz
     while kz > 1 and C // kz < 2:
         kz //= 2
+    limit = THREADS // kz  # threads of one reduction slice: (y, x) positions x filter groups
+    cols = max(plan.cols, vj)
+    if -(-OW // vj) <= min(cols // vj, limit):
+        x_threads, x_tile = -(-OW // vj), OW
+    else:
+        x_threads = max(1, min(cols // vj, limit))
+        x_tile = vj * x_threads
+    y_tile = max(1, min(OH, cols // x_tile, limit // x_threads))
     tx = y_tile * x_threads
-    ty = _pow2_at_most(-(-F // plan.vi), max(1, THREADS // kz // tx))
+    ty = _pow2_at_most(-(-F // plan.vi), max(1, limit // tx))
     return ConvPlan(GemmPlan(plan.vi, vj, tx, ty, kz), x_threads, y_tile, x_tile)
 
 

@@ -10,6 +10,7 @@ from tensorforge.ir.passes.flatten_storage import flatten_storage
 from tensorforge.ir.passes.fold_lane_masks import fold_lane_masks
 from tensorforge.ir.passes.guard_select_loads import guard_select_loads
 from tensorforge.ir.passes.inject_virtual_threads import inject_virtual_threads
+from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
 from tensorforge.ir.passes.simplify import simplify
 from tensorforge.ir.passes.unroll_loops import unroll_loops
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
@@ -35,6 +36,8 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
             guard_thread_extents,  # thread loops take their launch extent, guarded if smaller
             lower_thread_allreduce,  # cross-thread reductions -> warp shuffles, shared memory, barriers
         ]
+    # bfloat16 computed in float32, rounded after each operation (last: nothing folds the roundings)
+    legalize = [] if target.kind.facts.bfloat16_arithmetic else [legalize_bfloat16]
     return [
         flatten_storage,  # n-d buffer access -> 1-d offsets, Realize -> Allocate
         inject_virtual_threads,  # vthread loops -> interleaved copies, local storage per copy
@@ -45,6 +48,7 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
         fold_lane_masks,  # masks that unrolling made constant: dropped (or the store is)
         *gpu_only,
         simplify,
+        *legalize,
     ]
 
 

@@ -49,3 +49,32 @@ def test_float32_code_is_unchanged():
     i = Var("i")
     before = store(F, i, load(F, i) * 2.0)
     assert legalize_bfloat16(before) == before
+
+
+def _trace(target, bind=False):
+    import contextlib
+    import io
+
+    import tensorforge as tf
+    from tensorforge import te
+
+    X = te.placeholder((64,), "bfloat16", name="X")
+    Y = te.compute((64,), lambda i: X[i] * 3.0, name="Y")
+    s = te.create_schedule(Y.op)
+    if bind:
+        bx, tx = s[Y].split(Y.op.axis[0], factor=32)
+        s[Y].bind(bx, te.thread_axis("blockIdx.x"))
+        s[Y].bind(tx, te.thread_axis("threadIdx.x"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        func = tf.lower(s, [X, Y], target=target, trace=True)
+    return out.getvalue(), str(func)
+
+
+def test_a_pipeline_pass_for_targets_without_bfloat16_arithmetic():
+    # llvm and c compute bfloat16 in float32 (a Target fact: KindFacts.bfloat16_arithmetic)
+    for target in ("llvm", "c"):
+        text, func = _trace(target)
+        assert "# after legalize_bfloat16" in text and "float32(X[" in func
+    text, func = _trace("cuda", bind=True)
+    assert "legalize_bfloat16" not in text and "float32(" not in func

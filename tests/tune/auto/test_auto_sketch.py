@@ -130,3 +130,49 @@ def test_first_guess_schedule_of_bare_outputs():
         target = "llvm"
 
     check(_Task, s, tensors, reference)
+
+
+@pytest.mark.parametrize(
+    "target, rows, vectors, lanes",
+    [("llvm -mcpu=skylake-avx512", 8, 2, 16), ("llvm -mcpu=znver3", 6, 2, 8)],
+)
+def test_first_guess_takes_the_hand_micro_kernel_from_the_target(target, rows, vectors, lanes):
+    """The GEMM first guess is ops/matmul's micro-kernel for the target named (not this host):
+    8 x 2 vectors of 32 zmm registers, 6 x 2 of 16 ymm (its 4 tail rows of 1024 in a peeled
+    block); the accumulator block nearly all rows tall; k blocks that keep the A sliver in L1."""
+    func, _, _ = CASES["matmul"]
+    trace = first_guess(SearchTask(func, (1024, 1024, 1024), target))
+    row_tiles, column_tiles = trace.decisions["tile:2.C"]
+    assert row_tiles[-1] == rows and column_tiles[-1] == vectors * lanes
+    assert row_tiles[-2] * rows >= 0.49 * 1024  # a block of (nearly) all rows, or half
+    ((k_block,),) = trace.decisions["rtile:2.C"]
+    assert rows * k_block * 4 <= 32 * 1024 and k_block >= 256
+
+
+def test_first_guess_keeps_the_register_tile_inside_packed_panels():
+    """B packed in panels of 16 columns (B[j // 16, k, j % 16], as the torch backend packs
+    weights): a register tile wider than a panel would gather every load."""
+    from tensorforge import te
+    from tensorforge.tune.auto import register_workload
+
+    @register_workload(name="test/packed_matmul")
+    def packed_matmul(n, k, m):
+        A = te.placeholder((n, k), name="A")
+        P = te.placeholder((m // 16, k, 16), name="P")
+        r = te.reduce_axis((0, k), name="r")
+        C = te.compute(
+            (n, m), lambda i, j: te.sum(A[i, r] * P[j // 16, r, j % 16], axis=r), name="C"
+        )
+        return [A, P, C]
+
+    def reference(A, P):
+        return A @ P.transpose(1, 0, 2).reshape(A.shape[1], -1)
+
+    task = SearchTask(packed_matmul, (13, 7, 64), "llvm -mcpu=skylake-avx512")
+    (_, column_tiles) = first_guess(task).decisions["tile:2.C"]
+    assert 16 % column_tiles[-1] == 0
+    task = SearchTask(packed_matmul, (13, 7, 64), "llvm")
+    trace = first_guess(task)
+    assert 16 % trace.decisions["tile:2.C"][1][-1] == 0
+    s, tensors = task.instantiate(trace)
+    check(task, s, tensors, reference)

@@ -52,8 +52,8 @@ class _Legalizer:
         match node:
             case BufferStore(value=value) if _is_bf16(value):
                 wide = self.wide(value)
-                if isinstance(wide, Cast) and isinstance(wide.value, Cast):
-                    narrow = wide.value  # store bf16(x), not bf16(f32(bf16(x)))
+                if isinstance(wide, Cast) and _is_bf16(wide.value):
+                    narrow = wide.value  # store bf16(x) or a load, not bf16(f32(bf16(x)))
                 else:
                     narrow = Cast(value.dtype, wide)
                 return dataclasses.replace(
