@@ -4,16 +4,23 @@ each checked against torch and timed beside cuBLAS.
 Run on the GPU machine: python benchmarks/gpu_tensorcore_variants.py [--sgemm] [--ptxas]
 (--ptxas: no GPU; print each tensor-core kernel's registers, spills and shared memory from nvcc).
 
-Measured on the H100 (fp16, 4096^3 / 8192^3, cuBLAS 655-750 TFLOP/s): every configuration tried
-lands at 290-327 TFLOP/s (0.40-0.48x): block 128x128 / 128x256 / 256x128, k step 32 or 64,
-warp tiles 64x64 / 64x32 / 32x64 (8 to 16 warps a block), 2 to 4 stages, refill before or
-after the mma, raster groups of 1 / 8 / 16 block rows. The ceilings (gpu_mma_probe.py):
-mma.sync alone 640 TFLOP/s; the ldmatrix + mma loop on fixed shared tiles 590-605 (530-570 with
-a barrier per k step). ncu of the 128x128x32 kernel: tensor pipe 52% active, L2 5.9 TB/s, stalls
-per issued instruction: short scoreboard (ldmatrix) 3.9, wait 3.2, long scoreboard (cp.async
-wait) 1.9, math throttle 1.5, barrier 0.8. What is left is the latency of the global -> shared
--> register path around each barrier: CUTLASS-style fragment prefetch across the barrier, or
-wgmma / TMA (sm_90a), not tile shapes.
+Measured on the H100 (fp16, cuBLAS 700-745 TFLOP/s), earlier sessions: every 128 x 128
+configuration lands at 290-327 TFLOP/s; then, in order:
+- ldmatrix fragments double-buffered in registers + `__launch_bounds__(256, 1)` (pragma
+  launch_min_blocks: ptxas had given 128x256x64 only 164 registers and put each ldmatrix right
+  before its mma): 128x256x64 / 256x128x64 blocks of 8 warps 344-354 (128x128 unchanged ~305).
+- double_buffer(sync="mbarrier") (full / empty mbarriers per slot instead of a block barrier a
+  k step, warps drift apart): 128x256x64 s4 4096^3 352 -> 398, 8192^3 357 -> 400-418.
+- groups of 16 block rows: 8192^3 406 -> 413 (4 rows: 372).
+- more stages with k steps of 32 (s6, s8) or 256x128 blocks: no better (374-393).
+- cluster=2 (B's tile shared by a pair of blocks: bulk row copies multicast to both): correct
+  but slower, 229 (warp 0 issuing all 32 row copies) / 292-313 (spread over the warps).
+What bounds it now (ncu, 128x256x64 s4, 4096^3): L2 throughput 81.6% of peak (4.6 TB/s of
+operand loads: a 128 x 256 block reads 48 KB per k step of 64), tensor pipe 62.6%; the same
+ldmatrix + mma loop on fixed shared tiles runs at 598 (gpu_mma_probe.py wide). mma.sync cannot
+take a bigger block (128 x 256 fp32 accumulators are half the register file), so going further
+takes fewer L2 bytes a flop: TMA tensor copies multicast across a cluster (with swizzled, not
+padded, rows so one copy moves a whole tile) or wgmma with 256-wide tiles.
 """
 
 from __future__ import annotations
@@ -31,14 +38,8 @@ from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
 T = TensorCoreTiles
 # (label, tiles): block m, n, k, warp m, n, stages, group_m
 CONFIGS = [
-    ("128x256x64 s4", T(128, 256, 64, 64, 64, 4, 8)),
-    ("128x256x64 s4 g4", T(128, 256, 64, 64, 64, 4, 4)),
     ("128x256x64 s4 g16", T(128, 256, 64, 64, 64, 4, 16)),
-    ("256x128x64 s4", T(256, 128, 64, 64, 64, 4, 8)),
-    ("256x128x64 s4 g16", T(256, 128, 64, 64, 64, 4, 16)),
-    ("128x256x32 s6", T(128, 256, 32, 64, 64, 6, 8)),
-    ("128x256x32 s8", T(128, 256, 32, 64, 64, 8, 8)),
-    ("256x128x32 s6", T(256, 128, 32, 64, 64, 6, 8)),
+    ("128x256x64 s4 g16 cluster2", T(128, 256, 64, 64, 64, 4, 16, "mbarrier", 2)),
 ]
 
 

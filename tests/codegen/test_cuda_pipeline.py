@@ -101,6 +101,23 @@ def test_tensorcore_gemm_asks_ptxas_for_one_block_of_registers():
         kernel_text(s, args)
 
 
+def test_tensorcore_cluster_pairs_share_b_by_multicast_bulk_copies():
+    tiles = TensorCoreTiles(128, 256, 64, 64, 64, 4, 16, "mbarrier", 2)
+    text = source_of(4096, 4096, 4096, tiles=tiles)
+    assert "__cluster_dims__(2, 1, 1)" in text and "tf_bulk_rows<64, 256, 2>(&B_shared[" in text
+    assert "tf_mbar_init(&A_shared_mbar[s], 256 + 1)" in text  # threads' cp.async + B's bytes
+    assert "tf_mbar_init(&A_shared_mbar[4 + s], 16)" in text  # 8 warps of each of 2 blocks
+    loop = text[text.index("for (int k_outer") :]
+    assert "tf_mbar_warp_arrive_cluster(" in loop and "tf_mbar_wait_cluster(" in loop
+    assert "tf_cp_async<16>(&A_shared" in loop and "B_shared[tf_floormod" in loop
+    for bad, match in (
+        (TensorCoreTiles(128, 256, 64, 64, 64, 4, 16, "barrier", 2), "mbarrier pipeline"),
+        (TensorCoreTiles(128, 256, 64, 64, 64, 4, 1, "mbarrier", 2), "groups of 1"),
+    ):
+        with pytest.raises(tf.ScheduleError, match=match):
+            source_of(4096, 4096, 4096, tiles=bad)
+
+
 def test_tensorcore_tiles_too_deep_for_shared_memory_are_refused():
     with pytest.raises(tf.ScheduleError, match="bytes of shared memory"):
         source_of(512, 512, 512, tiles=TensorCoreTiles(256, 256, 64, 64, 64, 4, 8))
@@ -139,6 +156,8 @@ def test_staged_vthread_gemm_matches_numpy(stages, shape, sync, rng):
         ((64, 64, 96), TensorCoreTiles(64, 64, 32, 32, 32, 1, 1)),
         ((256, 512, 320), TensorCoreTiles(128, 256, 64, 64, 64, 4, 2, "barrier")),
         ((256, 256, 128), TensorCoreTiles(128, 128, 64, 64, 64, 4, 2)),  # 2 steps, 4 stages
+        ((256, 512, 320), TensorCoreTiles(128, 256, 64, 64, 64, 4, 2, "mbarrier", 2)),
+        ((512, 256, 64), TensorCoreTiles(128, 128, 32, 64, 64, 3, 4, "mbarrier", 2)),
     ],
 )
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -31,9 +31,10 @@ def microkernels():
         ((5, 64, 8), 5, 8),
     ],
 )
-def test_dot_gemm_matches_numpy(kind, shape, mr, kc, rng):
+@pytest.mark.parametrize("order", ["rows", "panels"])
+def test_dot_gemm_matches_numpy(kind, shape, mr, kc, order, rng):
     m, n, k = shape
-    s, args = cpu_dot.schedule_dot_gemm(m, n, k, kind, mr=mr, kc=kc)
+    s, args = cpu_dot.schedule_dot_gemm(m, n, k, kind, mr=mr, kc=kc, order=order)
     text = str(tf.lower(s, args))
     assert cpu_dot.KINDS[kind][4] in text and "tf_dot_reset" in text
     f = tf.build(s, args)

@@ -52,6 +52,7 @@ from tensorforge.ir.visit import walk
 from tensorforge.target import Target, as_target
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
+from tensorforge.te.extern_call import ExternCall
 
 STATIC_SHARED_LIMIT = 48 * 1024
 # the most shared memory one block may opt in to, by architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin)
@@ -153,6 +154,7 @@ class _KernelWriter:
         self.async_wait: int | None = None  # the next barrier waits for all but this many groups
         self.async_copy_count = 0  # cp.async statements written so far
         self.mbarriers: dict[str, tuple[str, int]] = {}  # pipeline -> (C array, stages)
+        self.cluster = 1  # blocks a cluster (pragma cluster_dims)
 
     # -- output helpers -------------------------------------------
     def line(self, text: str) -> None:
@@ -187,6 +189,14 @@ class _KernelWriter:
         func = self.func
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
+        self.cluster = _cluster_size(func.body)
+        if self.cluster > 1:
+            grid_x = self.threads.launch.grid[0]
+            if not isinstance(grid_x, int) or grid_x % self.cluster:
+                raise BuildError(
+                    f"CUDA codegen: pragma cluster_dims {self.cluster} needs a grid whose x "
+                    f"extent is a constant multiple of it, got {grid_x}"
+                )
         body = func.body
         symbol = self.names.fresh(self.entry or f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
@@ -197,6 +207,8 @@ class _KernelWriter:
         launch = Launch(launch.grid, launch.block, self.shared_bytes if self.dynamic_shared else 0)
         threads = launch.block[0] * launch.block[1] * launch.block[2]
         bounds = f"{threads}, {min_blocks}" if (min_blocks := _min_blocks(body)) else f"{threads}"
+        if self.cluster > 1:  # blocks run in clusters of this many (consecutive along x)
+            bounds = f"{bounds}) __cluster_dims__({self.cluster}, 1, 1"
         launch_note = (
             f"// launch: grid=({', '.join(map(str, launch.grid))}) "
             f"block=({', '.join(map(str, launch.block))}); shared memory: {self.shared_bytes} bytes"
@@ -345,16 +357,20 @@ class _KernelWriter:
                 if self.async_copies:
                     self.line(ASYNC_COMMIT)
             case Attr(key="mbarrier_init", value=(name, stages), body=body):
-                self._mbarrier_init(name, int(stages))
+                self._mbarrier_init(name, int(stages), _bulk_fills(body))
                 self._stmt(body)
+                if self.cluster > 1:  # no block leaves while its peers may still signal it
+                    self.line("tf_cluster_sync();")
             case Attr(key="mbarrier_fill", value=(name, slot), body=body):
                 before = self.async_copy_count
+                bars, _ = self.mbarriers[name]
                 self.async_depth += 1
+                self.printer.fill_barrier = f"&{bars}[{self.printer(slot)}]"
                 try:
                     self._stmt(body)
                 finally:
                     self.async_depth -= 1
-                bars, _ = self.mbarriers[name]
+                    self.printer.fill_barrier = None
                 # arrive when this thread's copies land (or now, for plain stores: release)
                 arrive = "tf_mbar_cp_arrive" if self.async_copy_count > before else "tf_mbar_arrive"
                 self.line(f"{arrive}(&{bars}[{self.printer(slot)}]);")
@@ -363,10 +379,15 @@ class _KernelWriter:
                 index = (
                     self.printer(slot) if which == "full" else f"{stages} + {self.printer(slot)}"
                 )
-                self.line(f"tf_mbar_wait(&{bars}[{index}], {self.printer(parity)});")
+                wait = "tf_mbar_wait_cluster" if self.cluster > 1 and which == "empty" else "tf_mbar_wait"  # fmt: skip
+                self.line(f"{wait}(&{bars}[{index}], {self.printer(parity)});")
             case Attr(key="mbarrier_arrive", value=(name, _, slot)):
                 bars, stages = self.mbarriers[name]
-                self.line(f"tf_mbar_warp_arrive(&{bars}[{stages} + {self.printer(slot)}]);")
+                bar = f"&{bars}[{stages} + {self.printer(slot)}]"
+                if self.cluster > 1:  # every block of the cluster may refill it (multicast)
+                    self.line(f"tf_mbar_warp_arrive_cluster({bar}, {self.cluster});")
+                else:
+                    self.line(f"tf_mbar_warp_arrive({bar});")
             case Attr(key="async_wait", value=pending, body=body):
                 self.async_wait = int(pending)
                 try:
@@ -400,7 +421,7 @@ class _KernelWriter:
                     f"CUDA codegen: cannot generate code for statement {type(s).__name__}"
                 )
 
-    def _mbarrier_init(self, name: str, stages: int) -> None:
+    def _mbarrier_init(self, name: str, stages: int, bulk: int = 0) -> None:
         """Shared mbarriers of a pipeline (inject_double_buffer): full[s] completes when every
         thread's copies into slot s have landed, empty[s] when every warp is done reading it."""
         if not _has_mbarrier(self.target.arch):
@@ -415,11 +436,13 @@ class _KernelWriter:
         block = self.threads.launch.block
         threads = block[0] * block[1] * block[2]
         self.line(f"__shared__ __align__(8) unsigned long long {bars}[{2 * stages}];")
+        full = f"{threads} + {bulk}" if bulk else f"{threads}"
+        empty = -(-threads // 32) * self.cluster
         with self.block("if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {"):
             with self.block(f"for (int s = 0; s < {stages}; ++s) {{"):
-                self.line(f"tf_mbar_init(&{bars}[s], {threads});  // full: a thread's copies")
-                self.line(f"tf_mbar_init(&{bars}[{stages} + s], {-(-threads // 32)});  // empty: a warp")  # fmt: skip
-        self.line("__syncthreads();")
+                self.line(f"tf_mbar_init(&{bars}[s], {full});  // full: a thread's copies, a bulk fill's bytes")  # fmt: skip
+                self.line(f"tf_mbar_init(&{bars}[{stages} + s], {empty});  // empty: a warp (of each block of the cluster)")  # fmt: skip
+        self.line("tf_cluster_sync();" if self.cluster > 1 else "__syncthreads();")
 
     def _for(self, s: For) -> None:
         if any(name == "async_copy" for name, _ in s.pragmas):
@@ -610,3 +633,30 @@ def _min_blocks(body: Stmt) -> int:
 def _has_mbarrier(arch: str) -> bool:
     digits = "".join(ch for ch in (arch or "") if ch.isdigit())
     return bool(digits) and int(digits) >= 80
+
+
+def _cluster_size(body: Stmt) -> int:
+    """The `cluster_dims` pragma's cluster size (1: none); only clusters along x."""
+    found = {
+        int(value)
+        for n in walk(body)
+        if isinstance(n, For)
+        for name, value in n.pragmas
+        if name == "cluster_dims"
+    }
+    if len(found) > 1 or any(v not in (1, 2, 4, 8) for v in found):
+        raise BuildError(f"pragma cluster_dims must be one of 1, 2, 4, 8 (one value), got {sorted(found)}")  # fmt: skip
+    return found.pop() if found else 1
+
+
+def _bulk_fills(body: Stmt) -> int:
+    """Bulk-copy fills (tf_bulk_rows calls) in one fill of a pipeline: each arms the full
+    barrier once, so it counts one arrival."""
+    for n in walk(body):
+        if isinstance(n, Attr) and n.key == "mbarrier_fill":
+            return sum(
+                1
+                for c in walk(n.body)
+                if isinstance(c, ExternCall) and c.name.startswith("tf_bulk_rows")
+            )
+    return 0

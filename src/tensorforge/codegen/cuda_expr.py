@@ -311,6 +311,7 @@ class ExprPrinter:
         self.hoisted: dict[Any, list[str]] = {}  # structural key of a vector load -> chunk temps
         self.divisors: dict[int, int] = {}  # id(var) -> a known divisor of its value
         self.helpers: set[str] = set()  # "floordiv", "half", "bf16"
+        self.fill_barrier: str | None = None  # the pipeline fill being written: its mbarrier
         self.vector_params: dict[str, int] = {}  # buffer C name -> byte alignment it needs
         self.device_sources: list[str] = []  # code of the device functions calls name
 

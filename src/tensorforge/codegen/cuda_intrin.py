@@ -30,8 +30,16 @@ def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:
         )
     if e.source and e.source not in printer.device_sources:
         printer.device_sources.append(e.source)
-    args = ", ".join(printer(a, lane) for a in e.args)
-    return f"{e.name}({args})"
+    args = [printer(a, lane) for a in e.args]
+    if e.name.startswith("tf_bulk_rows"):  # completes on the pipeline fill's "full" mbarrier
+        bar = getattr(printer, "fill_barrier", None)
+        if bar is None:
+            raise BuildError(
+                f"CUDA codegen: {e.name} fills a shared tile by bulk copies; it must be the fill "
+                f"of a double_buffer(stages, sync='mbarrier') pipeline"
+            )
+        args.append(bar)
+    return f"{e.name}({', '.join(args)})"
 
 
 def print_address(printer: Any, e: AddressOf | WholeBuffer) -> str:
@@ -101,6 +109,29 @@ __device__ __forceinline__ void tf_mbar_warp_arrive(unsigned long long* bar) {
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
   __syncwarp();
   if (lane == 0) tf_mbar_arrive(bar);
+}
+__device__ __forceinline__ void tf_cluster_sync() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n"
+               "barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// a warp done with a slot tells every block of the cluster (their bulk fills write here too)
+__device__ __forceinline__ void tf_mbar_warp_arrive_cluster(unsigned long long* bar, unsigned n) {
+  unsigned lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  __syncwarp();
+  if (lane < n) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(tf_mbar_addr(bar)), "r"(lane));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
+  }
+}
+__device__ __forceinline__ void tf_mbar_wait_cluster(unsigned long long* bar, int parity) {
+  unsigned done;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(tf_mbar_addr(bar)), "r"(parity) : "memory");
+  } while (!done);
 }
 __device__ __forceinline__ void tf_mbar_wait(unsigned long long* bar, int parity) {
   unsigned done;

@@ -117,16 +117,13 @@ class ExprEmitter(CallEmitter, ExternEmitter):
                     value = int(bool(value))
                 return splat_constant(ty, value)
             case Add(a, x) | Sub(a, x) | Mul(a, x):
-                lhs, rhs = self._same_width(e.dtype, self.expr(a), self.expr(x))
-                op = type(e).__name__.lower()
-                return self._fit(e.dtype, self._arith(op, e.dtype, lhs, rhs))
+                return self._arith(type(e).__name__.lower(), e.dtype, self.expr(a), self.expr(x))
             case Div(a, x):
                 if not dt.is_float(e.dtype):
                     raise self.fail(f"Div of integers ({e}) should be FloorDiv after lowering")
                 return b.fdiv(self.expr(a), self.expr(x))
             case FloorDiv(a, x) | FloorMod(a, x):
-                lhs, rhs = self._same_width(e.dtype, self.expr(a), self.expr(x))
-                return self._fit(e.dtype, self._floor_div_mod(e, lhs, rhs))
+                return self._floor_div_mod(e, self.expr(a), self.expr(x))
             case Min(a, x) | Max(a, x):
                 lhs, rhs = self.expr(a), self.expr(x)
                 if dt.is_float(e.dtype):
@@ -136,11 +133,9 @@ class ExprEmitter(CallEmitter, ExternEmitter):
                     name = "llvm.minimum" if isinstance(e, Min) else "llvm.maximum"
                     return self.call_overloaded(name, lhs, rhs)
                 op = "<" if isinstance(e, Min) else ">"
-                lhs, rhs = self._same_width(e.dtype, lhs, rhs)
-                return self._fit(e.dtype, b.select(self._compare(op, a.dtype, lhs, rhs), lhs, rhs))
+                return b.select(self._compare(op, a.dtype, lhs, rhs), lhs, rhs)
             case LT(a, x) | LE(a, x) | GT(a, x) | GE(a, x) | EQ(a, x) | NE(a, x):
-                lhs, rhs = self._same_width(a.dtype, self.expr(a), self.expr(x))
-                return self._compare(_CMP[type(e)], a.dtype, lhs, rhs)
+                return self._compare(_CMP[type(e)], a.dtype, self.expr(a), self.expr(x))
             case And(a, x):
                 return b.and_(self.expr(a), self.expr(x))
             case Or(a, x):
@@ -176,31 +171,6 @@ class ExprEmitter(CallEmitter, ExternEmitter):
         return _Binding(self.buffers, buffer, ptr)
 
     # -- arithmetic -------------------------------------------------------------------------------
-    def _same_width(self, dtype: str, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """Scalar integer operands of two widths (an int32 index beside an int64 extent, as
-        index widening can leave them) both at the wider width, as C's conversions do."""
-        if (
-            a.type == b.type
-            or not isinstance(a.type, ir.IntType)
-            or not isinstance(b.type, ir.IntType)
-        ):
-            return a, b
-        wide = a.type if a.type.width > b.type.width else b.type
-        extend = self.builder.zext if dt.is_unsigned(dtype) else self.builder.sext
-        return (a if a.type == wide else extend(a, wide)), (
-            b if b.type == wide else extend(b, wide)
-        )
-
-    def _fit(self, dtype: str, value: ir.Value) -> ir.Value:
-        """`value` at the width of `dtype` (after `_same_width` computed it wider)."""
-        want = value_type(dtype)
-        if value.type == want or not isinstance(want, ir.IntType):
-            return value
-        if value.type.width > want.width:
-            return self.builder.trunc(value, want)
-        extend = self.builder.zext if dt.is_unsigned(dtype) else self.builder.sext
-        return extend(value, want)
-
     def _arith(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         if dt.is_float(dtype):
             return getattr(self.builder, "f" + op)(a, b, flags=FLOAT)

@@ -12,9 +12,12 @@ from tensorforge.te.printer import expr_to_str
 class AddressOf(Expr):
     """The address of the element `load` reads (a pointer argument of an extern call).
 
-    It wraps a load so storage flattening turns its n-d index into the flat offset."""
+    It wraps a load so storage flattening turns its n-d index into the flat offset. `access`
+    ("r", "w" or "rw") is what the callee does there (an access_ptr's): a pipeline pass tells a
+    tensorized fill of a shared tile ("w") from a compute that reads it."""
 
     load: BufferLoad
+    access: str = "rw"
 
     @property
     def dtype(self) -> str:  # type: ignore[override]

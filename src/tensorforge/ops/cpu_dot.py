@@ -300,11 +300,23 @@ def dot_gemm(m: int, n: int, k: int, kind: str):
 
 
 def schedule_dot_gemm(
-    m: int, n: int, k: int, kind: str, mr: int = 8, kc: int = 256, parallel=True, nr=None
+    m: int,
+    n: int,
+    k: int,
+    kind: str,
+    mr: int = 8,
+    kc: int = 256,
+    parallel=True,
+    nr=None,
+    order: str = "rows",
 ):
     """The GEMM tensorized with `dot_intrin`: mr x nr tiles (nr: 64 where n allows, else 16),
     k in blocks of kc (m, n, k must be multiples of mr, 16 and kc: the intrinsic needs whole
-    tiles). Returns (schedule, [A, B, C])."""
+    tiles). order "rows": blocks of rows outermost (in parallel), each sweeping all of B;
+    "panels": B's column panels outermost (in parallel), then k blocks, then rows, so a kc x nr
+    block of B stays in cache while every row block uses it. Returns (schedule, [A, B, C])."""
+    if order not in ("rows", "panels"):
+        raise ScheduleError(f"schedule_dot_gemm: order must be 'rows' or 'panels', got {order!r}")
     kc = min(kc, k)
     for name, size, tile in (("m", m, mr), ("n", n, NR), ("k", k, kc)):
         if size % tile:
@@ -316,8 +328,11 @@ def schedule_dot_gemm(
     (r,) = C.op.reduce_axis
     io, jo, ii, ji = s[C].tile(i, j, mr, nr)
     ko, ki = s[C].split(r, factor=kc)
-    s[C].reorder(io, jo, ko, ii, ji, ki)
+    if order == "rows":
+        s[C].reorder(io, jo, ko, ii, ji, ki)
+    else:
+        s[C].reorder(jo, ko, io, ii, ji, ki)
     s[C].tensorize(ii, dot_intrin(kind, mr, kc, nr))
     if parallel:
-        s[C].parallel(io)
+        s[C].parallel(io if order == "rows" else jo)
     return s, [A, B, C]

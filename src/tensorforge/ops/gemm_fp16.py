@@ -3,7 +3,9 @@ float32 accumulation and an optional fused bias / bias + GELU, batched or not.
 
 The computation is declared once (`gemm_fp16`); the schedule stages A and B through padded
 shared-memory tiles (conflict-free `ldmatrix` rows, an N-stage `cp.async` pipeline through
-`double_buffer(stages)`), orders the blocks in groups of rows that share B's panels in L2,
+`double_buffer(stages, sync="mbarrier")`: per-slot mbarriers, no block barrier a k step; with
+`cluster=2` pairs of blocks share B's tile by multicast bulk copies), orders the blocks in
+groups of rows that share B's panels in L2,
 gives each warp a
 `warp_m x warp_n` accumulator fragment ("warp" scope) fed by `mma.sync.m16n8k16`
 (ops/tensor_core.py, through `tensorize`), and writes the fragment out through the epilogue in
@@ -18,7 +20,14 @@ from dataclasses import dataclass
 from tensorforge import te, tune
 from tensorforge.errors import ScheduleError
 from tensorforge.ops.knobs import choose
-from tensorforge.ops.tensor_core import EPILOGUES, SUPPORTED, epilogue_expr, mma_store, mma_sync
+from tensorforge.ops.tensor_core import (
+    EPILOGUES,
+    SUPPORTED,
+    bulk_rows,
+    epilogue_expr,
+    mma_store,
+    mma_sync,
+)
 
 WARP = 32
 PAD = 8  # halves added to each shared row: 16 bytes, so ldmatrix's 8 rows hit distinct banks
@@ -43,6 +52,7 @@ class TensorCoreTiles:
     stages: int = 4
     group_m: int = 8
     sync: str = "mbarrier"  # the pipeline's: "mbarrier" (warps drift apart) or "barrier"
+    cluster: int = 1  # 2: pairs of blocks down a column share B's tile (bulk copies, multicast)
 
     @property
     def warps(self) -> int:
@@ -100,6 +110,18 @@ class TensorCoreTiles:
             raise ScheduleError(f"gemm_fp16: {self.warps} warps are more than a block holds")
         if not 1 <= self.stages <= 8:
             raise ScheduleError(f"gemm_fp16: stages must be 1 to 8, got {self.stages}")
+        if self.cluster not in (1, 2):
+            raise ScheduleError(f"gemm_fp16: cluster must be 1 or 2, got {self.cluster}")
+        if self.cluster > 1 and (self.sync != "mbarrier" or self.stages < 2):
+            raise ScheduleError(
+                f"gemm_fp16: cluster {self.cluster} shares B's tile through an mbarrier pipeline "
+                f"(sync='mbarrier', 2+ stages), got {self}"
+            )
+        if self.cluster > 1 and self.group_for(m) % self.cluster:
+            raise ScheduleError(
+                f"gemm_fp16: cluster {self.cluster} pairs blocks of a group of block rows; "
+                f"M / block_m = {m // self.block_m} gives groups of {self.group_for(m)}"
+            )
         if self.shared_bytes() > SHARED_LIMIT:
             raise ScheduleError(
                 f"gemm_fp16: {self} needs {self.shared_bytes()} bytes of shared memory a block, "
@@ -199,6 +221,8 @@ def schedule_gemm_fp16(
     # fragments of the next k step in flight (without it, 128x256 tiles got 164 registers and
     # every ldmatrix waited right before its mma)
     s[D].pragma(block, "launch_min_blocks", 1)
+    if tiles.cluster > 1:  # consecutive blocks (two block rows of a group) share B's tile
+        s[D].pragma(block, "cluster_dims", tiles.cluster)
     warp = s[D].fuse(wi, wj)
     s[D].bind(warp, ty)  # one warp per fragment: all 32 lanes run the intrinsics' calls
     s[D].tensorize(ii, mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype))
@@ -214,6 +238,10 @@ def schedule_gemm_fp16(
         s[stage].compute_at(s[C], ko)
         rows = s[stage].op.axis[-2]
         s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
+        if stage is BS and tiles.cluster > 1:  # bulk row copies, each block half of them
+            s[stage].tensorize(rows, bulk_rows(tiles.block_k, tiles.block_n, dtype, tiles.cluster))
+            s[stage].double_buffer(tiles.stages, tiles.sync)
+            continue
         fused = s[stage].fuse(*s[stage].op.axis)
         rest, vec = s[stage].split(fused, factor=8)  # 16 bytes a thread
         rest, lane = s[stage].split(rest, factor=WARP)

@@ -219,6 +219,80 @@ def mma_sync(wm: int, wn: int, wk: int, dtype: str = "float16") -> TensorIntrin:
     )  # fmt: skip
 
 
+BULK_SOURCE = r"""
+// tensorforge: a tile of shared memory filled by bulk copies (cp.async.bulk, sm_90), one row
+// each, completing on the pipeline's "full" mbarrier `bar` (the CUDA codegen passes the one of
+// the fill it is in). With CLUSTER > 1 each block of the cluster copies ROWS / CLUSTER of the
+// rows and multicasts them to every block of the cluster: a row leaves L2 once per cluster.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+template <int ROWS, int COLS, int CLUSTER, typename T>
+__device__ __forceinline__ void tf_bulk_rows(T* dst, int ldd, const T* src, int lds,
+                                             unsigned long long* bar) {
+  static_assert((COLS * sizeof(T)) % 16 == 0 && ROWS % CLUSTER == 0, "rows of 16-byte multiples");
+  constexpr unsigned ROW_BYTES = COLS * sizeof(T);
+  const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned nthreads = blockDim.x * blockDim.y * blockDim.z;
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  if (tid == 0)  // this block's tile: all ROWS rows land here (its own and its peers')
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}"
+                 :: "r"(b), "r"(ROWS * ROW_BYTES) : "memory");
+  unsigned rank = 0;
+  if (CLUSTER > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  // the rows spread over the warps (a few lanes of each): a warp issues its copies one by one
+  const unsigned warps = (nthreads + 31) / 32, per = (ROWS / CLUSTER + warps - 1) / warps;
+  const unsigned lane = tid % 32, r = (tid / 32) * per + lane;
+  if (lane < per && r < ROWS / CLUSTER) {
+    const unsigned row = rank * (ROWS / CLUSTER) + r;
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst + row * ldd));
+    const T* g = src + static_cast<long long>(row) * lds;
+    if (CLUSTER > 1)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                   " [%0], [%1], %2, [%3], %4;"
+                   :: "r"(d), "l"(g), "r"(ROW_BYTES), "r"(b), "h"((unsigned short)((1u << CLUSTER) - 1))
+                   : "memory");
+    else
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                   :: "r"(d), "l"(g), "r"(ROW_BYTES), "r"(b) : "memory");
+  }
+}
+"""
+
+
+@functools.cache
+def bulk_rows(rows: int, cols: int, dtype: str = "float16", cluster: int = 1) -> TensorIntrin:
+    """d[rows, cols] = s[rows, cols]: a shared tile filled from global memory by bulk copies of
+    whole rows (sm_90), inside a pipeline of double_buffer(sync="mbarrier") fills; with
+    `cluster` > 1 the blocks of a cluster of that many share the tile (same source rows), each
+    reading rows / cluster of them from L2 and multicasting them to all."""
+    if dtype not in SUPPORTED:
+        raise ScheduleError(f"bulk_rows: dtype must be one of {', '.join(SUPPORTED)}, got {dtype}")
+    if (cols * 2) % 16 or rows % cluster or cluster not in (1, 2, 4):
+        raise ScheduleError(
+            f"bulk_rows: rows of {cols} halves must be a multiple of 16 bytes and {rows} rows "
+            f"split over the cluster of {cluster} (1, 2 or 4)"
+        )
+    src = te.placeholder((rows, cols), dtype, name="s")
+    dst = te.compute((rows, cols), lambda i, j: src[i, j], name="d")
+    binds = {
+        src: tir.decl_buffer(src.shape, dtype, "S", strides=[te.var("lds"), 1]),
+        dst: tir.decl_buffer(dst.shape, dtype, "D", strides=[te.var("ldd"), 1], scope="shared"),
+    }
+
+    def fintrin(ins, outs):
+        (ss,) = ins
+        (dd,) = outs
+        return tir.call_extern(
+            "handle", f"tf_bulk_rows<{rows}, {cols}, {cluster}>", dd.access_ptr("w"),
+            dd.strides[0], ss.access_ptr("r"), ss.strides[0],
+        )  # fmt: skip
+
+    return te.decl_tensor_intrin(
+        dst.op, fintrin, name=f"bulk_rows_{dtype}_{rows}x{cols}_c{cluster}", binds=binds,
+        device_source=BULK_SOURCE,
+    )  # fmt: skip
+
+
 @functools.cache
 def mma_store(
     wm: int,

@@ -246,7 +246,9 @@ class _StageNest:
     def make_for(
         self, iv: IterVar, lo: Expr, extent: Expr, body: Callable[[], Stmt], tail=False
     ) -> Stmt:
-        extent = simplify_expr(extent)
+        # the bounds are of the loop variable's type (an int64 axis split into a constant inner
+        # extent): int32 ones made `inner + outer` an int32 sum of an int64 variable
+        lo, extent = widen(lo, iv.var.dtype), widen(simplify_expr(extent), iv.var.dtype)
         attr = self.stage.iter_attrs.get(iv)
         kind = attr.kind if attr else LoopKind.SERIAL
         tag = attr.thread.thread_tag if attr and attr.thread is not None else ""

@@ -297,6 +297,7 @@ class Stage:
             "unroll",
             "async_copy",  # CUDA: fill a double-buffered shared tile with cp.async (sm_80+)
             "launch_min_blocks",  # CUDA: __launch_bounds__(threads, value) on the kernel
+            "cluster_dims",  # CUDA sm_90: blocks run in clusters of `value` along x
         )
         if name not in known:
             raise ScheduleError(

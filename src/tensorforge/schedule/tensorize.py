@@ -254,7 +254,7 @@ def _bind(call: Expr, intrin: TensorIntrin, bindings: dict, buffer_of: Any, wher
         if isinstance(n, AccessPtr):
             buf, bases = regions[id(n.buffer)]
             last = simplify_expr(bases[-1] + n.offset)
-            return AddressOf(BufferLoad(buf, (*bases[:-1], last)))
+            return AddressOf(BufferLoad(buf, (*bases[:-1], last)), n.access)
         if isinstance(n, BufferArg):
             raise ScheduleError(
                 f"{where}: intrinsic '{intrin.name}' passes the whole buffer '{n.buffer.name}'; "

@@ -17,7 +17,7 @@ from tensorforge.ir.stmt import (
     Realize,
     seq,
 )
-from tensorforge.te.expr import GE, LT, Add, Const, Select, Var, const
+from tensorforge.te.expr import GE, LT, Add, Cast, Const, FloorMod, Select, Var, const
 
 
 def buf(name, *shape, dtype="float32"):
@@ -227,6 +227,22 @@ def test_mismatched_lanes_in_binary_op():
     index = Ramp(const(0), const(1), 8)
     bad = Add(load(A, Ramp(const(0), const(1), 8)), load(A, Ramp(const(0), const(1), 4)))
     raises(store(B, index, bad), r"operands of Add have float32x8 and float32x4 lanes")
+
+
+def test_integer_operands_of_two_widths():
+    # an int32 index beside an int64 extent: which width the operation means is for lowering to
+    # say, not for each backend to guess (LLVM refused it, C would widen it)
+    i, m = Var("i"), Var("m", "int64")
+    good = loop(i, 8, store(B, FloorMod(Cast("int64", i), m), load(A, i)))
+    assert verify(good) == good
+    bad = loop(i, 8, store(B, FloorMod(i, m), load(A, i)))
+    raises(bad, r"operands of FloorMod are int32 and int64: i % m")
+
+
+def test_loop_bounds_of_another_type_than_the_variable():
+    i = Var("i", "int64")
+    bad = For(i, const(0), Const(8, "int64"), store(B, const(0), load(A, const(0))))
+    raises(bad, r"loop 'i' \(int64\) has min 0 \(int32\)")
 
 
 def test_store_value_lanes_must_match_index():

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.extern import AddressOf
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -202,12 +203,24 @@ def _restore(loop: For, layers: list[Allocate], body: Stmt) -> Stmt:
     return For(loop.var, loop.min, loop.extent, body, loop.kind, loop.thread_tag, loop.pragmas)
 
 
+def _written_address(n: Any, buffers: dict[int, Allocate]) -> bool:
+    """An extern call's write-only pointer into a tile (a tensorized fill's destination)."""
+    return isinstance(n, AddressOf) and n.access == "w" and id(n.load.buffer) in buffers
+
+
 def _writes(s: Stmt, buffers: dict[int, Allocate]) -> bool:
-    return any(isinstance(n, BufferStore) and id(n.buffer) in buffers for n in walk(s))
+    return any(
+        (isinstance(n, BufferStore) and id(n.buffer) in buffers) or _written_address(n, buffers)
+        for n in walk(s)
+    )
 
 
 def _reads(s: Stmt, buffers: dict[int, Allocate]) -> bool:
-    return any(isinstance(n, BufferLoad) and id(n.buffer) in buffers for n in walk(s))
+    written = {id(n.load) for n in walk(s) if _written_address(n, buffers)}
+    return any(
+        isinstance(n, BufferLoad) and id(n.buffer) in buffers and id(n) not in written
+        for n in walk(s)
+    )
 
 
 def _offset(s: Stmt, buffers: dict[int, Allocate], which: Expr, stores: bool) -> Stmt:
@@ -224,6 +237,9 @@ def _offset(s: Stmt, buffers: dict[int, Allocate], which: Expr, stores: bool) ->
         return index + offset
 
     def rule(n: Any) -> Any:
+        if stores and _written_address(n, buffers):  # a tensorized fill's destination
+            load = n.load
+            return AddressOf(BufferLoad(load.buffer, (shifted(load.buffer, load.indices[0]),)), "w")
         if stores and isinstance(n, BufferStore) and id(n.buffer) in buffers:
             return BufferStore(n.buffer, (shifted(n.buffer, n.indices[0]),), n.value, n.predicate)
         if not stores and isinstance(n, BufferLoad) and id(n.buffer) in buffers:

@@ -66,8 +66,8 @@ class _Legalizer:
                 new = Var(var.name, _wide_dtype(var.dtype))
                 self.vars[var] = new
                 return LetStmt(new, self.wide(node.value), self.fix(node.body))
-            case AddressOf(load=load):
-                return AddressOf(map_children(load, self.child))
+            case AddressOf(load=load, access=access):
+                return AddressOf(map_children(load, self.child), access)
         return map_children(node, self.child)
 
     def child(self, c: Any) -> Any:

@@ -11,7 +11,9 @@ naming the pass that produced the IR, when:
   a variable that nothing in the IR binds is taken to be a parameter); likewise a buffer
   accessed outside its allocation;
 - the lanes of a vector expression do not match (both operands of a binary node, a store's
-  value / predicate and its index, a select's branches);
+  value / predicate and its index, a select's branches); integer operands of a binary node, or
+  a loop's variable, min and extent, are of two types (int32 beside int64: every backend would
+  have to guess which one the operation means);
 - a load or store is provably out of its buffer: the flat index of an allocation against its
   extent, of a parameter against its size; n-d accesses (before flattening) per dimension
   against the shape or the realized region.
@@ -170,6 +172,13 @@ class _Verifier:
             case For(var=var, min=lo, extent=extent, body=body):
                 self.expr(lo)
                 self.expr(extent)
+                if _ints_of_two_widths(var.dtype, lo.dtype) or _ints_of_two_widths(
+                    var.dtype, extent.dtype
+                ):
+                    raise self.fail(
+                        f"loop '{var.name}' ({var.dtype}) has min {lo} ({lo.dtype}) and extent "
+                        f"{extent} ({extent.dtype}): not of its type"
+                    )
                 empty = isinstance(extent, Const) and extent.value <= 0
                 interval = (
                     Interval.from_range(lo, extent)
@@ -272,6 +281,10 @@ class _Verifier:
                 if dt.lanes_of(a.dtype) != dt.lanes_of(b.dtype):
                     raise self.fail(
                         f"operands of {type(e).__name__} have {a.dtype} and {b.dtype} lanes: {e}"
+                    )
+                if _ints_of_two_widths(a.dtype, b.dtype):
+                    raise self.fail(
+                        f"operands of {type(e).__name__} are {a.dtype} and {b.dtype}: {e}"
                     )
                 self.expr(a)
                 self.expr(b)
@@ -397,6 +410,12 @@ _MISSING = object()
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+def _ints_of_two_widths(a: str, b: str) -> bool:
+    """Integer operands of one operation that differ in type (int32 beside int64)."""
+    ea, eb = dt.element_of(a), dt.element_of(b)
+    return ea != eb and dt.is_int(ea) and dt.is_int(eb)
+
+
 def _index_lanes(indices: tuple[Expr, ...]) -> int:
     return max((dt.lanes_of(i.dtype) for i in indices), default=1)
 
