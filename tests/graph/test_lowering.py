@@ -299,3 +299,22 @@ def test_convolutions_with_vectors_along_the_filters(
     compiled = check(fn, x, w, b, r, constants=(1, 2))
     convs = [s for s in compiled.steps if "convolution" in s.spec.nodes and s.spec.anchor]
     assert [s.spec.anchor.info.get("lanes") for s in convs] == [8]
+
+
+def test_kernels_of_the_same_structure_are_built_once():
+    x = rand(2, 8, 9, 9, seed=40)
+    w1, w2, w3 = rand(8, 8, 3, 3, seed=41), rand(8, 8, 3, 3, seed=42), rand(8, 8, 3, 3, seed=43)
+    b1, b2 = rand(8, seed=44), rand(8, seed=45)
+
+    def fn(x, w1, w2, w3, b1, b2):  # three layers alike but for their weights
+        y = F.relu(F.conv2d(x, w1, b1, padding=1))
+        y = F.relu(F.conv2d(y, w2, b2, padding=1))
+        return F.relu(F.conv2d(y, w3, b1, padding=1)) * 2
+
+    compiled = check(fn, x, w1, w2, w3, b1, b2, constants=(1, 2, 3, 4, 5))
+    kernels = [s for s in compiled.steps if hasattr(s, "spec")]
+    executables = {id(s.executable) for s in kernels}
+    assert len(kernels) == 6  # a padding and a convolution per layer
+    assert len(executables) == 3  # the paddings alike, the first two convolutions alike
+    first, second = kernels[1], kernels[3]
+    assert first.executable is second.executable and first.plan != second.plan

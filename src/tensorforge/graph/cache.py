@@ -34,7 +34,7 @@ from tensorforge.graph.lowerer import KernelSpec, Program
 from tensorforge.runtime import disk_cache, library_file
 from tensorforge.runtime.registry import runtime_for
 
-FORMAT = 1  # bump when the entry's layout or what the key covers changes
+FORMAT = 2  # bump when the entry's layout or what the key covers changes
 _SETTINGS_IGNORED = ("TENSORFORGE_CACHE", "TENSORFORGE_GRAPH_STRICT", "TENSORFORGE_CUDA_GRAPH")
 
 
@@ -142,7 +142,7 @@ def entry_path(key: str) -> str:
 
 def load(key: str, program: Program, target) -> list | None:
     """The program's steps with every kernel loaded from the entry `key`, or None (a miss)."""
-    from tensorforge.graph.program import BuiltKernel, plan_of
+    from tensorforge.graph.program import BuiltKernel, plan_from
     from tensorforge.runtime.module import Module
 
     path = entry_path(key)
@@ -181,8 +181,11 @@ def load(key: str, program: Program, target) -> list | None:
         at += 1
         source, executable = by_entry[info["entry"]]
         module = Module([(source, executable)], target)
-        plan = plan_of(step, source.params)
-        built.append(BuiltKernel(step, executable.call, plan, info["rule"], module, executable))
+        positions = info["positions"]
+        plan = plan_from(step, positions)
+        built.append(
+            BuiltKernel(step, executable.call, plan, info["rule"], module, executable, positions)
+        )
     STATS.hits += 1
     return built
 
@@ -216,7 +219,12 @@ def store(key: str, steps: list, target) -> None:
             seen.add(function.name)
             functions.append(function)
         described.append(
-            {"fingerprint": kernel_fingerprint(k.spec), "entry": function.name, "rule": k.source}
+            {
+                "fingerprint": kernel_fingerprint(k.spec),
+                "entry": function.name,
+                "rule": k.source,
+                "positions": k.positions,
+            }
         )
     thread = threading.Thread(
         target=_write,

@@ -10,6 +10,7 @@ arena plan is made again for it (and kept).
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ class BuiltKernel:
     source: str  # the schedule rule that made it
     module: object
     executable: object = None  # what `call` belongs to (a CUDA graph reads its launch)
+    positions: list | None = None  # per parameter: an index into [*spec.reads, spec.buffer]
 
 
 def build_kernels(
@@ -43,25 +45,80 @@ def build_kernels(
     names = program.symbols.var_names()
     variables = {v.name: v for v in program.symbols.vars.values()}
     built = []
+    same: dict[str, tuple] = {}  # structure -> (module, source, positions) built for it
     for spec in program.steps:
         if not isinstance(spec, KernelSpec):
             built.append(spec)
             continue
-        args = [b.placeholder for b in spec.reads] + [spec.out] + [variables[n] for n in names]
         tuning.note(spec, target)
-        module, source = _schedule_and_build(spec, target, args, tuning_log, schedule)
-        function = module[module.entry_name]
-        plan = plan_of(spec, function.source.params)
-        executable = function.executable
-        built.append(BuiltKernel(spec, executable.call, plan, source, module, executable))
+        # NOTE: CPU only for now: CUDA kernels sharing code would also share a launch (and
+        # tests/graph/test_schedules_cuda.py compiles every step's source into one file)
+        alike = not tuning_log and target.kind == "llvm"
+        key = structure_key(spec, schedule, names) if alike else None
+        if key is None or key not in same:
+            args = [b.placeholder for b in spec.reads] + [spec.out] + [variables[n] for n in names]
+            module, source = _schedule_and_build(spec, target, args, tuning_log, schedule)
+            positions = positions_of(spec, module[module.entry_name].source.params)
+            if key is not None:
+                same[key] = (module, source, positions)
+        else:  # a kernel like one built before (another layer's): its code, these buffers
+            module, source, positions = same[key]
+        executable = module[module.entry_name].executable
+        plan = plan_from(spec, positions)
+        built.append(
+            BuiltKernel(spec, executable.call, plan, source, module, executable, positions)
+        )
     return built
 
 
-def plan_of(spec: KernelSpec, params) -> list:
+def positions_of(spec: KernelSpec, params) -> list:
+    """Per kernel parameter, its index in [*spec.reads, spec.buffer] (or the size symbol's
+    name): what binds the same code to the buffers of another kernel of the same structure."""
+    index = {b.name: k for k, b in enumerate(spec.reads)}
+    index[spec.out.name] = len(spec.reads)
+    return [index.get(p.name, p.name) for p in params]
+
+
+def plan_from(spec: KernelSpec, positions: list) -> list:
     """Per kernel parameter, the Buffer it is bound to (or the size symbol's name)."""
-    by_name = {b.name: b for b in spec.reads}
-    by_name[spec.out.name] = spec.buffer
-    return [by_name.get(p.name, p.name) for p in params]
+    buffers = [*spec.reads, spec.buffer]
+    return [buffers[p] if isinstance(p, int) else p for p in positions]
+
+
+def structure_key(spec: KernelSpec, schedule: str, symbols: list) -> str | None:
+    """A text equal for two kernels that compute the same thing on buffers of the same shapes
+    in the same parameter order, up to names (so they get the same schedule and code); None
+    where names cannot be told apart from the loop variables."""
+    from tensorforge.te.graph import topological_ops
+    from tensorforge.te.tensor import ComputeOp, PlaceholderOp
+
+    tensors = [b.placeholder for b in spec.reads] + [spec.out]
+    ops = topological_ops([t.op for t in tensors])
+    order = {t.op: k for k, t in enumerate(tensors)}
+    rename, variables, lines = {}, set(symbols), []
+    for op in sorted(ops, key=lambda o: order.get(o, len(order))):
+        rename.setdefault(op.name, f"@{len(rename)}")
+    for op in ops:
+        if isinstance(op, PlaceholderOp):
+            lines.append(f"in {op.name} {[str(e) for e in op.shape]} {op.dtype}")
+        elif isinstance(op, ComputeOp):
+            variables |= {iv.var.name for iv in (*op.axis, *op.reduce_axis)}
+            axes = [f"{iv.var.name}:{iv.dom.min}+{iv.dom.extent}" for iv in op.axis]
+            reduce = [f"{iv.var.name}:{iv.dom.min}+{iv.dom.extent}" for iv in op.reduce_axis]
+            body = "; ".join(str(b) for b in op.body)
+            lines.append(f"compute {op.name} {op.tag} {axes} {reduce} {body}")
+        else:
+            return None
+    if len(rename) != len(ops) or variables & set(rename):
+        return None
+    anchor = spec.anchor
+    if anchor is not None:
+        info = {k: v for k, v in anchor.info.items() if k != "stages"}
+        stages = [s.op.name for s in anchor.info.get("stages", [])]
+        lines.append(f"anchor {anchor.kind} {sorted(info.items(), key=str)} {stages}")
+    lines.append(f"args {[t.op.name for t in tensors]} {symbols} {schedule}")
+    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in rename) + r")\b")
+    return pattern.sub(lambda m: rename[m.group(0)], "\n".join(lines))
 
 
 def _schedule_and_build(spec, target, args, tuning_log, schedule) -> tuple:
