@@ -433,3 +433,15 @@ def test_cuda_file_of_several_kernels_runs_in_a_fresh_process(tmp_path):
         print("ok")
     """
     assert run_python(script).strip().endswith("ok")
+
+
+def test_the_c_compiler_runner_reads_the_output_or_says_what_failed():
+    # one runner for the c target's kernels, export_library's link and compile_c
+    from tensorforge.runtime.shared_lib import run_c_compiler
+
+    good = {"f.c": "int f(int x) { return x + 1; }\n"}
+    arguments = ["-S", "-o", "f.s", "f.c"]
+    assert b"f:" in run_c_compiler("'f'", "compiling f", good, arguments, "f.s", 60)
+    bad = {"f.c": "int f(int x) { return y; }\n"}
+    with pytest.raises(BuildError, match=r"(?s)'f': compiling f failed:\n  .*f\.c.*y.* undeclared"):
+        run_c_compiler("'f'", "compiling f", bad, arguments, "f.s", 60)

@@ -11,10 +11,6 @@ object, one after another), and loading one needs no compiler.
 from __future__ import annotations
 
 import ctypes
-import os
-import shlex
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -28,7 +24,7 @@ from tensorforge.runtime.native_call import (
     num_threads,
     raise_alloc_error,
 )
-from tensorforge.runtime.shared_lib import c_compiler, dlopen_image
+from tensorforge.runtime.shared_lib import dlopen_image, run_c_compiler
 from tensorforge.target import Target, as_target, host_cpu
 
 if TYPE_CHECKING:
@@ -69,36 +65,20 @@ def uses_openmp(text: str) -> bool:
 
 def compile_library(source: KernelSource, target: Target, assembly: bool = False) -> bytes:
     """The shared library (or, with `assembly`, the assembly text as bytes) of C `source`."""
-    compiler = c_compiler()
-    if compiler is None:
-        raise BuildError(
-            f"'{source.entry}': the c target needs a C compiler, and none was found "
-            f"(set $CC, or put cc, gcc or clang on PATH)"
-        )
-    openmp = uses_openmp(source.text)
-    with tempfile.TemporaryDirectory(prefix="tensorforge-c-") as folder:
-        c_file = os.path.join(folder, "kernel.c")
-        output = os.path.join(folder, "kernel.s" if assembly else "kernel.so")
-        with open(c_file, "w") as f:
-            f.write(source.text)
-        command = [*compiler, *compiler_flags(target, openmp)]
-        if assembly:
-            command += ["-S", "-o", output, c_file]
-        else:
-            command += ["-shared", "-o", output, c_file, "-Wl,-Bsymbolic", "-lm"]
-        try:
-            result = subprocess.run(
-                command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise BuildError(f"'{source.entry}': running the C compiler failed: {err}") from None
-        if result.returncode != 0:
-            raise BuildError(
-                f"'{source.entry}': the C compiler rejected the generated C:\n"
-                f"  {shlex.join(command)}\n{result.stderr.strip()[-4000:]}"
-            )
-        with open(output, "rb") as f:
-            return f.read()
+    output = "kernel.s" if assembly else "kernel.so"
+    arguments = compiler_flags(target, uses_openmp(source.text))
+    if assembly:
+        arguments += ["-S", "-o", output, "kernel.c"]
+    else:
+        arguments += ["-shared", "-o", output, "kernel.c", "-Wl,-Bsymbolic", "-lm"]
+    return run_c_compiler(
+        f"'{source.entry}'",
+        "compiling the generated C",
+        {"kernel.c": source.text},
+        arguments,
+        output,
+        COMPILE_TIMEOUT_S,
+    )
 
 
 class CExecutable:

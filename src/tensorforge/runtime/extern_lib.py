@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import tempfile
 
 from tensorforge.errors import BuildError
-from tensorforge.runtime.shared_lib import c_compiler
+from tensorforge.runtime.shared_lib import c_compiler, run_c_compiler
 
 _LOADED: dict[str, str] = {}  # path -> path, for libraries loaded into this process
 
@@ -44,18 +43,12 @@ def compile_c(source: str, options: tuple[str, ...] = ("-O3", "-march=native")) 
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"extern-{key}.so")
     if not os.path.exists(path):
-        source_path = os.path.join(folder, f"extern-{key}.{os.getpid()}.c")
-        with open(source_path, "w") as f:
-            f.write(source)
+        arguments = [*options, "-shared", "-fPIC", "-o", "extern.so", "extern.c", "-lm"]
+        library = run_c_compiler(
+            "compile_c", "compiling the C code", {"extern.c": source}, arguments, "extern.so", 120
+        )
         partial = f"{path}.{os.getpid()}.tmp"
-        command = [*compiler, *options, "-shared", "-fPIC", "-o", partial, source_path, "-lm"]
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise BuildError(f"compile_c: running the C compiler failed: {err}") from None
-        finally:
-            os.unlink(source_path)
-        if result.returncode != 0:
-            raise BuildError(f"compile_c: the C code does not compile:\n{result.stderr.strip()}")
+        with open(partial, "wb") as f:
+            f.write(library)
         os.replace(partial, path)  # atomic: other processes see the whole library or none
     return load_library(path)

@@ -54,42 +54,67 @@ def uses_gomp(ir_text: str) -> bool:
     return "GOMP_parallel" in ir_text or "omp_get_" in ir_text
 
 
-def link(objects: Sequence[bytes], needs_gomp: bool, background: bool = False) -> bytes:
-    """One shared library made of relocatable `objects`, linked by the system C compiler
-    (at the lowest CPU priority if `background`)."""
+def run_c_compiler(
+    who: str,
+    purpose: str,
+    files: dict[str, str | bytes],
+    arguments: Sequence[str],
+    output: str,
+    timeout: float,
+    background: bool = False,
+) -> bytes:
+    """The bytes of `output` after the system C compiler ran with `arguments`, in a temporary
+    folder holding `files` (name -> text or bytes; `arguments` name them as they are).
+
+    BuildError, beginning with `who`, where there is no compiler, it cannot run or it fails
+    (`purpose` says for what). With `background`, it runs at the lowest CPU priority.
+    """
     compiler = c_compiler()
     if compiler is None:
         raise BuildError(
-            "export_library: linking a shared library needs a C compiler, and none was found "
-            "(set $CC, or put cc, gcc or clang on PATH)"
+            f"{who}: {purpose} needs a C compiler, and none was found "
+            f"(set $CC, or put cc, gcc or clang on PATH)"
         )
-    with tempfile.TemporaryDirectory(prefix="tensorforge-link-") as folder:
-        inputs = []
-        for i, code in enumerate(objects):
-            inputs.append(os.path.join(folder, f"kernel{i}.o"))
-            with open(inputs[-1], "wb") as f:
-                f.write(code)
-        output = os.path.join(folder, "library.so")
-        # -Bsymbolic: the kernels' references to their own globals (the thread count) bind
-        # inside the library, whatever else the process has loaded.
-        command = [*compiler, "-shared", "-o", output, *inputs, "-Wl,-Bsymbolic"]
-        command += ["-lgomp", "-lm"] if needs_gomp else ["-lm"]
-        nice = shutil.which("nice") if background else None
-        if nice:
-            command = [nice, "-n", "19", *command]
+    command = [*compiler, *arguments]
+    nice = shutil.which("nice") if background else None
+    if nice:
+        command = [nice, "-n", "19", *command]
+    with tempfile.TemporaryDirectory(prefix="tensorforge-cc-") as folder:
+        for name, data in files.items():
+            with open(os.path.join(folder, name), "wb" if isinstance(data, bytes) else "w") as f:
+                f.write(data)
         try:
             result = subprocess.run(
-                command, capture_output=True, text=True, timeout=LINK_TIMEOUT_S, check=False
+                command, cwd=folder, capture_output=True, text=True, timeout=timeout, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as err:
-            raise BuildError(f"export_library: running the C compiler failed: {err}") from None
+            raise BuildError(f"{who}: running the C compiler failed: {err}") from None
         if result.returncode != 0:
             raise BuildError(
-                f"export_library: linking the shared library failed:\n  {shlex.join(command)}\n"
-                f"{result.stderr.strip()}"
+                f"{who}: {purpose} failed:\n  {shlex.join(command)}\n"
+                f"{result.stderr.strip()[-4000:]}"
             )
-        with open(output, "rb") as f:
+        with open(os.path.join(folder, output), "rb") as f:
             return f.read()
+
+
+def link(objects: Sequence[bytes], needs_gomp: bool, background: bool = False) -> bytes:
+    """One shared library made of relocatable `objects`, linked by the system C compiler
+    (at the lowest CPU priority if `background`)."""
+    files = {f"kernel{i}.o": code for i, code in enumerate(objects)}
+    # -Bsymbolic: the kernels' references to their own globals (the thread count) bind inside
+    # the library, whatever else the process has loaded.
+    arguments = ["-shared", "-o", "library.so", *files, "-Wl,-Bsymbolic"]
+    arguments += ["-lgomp", "-lm"] if needs_gomp else ["-lm"]
+    return run_c_compiler(
+        "export_library",
+        "linking a shared library",
+        files,
+        arguments,
+        "library.so",
+        LINK_TIMEOUT_S,
+        background,
+    )
 
 
 def build_llvm_library(

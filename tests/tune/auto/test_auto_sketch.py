@@ -176,3 +176,27 @@ def test_first_guess_keeps_the_register_tile_inside_packed_panels():
     assert 16 % trace.decisions["tile:2.C"][1][-1] == 0
     s, tensors = task.instantiate(trace)
     check(task, s, tensors, reference)
+
+
+@pytest.mark.parametrize("rows, columns", [(13, 24), (1, 8), (7, 40)])
+def test_a_reduction_across_rows_reduces_vectors_of_outputs(rows, columns):
+    """sum(x[k, j], k): the first guess loads contiguous vectors of outputs (no rfactor along
+    the strided k); the rule is a decision, and both ways match NumPy."""
+    from tensorforge import te
+    from tensorforge.tune.auto import register_workload
+
+    @register_workload(name="test/column_sum")
+    def column_sum(n, m):
+        x = te.placeholder((n, m), name="x")
+        k = te.reduce_axis((0, n), name="k")
+        return [x, te.compute((m,), lambda j: te.sum(x[k, j], axis=k), name="total")]
+
+    task = SearchTask(column_sum, (rows, columns), "llvm")
+    lanes = task.target_obj.vector_lanes("float32")
+    trace = first_guess(task)
+    assert trace.decisions.get("cols:1.total") is (columns % lanes == 0)
+    kinds = [step.kind for step in trace.steps]
+    assert "rfactor" not in kinds or columns % lanes
+    for t in (trace, task.sample(0, {"cols:1.total": False}), task.sample(1)):
+        s, tensors = task.instantiate(t)
+        check(task, s, tensors, lambda x: x.sum(0))

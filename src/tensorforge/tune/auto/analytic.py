@@ -64,7 +64,7 @@ class AnalyticPolicy:
         kind = key.split(":", 1)[0]
         if kind == "inline":  # inline cheap things; compute costly shared ones (and padding) once
             return False
-        if kind == "cw":
+        if kind in ("cw", "cols"):
             return True
         if kind == "prefetch":  # long rows: fetch the next while working on this one
             return hint.get("row", 0) >= 8

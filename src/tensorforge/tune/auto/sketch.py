@@ -56,6 +56,24 @@ def has_reuse(op: Any) -> bool:
     return False
 
 
+def reduces_columns(op: Any, lanes: int) -> bool:
+    """A reduction whose inputs are contiguous along its last spatial axis and not along any
+    reduction axis (`sum(x[k, j], k)`), the last axis whole vectors: reduce vectors of outputs."""
+    if not (isinstance(op, ComputeOp) and op.is_reduction and op.num_outputs == 1 and op.axis):
+        return False
+    last = getattr(op.axis[-1].dom.extent, "value", None)
+    if not isinstance(last, int) or last < lanes or last % lanes:
+        return False
+    j = op.axis[-1].var
+    reduce = {iv.var for iv in op.reduce_axis}
+    reads = [r for r in _reads(op) if r.indices]
+    for read in reads:
+        inner = list(walk(read.indices[-1]))
+        if not any(n is j for n in inner) or any(n in reduce for n in inner):
+            return False
+    return bool(reads)
+
+
 def is_costly(op: Any) -> bool:
     """Calls a math function (exp, erf, ...): recomputing it in every reader is not free."""
     return any(isinstance(n, Call) for b in op.body for n in walk(b))
@@ -352,6 +370,9 @@ class SketchBuilder:
         if self.gpu:
             self.gpu_reduction(stage, key)
             return
+        if reduces_columns(op, lanes) and self.d.choice(f"cols:{key}", [False, True], {}):
+            self.column_reduction(stage, key, lanes)
+            return
         width = self.d.choice(
             f"rf:{key}", [0, lanes, 2 * lanes, 4 * lanes], {"extent": _extent(red), "lanes": lanes}
         )
@@ -375,6 +396,19 @@ class SketchBuilder:
         elif len(stages) == 1 and self.is_placed(stage):
             spatial = [iv for iv in stage.leaf_iter_vars if iv.kind is not IterKind.REDUCE]
             self.parallel_outer(stage, key, spatial[:1])
+
+    def column_reduction(self, stage: Any, key: str, lanes: int) -> None:
+        """A reduction across rows (`out[j] = sum(x[k, j])`): a vector of outputs at a time, the
+        reduction loops outside its lanes, so each step loads a contiguous vector (vector
+        partials along k would gather a column: sum over dim 0 of 512 x 384 ran 6x slower)."""
+        n = len(stage.op.axis)
+        *data, last = stage.leaf_iter_vars[:n]
+        reduce_leaves = stage.leaf_iter_vars[n:]
+        outer, vector = self.rec.split(stage, last, lanes)
+        self.rec.reorder(stage, [*data, outer, *reduce_leaves, vector])
+        self.rec.annotate("vectorize", stage, vector)
+        if not self.locate([stage], key) and self.is_placed(stage):
+            self.parallel_outer(stage, key, [*data, outer][:1])
 
     def multi_level_tiling(self, stage: Any) -> None:
         """SSRSRS (CPU) / SSSRRSRS (GPU) tiling, with a fused consumer or a cache_write stage
