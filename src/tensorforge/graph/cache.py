@@ -1,4 +1,4 @@
-"""Compiled graphs on disk: compiling the same model again (in another process, at the same
+"""Compiled CPU graphs on disk: compiling the same model again (in another process, at the same
 shapes) loads its kernels from one library file instead of scheduling, lowering, generating and
 optimizing each of them again.
 
