@@ -37,3 +37,20 @@ def test_fused_symbolic_axis_split_with_a_guard_builds_and_runs(target):
         d = np.empty(shape, "float32")
         mod(a, b, d)
         np.testing.assert_allclose(d, np.maximum(a * 2 + b, 0) - a, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_prefetch_of_a_region_with_an_int64_extent(target):
+    """fuzz --target llvm seed 14 #355: a prefetch loop over lines of an int64 region had an int32
+    variable (refused by the IR verifier: loop bounds not of the loop's type)."""
+    X = te.placeholder((32,), name="X")
+    Y = te.compute((35,), lambda i: X[(i.astype("int64") * 1099511627783 + 4295032832) % 32] * 2.0)
+    s = te.create_schedule(Y.op)
+    outer, _ = s[Y].split(Y.op.axis[0], factor=8)
+    s[Y].prefetch(X, outer, 1)
+    assert "for X.line in range(int64(2))" in str(tf.lower(s, [X, Y], target=target))
+    x = np.random.default_rng(355).standard_normal(32).astype("float32")
+    y = np.empty(35, "float32")
+    tf.build(s, [X, Y], target=target)(x, y)
+    index = (np.arange(35, dtype=object) * 1099511627783 + 4295032832) % 32
+    np.testing.assert_allclose(y, x[index.astype(np.int64)] * 2, rtol=1e-6)

@@ -13,6 +13,7 @@ from typing import Any
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
+from tensorforge.ir.arith.index_dtype import widen
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.extern import AddressOf, WholeBuffer
 from tensorforge.ir.stmt import BufferStore, Evaluate, For, Stmt, seq
@@ -198,13 +199,14 @@ def _scan_nest(builder: Any, stage: Stage) -> Stmt:
         return body
 
     loop = builder.with_range(time.var, time.dom.min, time.dom.extent, step)
-    parts.append(For(time.var, time.dom.min, simplify_expr(time.dom.extent), loop))
+    low, extent = widen(time.dom.min, time.var.dtype), widen(time.dom.extent, time.var.dtype)
+    parts.append(For(time.var, low, simplify_expr(extent), loop))
     return seq(*parts)
 
 
 def _copy(src: Buffer, dst: Buffer, shape: tuple[Expr, ...]) -> Stmt:
-    loop_vars = [Var(f"{src.name}.c{d}") for d in range(len(shape))]
+    loop_vars = [Var(f"{src.name}.c{d}", extent.dtype) for d, extent in enumerate(shape)]
     stmt: Stmt = BufferStore(dst, tuple(loop_vars), BufferLoad(src, tuple(loop_vars)))
     for v, extent in reversed(list(zip(loop_vars, shape))):
-        stmt = For(v, const(0), extent, stmt)
+        stmt = For(v, const(0, v.dtype), extent, stmt)
     return stmt

@@ -92,12 +92,13 @@ def _lines(buffer: Buffer, region: list[tuple[Expr, Expr]], write: bool = False)
     """Loops over the region's outer dimensions, and over its innermost one line at a time."""
     step = max(1, CACHE_LINE_BYTES // (dt.bits_of(buffer.dtype) // 8))
     *outer, (last_min, last_extent) = region
-    line = Var(f"{buffer.name}.line")
-    loop_vars = [Var(f"{buffer.name}.pf{d}") for d in range(len(outer))]
-    indices = [lo + v for (lo, _), v in zip(outer, loop_vars)]
     lines = simplify_expr((last_extent + step - 1) // step)
+    # each loop variable is of its extent's type (int64 for a region that can pass 2**31)
+    line = Var(f"{buffer.name}.line", lines.dtype)
+    loop_vars = [Var(f"{buffer.name}.pf{d}", extent.dtype) for d, (_, extent) in enumerate(outer)]
+    indices = [lo + v for (lo, _), v in zip(outer, loop_vars)]
     stmt: Stmt = Prefetch(buffer, (*indices, simplify_expr(last_min + line * step)), write)
-    stmt = For(line, const(0), lines, stmt)
+    stmt = For(line, const(0, line.dtype), lines, stmt)
     for d in reversed(range(len(outer))):
-        stmt = For(loop_vars[d], const(0), outer[d][1], stmt)
+        stmt = For(loop_vars[d], const(0, loop_vars[d].dtype), outer[d][1], stmt)
     return stmt
