@@ -1,4 +1,5 @@
-"""CUDA kernels built by hand as lowered PrimFuncs, each with a numpy reference and its inputs.
+"""CUDA kernels built by hand as lowered PrimFuncs, each with a numpy reference and its inputs
+(cross-thread reductions: cuda_reduce_kernels.py; the IR shorthands: tests/ir/builders.py).
 
 tests/codegen/test_cuda_codegen.py generates and compiles each (no GPU needed);
 tests/runtime/test_cuda_runtime.py runs them on a GPU against numpy.
@@ -6,32 +7,26 @@ tests/runtime/test_cuda_runtime.py runs them on a GPU against numpy.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp
+from tensorforge.ir.expr import Broadcast, Ramp
 from tensorforge.ir.passes.guard_thread_extents import guard_thread_extents
 from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
-from tensorforge.ir.passes.lower_thread_allreduce import lower_thread_allreduce
 from tensorforge.ir.stmt import (
     Allocate,
-    BufferStore,
-    For,
     IfThenElse,
     LetStmt,
     LoopKind,
     PrimFunc,
     Seq,
-    ThreadAllReduce,
 )
 from tensorforge.target import Target
 from tensorforge.te.expr import (
     Call,
     Cast,
-    CommReducer,
     Const,
     FloorDiv,
     FloorMod,
@@ -39,59 +34,17 @@ from tensorforge.te.expr import (
     Select,
     Var,
 )
+from tests.ir.builders import (
+    bind,
+    buf,
+    c,
+    f32,
+    load,
+    loop,
+    store,
+)
 
 TARGET = Target("cuda -arch=sm_90")
-
-# -- IR building helpers ----------------------------------------------------------------------
-
-
-def c(value, dtype="int32") -> Const:
-    return Const(value, dtype)
-
-
-def f32(value) -> Const:
-    return Const(float(value), "float32")
-
-
-def buf(name, n, dtype="float32", scope="global") -> Buffer:
-    return Buffer(name, (n if not isinstance(n, int) else c(n),), dtype, scope)
-
-
-def bind(var, extent, tag, body, low=0) -> For:
-    extent = c(extent) if isinstance(extent, int) else extent
-    return For(var, c(low), extent, body, LoopKind.THREAD_BINDING, tag)
-
-
-def loop(var, extent, body, kind=LoopKind.SERIAL, low=0) -> For:
-    extent = c(extent) if isinstance(extent, int) else extent
-    return For(var, c(low), extent, body, kind)
-
-
-def load(b, index, predicate=None) -> BufferLoad:
-    return BufferLoad(b, (index,), predicate)
-
-
-def store(b, index, value, predicate=None) -> BufferStore:
-    return BufferStore(b, (index,), value, predicate)
-
-
-def sum_reducer(dtype="float32") -> CommReducer:
-    x, y = Var("x", dtype), Var("y", dtype)
-    return CommReducer("sum", (x,), (y,), (x + y,), (Const(0.0 if "float" in dtype else 0, dtype),))
-
-
-def argmax_reducer() -> CommReducer:
-    """(index, value): the larger value; on a tie the left (lower-index) operand."""
-    x0, x1 = Var("x0", "int32"), Var("x1", "float32")
-    y0, y1 = Var("y0", "int32"), Var("y1", "float32")
-    keep_left = x1 >= y1
-    return CommReducer(
-        "argmax",
-        (x0, x1),
-        (y0, y1),
-        (Select(keep_left, x0, y0), Select(keep_left, x1, y1)),
-        (c(-1), f32(-math.inf)),
-    )
 
 
 @dataclass
@@ -368,127 +321,6 @@ def vector4(n=128 * 4 * 16, offset=0) -> Kernel:
     )
 
 
-def row_reduce(rows=64, extent=128, reducer="sum") -> Kernel:
-    """B[i] = reduce(A[i, :extent]) with the reduction axis bound to threadIdx.x."""
-    A = buf("A", rows * extent)
-    i, k = Var("i"), Var("k")
-    if reducer == "sum":
-        red = buf("red", 1, scope="local")
-        B = buf("B", rows)
-        inner = Seq(
-            (
-                ThreadAllReduce(
-                    sum_reducer(), (load(A, i * extent + k),), (red,), "threadIdx.x", extent
-                ),
-                IfThenElse(k.__eq__(c(0)), store(B, i, load(red, c(0)))),
-            )
-        )
-        body = Allocate(red, c(1), bind(k, extent, "threadIdx.x", inner))
-        outputs = {"B": ((rows,), "float32")}
-        params = (A, B)
-        reference = lambda x: {"B": x["A"].reshape(rows, extent).sum(axis=1)}
-    else:
-        red_i, red_v = buf("red_i", 1, "int32", "local"), buf("red_v", 1, scope="local")
-        B_i, B_v = buf("B_i", rows, "int32"), buf("B_v", rows)
-        values = (k, load(A, i * extent + k))
-        inner = Seq(
-            (
-                ThreadAllReduce(argmax_reducer(), values, (red_i, red_v), "threadIdx.x", extent),
-                IfThenElse(
-                    k.__eq__(c(0)),
-                    Seq((store(B_i, i, load(red_i, c(0))), store(B_v, i, load(red_v, c(0))))),
-                ),
-            )
-        )
-        body = Allocate(red_i, c(1), Allocate(red_v, c(1), bind(k, extent, "threadIdx.x", inner)))
-        outputs = {"B_i": ((rows,), "int32"), "B_v": ((rows,), "float32")}
-        params = (A, B_i, B_v)
-
-        def reference(x):
-            a = x["A"].reshape(rows, extent)
-            return {"B_i": a.argmax(axis=1).astype(np.int32), "B_v": a.max(axis=1)}
-
-    body = lower_thread_allreduce(bind(i, rows, "blockIdx.x", body))
-    return Kernel(
-        PrimFunc(f"row_{reducer}_{extent}", params, body),
-        lambda rng: {"A": _rand(rows * extent, rng)},
-        reference,
-        outputs,
-        rtol=1e-5,
-        expect=("__shfl_down_sync", f"__launch_bounds__({extent})"),
-    )
-
-
-def block_reduce(rows_per_block=4, extent=100, axis="x", blocks=8) -> Kernel:
-    """Rows spread over a 2-d block: reduce along threadIdx.`axis`, rows along the other axis."""
-    other = "y" if axis == "x" else "x"
-    rows = rows_per_block * blocks
-    A, B = buf("A", rows * extent), buf("B", rows)
-    red = buf("red", 1, scope="local")
-    b, r, k = Var("b"), Var("r"), Var("k")
-    row = b * rows_per_block + r
-    inner = Seq(
-        (
-            ThreadAllReduce(
-                sum_reducer(), (load(A, row * extent + k),), (red,), f"threadIdx.{axis}", extent
-            ),
-            IfThenElse(k.__eq__(c(0)), store(B, row, load(red, c(0)))),
-        )
-    )
-    loops = bind(
-        r, rows_per_block, f"threadIdx.{other}", bind(k, extent, f"threadIdx.{axis}", inner)
-    )
-    body = lower_thread_allreduce(bind(b, blocks, "blockIdx.x", Allocate(red, c(1), loops)))
-    return Kernel(
-        PrimFunc(f"block_reduce_{axis}_{rows_per_block}x{extent}", (A, B), body),
-        lambda rng: {"A": _rand(rows * extent, rng)},
-        lambda x: {"B": x["A"].reshape(rows, extent).sum(axis=1)},
-        {"B": ((rows,), "float32")},
-    )
-
-
-def guarded_reduce(rows=16, extent=100) -> Kernel:
-    """A 128-thread copy into shared memory, then a 100-thread allreduce over it in one block."""
-    A, B = buf("A", rows * 128), buf("B", rows)
-    S = buf("S", 128, scope="shared")
-    red = buf("red", 1, scope="local")
-    i, t, k = Var("i"), Var("t"), Var("k")
-    reduce_stage = Seq(
-        (
-            ThreadAllReduce(
-                sum_reducer(), (load(S, k) * load(S, k),), (red,), "threadIdx.x", extent
-            ),
-            IfThenElse(k.__eq__(c(0)), store(B, i, load(red, c(0)))),
-        )
-    )
-    body = bind(
-        i,
-        rows,
-        "blockIdx.x",
-        Allocate(
-            S,
-            c(128),
-            Allocate(
-                red,
-                c(1),
-                Seq(
-                    (
-                        bind(t, 128, "threadIdx.x", store(S, t, load(A, i * 128 + t))),
-                        bind(k, extent, "threadIdx.x", reduce_stage),
-                    )
-                ),
-            ),
-        ),
-    )
-    body = lower_thread_allreduce(guard_thread_extents(insert_thread_syncs(body)))
-    return Kernel(
-        PrimFunc("guarded_reduce", (A, B), body),
-        lambda rng: {"A": _rand(rows * 128, rng)},
-        lambda x: {"B": (x["A"].reshape(rows, 128)[:, :extent] ** 2).sum(axis=1)},
-        {"B": ((rows,), "float32")},
-    )
-
-
 def let_and_select(n=1000, block=128) -> Kernel:
     """LetStmt, Select, Cast and a Let expression."""
     A, B = buf("A", n), buf("B", n)
@@ -634,6 +466,8 @@ def int64_kernel(n=300, block=128) -> Kernel:
 
 def all_kernels() -> dict[str, Callable[[], Kernel]]:
     """Every kernel, by test id (the runtime tests run each)."""
+    from tests.codegen.cuda_reduce_kernels import block_reduce, guarded_reduce, row_reduce
+
     return {
         "vector_add": vector_add,
         "vector_add_guard": lambda: vector_add(1000),

@@ -15,22 +15,14 @@ from tests.codegen.cuda_kernel_builders import (
     TARGET,
     all_kernels,
     big_shared,
-    bind,
-    block_reduce,
-    buf,
-    c,
-    f32,
-    guarded_reduce,
-    load,
-    loop,
     matmul_shared,
-    row_reduce,
-    store,
     two_stages,
     vector4,
     vector_add,
     vector_add_dynamic,
 )
+from tests.codegen.cuda_reduce_kernels import block_reduce, guarded_reduce, row_reduce
+from tests.ir.builders import bind, buf, c, f32, load, loop, store
 
 # -- compiling with the local nvcc ------------------------------------------------------------
 
@@ -297,7 +289,7 @@ def test_grid_expression_is_evaluated_from_scalar_args():
 def test_narrow_integer_reduction_shuffles_through_int(tmp_path):
     from tensorforge.ir.passes.lower_thread_allreduce import lower_thread_allreduce
     from tensorforge.ir.stmt import IfThenElse, ThreadAllReduce
-    from tests.codegen.cuda_kernel_builders import sum_reducer
+    from tests.ir.builders import sum_reducer
 
     A, B = buf("A", 64, "int8"), buf("B", 1, "int8")
     red = buf("red", 1, "int8", "local")

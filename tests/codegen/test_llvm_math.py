@@ -9,7 +9,7 @@ import pytest
 from tensorforge.ir.expr import Buffer
 from tensorforge.ir.stmt import PrimFunc, Seq
 from tensorforge.te.expr import Call, FloorDiv, Var
-from tests.codegen.test_llvm import (
+from tests.codegen.llvm_builders import (
     aligned,
     c,
     compile_func,

@@ -492,3 +492,12 @@ def test_deep_sums_stay_fast():
     out = simplify_expr(e, {i: R(0, 10)})
     assert time.perf_counter() - start < 0.5
     assert same(out, i + sum(range(60)))
+
+
+def test_an_int64_term_of_an_int32_sum_is_never_narrowed():
+    # ill-typed IR (a single-iteration loop's int32 min substituted beside an int64 variable)
+    # made int32(o) out of an int64 loop variable: the simplifier keeps it for the verifier
+    o = Var("o", "int64")
+    e = Add(Const(0, "int32"), o)
+    assert "int32(o)" not in str(simplify_expr(e)) and "int32(" not in repr(simplify_expr(e))
+    assert str(simplify_expr(Add(Cast("int64", Var("i")), o))) == "int64(i) + o"  # widening: fine

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer
 from tensorforge.ir.stmt import BufferStore
 from tensorforge.ir.visit import walk
@@ -74,6 +76,26 @@ class KernelSource:
     intermediates: tuple[Param, ...] = ()
     # GPU: the kernel's name in `text` where it differs from `entry` (`f_kernel` for entry `f`)
     symbol: str = ""
+
+
+def generate_checked(
+    kind: str, func: PrimFunc, target: Target, write: Callable[[], KernelSource]
+) -> KernelSource:
+    """`write()`, the `kind` backend's source of `func`, with its failures as BuildErrors: a
+    target of another kind, and an exception of the writer's own on IR it did not expect (named
+    after the backend and the function)."""
+    if target.kind != kind:
+        raise BuildError(
+            f"{kind} codegen of '{func.name}': the target is of kind {target.kind!r}, not {kind!r}"
+        )
+    try:
+        return write()
+    except BuildError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, AssertionError) as err:
+        raise BuildError(
+            f"{kind} codegen of '{func.name}' failed: {type(err).__name__}: {err}"
+        ) from err
 
 
 def kernel_params(func: PrimFunc) -> tuple[Param, ...]:

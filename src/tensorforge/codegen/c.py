@@ -19,6 +19,7 @@ from tensorforge.codegen.base import (
     ALLOC_ERROR_SYMBOL,
     NUM_THREADS_SYMBOL,
     KernelSource,
+    generate_checked,
     kernel_params,
 )
 from tensorforge.codegen.c_expr import _LIBM, _SHORT, SCALAR, CExprPrinter
@@ -61,21 +62,12 @@ class CCodegen:
     """Lowered PrimFunc -> KernelSource(target="c", text=C source)."""
 
     def generate(self, func: PrimFunc, target) -> KernelSource:
-        if target.kind != "c":
-            raise BuildError(f"c codegen of '{func.name}': target {target} is not a c target")
         if not re.fullmatch(r"[A-Za-z_][\w.$]*", func.name):
             raise BuildError(
                 f"c codegen: the function name {func.name!r} cannot be a symbol; use letters, "
                 f"digits and underscores"
             )
-        try:
-            return _FunctionWriter(func, target).source()
-        except BuildError:
-            raise
-        except (TypeError, ValueError, KeyError, AttributeError, AssertionError) as err:
-            raise BuildError(
-                f"c codegen of '{func.name}' failed: {type(err).__name__}: {err}"
-            ) from err
+        return generate_checked("c", func, target, lambda: _FunctionWriter(func, target).source())
 
 
 class _FunctionWriter(CExprPrinter):

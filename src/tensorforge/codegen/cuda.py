@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
-from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names, ctype
+from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names
 from tensorforge.codegen.cuda_intrin import (
     ASYNC_COMMIT,
     ASYNC_WAIT,
@@ -26,6 +26,7 @@ from tensorforge.codegen.cuda_intrin import (
     warp_fragment_size,
 )
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
+from tensorforge.codegen.cuda_types import ctype
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.extern import AddressOf

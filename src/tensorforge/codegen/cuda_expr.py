@@ -1,19 +1,18 @@
-"""CUDA C text for loop-IR expressions: C types, literals, names, scalars and lanes of vectors.
+"""CUDA C text for loop-IR expressions: names, scalars and lanes of vectors.
 
 Vector expressions are printed lane by lane (`lane=i`): the CUDA compiler keeps the lanes in
-registers. Only contiguous, provably aligned 32-bit vector loads and stores become `float4` /
-`float2` (`int4`, `uint2`, ...) accesses: the statement writer hoists those loads into temporaries
-(`plan_vector_loads`) and the printer reads their `.x .y .z .w` fields.
+registers; only contiguous, provably aligned vector loads and stores become wide accesses
+(cuda_vector.py). C types and literals are in cuda_types.py.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from tensorforge.codegen import cuda_intrin
+from tensorforge.codegen.cuda_types import HALF_TYPES, ctype, literal, strip_parens
+from tensorforge.codegen.cuda_vector import VectorAccesses
 from tensorforge.errors import BuildError
 from tensorforge.ir import gpu_intrin
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
@@ -21,39 +20,6 @@ from tensorforge.ir.extern import AddressOf, WholeBuffer
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
 from tensorforge.te.extern_call import ExternCall
-
-CTYPES = {
-    "bool": "bool",
-    "int8": "signed char",
-    "int16": "short",
-    "int32": "int",
-    "int64": "long long",
-    "uint8": "unsigned char",
-    "uint16": "unsigned short",
-    "uint32": "unsigned int",
-    "uint64": "unsigned long long",
-    "float16": "half",
-    "bfloat16": "__nv_bfloat16",
-    "float32": "float",
-    "float64": "double",
-}
-
-# 32-bit element types that have CUDA's built-in 2- and 4-lane vector types (8 and 16 bytes)
-VECTOR_CTYPES = {"float32": "float", "int32": "int", "uint32": "uint"}
-LANE_FIELDS = "xyzw"
-# 16-bit floats: (to float, from float, packed pair type, pair from two halves, header helper)
-HALF_TYPES = {
-    "float16": ("__half2float", "__float2half", "half2", "__halves2half2", "half"),
-    "bfloat16": (
-        "__bfloat162float",
-        "__float2bfloat16",
-        "__nv_bfloat162",
-        "__halves2bfloat162",
-        "bf16",
-    ),
-}
-# raw words that move 2, 4 or 8 packed 16-bit lanes in one access (4, 8 and 16 bytes)
-_RAW_WORDS = {2: "unsigned int", 4: "uint2", 8: "uint4"}
 
 _RESERVED = {
     # C++ keywords and CUDA built-ins a buffer or variable name could collide with
@@ -172,65 +138,6 @@ _FLOAT32_CALLS = {
 _FLOAT64_CALLS = {name: f[:-1] for name, f in _FLOAT32_CALLS.items()}
 
 _SMALL_INTS = {"bool", "signed char", "short", "unsigned char", "unsigned short"}
-_LARGE = 1 << 30  # "divisible by anything we ask about" (the constant 0)
-
-
-def ctype(dtype: str) -> str:
-    """The C type of one element of `dtype` ('float32x4' -> 'float')."""
-    try:
-        return CTYPES[dt.element_of(dtype)]
-    except KeyError:
-        raise BuildError(f"CUDA codegen: unsupported dtype {dtype!r}") from None
-
-
-def vector_ctype(dtype: str, lanes: int) -> str | None:
-    """'float4' for (float32, 4): the built-in vector type, or None where there is none."""
-    base = VECTOR_CTYPES.get(dt.element_of(dtype))
-    return f"{base}{lanes}" if base is not None and lanes in (2, 4) else None
-
-
-def literal(value: Any, dtype: str) -> str:
-    """A C literal of exactly `dtype`."""
-    dtype = dt.element_of(dtype)
-    if dtype == "bool":
-        return "true" if value else "false"
-    if dt.is_float(dtype):
-        value = float(value)
-        if dtype == "float64":
-            if math.isnan(value):
-                return "__longlong_as_double(0x7ff8000000000000LL)"
-            if math.isinf(value):
-                return f"{'-' if value < 0 else ''}__longlong_as_double(0x7ff0000000000000LL)"
-            return repr(value)
-        if math.isnan(value):
-            text = "__uint_as_float(0x7fc00000u)"
-        elif math.isinf(value) or abs(value) > 3.4028234663852886e38:
-            text = f"{'-' if value < 0 else ''}__uint_as_float(0x7f800000u)"
-        else:
-            text = repr(value) + "f"
-        return text if dtype == "float32" else f"{HALF_TYPES[dtype][1]}({text})"
-    value = int(value)
-    if dtype == "int32":
-        return f"({value + 1} - 1)" if value == -(2**31) else str(value)
-    if dtype == "int64":
-        return f"({value + 1}LL - 1LL)" if value == -(2**63) else f"{value}LL"
-    if dtype == "uint32":
-        return f"{value}u"
-    if dtype == "uint64":
-        return f"{value}ull"
-    return f"(({CTYPES[dtype]}){value})"
-
-
-def strip_parens(text: str) -> str:
-    """'(a + b)' -> 'a + b' where the outer pair encloses everything; '(a) + (b)' is kept."""
-    while text.startswith("(") and text.endswith(")"):
-        depth = 0
-        for i, ch in enumerate(text):
-            depth += {"(": 1, ")": -1}.get(ch, 0)
-            if depth == 0 and i < len(text) - 1:
-                return text
-        text = text[1:-1]
-    return text
 
 
 class Names:
@@ -293,17 +200,7 @@ class Names:
         return name
 
 
-@dataclass(frozen=True)
-class VectorAccess:
-    """A contiguous vector access done as `lanes // chunk` aligned accesses of `chunk` lanes."""
-
-    buffer: Buffer
-    base: E.Expr
-    lanes: int
-    chunk: int  # 2 or 4
-
-
-class ExprPrinter:
+class ExprPrinter(VectorAccesses):
     """Prints expressions as CUDA C; `lane=None` for a scalar, `lane=i` for lane i of a vector."""
 
     def __init__(self, names: Names) -> None:
@@ -320,138 +217,7 @@ class ExprPrinter:
         """`e` as C text without redundant outer parentheses (for statements and indices)."""
         return strip_parens(self._print(e, lane))
 
-    def divisor(self, e: E.Expr) -> int:
-        """A positive number that provably divides the integer value of `e` (1 if nothing known)."""
-        match e:
-            case E.Const(value=v):
-                return abs(int(v)) if int(v) != 0 else _LARGE
-            case E.Var():
-                return self.divisors.get(id(e), 1)
-            case E.Add(a=a, b=b) | E.Sub(a=a, b=b):
-                return math.gcd(self.divisor(a), self.divisor(b))
-            case E.Mul(a=a, b=b):
-                return min(self.divisor(a) * self.divisor(b), _LARGE)
-            case E.FloorMod(a=a, b=E.Const(value=c)) if int(c) != 0:
-                return math.gcd(self.divisor(a), abs(int(c)))
-            case E.Cast(value=v) if dt.is_int(e.dtype) and dt.is_int(v.dtype):
-                return self.divisor(v)
-        return 1
-
-    def vector_access(
-        self, buffer: Buffer, index: E.Expr, predicate: E.Expr | None
-    ) -> VectorAccess | None:
-        """How a vector load/store of `buffer[index]` is done with wide accesses, or None (per lane).
-
-        NOTE: alignment is proved, not assumed: the Ramp base must be a provable multiple of the
-        chunk (params are checked for 16-byte alignment at call time; shared/local arrays are
-        declared __align__(16)). Local arrays stay per lane so they can live in registers.
-        """
-        if predicate is not None or not isinstance(index, Ramp) or buffer.scope == "local":
-            return None
-        if not (isinstance(index.stride, E.Const) and int(index.stride.value) == 1):
-            return None
-        half = dt.is_half(buffer.dtype)
-        if dt.element_of(buffer.dtype) not in VECTOR_CTYPES and not half:
-            return None
-        divisor = self.divisor(index.base)
-        for chunk in (8, 4, 2) if half else (4, 2):
-            if index.lanes % chunk == 0 and divisor % chunk == 0:
-                return VectorAccess(buffer, index.base, index.lanes, chunk)
-        return None
-
-    def plan_vector_loads(self, e: E.Expr) -> dict[Any, VectorAccess]:
-        """Vector loads in `e` (by structural key) evaluated unconditionally that can be wide."""
-        found: dict[Any, VectorAccess] = {}
-
-        def visit(x: E.Expr) -> None:
-            match x:
-                case BufferLoad(buffer=b, indices=(index,), predicate=p) if (
-                    dt.lanes_of(x.dtype) > 1
-                ):
-                    access = self.vector_access(b, index, p)
-                    if access is not None:
-                        found.setdefault(E.structural_key(x), access)
-                    return  # the index itself is scalar or a gather: nothing inside to hoist
-                case E.Select() | E.Let() | E.And() | E.Or():
-                    return  # conditionally evaluated: keep per-lane
-                case E.BinaryOp(a=a, b=b):
-                    visit(a)
-                    visit(b)
-                case E.Not(a=a) | E.Cast(value=a) | VectorReduce(value=a):
-                    visit(a)
-                case E.Call(args=args):
-                    for arg in args:
-                        visit(arg)
-
-        visit(e)
-        return found
-
-    def load_vector(self, access: VectorAccess) -> tuple[list[str], list[str]]:
-        """(declaration lines, temp names) of the wide loads of `access`.
-
-        16-bit floats load `chunk` lanes as one raw word into an array of packed pairs
-        (`half2 t[4]` for 8 lanes: one 16-byte load), read back lane by lane as `t[k].x`."""
-        buf = self.names.buffer(access.buffer)
-        dtype = access.buffer.dtype
-        nbytes = _elem_bytes(dtype) * access.chunk
-        self.vector_params[buf] = max(self.vector_params.get(buf, 0), nbytes)
-        lines, temps = [], []
-        for k in range(access.lanes // access.chunk):
-            temp = self.names.fresh(f"{buf}_v")
-            offset = self._offset(access.base, k * access.chunk)
-            if dt.is_half(dtype):
-                pair, raw = HALF_TYPES[dt.element_of(dtype)][2], _RAW_WORDS[access.chunk]
-                lines.append(f"{pair} {temp}[{access.chunk // 2}];")
-                lines.append(
-                    f"*reinterpret_cast<{raw}*>({temp}) = "
-                    f"*reinterpret_cast<const {raw}*>(&{buf}[{offset}]);"
-                )
-            else:
-                vtype = vector_ctype(dtype, access.chunk)
-                lines.append(
-                    f"const {vtype} {temp} = *reinterpret_cast<const {vtype}*>(&{buf}[{offset}]);"
-                )
-            temps.append(temp)
-        return lines, temps
-
-    def store_vector(self, access: VectorAccess, lanes: list[str]) -> list[str]:
-        buf = self.names.buffer(access.buffer)
-        dtype = access.buffer.dtype
-        nbytes = _elem_bytes(dtype) * access.chunk
-        self.vector_params[buf] = max(self.vector_params.get(buf, 0), nbytes)
-        lines = []
-        for k in range(access.lanes // access.chunk):
-            offset = self._offset(access.base, k * access.chunk)
-            chunk = lanes[k * access.chunk : (k + 1) * access.chunk]
-            if dt.is_half(dtype):
-                _, _, pair, make, _ = HALF_TYPES[dt.element_of(dtype)]
-                raw = _RAW_WORDS[access.chunk]
-                pairs = ", ".join(f"{make}({a}, {b})" for a, b in zip(chunk[::2], chunk[1::2]))
-                temp = self.names.fresh(f"{buf}_pack")
-                lines.append(f"const {pair} {temp}[{access.chunk // 2}] = {{{pairs}}};")
-                lines.append(
-                    f"*reinterpret_cast<{raw}*>(&{buf}[{offset}]) = "
-                    f"*reinterpret_cast<const {raw}*>({temp});"
-                )
-            else:
-                vtype = vector_ctype(dtype, access.chunk)
-                parts = ", ".join(chunk)
-                lines.append(
-                    f"*reinterpret_cast<{vtype}*>(&{buf}[{offset}]) = make_{vtype}({parts});"
-                )
-        return lines
-
-    def lane_of(self, temp: str, dtype: str, lane: int) -> str:
-        """Lane `lane` (within its chunk) of a wide-load temporary."""
-        if dt.is_half(dtype):
-            return f"{temp}[{lane // 2}].{LANE_FIELDS[lane % 2]}"
-        return f"{temp}.{LANE_FIELDS[lane]}"
-
     # -- printing ------------------------------------------------------------------------------
-    def _offset(self, base: E.Expr, k: int) -> str:
-        text = strip_parens(self._print(base, None))
-        return text if k == 0 else f"{text} + {k}"
-
     def _print(self, e: E.Expr, lane: int | None) -> str:
         if lane is not None and dt.lanes_of(e.dtype) == 1:
             lane = None  # a scalar inside a vector expression (e.g. a Ramp base)
@@ -620,10 +386,6 @@ class ExprPrinter:
                 return args[0]
             return f"{'llabs' if base == 'int64' else 'abs'}({args[0]})"
         raise BuildError(f"CUDA codegen: no CUDA function for intrinsic {name}() on {dtype}")
-
-
-def _elem_bytes(dtype: str) -> int:
-    return max(1, dt.bits_of(dtype) // 8)
 
 
 FLOOR_HELPERS = """\

@@ -19,6 +19,7 @@ from tensorforge.codegen.base import (
     ALLOC_ERROR_SYMBOL,
     NUM_THREADS_SYMBOL,
     KernelSource,
+    generate_checked,
     kernel_params,
 )
 from tensorforge.codegen.llvm_expr import (
@@ -34,7 +35,6 @@ from tensorforge.codegen.llvm_expr import (
     value_type,
 )
 from tensorforge.codegen.llvm_math import mangle
-from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.passes.unroll_loops import partial_unroll
 from tensorforge.ir.stmt import (
@@ -87,18 +87,7 @@ class LLVMCodegen:
     """Lowered PrimFunc -> KernelSource(target="llvm", text=LLVM IR)."""
 
     def generate(self, func: PrimFunc, target) -> KernelSource:
-        if target.kind != "llvm":
-            raise BuildError(
-                f"llvm codegen of '{func.name}': target {target} is not an llvm target"
-            )
-        try:
-            return self._generate(func, target)
-        except BuildError:
-            raise
-        except (TypeError, ValueError, KeyError, AttributeError, AssertionError) as err:
-            raise BuildError(
-                f"llvm codegen of '{func.name}' failed: {type(err).__name__}: {err}"
-            ) from err
+        return generate_checked("llvm", func, target, lambda: self._generate(func, target))
 
     def _generate(self, func: PrimFunc, target) -> KernelSource:
         module = ir.Module(name=func.name)

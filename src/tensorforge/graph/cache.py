@@ -1,4 +1,4 @@
-"""Compiled graphs on disk: compiling the same model again (in another process, at the same
+"""Compiled CPU graphs on disk: compiling the same model again (in another process, at the same
 shapes) loads its kernels from one library file instead of scheduling, lowering, generating and
 optimizing each of them again.
 
@@ -52,7 +52,10 @@ STATS = Stats()
 
 
 def enabled(target) -> bool:
-    return disk_cache.enabled() and runtime_for(target.kind).disk_cacheable
+    # NOTE: CPU only for now: a CUDA graph (cuda_graph.py) reads its kernels' launches from
+    # the executables a build makes, which kernels loaded from a library are not yet checked
+    # to provide
+    return disk_cache.enabled() and target.kind == "llvm" and runtime_for("llvm").disk_cacheable
 
 
 def graphs_dir() -> str:

@@ -19,10 +19,9 @@ from tensorforge.errors import ArgumentError, BuildError
 from tensorforge.runtime import library_file
 from tensorforge.runtime.native_call import (
     AllocErrorSlot,
+    NativeKernel,
     argtypes,
     make_gomp_fork_safe,
-    num_threads,
-    raise_alloc_error,
 )
 from tensorforge.runtime.shared_lib import dlopen_image, run_c_compiler
 from tensorforge.target import Target, as_target, host_cpu
@@ -81,7 +80,7 @@ def compile_library(source: KernelSource, target: Target, assembly: bool = False
     )
 
 
-class CExecutable:
+class CExecutable(NativeKernel):
     """The compiled entry of a c KernelSource: `call(raw_args)` runs it (as LLVMExecutable's).
 
     `image` is the shared library's bytes: made now by the C compiler, or given (a library
@@ -112,14 +111,6 @@ class CExecutable:
             self._alloc_error = AllocErrorSlot.in_dll(library, ALLOC_ERROR_SYMBOL)
         self._library = library  # keeps the code mapped while the function is callable
         self._function = function
-
-    def call(self, raw_args: list) -> None:
-        """Run the kernel; PARALLEL loops use TF_NUM_THREADS (read now) or all CPUs."""
-        if self._threads is not None:
-            self._threads.value = num_threads()
-        self._function(*raw_args)
-        if self._alloc_error is not None and self._alloc_error.buffer:
-            raise_alloc_error(self._alloc_error, self.source.entry)
 
     def get_source(self, fmt: str = "c") -> str:
         """The C source ("c"), or the compiler's assembly of it ("asm")."""

@@ -19,10 +19,9 @@ from tensorforge.errors import BuildError
 from tensorforge.runtime import packed_func
 from tensorforge.runtime.native_call import (
     AllocErrorSlot,
+    NativeKernel,
     argtypes,
     make_gomp_fork_safe,
-    num_threads,
-    raise_alloc_error,
 )
 from tensorforge.target import Target, as_target
 
@@ -83,7 +82,7 @@ def _optimize(module: llvm.ModuleRef, target: Target) -> None:
     passes.getModulePassManager().run(module, passes)
 
 
-class LLVMExecutable:
+class LLVMExecutable(NativeKernel):
     """The compiled entry of an llvm KernelSource: `call(raw_args)` runs it.
 
     raw_args are in `source.params` order: buffers as integer addresses, scalars as numbers.
@@ -140,14 +139,6 @@ class LLVMExecutable:
                 self._engine.get_global_value_address(ALLOC_ERROR_SYMBOL)
             )
         return address
-
-    def call(self, raw_args: list) -> None:
-        """Run the kernel; PARALLEL loops use TF_NUM_THREADS (read now) or all CPUs."""
-        if self._threads is not None:
-            self._threads.value = num_threads()
-        self._function(*raw_args)
-        if self._alloc_error is not None and self._alloc_error.buffer:
-            raise_alloc_error(self._alloc_error, self.source.entry)
 
     def get_source(self, fmt: str = "ll") -> str:
         """The optimized LLVM IR ("ll") or the machine code as assembly ("asm")."""

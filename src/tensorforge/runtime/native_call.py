@@ -82,6 +82,26 @@ class AllocErrorSlot(ctypes.Structure):
     ]
 
 
+class NativeKernel:
+    """What the CPU executables share: `call(raw_args)` (buffers as addresses, scalars as
+    numbers, in `source.params` order) sets the thread count of PARALLEL loops before and raises
+    a failed heap allocation after. A subclass sets `source` and `_function` (a ctypes function),
+    and `_threads` / `_alloc_error` where the kernel defines those globals."""
+
+    source: KernelSource
+    _function: ctypes._CFuncPtr
+    _threads: ctypes.c_int32 | None = None  # no PARALLEL loop: no thread-count global
+    _alloc_error: AllocErrorSlot | None = None  # no heap-allocated intermediate
+
+    def call(self, raw_args: list) -> None:
+        """Run the kernel; PARALLEL loops use TF_NUM_THREADS (read now) or all CPUs."""
+        if self._threads is not None:
+            self._threads.value = num_threads()
+        self._function(*raw_args)
+        if self._alloc_error is not None and self._alloc_error.buffer:
+            raise_alloc_error(self._alloc_error, self.source.entry)
+
+
 def raise_alloc_error(slot: AllocErrorSlot, entry: str) -> None:
     """Raise AllocationError for the failure `slot` holds (its buffer is set) and clear it.
 

@@ -24,10 +24,9 @@ from tensorforge.errors import ArgumentError, BuildError
 from tensorforge.runtime.library_file import LibraryFile, pack, source_from_json, source_to_json
 from tensorforge.runtime.native_call import (
     AllocErrorSlot,
+    NativeKernel,
     argtypes,
     make_gomp_fork_safe,
-    num_threads,
-    raise_alloc_error,
 )
 
 if TYPE_CHECKING:
@@ -247,7 +246,7 @@ def dlopen_image(image: bytes, path: str) -> ctypes.CDLL:
             os.close(fd)
 
 
-class LibraryExecutable:
+class LibraryExecutable(NativeKernel):
     """One function of a loaded shared library: `call(raw_args)`, as LLVMExecutable's.
 
     raw_args are in `source.params` order: buffers as integer addresses, scalars as numbers.
@@ -288,14 +287,6 @@ class LibraryExecutable:
         function.argtypes = argtypes(source)
         function.restype = None
         self._function = function
-
-    def call(self, raw_args: list) -> None:
-        """Run the kernel; PARALLEL loops use TF_NUM_THREADS (read now) or all CPUs."""
-        if self._threads is not None:
-            self._threads.value = num_threads()
-        self._function(*raw_args)
-        if self._alloc_error is not None and self._alloc_error.buffer:
-            raise_alloc_error(self._alloc_error, self.source.entry)
 
     def get_source(self, fmt: str = "ll") -> str:
         """The optimized LLVM IR ("ll"); "asm" is made from it again, where llvmlite is here."""

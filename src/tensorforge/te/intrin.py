@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import reduce as _fold
 from typing import Any
 
@@ -31,48 +32,28 @@ def _float_call(name: str, x: Any) -> Expr:
     return Call(x.dtype, name, (x,))
 
 
-def exp(x):
-    return _float_call("exp", x)  # noqa: E704
+def _float_unary(name: str) -> Callable[[Any], Expr]:
+    """The intrinsic te.<name>: a Call of `name` on a float (an integer is made float32)."""
+
+    def intrinsic(x: Any) -> Expr:
+        return _float_call(name, x)
+
+    intrinsic.__name__ = intrinsic.__qualname__ = name
+    intrinsic.__doc__ = f"{name}(x), elementwise; an integer x is computed as float32."
+    return intrinsic
 
 
-def log(x):
-    return _float_call("log", x)  # noqa: E704
-
-
-def log2(x):
-    return _float_call("log2", x)  # noqa: E704
-
-
-def sqrt(x):
-    return _float_call("sqrt", x)  # noqa: E704
-
-
-def rsqrt(x):
-    return _float_call("rsqrt", x)  # noqa: E704
-
-
-def tanh(x):
-    return _float_call("tanh", x)  # noqa: E704
-
-
-def sigmoid(x):
-    return _float_call("sigmoid", x)  # noqa: E704
-
-
-def erf(x):
-    return _float_call("erf", x)  # noqa: E704
-
-
-def floor(x):
-    return _float_call("floor", x)  # noqa: E704
-
-
-def ceil(x):
-    return _float_call("ceil", x)  # noqa: E704
-
-
-def round(x):
-    return _float_call("round", x)  # noqa: A001,E704
+exp = _float_unary("exp")
+log = _float_unary("log")
+log2 = _float_unary("log2")
+sqrt = _float_unary("sqrt")
+rsqrt = _float_unary("rsqrt")
+tanh = _float_unary("tanh")
+sigmoid = _float_unary("sigmoid")
+erf = _float_unary("erf")
+floor = _float_unary("floor")
+ceil = _float_unary("ceil")
+round = _float_unary("round")  # noqa: A001
 
 
 def abs(x: Any) -> Expr:  # noqa: A001

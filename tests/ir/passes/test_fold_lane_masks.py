@@ -4,7 +4,7 @@ from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.ir.passes.fold_lane_masks import fold_lane_masks
 from tensorforge.ir.stmt import BufferStore, Seq
 from tensorforge.te.expr import LT, Var
-from tests.codegen.cuda_kernel_builders import buf, c
+from tests.ir.builders import buf, c
 
 A, B = buf("A", 64), buf("B", 64)
 VALUE = Broadcast(c(1.0, "float32"), 8)

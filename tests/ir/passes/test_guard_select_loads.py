@@ -3,7 +3,7 @@
 from tensorforge.ir.expr import BufferLoad
 from tensorforge.ir.passes.guard_select_loads import guard_select_loads
 from tensorforge.te.expr import GE, LT, And, Not, Select, Var
-from tests.codegen.cuda_kernel_builders import buf, c, f32, load, store
+from tests.ir.builders import buf, c, f32, load, store
 
 A, B, C = buf("A", 64), buf("B", 64), buf("C", 64)
 

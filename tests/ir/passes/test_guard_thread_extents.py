@@ -5,7 +5,7 @@ import dataclasses
 from tensorforge.ir.passes.guard_thread_extents import guard_thread_extents, launch_extents
 from tensorforge.ir.stmt import IfThenElse, KernelLaunch, LetStmt, Seq, Sync, ThreadAllReduce
 from tensorforge.te.expr import LT, Add, And, Select, Var
-from tests.codegen.cuda_kernel_builders import bind, buf, c, f32, load, store, sum_reducer
+from tests.ir.builders import bind, buf, c, f32, load, store, sum_reducer
 
 A, B = buf("A", 256), buf("B", 256)
 S = buf("S", 128, scope="shared")

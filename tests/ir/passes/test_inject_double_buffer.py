@@ -5,7 +5,7 @@ import pytest
 from tensorforge.ir.passes.inject_double_buffer import inject_double_buffer
 from tensorforge.ir.stmt import Allocate, Attr, For, IfThenElse, Seq, Sync
 from tensorforge.te.expr import LT, Var
-from tests.codegen.cuda_kernel_builders import buf, c, load, loop, store
+from tests.ir.builders import buf, c, load, loop, store
 
 A, C = buf("A", 256), buf("C", 16)
 S = buf("S", 16, scope="shared")

@@ -9,7 +9,7 @@ from tensorforge.errors import LoweringError
 from tensorforge.ir.passes.inject_virtual_threads import inject_virtual_threads
 from tensorforge.ir.stmt import Allocate, For, IfThenElse, LoopKind, Seq, Sync
 from tensorforge.te.expr import LT, Add, Mul, Var
-from tests.codegen.cuda_kernel_builders import buf, c, f32, load, loop, store
+from tests.ir.builders import buf, c, f32, load, loop, store
 
 A, B = buf("A", 64), buf("B", 64)
 S = buf("S", 16, scope="shared")

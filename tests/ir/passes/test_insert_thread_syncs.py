@@ -5,7 +5,7 @@ from __future__ import annotations
 from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
 from tensorforge.ir.stmt import Allocate, IfThenElse, LetStmt, Seq, Sync
 from tensorforge.te.expr import Var
-from tests.codegen.cuda_kernel_builders import bind, buf, c, f32, load, loop, store
+from tests.ir.builders import bind, buf, c, f32, load, loop, store
 
 # -- the sync pass: before / expected ---------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
 from tensorforge.ir.stmt import LetStmt
 from tensorforge.te.expr import Cast, Const, Var
-from tests.codegen.cuda_kernel_builders import buf, f32, load, store
+from tests.ir.builders import buf, f32, load, store
 
 A, B = buf("A", 8, "bfloat16"), buf("B", 8, "bfloat16")
 F = buf("F", 8)

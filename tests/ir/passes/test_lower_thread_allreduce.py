@@ -22,7 +22,7 @@ from tensorforge.ir.stmt import (
 )
 from tensorforge.ir.visit import walk
 from tensorforge.te.expr import LT, Add, Const, Var
-from tests.codegen.cuda_kernel_builders import (
+from tests.ir.builders import (
     argmax_reducer,
     bind,
     buf,

@@ -3,7 +3,7 @@
 from tensorforge.ir.passes.split_device_kernels import split_device_kernels
 from tensorforge.ir.stmt import Allocate, KernelLaunch, Seq
 from tensorforge.te.expr import Var
-from tests.codegen.cuda_kernel_builders import bind, buf, c, f32, load, loop, store
+from tests.ir.builders import bind, buf, c, f32, load, loop, store
 
 A, B = buf("A", 64), buf("B", 64)
 T = buf("T", 64)

@@ -9,7 +9,7 @@ from tensorforge.ir.passes.unroll_loops import (
 )
 from tensorforge.ir.stmt import For, LoopKind, Seq
 from tensorforge.te.expr import Add, Mul, Var
-from tests.codegen.cuda_kernel_builders import buf, c, f32, load, loop, store
+from tests.ir.builders import buf, c, f32, load, loop, store
 
 A = buf("A", 4096)
 B = buf("B", 4096)

@@ -4,7 +4,7 @@ from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
 from tensorforge.ir.stmt import Allocate, BufferStore, For, IfThenElse, LoopKind
 from tensorforge.te.expr import LT, Add, Mul, Var
-from tests.codegen.cuda_kernel_builders import buf, c, f32, load, loop, store
+from tests.ir.builders import buf, c, f32, load, loop, store
 
 A, C = buf("A", 64), buf("C", 64)
 VEC = LoopKind.VECTORIZED

@@ -97,6 +97,10 @@ class ExprSimplifier:
         form = _merge_div_mod(self._sum_form(e), self)
         if not fits(form, e.dtype):  # (i + 2**30) + 2**30 in int32: keep it, never wrap it
             return map_children(e, self.visit)
+        if any(dt.bits_of(t.dtype) > dt.bits_of(e.dtype) for t, _ in form.terms.values()):
+            # an int64 term in an int32 sum (ill-typed IR: 0 + i64): never narrow it to int32
+            # silently; the IR verifier names the pass that made it
+            return map_children(e, self.visit)
         result = self.build(form, e.dtype)
         if same_expr(result, e):
             self.analyzer._forms[id(e)] = (e, form)
