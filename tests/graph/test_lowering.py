@@ -165,6 +165,9 @@ def test_convolutions_and_pools():
             F.relu(F.conv2d(x, w2, None, stride=2, padding=1, groups=4)),
             F.conv2d(x, w3, b1, padding=(1, 0), groups=2),
             F.max_pool2d(x, 3, 2, padding=1),
+            F.max_pool2d(x, 3, 2, padding=1, ceil_mode=True),  # a last window past the edge
+            F.max_pool2d(x - 3, 2, 1, padding=1),  # all negative: padding must not win
+            F.max_pool2d(x, 3, 1, padding=1, dilation=2),  # dilated: the padding tested
             F.avg_pool2d(x, 2),
             F.avg_pool2d(x, 3, 2, padding=1, count_include_pad=False),
             F.adaptive_avg_pool2d(x[:, :, :10, :9], (2, 3)),
