@@ -289,7 +289,7 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--number", type=int, default=3)
-    parser.add_argument("--repeat", type=int, default=5, help="rounds of interleaved timing")
+    parser.add_argument("--repeat", type=int, default=8, help="rounds of interleaved timing")
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="cpu", help="thread CPU time or wall clock"
     )
