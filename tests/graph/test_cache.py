@@ -137,3 +137,14 @@ def test_the_key_changes_with_shapes_target_tuning_log_and_schedule(tmp_path):
     assert len(keys) == 5
     log.write_text('{"a": 1}')
     assert key((3, 4), log=str(log)) not in keys
+
+
+def test_least_recently_used_entries_go_past_the_size_bound(tmp_path):
+    from tensorforge.graph.cache import _evict
+
+    for k, age in enumerate([30, 10, 20]):
+        path = tmp_path / f"{k}.tflib"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1e9 + age, 1e9 + age))
+    _evict(str(tmp_path), 2500)
+    assert sorted(os.listdir(tmp_path)) == ["0.tflib", "2.tflib"]  # the oldest (1) went
