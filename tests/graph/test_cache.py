@@ -41,7 +41,6 @@ SCRIPT = textwrap.dedent(
         got, expected = compiled_output(model, torch.randn(2, 3, 10, 10))
         error = ((got - expected).abs().max() / expected.abs().max()).item()
         report["new_shape"] = [error, cache.STATS.hits, cache.STATS.misses]
-    cache.flush()
     print("REPORT", json.dumps(report))
     """
 )
@@ -105,7 +104,6 @@ def test_a_damaged_entry_is_deleted_and_the_graph_compiled_again(tmp_path, monke
     expected = torch.relu(x @ w) + 1.0
     before = (cache.STATS.hits, cache.STATS.misses, cache.STATS.rejected)
     first = _compile_small(x, w)
-    cache.flush()
     (entry,) = os.listdir(tmp_path / "graphs")
     second = _compile_small(x, w)  # loaded
     w2 = torch.randn(7, 3, generator=gen)  # the constant changed: same entry, new values
@@ -139,3 +137,14 @@ def test_the_key_changes_with_shapes_target_tuning_log_and_schedule(tmp_path):
     assert len(keys) == 5
     log.write_text('{"a": 1}')
     assert key((3, 4), log=str(log)) not in keys
+
+
+def test_least_recently_used_entries_go_past_the_size_bound(tmp_path):
+    from tensorforge.graph.cache import _evict
+
+    for k, age in enumerate([30, 10, 20]):
+        path = tmp_path / f"{k}.tflib"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1e9 + age, 1e9 + age))
+    _evict(str(tmp_path), 2500)
+    assert sorted(os.listdir(tmp_path)) == ["0.tflib", "2.tflib"]  # the oldest (1) went

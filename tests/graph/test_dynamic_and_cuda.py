@@ -18,8 +18,12 @@ from tests.graph.models import MLP, Block, SmallCNN, randomize_batch_norms  # no
 
 @pytest.mark.parametrize(
     "model, make",
-    [(MLP, lambda b: torch.randn(b, 37)), (Block, lambda b: torch.randn(b, 7, 32))],
-    ids=["mlp", "block"],
+    [
+        (MLP, lambda b: torch.randn(b, 37)),
+        (Block, lambda b: torch.randn(b, 7, 32)),
+        (lambda: randomize_batch_norms(SmallCNN(channels=16)), lambda b: torch.randn(b, 3, 11, 9)),
+    ],
+    ids=["mlp", "block", "cnn"],
 )
 def test_a_new_batch_size_runs_without_recompiling(model, make):
     torch.manual_seed(0)

@@ -20,16 +20,16 @@ def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
 
 
-def compile_fn(fn, inputs, constants=()):
+def compile_fn(fn, inputs, constants=(), schedule="auto"):
     gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
     known = {k: inputs[k] for k in constants}
-    compiled = compile_aten(gm, inputs, known, Options())
+    compiled = compile_aten(gm, inputs, known, Options(schedule=schedule))
     assert isinstance(compiled, CompiledGraph)
     return compiled
 
 
-def check(fn, *inputs, constants=(), rtol=1e-5, fallbacks=0):
-    compiled = compile_fn(fn, list(inputs), constants)
+def check(fn, *inputs, constants=(), rtol=1e-5, fallbacks=0, schedule="auto"):
+    compiled = compile_fn(fn, list(inputs), constants, schedule)
     got = compiled(list(inputs))
     expected = fn(*inputs)
     expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
@@ -165,6 +165,9 @@ def test_convolutions_and_pools():
             F.relu(F.conv2d(x, w2, None, stride=2, padding=1, groups=4)),
             F.conv2d(x, w3, b1, padding=(1, 0), groups=2),
             F.max_pool2d(x, 3, 2, padding=1),
+            F.max_pool2d(x, 3, 2, padding=1, ceil_mode=True),  # a last window past the edge
+            F.max_pool2d(x - 3, 2, 1, padding=1),  # all negative: padding must not win
+            F.max_pool2d(x, 3, 1, padding=1, dilation=2),  # dilated: the padding tested
             F.avg_pool2d(x, 2),
             F.avg_pool2d(x, 3, 2, padding=1, count_include_pad=False),
             F.adaptive_avg_pool2d(x[:, :, :10, :9], (2, 3)),
@@ -284,8 +287,9 @@ def test_check_and_report_name_the_kernels(capsys):
         (32, 3, 1, 1, 1, 2),  # a row narrower than a tile
     ],
 )
+@pytest.mark.parametrize("schedule", ["auto", "rules"])
 def test_convolutions_with_vectors_along_the_filters(
-    filters, kernel, stride, padding, dilation, size
+    filters, kernel, stride, padding, dilation, size, schedule
 ):
     x = rand(2, 5, size, size + 1, seed=30)
     w = rand(filters, 5, kernel, kernel, seed=31)
@@ -296,9 +300,11 @@ def test_convolutions_with_vectors_along_the_filters(
         y = F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation)
         return F.relu(y + r[:, None, None] * y.tanh())
 
-    compiled = check(fn, x, w, b, r, constants=(1, 2))
+    compiled = check(fn, x, w, b, r, constants=(1, 2), schedule=schedule)
     convs = [s for s in compiled.steps if "convolution" in s.spec.nodes and s.spec.anchor]
     assert [s.spec.anchor.info.get("lanes") for s in convs] == [8]
+    if schedule == "rules":
+        assert convs[0].source.startswith("conv2d")
 
 
 def test_kernels_of_the_same_structure_are_built_once():

@@ -278,7 +278,11 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
         cy = te.max(te.min(iy, H - 1), 0)
         cx = te.max(te.min(ix, W - 1), 0)
         v = x.at((n, c, cy, cx))
-        if ph == 0 and pw == 0:
+        # NOTE: a maximum over contiguous windows needs no test for the padding: a position
+        # past an edge is clamped onto the edge, which the same window holds (torch keeps the
+        # padding at most half the window, so every window holds an element of the input)
+        clamped_is_inside = combine is te.max and dh == 1 and dw == 1
+        if (ph == 0 and pw == 0) or clamped_is_inside:
             return combine(v, axis=[ry, rx])
         return combine(v, axis=[ry, rx], where=inside)
 
