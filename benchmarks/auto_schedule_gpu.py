@@ -4,7 +4,7 @@ ops' hand schedule and cuBLAS (TF32 off), in one process.
 Rows: the first guess (no measurement), the best of TRIALS auto-scheduler trials measured on
 this GPU, `ops.cuda.schedule_matmul_cuda`, cuBLAS through torch.
 
-Run on the GPU machine: python benchmarks/auto_schedule_gpu.py [--size 4096] [--trials 48]
+Run on the GPU machine: python benchmarks/auto_schedule_gpu.py [--size 4096] [--trials 32]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096)
-    parser.add_argument("--trials", type=int, default=48)
+    parser.add_argument("--trials", type=int, default=32)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     n = args.size

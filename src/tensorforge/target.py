@@ -258,6 +258,27 @@ class Target:
     def max_threads_per_block(self) -> int:
         return 1024
 
+    # -- GPU facts (CUDA, every architecture since sm_70 unless the table says otherwise) --------
+    @property
+    def warp_size(self) -> int:
+        return 32
+
+    @property
+    def registers_per_thread(self) -> int:
+        """The most 32-bit registers one thread may hold."""
+        return 255
+
+    @property
+    def max_shared_memory_per_block(self) -> int:
+        """Bytes of shared memory a block gets without opting in to more (static arrays)."""
+        return 48 * 1024
+
+    @property
+    def sm_count(self) -> int:
+        """Streaming multiprocessors of the usual part of this architecture (H100 SXM: 132,
+        A100: 108); a schedule needs at least this many blocks to fill the GPU."""
+        return _SM_COUNT.get(self.arch, 80)
+
     def __str__(self) -> str:
         if self.is_gpu:
             return f"{self.kind} -arch={self.arch}"
@@ -290,6 +311,9 @@ class Target:
         if allow_none:
             return None
         raise TargetError("no target in scope: use `with tf.Target(...):`")
+
+
+_SM_COUNT = {"sm_90": 132, "sm_90a": 132, "sm_89": 128, "sm_86": 84, "sm_80": 108, "sm_75": 72}
 
 
 def _check_triple(spec: str, triple: str | None) -> None:

@@ -42,8 +42,9 @@ class Machine:
         """From the target's facts, not this host's: a first guess for `llvm -mcpu=X` is the
         same wherever it is made. Caches: 32 KiB L1 data per core on every x86 core of the
         last decade; L2 512 KiB (Zen 2/3, AVX2) or 1 MiB and more (Skylake-X, Zen 4: AVX-512)."""
-        if target.kind == "cuda":
-            return Machine(128, 255, 48 * 1024, 256 * 1024, 132, gpu=True)
+        if target.kind == "cuda":  # registers per thread, shared memory per block, SMs
+            regs, shared = target.registers_per_thread, target.max_shared_memory_per_block
+            return Machine(128, regs, shared, 256 * 1024, target.sm_count, gpu=True)
         bits = target.vector_bits
         l2 = 1024 * 1024 if bits >= 512 else 512 * 1024
         threads = os.environ.get("TF_NUM_THREADS", "")  # what parallel loops will run on
@@ -90,10 +91,19 @@ class AnalyticPolicy:
                 if math.prod(extents[:n]) >= want:
                     return n
             return len(extents)
-        if kind == "unroll":
-            return 16 if 16 in options else options[0]
+        if kind == "unroll":  # GPU: the whole k slice of register-tile updates, straight-line
+            want = max(options) if self.machine.gpu else 16
+            return want if want in options else options[0]
+        if kind == "fvec":  # float4 cooperative fetches where legal
+            return max(options)
+        if kind == "db":  # two copies of each shared tile: the next slice loads during this one
+            return 2 if 2 in options else options[0]
+        if kind == "pad":
+            return self.gpu_pad(options, hint)
         if kind == "threads":
             return 256 if 256 in options else options[len(options) // 2]
+        if kind == "kunroll":
+            return True
         if kind == "shared":
             return True
         return None
@@ -115,8 +125,8 @@ class AnalyticPolicy:
             return self.cpu_reduce_tiles(hint, self._tiles.get(key.split(":", 1)[1]))
         if kind == "gtile" and self.machine.gpu:
             return self.gpu_tiles(extents, levels, hint)
-        if kind == "grtile" and self.machine.gpu:  # reduction blocks of 16 staged in shared memory
-            return [[_best_divisor(e, 16) or 1] + [1] * (levels - 2) for e in extents]
+        if kind == "grtile" and self.machine.gpu:  # reduction slices staged in shared memory
+            return self.gpu_reduce_tiles(extents, levels, hint)
         return None
 
     def cpu_tiles(self, hint: dict) -> list[list[int]]:
@@ -193,15 +203,74 @@ class AnalyticPolicy:
         return list(reversed(tiles))
 
     def gpu_tiles(self, extents: Sequence[int], levels: int, hint: dict) -> list[list[int]]:
-        """Per spatial axis [vthread, threads, S3, S4]: 16 x 16 threads over the last two axes,
-        a 4 x 4 register tile each (as far as the extents divide)."""
-        out = []
-        for k, extent in enumerate(extents):
-            inner = k >= len(extents) - 2
-            threads = (_best_divisor(extent, 16) or 1) if inner else 1
-            reg = (_best_divisor(max(1, extent // threads), 4) or 1) if inner else 1
-            out.append([1, threads, 1, reg][: levels - 1])
+        """Per spatial axis [vthread, threads, S3, S4], over the last two axes (the others one
+        block each), as ops' hand GEMM schedule: a 16 x 16 thread block, each thread 8 x 8
+        outputs in 2 x 2 pieces of 4 x 4 half a block tile apart (vthreads: a quarter warp's
+        float4 shared loads cover 128 contiguous bytes), so a 128 x 128 block tile: 64
+        accumulators (a quarter of the registers), 2 x 128 x k-slice floats of shared memory.
+        Smaller tiles where 128 x 128 ones would leave SMs idle, and on axes too short."""
+        self._gpu_extents = list(extents)
+        n = len(extents)
+        lead = math.prod(extents[: max(0, n - 2)])
+        inner = list(range(max(0, n - 2), n))
+        budget = 1 << max(0, (self.machine.registers // 3).bit_length() - 1)
+        # (vthread, threads, S4) per axis, largest first: 128, 64, 32, 16 outputs a block row
+        shapes = [(2, 16, 4), (1, 16, 4), (1, 16, 2), (1, 16, 1), (1, 8, 1)]
+        best = None
+        for shape in shapes:
+            v, t, r = shape
+            if (v * r) ** len(inner) > budget:
+                continue
+            per_axis = [self._gpu_axis(extents[a], shape) for a in inner]
+            blocks = lead * math.prod(
+                -(-extents[a] // math.prod(f)) for a, f in zip(inner, per_axis)
+            )
+            best = per_axis
+            if blocks >= self.machine.cores:  # enough blocks for every SM
+                break
+        out = [[1, 1, 1, 1] for _ in range(n)]
+        for a, factors in zip(inner, best or []):
+            out[a] = factors
+        return [f[: levels - 1] for f in out]
+
+    @staticmethod
+    def _gpu_axis(extent: int, shape: tuple[int, int, int]) -> list[int]:
+        """[vthread, threads, 1, S4] for one axis: the shape where the axis holds it, shrunk
+        (S4, then vthread, then threads) where it is shorter."""
+        v, t, r = shape
+        while v * t * r > extent and r > 1:
+            r //= 2
+        while v * t * r > extent and v > 1:
+            v //= 2
+        while v * t * r > extent and t > 1:
+            t //= 2
+        return [v, t, 1, r]
+
+    def gpu_reduce_tiles(self, extents: Sequence[int], levels: int, hint: dict) -> list[list[int]]:
+        """The innermost reduction axis in slices of 16 (8 when 16 does not divide it, so the
+        float4 fetches stay legal), the others one at a time; the slices of every input fit
+        twice (double buffering) in the shared memory of a block."""
+        out = [[1] * (levels - 1) for _ in extents]
+        if extents:
+            e = extents[-1]
+            out[-1][0] = next((k for k in (16, 8, 4) if e % k == 0), min(e, 16))
         return out
+
+    def gpu_pad(self, options: Sequence[Any], hint: dict) -> Any:
+        """Pad the rows of a shared tile whose last dimension is a reduction slice (A[i, k]):
+        the two thread rows of a warp read rows 4 apart, which with a 16- or 8-float stride
+        fall in one bank; a stride of 32k + 4 spreads them."""
+        from tensorforge.te.expr import TensorRead
+
+        op, tensor = hint.get("op"), hint.get("tensor")
+        if op is None or tensor is None:
+            return options[0]
+        reduce_vars = {id(iv.var) for iv in op.reduce_axis}
+        reads = [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
+        reads = [r for r in reads if r.tensor is tensor]
+        if reads and all(id(r.indices[-1]) in reduce_vars for r in reads) and 4 in options:
+            return 4
+        return options[0]
 
 
 def _extent_of(iv: Any) -> int:

@@ -6,7 +6,11 @@
 - reductions with reuse: `SSSRRSRS` tiling. The consumer (or the cache_write copy-out) takes the
   outer levels bound to blockIdx.x, vthread and threadIdx.x; the reduction is computed per thread
   into registers ("local") inside it, its reduction split in three; every input is staged through
-  shared memory per outer reduction block, fetched cooperatively by the block's threads.
+  shared memory per outer reduction block, fetched cooperatively by the block's threads (in
+  float2/float4 pieces where the shapes allow, rows padded against bank conflicts, in 1-3 copies
+  so that the next slices load while this one is computed on).
+Limits come from the target: threads per block, accumulators within a third of a thread's
+registers. The first guess (analytic.py) takes ops' hand GEMM schedule from the same space.
 Every non-inlined stage stays at root: one kernel each.
 """
 
@@ -50,8 +54,58 @@ def _repair(tiles: list[list[int]], level: int, limit: int) -> None:
                 break
 
 
+def _repair_local(tiles: list[list[int]], limit: int) -> None:
+    """Halve S3, then S4, then vthread factors until a thread's accumulators (vthread x S3 x S4
+    over all axes) are within `limit`."""
+    while math.prod(t[0] * t[2] * t[3] for t in tiles) > limit:
+        for level in (2, 3, 0):
+            if any(t[level] > 1 for t in tiles):
+                _repair(tiles, level, math.prod(t[level] for t in tiles) // 2)
+                break
+
+
+def accumulator_budget(target: Any) -> int:
+    """Accumulators one thread may keep: a power of two within a third of its registers (the
+    rest hold the operand slivers, addresses and loop counters); 64 of 255 on CUDA."""
+    registers = getattr(target, "registers_per_thread", 3 * MAX_LOCAL)
+    return 1 << max(0, (registers // 3).bit_length() - 1)
+
+
+def fetch_widths(op: Any, tensor: Any, tiles: list[list[int]], r_tiles: list[list[int]]) -> list:
+    """The vector widths (1, 2, 4) a cooperative fetch of `tensor` into shared memory may use:
+    every read of it must index its last dimension by one loop variable alone (`A[i, k]`, not
+    `X[i + r]`), whose tile divides that loop's extent and the width, and the last dimension
+    must hold whole vectors (rows stay 16-byte aligned)."""
+    from tensorforge.te.expr import TensorRead
+    from tensorforge.te.visit import walk
+
+    extents = {}
+    for iv, t in zip(op.axis, tiles):
+        extents[id(iv.var)] = (_extent(iv), math.prod(t))
+    for iv, t in zip(op.reduce_axis, r_tiles):
+        extents[id(iv.var)] = (_extent(iv), math.prod(t))
+    shape = getattr(tensor, "shape", ())
+    last_dim = getattr(shape[-1], "value", None) if shape else None
+    if not isinstance(last_dim, int):
+        return [1]
+    reads = [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
+    reads = [r for r in reads if r.tensor is tensor or getattr(r.tensor, "op", None) is tensor.op]
+    if not reads:
+        return [1]
+    out = [1]
+    for width in (2, 4):
+        ok = last_dim % width == 0
+        for read in reads:
+            entry = extents.get(id(read.indices[-1]))
+            ok = ok and entry is not None and entry[0] % entry[1] == 0 and entry[1] % width == 0
+        if ok:
+            out.append(width)
+    return out
+
+
 def gpu_tiling(b: Any, stage: Any, key: str) -> None:
     op = stage.op
+    target = b.target
     consumer = b.plan.fused_into.get(id(op))
     if consumer is not None:
         outer, inner = b.s[consumer], stage
@@ -63,9 +117,8 @@ def gpu_tiling(b: Any, stage: Any, key: str) -> None:
     hint = {"spatial": spatial, "reduce": reduce, "op": op}
     tiles = [list(t) for t in b.d.tile(f"gtile:{key}", spatial, 5, hint)]
     _repair(tiles, 0, MAX_VTHREADS)  # [vthread, thread, S3, S4]
-    _repair(tiles, 1, MAX_THREADS)
-    for level in (3, 2):
-        _repair(tiles, level, int(math.isqrt(MAX_LOCAL)))
+    _repair(tiles, 1, getattr(target, "max_threads_per_block", MAX_THREADS))
+    _repair_local(tiles, accumulator_budget(target))
     r_tiles = b.d.tile(f"grtile:{key}", reduce, 3, hint)  # [R1, R2]
     threads = math.prod(t[1] for t in tiles)
     o_axes = list(outer.leaf_iter_vars[: len(op.axis)])
@@ -87,17 +140,37 @@ def gpu_tiling(b: Any, stage: Any, key: str) -> None:
     b.rec.reorder(inner, order)
     for iv in [lv[1] for lv in s_levels]:
         b.rec.annotate("unroll", inner, iv)
+    if r_levels and math.prod(r_tiles[-1]) <= 32:  # the k slice straight-line, or a loop
+        if b.d.choice(f"kunroll:{key}", [True, False], hint):
+            b.rec.annotate("unroll", inner, r_levels[-1][1])
+            b.rec.annotate("unroll", inner, r_levels[-1][2])
     if r_levels and b.d.choice(f"shared:{key}", [True, False], hint):
         fetch_at = r_levels[-1][0]
-        for t in {id(t.op): t for t in inner.op.input_tensors}.values():
+        steps = math.prod(-(-e // math.prod(t)) for e, t in zip(reduce, r_tiles))
+        # several copies of the tiles: the next k slices load while this one is computed on
+        buffers = b.d.choice(f"db:{key}", [1, 2, 3] if steps > 1 else [1], hint)
+        inputs = {id(t.op): t for t in inner.op.input_tensors}.values()
+        for n, t in enumerate(inputs):
             source = b.s[t]
             if source.attach_type == "inline":
                 continue
+            widths = fetch_widths(op, t, tiles, r_tiles)
+            width = b.d.choice(f"fvec:{key}.{n}", widths, {**hint, "tensor": t})
+            pads = [p for p in (0, 4, 8) if p % width == 0] if len(t.shape) >= 2 else [0]
+            pad = b.d.choice(f"pad:{key}.{n}", pads, {**hint, "tensor": t})
             cache = b.rec.cache_read(source, "shared", [inner])
             b.rec.compute_at(cache, inner, fetch_at)
+            if pad:  # row stride % 16 == pad: the rows a warp reads at once fall in other banks
+                b.rec.storage_align(cache, len(t.shape) - 2, 16, pad)
             fused = b.rec.fuse(cache, list(cache.leaf_iter_vars))
+            if width > 1:  # float2/float4 loads and stores, `width` consecutive elements a thread
+                fused, vec = b.rec.split(cache, fused, width)
             _, tx = b.rec.split(cache, fused, threads)
             b.rec.bind(cache, tx, "threadIdx.x")
+            if width > 1:
+                b.rec.annotate("vectorize", cache, vec)
+            if buffers > 1:
+                b.rec.double_buffer(cache, buffers)
     unroll = b.d.choice(f"unroll:{key}", [0, 16, 64, 512], hint)
     if unroll:
         b.rec.pragma(inner, inner.leaf_iter_vars[0], "auto_unroll_max_step", unroll)

@@ -36,6 +36,7 @@ KINDS = (
     "set_scope",
     "storage_align",
     "prefetch",
+    "double_buffer",
 )
 
 
@@ -123,6 +124,8 @@ def _apply_one(s: Any, step: Step) -> Any:
             return stage.storage_align(stage.op.axis[p[0]], p[1], p[2])
         case "prefetch":
             return stage.prefetch(s.stages[p[0]].op.output(0), axes[0], p[1])
+        case "double_buffer":
+            return stage.double_buffer(p[0])
     raise ValueError(f"unknown schedule step {step.kind!r}")
 
 
@@ -194,6 +197,9 @@ class Recorder:
 
     def storage_align(self, stage: Any, dim: int, factor: int, offset: int) -> None:
         self._do("storage_align", stage, (), (dim, factor, offset))
+
+    def double_buffer(self, stage: Any, stages: int) -> None:
+        self._do("double_buffer", stage, (), (int(stages),))
 
 
 def _product(values: Sequence[int]) -> int:
@@ -327,6 +333,8 @@ def _print_one(s: Any, step: Step, names: _Names) -> list[str]:
             line = f"s[{st}].storage_align(s[{st}].op.axis[{p[0]}], {p[1]}, {p[2]})"
         case "prefetch":
             line = f"s[{st}].prefetch({names.stage(s.stages[p[0]])}, {axes[0]}, {p[1]})"
+        case "double_buffer":
+            line = f"s[{st}].double_buffer({p[0]})"
         case _:
             raise ValueError(f"unknown schedule step {step.kind!r}")
     out, names.pending = [*names.pending, line], []
