@@ -64,6 +64,62 @@ def _repair_local(tiles: list[list[int]], limit: int) -> None:
                 break
 
 
+def _grow_threads(tiles: list[list[int]], extents: list[int], want: int) -> None:
+    """Double thread factors (innermost axis first) while the block has fewer than `want`
+    threads and an axis has room for twice its tile: a block of less than a warp idles lanes."""
+    grown = True
+    while grown and math.prod(t[1] for t in tiles) < want:
+        grown = False
+        for t, extent in zip(reversed(tiles), reversed(extents)):
+            if 2 * math.prod(t) <= extent:
+                t[1] *= 2
+                grown = True
+                break
+
+
+def shared_bytes(op: Any, inputs: Any, tiles: list[list[int]], r_tiles: list[list[int]]) -> int:
+    """An estimate of one copy of the shared tiles of `inputs`: per dimension, the tiles of the
+    loop variables its index reads, summed (a window `y + ry` spans both), at most the extent."""
+    from tensorforge.te.expr import TensorRead, Var
+    from tensorforge.te.visit import walk
+
+    tile = {id(iv.var): math.prod(t) for iv, t in zip(op.axis, tiles)}
+    tile.update({id(iv.var): math.prod(t) for iv, t in zip(op.reduce_axis, r_tiles)})
+    reads = [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
+    total = 0
+    for t in inputs:
+        read = next((r for r in reads if r.tensor is t or r.tensor.op is t.op), None)
+        if read is None:
+            continue
+        size = 1
+        for index, dim in zip(read.indices, t.shape):
+            used = {id(n) for n in walk(index) if isinstance(n, Var) and id(n) in tile}
+            span = max(1, sum(tile[v] for v in used) - len(used) + 1)
+            extent = getattr(dim, "value", None)
+            size *= min(span, extent) if isinstance(extent, int) else span
+        total += size * max(1, _bits(t.dtype) // 8)
+    return total
+
+
+def _bits(dtype: str) -> int:
+    digits = "".join(ch for ch in str(dtype) if ch.isdigit())
+    return int(digits) if digits else 32
+
+
+def _repair_shared(
+    op: Any, inputs: Any, tiles: list[list[int]], r_tiles: list[list[int]], limit: int
+) -> None:
+    """Halve reduction slices, then S4, S3 and vthread factors, until one copy of the shared
+    tiles fits in `limit` bytes."""
+    while shared_bytes(op, inputs, tiles, r_tiles) > limit:
+        factors = [(t, k) for t in r_tiles for k in range(len(t))]
+        factors += [(t, k) for k in (3, 2, 0, 1) for t in tiles]
+        t, k = max(factors, key=lambda f: f[0][f[1]] > 1)  # the first one above 1
+        if t[k] == 1:
+            return
+        t[k] //= 2
+
+
 def accumulator_budget(target: Any) -> int:
     """Accumulators one thread may keep: a power of two within a third of its registers (the
     rest hold the operand slivers, addresses and loop counters); 64 of 255 on CUDA."""
@@ -119,7 +175,12 @@ def gpu_tiling(b: Any, stage: Any, key: str) -> None:
     _repair(tiles, 0, MAX_VTHREADS)  # [vthread, thread, S3, S4]
     _repair(tiles, 1, getattr(target, "max_threads_per_block", MAX_THREADS))
     _repair_local(tiles, accumulator_budget(target))
-    r_tiles = b.d.tile(f"grtile:{key}", reduce, 3, hint)  # [R1, R2]
+    _grow_threads(tiles, spatial, getattr(target, "warp_size", 32))
+    r_tiles = [list(t) for t in b.d.tile(f"grtile:{key}", reduce, 3, hint)]  # [R1, R2]
+    inputs = list({id(t.op): t for t in inner.op.input_tensors}.values())
+    inputs = [t for t in inputs if b.s[t].attach_type != "inline"]
+    limit = getattr(target, "max_shared_memory_per_block", 48 * 1024)
+    _repair_shared(op, inputs, tiles, r_tiles, limit)
     threads = math.prod(t[1] for t in tiles)
     o_axes = list(outer.leaf_iter_vars[: len(op.axis)])
     levels = [b.rec.split_many(outer, a, [t[0], t[1], t[2] * t[3]]) for a, t in zip(o_axes, tiles)]
@@ -148,12 +209,11 @@ def gpu_tiling(b: Any, stage: Any, key: str) -> None:
         fetch_at = r_levels[-1][0]
         steps = math.prod(-(-e // math.prod(t)) for e, t in zip(reduce, r_tiles))
         # several copies of the tiles: the next k slices load while this one is computed on
-        buffers = b.d.choice(f"db:{key}", [1, 2, 3] if steps > 1 else [1], hint)
-        inputs = {id(t.op): t for t in inner.op.input_tensors}.values()
+        one = shared_bytes(op, inputs, tiles, r_tiles)
+        fits = [k for k in (1, 2, 3) if k * one <= limit and (k == 1 or steps > 1)]
+        buffers = b.d.choice(f"db:{key}", fits, hint)
         for n, t in enumerate(inputs):
             source = b.s[t]
-            if source.attach_type == "inline":
-                continue
             widths = fetch_widths(op, t, tiles, r_tiles)
             width = b.d.choice(f"fvec:{key}.{n}", widths, {**hint, "tensor": t})
             pads = [p for p in (0, 4, 8) if p % width == 0] if len(t.shape) >= 2 else [0]
