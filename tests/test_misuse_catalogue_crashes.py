@@ -443,7 +443,7 @@ def cli_scale(n, dtype):
     s = te.create_schedule(B.op)
     cfg = tune.get_config()
     cfg.define_split("split", B.op.axis[0], num_outputs=2)
-    cfg.define_knob("pad", list(range(64)))
+    cfg.define_knob("pad", list(range(8192)))
     cfg["split"].apply(s, B, B.op.axis[0])
     return s, [A, B]
 """
@@ -536,8 +536,14 @@ def test_cli_ctrl_c_during_tune_says_what_was_saved(tmp_path):
         if log.exists() and len(log.read_text().splitlines()) >= 2:
             break
         time.sleep(0.1)
+    assert proc.poll() is None, "the tuner ended before the test could interrupt it"
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("the tuner went on for 120 s after its Ctrl-C") from None
     records = 0
     for line in log.read_text().splitlines():  # a record cut off by the interrupt is not one
         try:
