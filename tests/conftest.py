@@ -58,3 +58,16 @@ def cpu_target(request):
 def rng(request):
     """A numpy Generator seeded from the test's id: reproducible, and different per test."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture(autouse=True)
+def _sigint_left_as_found():
+    """A test (or a library it starts, such as a Ray driver) that leaves SIGINT ignored would
+    pass that on to every later subprocess through exec, where Ctrl-C then does nothing: put the
+    handler back after each test."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before and before is not None:
+        signal.signal(signal.SIGINT, before)

@@ -506,6 +506,17 @@ def test_cli_trials_is_the_total_and_resume_counts_toward_it(tmp_path):
     assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 5
 
 
+def _as_from_a_terminal():
+    """In the child before exec: SIGINT at its default and unblocked, as a shell started from a
+    terminal leaves it. A process started with SIGINT ignored keeps ignoring it (Python then
+    installs no KeyboardInterrupt handler, as `nohup` intends), and ignored or blocked signals
+    pass through exec: whatever this pytest process inherited must not decide the test."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_cli_ctrl_c_during_tune_says_what_was_saved(tmp_path):
     import signal
     import time
@@ -530,6 +541,7 @@ def test_cli_ctrl_c_during_tune_says_what_was_saved(tmp_path):
         env=env,
         cwd=tmp_path,
         start_new_session=True,  # its own process group: SIGINT reaches it and its workers, as a Ctrl-C does
+        preexec_fn=_as_from_a_terminal,
     )
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
@@ -543,7 +555,11 @@ def test_cli_ctrl_c_during_tune_says_what_was_saved(tmp_path):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise AssertionError("the tuner went on for 120 s after its Ctrl-C") from None
+        state = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        raise AssertionError(
+            f"the tuner went on for 120 s after its Ctrl-C (this pytest's SIGINT handler and "
+            f"blocked signals: {state})"
+        ) from None
     records = 0
     for line in log.read_text().splitlines():  # a record cut off by the interrupt is not one
         try:
