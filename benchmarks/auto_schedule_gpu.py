@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import numpy as np
+from gpu import ours_time, torch_time  # benchmarks/gpu.py: the script's folder is on sys.path
 
 import tensorforge as tf
 from tensorforge import te, tune
@@ -29,26 +30,6 @@ def gpu_gemm(n, m, k):
     r = te.reduce_axis((0, k), name="k")
     C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
     return [A, B, C]
-
-
-def time_ours(mod, arrays) -> float:
-    return mod.time_evaluator(mod.entry_name, tf.cuda(0), number=10, repeat=5)(*arrays).median
-
-
-def time_torch(fn, repeat=20) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return float(np.median(times))
 
 
 def main() -> None:
@@ -75,7 +56,7 @@ def main() -> None:
         arrays[2] = tf.nd.empty((n, n), "float32", dev)
         mod(*arrays)
         np.testing.assert_allclose(arrays[2].numpy(), expected, rtol=1e-3, atol=1e-2 * n**0.5)
-        rows.append((name, time_ours(mod, arrays), extra))
+        rows.append((name, ours_time(mod, arrays), extra))
 
     task = auto.SearchTask(func=gpu_gemm, args=(n, n, n), target="cuda")
     start = time.perf_counter()
@@ -93,7 +74,7 @@ def main() -> None:
 
     s, tensors = schedule_matmul_cuda(n, n, n)
     measure("ops hand schedule", s, tensors)
-    cublas = time_torch(lambda: torch.matmul(ta, tb))
+    cublas = torch_time(lambda: torch.matmul(ta, tb))
     rows.append(("cuBLAS", cublas, ""))
 
     print(f"\n{torch.cuda.get_device_name()} | GEMM {n}^3 fp32, TF32 off")

@@ -31,6 +31,7 @@ import sys
 import tempfile
 
 import numpy as np
+from gpu import torch_time  # benchmarks/gpu.py: the script's folder is on sys.path
 
 import tensorforge as tf
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
@@ -103,22 +104,6 @@ def ptxas() -> None:
         )
 
 
-def timed(fn, repeat=20) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return float(np.median(times))
-
-
 def tensorcore(sizes=(4096, 8192)) -> None:
     import torch
 
@@ -132,7 +117,7 @@ def tensorcore(sizes=(4096, 8192)) -> None:
         ref = torch.matmul(ta.float(), tb.float())
         A, B = tf.nd.array(ta.cpu().numpy(), dev), tf.nd.array(tb.cpu().numpy(), dev)
         D = tf.nd.empty((size, size), "float16", dev)
-        cublas = timed(lambda x=ta, y=tb: torch.matmul(x, y))
+        cublas = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
         flops = 2.0 * size**3
         table.append(f"fp16 {size}^3 cuBLAS {flops / cublas / 1e12:.1f} TFLOP/s")
         for label, tiles in CONFIGS:
@@ -174,7 +159,7 @@ def sgemm(size=4096) -> None:
     C = tf.nd.empty((size, size), "float32", dev)
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     ref = (ta.double() @ tb.double()).cpu().numpy()
-    cublas = timed(lambda: ta @ tb)
+    cublas = torch_time(lambda: ta @ tb)
     flops = 2.0 * size**3
     print(f"fp32 {size}^3 cuBLAS {flops / cublas / 1e12:.1f} TFLOP/s", flush=True)
 

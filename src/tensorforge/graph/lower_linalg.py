@@ -163,23 +163,7 @@ def convolution(
     if w is not None and groups == 1 and _as_matmul(ctx, shape, stride, KH, KW):
         out = _conv_as_matmul(ctx, node, x, w, shape, stride, padding, dilation, dtype)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
-    if ph or pw:
-        x = ctx.buffer(x)
-        padded_shape = (N, C, H + 2 * ph, W + 2 * pw)
-        src = x
-
-        def pad(idx):
-            n, c, y, xx = idx
-            iy, ix = y - ph, xx - pw
-            inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
-            v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
-            return te.if_then_else(inside, v, te.const(0, v.dtype))
-
-        x = ctx.materialize(
-            Lazy(padded_shape, x.dtype, pad, x.reads, (), 2), node=f"{node.name}_pad"
-        )
-    else:
-        x = ctx.buffer(x)
+    x = _padded(ctx, node, ctx.buffer(x), padding)
     rc = te.reduce_axis((0, cg), name="rc")
     ry = te.reduce_axis((0, KH), name="ry")
     rx = te.reduce_axis((0, KW), name="rx")
