@@ -10,30 +10,22 @@ shared by the task scheduler), and prints how to use the log:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from tensorforge.errors import ArgumentError, TensorForgeError
+from tensorforge.tune.user_file import load_user_file
 
 
 def load_model(spec: str) -> Any:
     """`path/to/file.py:name` -> the module (`name` is a function returning one, or one)."""
     import torch
 
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path:
-        raise ArgumentError(f"--torch expects FILE.py:MODEL_FN, got {spec!r}")
-    if not os.path.isfile(path):
-        raise ArgumentError(f"--torch: no such file {path!r}")
-    module_name = "_tensorforge_model_" + os.path.splitext(os.path.basename(path))[0]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
-    module_spec.loader.exec_module(module)
+    module, path, name = load_user_file(
+        spec, "--torch", "FILE.py:MODEL_FN", "_tensorforge_model_", ArgumentError
+    )
     found = getattr(module, name, None)
     if found is None:
         raise ArgumentError(f"{path} has no {name!r}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import inspect
 import json
 import os
@@ -13,22 +12,16 @@ from typing import Any
 
 from tensorforge.errors import TensorForgeError
 from tensorforge.tune.template import TuneError, get_template
+from tensorforge.tune.user_file import load_user_file
 
 
 def _load_template_file(spec: str) -> Any:
     """`path/to/file.py:name` -> the Template (by registered name or by the function's name)."""
     from tensorforge.tune.template import _TEMPLATES, Template
 
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path:
-        raise TuneError(f"--template expects FILE.py:NAME, got {spec!r}")
-    if not os.path.isfile(path):
-        raise TuneError(f"--template: no such file {path!r}")
-    module_name = "_tensorforge_template_" + os.path.splitext(os.path.basename(path))[0]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
-    module_spec.loader.exec_module(module)
+    module, path, name = load_user_file(
+        spec, "--template", "FILE.py:NAME", "_tensorforge_template_", TuneError
+    )
     candidate = getattr(module, name, None)
     if isinstance(candidate, Template):
         return candidate

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sys
 from typing import Any
 
 from tensorforge.tune.template import TuneError
+from tensorforge.tune.user_file import load_user_file
 
 
 def load_workload(spec: str) -> Any:
     """`path/to/file.py:func` -> the workload function (registered or plain)."""
-    path, sep, name = spec.rpartition(":")
-    if not sep or not path:
-        raise TuneError(f"--auto expects FILE.py:FUNC, got {spec!r}")
-    if not os.path.isfile(path):
-        raise TuneError(f"--auto: no such file {path!r}")
-    module_name = "_tensorforge_workload_" + os.path.splitext(os.path.basename(path))[0]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
-    module_spec.loader.exec_module(module)
+    module, path, name = load_user_file(
+        spec, "--auto", "FILE.py:FUNC", "_tensorforge_workload_", TuneError
+    )
     func = getattr(module, name, None)
     if not callable(func):
         defined = [k for k, v in vars(module).items() if callable(v) and not k.startswith("_")]
