@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from tensorforge import te
 from tensorforge.graph.values import numel
+from tensorforge.ops.cuda import bind_elementwise_cuda
 
 THREADS = 256  # threads per block
 # split the reduction until this many threads share the work (H100, measured over whole models:
@@ -68,13 +69,7 @@ def _vector_width(out) -> int:
 def _elementwise(s, out, width: int) -> None:
     """A thread per `width` contiguous outputs: one vector store, the loads as the inputs'
     layout allows (a vector where they are contiguous and aligned too)."""
-    axes = s[out].op.axis
-    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
-    rest, vec = s[out].split(fused, factor=width)
-    block, thread = s[out].split(rest, factor=THREADS)
-    s[out].bind(block, te.thread_axis("blockIdx.x"))
-    s[out].bind(thread, te.thread_axis("threadIdx.x"))
-    s[out].vectorize(vec)
+    bind_elementwise_cuda(s, out, THREADS, width)
 
 
 def schedule_simple(s, out, anchor) -> None:

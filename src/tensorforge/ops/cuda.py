@@ -18,6 +18,13 @@ def schedule_elementwise_cuda(out, threads: int = 256, vector: int = 4):
     """Fuse the injective chain into `out`; each thread handles `vector` contiguous elements (float4)."""
     s = te.create_schedule(out.op)
     auto_inline(s)
+    bind_elementwise_cuda(s, out, threads, vector)
+    return s
+
+
+def bind_elementwise_cuda(s, out, threads: int = 256, vector: int = 4) -> None:
+    """`out`'s stage flattened, a thread per `vector` contiguous outputs (one vector store),
+    `threads` threads a block."""
     axes = s[out].op.axis
     fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
     rest, vec = s[out].split(fused, factor=vector)
@@ -25,7 +32,6 @@ def schedule_elementwise_cuda(out, threads: int = 256, vector: int = 4):
     s[out].bind(block, te.thread_axis("blockIdx.x"))
     s[out].bind(thread, te.thread_axis("threadIdx.x"))
     s[out].vectorize(vec)
-    return s
 
 
 def matmul_cuda(n: int, m: int, k: int, dtype: str = "float32"):
