@@ -18,14 +18,11 @@ from typing import Any
 from tensorforge.codegen.base import KernelSource, Launch, Param
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names
 from tensorforge.codegen.cuda_intrin import (
-    ASYNC_COMMIT,
-    ASYNC_WAIT,
-    MBARRIER_SOURCE,
     async_copy_lines,
-    async_wait_group,
     warp_fragment_size,
 )
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
+from tensorforge.codegen.cuda_pipeline import PipelineWriter, cluster_size
 from tensorforge.codegen.cuda_types import ctype
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
@@ -45,7 +42,6 @@ from tensorforge.ir.stmt import (
     Realize,
     Seq,
     Stmt,
-    Sync,
     ThreadAllReduce,
     seq,
 )
@@ -53,7 +49,6 @@ from tensorforge.ir.visit import walk
 from tensorforge.target import Target, as_target
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
-from tensorforge.te.extern_call import ExternCall
 
 STATIC_SHARED_LIMIT = 48 * 1024
 # the most shared memory one block may opt in to, by architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin)
@@ -134,7 +129,7 @@ def max_shared_bytes(arch: str) -> int:
     )
 
 
-class _KernelWriter:
+class _KernelWriter(PipelineWriter):
     def __init__(self, func: PrimFunc, target: Target, entry: str = "") -> None:
         self.func = func
         self.target = target
@@ -190,7 +185,7 @@ class _KernelWriter:
         func = self.func
         scalars = {id(p): p for p in func.params if isinstance(p, E.Var)}
         self.threads = compute_launch(func.body, scalars)
-        self.cluster = _cluster_size(func.body)
+        self.cluster = cluster_size(func.body)
         if self.cluster > 1:
             grid_x = self.threads.launch.grid[0]
             if not isinstance(grid_x, int) or grid_x % self.cluster:
@@ -319,6 +314,8 @@ class _KernelWriter:
     # -- statements -----------------------------------------------------------------------------
     def _stmt(self, s: Stmt) -> None:
         p = self.printer
+        if self._pipeline_stmt(s):
+            return
         match s:
             case Seq(stmts=stmts):
                 for x in stmts:
@@ -344,57 +341,6 @@ class _KernelWriter:
             case Evaluate(value=v):
                 if not isinstance(v, E.Const):
                     self.line(f"(void)({p(v)});")
-            case Sync():
-                if self.async_copies:
-                    pending = self.async_wait
-                    self.line(ASYNC_WAIT if pending is None else async_wait_group(pending))
-                self.line("__syncthreads();")
-            case Attr(key="async_commit", body=body):  # a fill of a multi-buffered tile
-                self.async_depth += 1
-                try:
-                    self._stmt(body)
-                finally:
-                    self.async_depth -= 1
-                if self.async_copies:
-                    self.line(ASYNC_COMMIT)
-            case Attr(key="mbarrier_init", value=(name, stages), body=body):
-                self._mbarrier_init(name, int(stages), _bulk_fills(body))
-                self._stmt(body)
-                if self.cluster > 1:  # no block leaves while its peers may still signal it
-                    self.line("tf_cluster_sync();")
-            case Attr(key="mbarrier_fill", value=(name, slot), body=body):
-                before = self.async_copy_count
-                bars, _ = self.mbarriers[name]
-                self.async_depth += 1
-                self.printer.fill_barrier = f"&{bars}[{self.printer(slot)}]"
-                try:
-                    self._stmt(body)
-                finally:
-                    self.async_depth -= 1
-                    self.printer.fill_barrier = None
-                # arrive when this thread's copies land (or now, for plain stores: release)
-                arrive = "tf_mbar_cp_arrive" if self.async_copy_count > before else "tf_mbar_arrive"
-                self.line(f"{arrive}(&{bars}[{self.printer(slot)}]);")
-            case Attr(key="mbarrier_wait", value=(name, which, slot, parity)):
-                bars, stages = self.mbarriers[name]
-                index = (
-                    self.printer(slot) if which == "full" else f"{stages} + {self.printer(slot)}"
-                )
-                wait = "tf_mbar_wait_cluster" if self.cluster > 1 and which == "empty" else "tf_mbar_wait"  # fmt: skip
-                self.line(f"{wait}(&{bars}[{index}], {self.printer(parity)});")
-            case Attr(key="mbarrier_arrive", value=(name, _, slot)):
-                bars, stages = self.mbarriers[name]
-                bar = f"&{bars}[{stages} + {self.printer(slot)}]"
-                if self.cluster > 1:  # every block of the cluster may refill it (multicast)
-                    self.line(f"tf_mbar_warp_arrive_cluster({bar}, {self.cluster});")
-                else:
-                    self.line(f"tf_mbar_warp_arrive({bar});")
-            case Attr(key="async_wait", value=pending, body=body):
-                self.async_wait = int(pending)
-                try:
-                    self._stmt(body)
-                finally:
-                    self.async_wait = None
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
             case Attr(key="thread_allreduce", value=note, body=body):
@@ -421,29 +367,6 @@ class _KernelWriter:
                 raise BuildError(
                     f"CUDA codegen: cannot generate code for statement {type(s).__name__}"
                 )
-
-    def _mbarrier_init(self, name: str, stages: int, bulk: int = 0) -> None:
-        """Shared mbarriers of a pipeline (inject_double_buffer): full[s] completes when every
-        thread's copies into slot s have landed, empty[s] when every warp is done reading it."""
-        if not _has_mbarrier(self.target.arch):
-            raise BuildError(
-                f"CUDA codegen: double_buffer(sync='mbarrier') of '{name}' needs sm_80 or newer, "
-                f"not {self.target.arch}"
-            )
-        if MBARRIER_SOURCE not in self.printer.device_sources:
-            self.printer.device_sources.append(MBARRIER_SOURCE)
-        bars = self.names.fresh(re.sub(r"\W", "_", name))
-        self.mbarriers[name] = (bars, stages)
-        block = self.threads.launch.block
-        threads = block[0] * block[1] * block[2]
-        self.line(f"__shared__ __align__(8) unsigned long long {bars}[{2 * stages}];")
-        full = f"{threads} + {bulk}" if bulk else f"{threads}"
-        empty = -(-threads // 32) * self.cluster
-        with self.block("if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {"):
-            with self.block(f"for (int s = 0; s < {stages}; ++s) {{"):
-                self.line(f"tf_mbar_init(&{bars}[s], {full});  // full: a thread's copies, a bulk fill's bytes")  # fmt: skip
-                self.line(f"tf_mbar_init(&{bars}[{stages} + s], {empty});  // empty: a warp (of each block of the cluster)")  # fmt: skip
-        self.line("tf_cluster_sync();" if self.cluster > 1 else "__syncthreads();")
 
     def _for(self, s: For) -> None:
         if any(name == "async_copy" for name, _ in s.pragmas):
@@ -629,35 +552,3 @@ def _min_blocks(body: Stmt) -> int:
     if any(v < 1 for v in found):
         raise BuildError(f"pragma launch_min_blocks must be at least 1, got {min(found)}")
     return max(found, default=0)
-
-
-def _has_mbarrier(arch: str) -> bool:
-    digits = "".join(ch for ch in (arch or "") if ch.isdigit())
-    return bool(digits) and int(digits) >= 80
-
-
-def _cluster_size(body: Stmt) -> int:
-    """The `cluster_dims` pragma's cluster size (1: none); only clusters along x."""
-    found = {
-        int(value)
-        for n in walk(body)
-        if isinstance(n, For)
-        for name, value in n.pragmas
-        if name == "cluster_dims"
-    }
-    if len(found) > 1 or any(v not in (1, 2, 4, 8) for v in found):
-        raise BuildError(f"pragma cluster_dims must be one of 1, 2, 4, 8 (one value), got {sorted(found)}")  # fmt: skip
-    return found.pop() if found else 1
-
-
-def _bulk_fills(body: Stmt) -> int:
-    """Bulk-copy fills (tf_bulk_rows calls) in one fill of a pipeline: each arms the full
-    barrier once, so it counts one arrival."""
-    for n in walk(body):
-        if isinstance(n, Attr) and n.key == "mbarrier_fill":
-            return sum(
-                1
-                for c in walk(n.body)
-                if isinstance(c, ExternCall) and c.name.startswith("tf_bulk_rows")
-            )
-    return 0
