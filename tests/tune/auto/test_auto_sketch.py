@@ -116,6 +116,45 @@ def test_packing_and_prefetch_match_numpy(name, fixed):
     check(task, s, tensors, reference)
 
 
+@pytest.mark.parametrize(
+    "name, fixed",
+    [
+        ("matmul", {"cw:2.C": True, "rtile:2.C": [[8]], "kstep:2.C": 4}),  # k = 29: a tail
+        ("matmul", {"cw:2.C": False, "rtile:2.C": [[4]], "kstep:2.C": 2}),
+        ("matmul_bias_gelu", {"rtile:2.C": [[17]], "kstep:2.C": 1}),
+        ("conv2d", {"cw:3.conv": True, "rtile:3.conv": [[5], [3], [3]], "kstep:3.conv": 3}),
+    ],
+)
+def test_unrolled_k_steps_match_numpy(name, fixed):
+    """The register tile's k steps unrolled by the kstep decision, also where the k block
+    leaves a tail (29 = 3 x 8 + 5); the step is an unrolled loop in the trace."""
+    func, args, reference = CASES[name]
+    task = SearchTask(func, args, "llvm")
+    trace = task.sample(1, fixed)
+    key = next(k for k in fixed if k.startswith("kstep:"))
+    assert trace.decisions[key] == fixed[key]
+    unrolls = [step for step in trace.steps if step.kind == "unroll"]
+    assert len(unrolls) >= (1 if fixed[key] > 1 else 0)
+    s, tensors = task.instantiate(trace)
+    check(task, s, tensors, reference)
+
+
+def test_first_guess_unrolls_k_steps_and_blocks_k_to_l2():
+    """The first guess's micro-kernel: 4 k steps a loop step, k blocked so that the register
+    tile's panel of B (k block x its columns) fits a quarter of L2."""
+    from tensorforge.tune.auto.analytic import Machine
+
+    func, _, _ = CASES["matmul"]
+    for k in (1024, 8192):
+        task = SearchTask(func, (64, k, 64), "llvm")
+        trace = first_guess(task)
+        assert trace.decisions["kstep:2.C"] == 4
+        columns = trace.decisions["tile:2.C"][1][-1]
+        (block,) = trace.decisions["rtile:2.C"][0]
+        assert block * columns * 4 <= Machine.of(task.target_obj).l2 // 4
+        assert block == k or block * columns * 4 * 2 > Machine.of(task.target_obj).l2 // 4
+
+
 def test_first_guess_schedule_of_bare_outputs():
     """What the torch.compile backend calls for a fused group with no tuning record: outputs in,
     a buildable schedule out (here softmax, compared with NumPy)."""
@@ -194,7 +233,7 @@ def test_a_reduction_across_rows_reduces_vectors_of_outputs(rows, columns):
     task = SearchTask(column_sum, (rows, columns), "llvm")
     lanes = task.target_obj.vector_lanes("float32")
     trace = first_guess(task)
-    assert trace.decisions.get("cols:1.total") is (columns % lanes == 0)
+    assert bool(trace.decisions.get("cols:1.total")) is (columns % lanes == 0)  # 16 lanes: 24 no
     kinds = [step.kind for step in trace.steps]
     assert "rfactor" not in kinds or columns % lanes
     for t in (trace, task.sample(0, {"cols:1.total": False}), task.sample(1)):

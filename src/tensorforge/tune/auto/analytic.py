@@ -104,6 +104,8 @@ class AnalyticPolicy:
             return 256 if 256 in options else options[len(options) // 2]
         if kind == "kunroll":
             return True
+        if kind == "kstep":  # 4 k steps per loop step, as ops/matmul's micro-kernel
+            return max(u for u in options if u <= 4)
         if kind == "shared":
             return True
         return None
@@ -185,13 +187,14 @@ class AnalyticPolicy:
         return tiles
 
     def cpu_reduce_tiles(self, hint: dict, tile: tuple[int, int] | None) -> list[list[int]]:
-        """R1 per reduction axis: small axes whole, the rest blocked so that the sliver of the
-        broadcast operand one register tile reads (its rows x R1) stays in L1 beside the
-        vector operand's stream, as ops/matmul blocks k (GEMM 1024³, AVX2: k blocks of 1024
-        0.97x the hand schedule, of 256 0.91x, of 128 0.83x)."""
+        """R1 per reduction axis: small axes whole, the rest blocked so that the register
+        tile's panel of the vector operand (R1 x its columns), packed once per block and reused
+        by every row tile of the block, fits a quarter of L2, as ops/matmul's k blocks on
+        AVX-512 (GEMM 1024³: k blocks of 1024 0.92x the hand schedule, of 512 0.85x, of 256
+        0.83x; AVX2: 1024 0.97x, 256 0.91x, 128 0.83x)."""
         reduce = hint["reduce"]
-        rows = tile[0] if tile else 1
-        budget = max(1, self.machine.l1 * 3 // 4 // (4 * rows))
+        columns = tile[1] if tile else hint.get("lanes", 1)
+        budget = max(1, self.machine.l2 // 4 // (4 * columns))
         tiles = []
         for extent in reversed(reduce):
             if extent <= 8:
