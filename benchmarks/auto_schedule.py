@@ -3,17 +3,19 @@
 For each case: the hand schedule (or, for fused subgraphs, the best unfused pair of ops
 schedules), NumPy where it has the operator, the analytic first guess (trials=0) and the best
 schedule tuned so far (from a resumable log per case), all timed in this one process, as ratios.
-`--search-quality N` compares the model-guided search (N/2 trials) with random search (N trials)
-on GEMM 256³, 3 seeds: a reduced scale of the target (1000 random trials), labelled so.
+`--search-quality N` compares the model-guided search (N/2 trials; with and without the first
+guess in its first batch) with random search (N trials) on GEMM 256³, 3 seeds, kernels timed in
+thread CPU time; the target's scale is N = 1000 (a smaller N is labelled a reduced scale).
 
 Run: TF_NUM_THREADS=1 nice python benchmarks/auto_schedule.py [--tune N] [--cases a,b]
-     [--logs DIR] [--small] [--search-quality N] [--json]
+     [--logs DIR] [--small] [--search-quality N [--sq-out FILE]] [--json]
 Each `--tune N` adds N trials per case to its log (resumed), so a budget can be spent in slices.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -285,8 +287,14 @@ def main() -> None:
         type=int,
         default=0,
         metavar="TRIALS",
-        help="random-search trials per seed in a search-quality run (guided: half; 48: ~5 min)",
+        help="random-search trials per seed in a search-quality run (guided: half; 1000 on"
+        " GEMM 256³: ~5 min a seed for random, ~3 for each guided mode on a quiet machine)",
     )
+    parser.add_argument("--sq-args", default="[256, 256, 256]", help="GEMM n, k, m (JSON)")
+    parser.add_argument("--sq-modes", default="guided,guided_cold,random")
+    parser.add_argument("--sq-seeds", default="0,1,2")
+    parser.add_argument("--sq-out", default=None, help="append each run's curve (JSON lines)")
+    parser.add_argument("--sq-report", default=None, help="only print the table of an --sq-out")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--number", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=8, help="rounds of interleaved timing")
@@ -326,11 +334,14 @@ def main() -> None:
         rows.append(row)
         if opts.json:
             print(json.dumps(row))
-    if opts.search_quality:
-        rows_sq = search_quality(opts.search_quality, opts.small, option)
-        if opts.json:
-            for r in rows_sq:
-                print(json.dumps(r))
+    if opts.search_quality or opts.sq_report:
+        if opts.search_quality:
+            sq_args = (128, 128, 128) if opts.small else tuple(json.loads(opts.sq_args))
+            modes, seeds = opts.sq_modes.split(","), [int(x) for x in opts.sq_seeds.split(",")]
+            rows_sq = search_quality(opts.search_quality, sq_args, modes, seeds, opts.sq_out)
+        else:
+            with open(opts.sq_report) as f:
+                rows_sq = [json.loads(line) for line in f if line.strip()]
         print_search_quality(rows_sq)
     print_table(rows, opts.clock)
 
@@ -378,43 +389,81 @@ def print_table(rows: list[dict], clock: str = "cpu") -> None:
 
 # -- search quality -------------------------------------------------------------------------------
 
+SEARCH_QUALITY_MODES = {  # name -> tune() options
+    "guided": {"model": True, "first_guess": True},  # what task.tune does
+    "guided_cold": {"model": True, "first_guess": False},  # the model alone, no first guess
+    "random": {"model": False, "first_guess": False},
+}
 
-def search_quality(trials: int, small: bool, option) -> list[dict]:
-    """Best time after each trial: random search with `trials` trials, the model-guided search
-    with half as many, on the same task, for 3 seeds (neither starts from the first guess).
-    Batches of trials/8 (at least 4): in batches of the default 16, a 16-trial guided search
-    would be its warm-up batch alone (mutants of one random point and random ones) and the
-    model would never rank anything."""
-    args = (128, 128, 128) if small else (256, 256, 256)
+
+def cpu_time_runner(task, mod, option, reference) -> list[float]:
+    """tuning.warm_runner timed in this thread's CPU time (TF_NUM_THREADS=1: the kernel runs in
+    the calling thread), so time the OS gives the other processes of a shared machine is not
+    counted."""
+    from tensorforge.tune.measure import check_outputs, device_arrays, make_host_arrays, to_numpy
+
+    _, arrays = device_arrays(task, make_host_arrays(task.arg_specs))
+    function = mod[getattr(mod, "entry_name", None) or "main"]
+    function(*arrays)
+    if reference is not None:
+        check_outputs(task.arg_specs, [to_numpy(a) for a in arrays], reference)
+    costs = []
+    for _ in range(option.repeat):
+        start = time.thread_time()
+        for _ in range(option.number):
+            function(*arrays)
+        costs.append((time.thread_time() - start) / option.number)
+    return costs
+
+
+def search_quality(
+    trials: int, args: tuple, modes: list[str], seeds: list[int], out: str | None
+) -> list[dict]:
+    """Best time after each trial on GEMM `args`: random search with `trials` trials, the
+    model-guided ones with half as many, in batches of 16, per seed; kernels timed in thread
+    CPU time. Each finished run is appended to `out` (JSON lines) as it lands."""
     task = auto.SearchTask(gemm, args, "llvm")
-    batch = max(4, trials // 8)
-    out = []
-    for seed in (0, 1, 2):
-        for guided in (True, False):
+    option = tune.measure_option(number=3, repeat=2, timeout=40, n_parallel=1)
+    option = dataclasses.replace(option, runner=cpu_time_runner)
+    rows = []
+    for seed in seeds:
+        for mode in modes:
+            guided = mode != "random"
+            start = time.perf_counter()
             tuner = task.tune(
                 trials // 2 if guided else trials,
                 log=None,
                 seed=seed,
                 measure_option=option,
-                model=guided,
                 progress=False,
-                first_guess=False,
-                batch_size=batch,
+                batch_size=16,
+                **SEARCH_QUALITY_MODES[mode],
             )
             curve, best = [], math.inf
             for _, res in tuner.search.history:
-                best = min(best, res.cost)
+                best = min(best, min(res.costs) if res.ok else math.inf)
                 curve.append(best)
-            out.append(
-                {
-                    "seed": seed,
-                    "guided": guided,
-                    "args": list(args),
-                    "curve": curve,
-                    "measure_fraction": tuner.measure_fraction,
-                }
+            row = {
+                "seed": seed,
+                "mode": mode,
+                "guided": guided,
+                "args": list(args),
+                "curve": curve,
+                "measure_fraction": tuner.measure_fraction,
+                "wall_s": time.perf_counter() - start,
+                "load": os.getloadavg()[0],
+            }
+            rows.append(row)
+            if out:
+                with open(out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            print(
+                f"  seed {seed} {mode}: {len(curve)} trials, best {best * 1e3:.3f} ms,"
+                f" {row['wall_s']:.0f} s, measuring {row['measure_fraction']:.0%}, load"
+                f" {row['load']:.1f}",
+                flush=True,
             )
-    return out
+    return rows
 
 
 def _trials_to(curve: list[float], target: float) -> int | None:
@@ -423,35 +472,40 @@ def _trials_to(curve: list[float], target: float) -> int | None:
 
 
 def print_search_quality(rows: list[dict]) -> None:
+    """Per seed and guided mode: the target is 90% of the speed of random's best after all its
+    trials; a hit when the guided search reaches it in at most half the trials random needed."""
     if not rows:
         return
-    random_n = max(len(r["curve"]) for r in rows if not r["guided"])
+    random_n = max((len(r["curve"]) for r in rows if r["mode"] == "random"), default=0)
+    args = "x".join(map(str, rows[0]["args"]))
+    scale = "" if random_n >= 1000 else f"REDUCED SCALE ({random_n} random trials, target 1000); "
     print(
-        f"\nsearch quality, REDUCED SCALE (the target: 1000 random trials, a >= 1e4-point space):"
-        f" GEMM {'x'.join(map(str, rows[0]['args']))}, random search {random_n} trials vs"
-        f" model-guided {random_n // 2}, batches of {max(4, random_n // 8)}, 3 seeds; target: guided"
-        f" reaches 90% of random's best"
-        f" speed within half the trials"
+        f"\nsearch quality, {scale}GEMM {args} (its space: > 10^5 schedules at 256³, tile"
+        f" sizes alone 165² x 9): random search {random_n} trials vs model-guided {random_n // 2},"
+        f" batches of 16, thread CPU time; hit: guided reaches 90% of random's best speed in at"
+        f" most half the trials random needs"
     )
-    hits = 0
+    hits: dict[str, int] = {}
     for seed in sorted({r["seed"] for r in rows}):
-        guided = next(r for r in rows if r["seed"] == seed and r["guided"])
-        rand = next(r for r in rows if r["seed"] == seed and not r["guided"])
-        if not guided["curve"] or not rand["curve"]:
-            print(f"seed {seed}: no successful trials")
+        rand = next((r for r in rows if r["seed"] == seed and r["mode"] == "random"), None)
+        if rand is None or not rand["curve"] or not math.isfinite(rand["curve"][-1]):
             continue
         target = rand["curve"][-1] / 0.9  # 90% of the speed of random's best
-        n_guided, n_random = _trials_to(guided["curve"], target), _trials_to(rand["curve"], target)
-        hit = n_guided is not None
-        hits += hit
-        print(
-            f"seed {seed}: random best {rand['curve'][-1] * 1e3:.3f} ms after {len(rand['curve'])};"
-            f" guided best {guided['curve'][-1] * 1e3:.3f} ms after {len(guided['curve'])};"
-            f" trials to 90% of random's best: guided {n_guided or '-'}, random {n_random}"
-            f" ({'hit' if hit else 'MISS'}; measuring {guided['measure_fraction']:.0%} /"
-            f" {rand['measure_fraction']:.0%} of wall time)"
-        )
-    print(f"search quality: {hits} of 3 seeds hit")
+        n_random = _trials_to(rand["curve"], target)
+        for g in [r for r in rows if r["seed"] == seed and r["guided"]]:
+            n_guided = _trials_to(g["curve"], target)
+            hit = n_guided is not None and n_guided <= n_random / 2
+            hits[g["mode"]] = hits.get(g["mode"], 0) + hit
+            print(
+                f"seed {seed} {g['mode']:<12}: random best {rand['curve'][-1] * 1e3:.4f} ms"
+                f" ({len(rand['curve'])} trials), guided best {g['curve'][-1] * 1e3:.4f} ms"
+                f" ({len(g['curve'])}); trials to 90% of random's best: guided {n_guided or '-'},"
+                f" random {n_random} ({'hit' if hit else 'MISS'}); measuring"
+                f" {g['measure_fraction']:.0%} / {rand['measure_fraction']:.0%} of wall time"
+                f" (load {g['load']:.1f} / {rand['load']:.1f})"
+            )
+    for mode, n in hits.items():
+        print(f"search quality, {mode}: {n} of {len({r['seed'] for r in rows})} seeds hit")
 
 
 if __name__ == "__main__":
