@@ -1,6 +1,8 @@
 """Every schedule the sketch rules draw is correct: built and compared with NumPy on random data,
 for matmul, conv2d, softmax, layer norm and fused subgraphs at awkward sizes (primes, 1s)."""
 
+import math
+
 import pytest
 from auto_workloads import CASES, check
 
@@ -137,6 +139,40 @@ def test_unrolled_k_steps_match_numpy(name, fixed):
     assert len(unrolls) >= (1 if fixed[key] > 1 else 0)
     s, tensors = task.instantiate(trace)
     check(task, s, tensors, reference)
+
+
+@pytest.mark.parametrize(
+    "name, fixed",
+    [
+        ("matmul", {"cw:2.C": True, "rtile:2.C": [[29]], "pack:2.C": False}),
+        ("matmul", {"cw:2.C": True, "tile:2.C": [[2, 3, 5], [1, 2, 16]], "rtile:2.C": [[29]]}),
+        ("matmul_bias_gelu", {"rtile:2.C": [[17]], "tile:2.C": [[1, 3, 7], [2, 1, 16]]}),
+        (
+            "conv_bn_relu",
+            {
+                "tile:3.conv": [[1, 1, 1], [1, 1, 5], [1, 3, 1], [1, 1, 7]],
+                "rtile:3.conv": [[3], [3], [3]],
+                "kstep:3.conv": 3,
+            },
+        ),
+    ],
+)
+def test_accumulators_at_the_register_tile_match_numpy(name, fixed):
+    """With the reduction in one block, the accumulators may be just the register tile,
+    computed inside the output's tile loop (awkward sizes: tails in every tiled axis)."""
+    import tensorforge as tf
+
+    func, args, reference = CASES[name]
+    task = SearchTask(func, args, "llvm")
+    key = next(k.split(":", 1)[1] for k in fixed if k.startswith("rtile:"))
+    trace = task.sample(2, {**fixed, f"acc:{key}": True, f"pack:{key}": False})
+    assert trace.decisions[f"acc:{key}"] is True
+    tile = math.prod(t[-1] for t in trace.decisions[f"tile:{key}"])
+    s, tensors = task.instantiate(trace)
+    assert f"float32[{tile}]" in str(tf.lower(s, tensors))  # the register tile, not a block
+    check(task, s, tensors, reference)
+    blocked = task.sample(2, {**trace.decisions, f"acc:{key}": False})
+    assert f"float32[{tile}]" not in str(tf.lower(*task.instantiate(blocked)))
 
 
 def test_first_guess_unrolls_k_steps_and_blocks_k_to_l2():

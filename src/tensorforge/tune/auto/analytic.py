@@ -104,6 +104,8 @@ class AnalyticPolicy:
             return 256 if 256 in options else options[len(options) // 2]
         if kind == "kunroll":
             return True
+        if kind == "acc":  # a single k block and no packed panel: accumulate in registers
+            return True
         if kind == "kstep":  # 4 k steps per loop step, as ops/matmul's micro-kernel
             return max(u for u in options if u <= 4)
         if kind == "shared":
