@@ -313,14 +313,24 @@ def main() -> None:
     parser.add_argument(
         "--clock", choices=sorted(CLOCKS), default="cpu", help="thread CPU time or wall clock"
     )
+    parser.add_argument(
+        "--target",
+        default="llvm",
+        help="compile for this target, run here ('llvm -mcpu=znver3': an AVX2 machine's schedules)",
+    )
     opts = parser.parse_args()
     os.makedirs(opts.logs, exist_ok=True)
+    with tf.Target(opts.target):
+        run_cases(opts)
+
+
+def run_cases(opts) -> None:
     option = tune.measure_option(number=2, repeat=2, timeout=40, n_parallel=1)
     rows = []
     for case in [c for c in opts.cases.split(",") if c and c != "none"]:
         func, full, small = CASES[case]
         args = small if opts.small else full
-        task = auto.SearchTask(func, args, "llvm")
+        task = auto.SearchTask(func, args, opts.target)
         log = os.path.join(opts.logs, f"{case.replace('/', '_')}.jsonl")
         if opts.tune:
             task.tune(opts.tune, log=log, seed=len(rows), measure_option=option)
@@ -355,7 +365,7 @@ def main() -> None:
             with open(opts.sq_report) as f:
                 rows_sq = [json.loads(line) for line in f if line.strip()]
         print_search_quality(rows_sq)
-    print_table(rows, opts.clock)
+    print_table(rows, opts.clock, opts.target)
 
 
 def _ratio(a, b):
@@ -373,7 +383,7 @@ TARGETS = {  # hand/tuned wanted (issue 16); fused cases: against the best unfus
 }
 
 
-def print_table(rows: list[dict], clock: str = "cpu") -> None:
+def print_table(rows: list[dict], clock: str = "cpu", target: str = "llvm") -> None:
     print(
         f"\n{'case':<22}{'trials':>7}{'hand ms':>10}{'guess ms':>10}{'tuned ms':>10}"
         f"{'hand/tuned':>11}{'hand/guess':>11}{'guess/tuned':>12}{'numpy/tuned':>12}{'guess s':>8}"
@@ -395,6 +405,7 @@ def print_table(rows: list[dict], clock: str = "cpu") -> None:
         " speed; fused cases: 'hand' is the best unfused pair of ops schedules, and where the"
         " anchor (GEMM, conv) is ~95% of the pair's time, 1.2x needs an anchor 1.2x faster than"
         f" the hand's; {'thread CPU' if clock == 'cpu' else 'wall-clock'} time, 1 thread;"
+        f" target {target!r};"
         f" load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})"
     )
 

@@ -214,14 +214,29 @@ def test_first_guess_schedule_of_bare_outputs():
 def test_first_guess_takes_the_hand_micro_kernel_from_the_target(target, rows, vectors, lanes):
     """The GEMM first guess is ops/matmul's micro-kernel for the target named (not this host):
     8 x 2 vectors of 32 zmm registers, 6 x 2 of 16 ymm (its 4 tail rows of 1024 in a peeled
-    block); the accumulator block nearly all rows tall; k blocks that keep the A sliver in L1."""
+    block); the accumulator block nearly all rows tall; k whole (its B panel fits L2)."""
     func, _, _ = CASES["matmul"]
     trace = first_guess(SearchTask(func, (1024, 1024, 1024), target))
     row_tiles, column_tiles = trace.decisions["tile:2.C"]
     assert row_tiles[-1] == rows and column_tiles[-1] == vectors * lanes
     assert row_tiles[-2] * rows >= 0.49 * 1024  # a block of (nearly) all rows, or half
-    ((k_block,),) = trace.decisions["rtile:2.C"]
-    assert rows * k_block * 4 <= 32 * 1024 and k_block >= 256
+    assert trace.decisions["rtile:2.C"] == [[1024]]
+
+
+@pytest.mark.parametrize(
+    "target, width, rows, lanes",
+    [("llvm -mcpu=skylake-avx512", 56, 4, 16), ("llvm -mcpu=znver3", 28, 2, 8)],  # 32, 16 regs
+)
+def test_first_guess_tiles_a_short_row_whole(target, width, rows, lanes):
+    """A convolution's output row of 2-4 vectors (56 columns of 16 lanes) is one register tile,
+    its last vector partial, as ops' conv2d does, not a 2-vector tile and a tail block; with
+    the reduction in one block, the accumulators are that tile."""
+    func, _, _ = CASES["conv2d"]
+    trace = first_guess(SearchTask(func, (1, 64, 14, width, 64), target))
+    tiles = trace.decisions["tile:3.conv"]
+    assert tiles[-1][-1] == width and tiles[1][-1] == rows
+    assert 2 * lanes < width <= 4 * lanes
+    assert trace.decisions["acc:3.conv"] is True
 
 
 def test_first_guess_keeps_the_register_tile_inside_packed_panels():
