@@ -3,12 +3,28 @@
 For each case: the hand schedule (or, for fused subgraphs, the best unfused pair of ops
 schedules), NumPy where it has the operator, the analytic first guess (trials=0) and the best
 schedule tuned so far (from a resumable log per case), all timed in this one process, as ratios.
+
+Fused rows and their sizes. Fusing an element-wise consumer into its anchor (GEMM, conv) saves
+the consumer's separate pass: a write and a read of the anchor's output. So the gain over the
+unfused pair is at most (anchor + pass) / (anchor + what the pass computes), and the sizes decide
+it. At GEMM 1024³ (the issue's size) the anchor is ~97% of the pair's time: a ceiling of ~1.03x,
+so that row shows that fusion costs nothing, not 1.2x. The rows labelled after it are shapes of
+real models where the pass is a larger share: a transformer MLP's up-projection (/mlp: BERT-base,
+128 tokens, 768 -> 3072), an MLP layer on few input features (/smallk: 4096 rows, k = 64, as in
+NeRF-style MLPs), a ResNet bottleneck's 1x1 expansion (/1x1: 64 -> 256 channels at 56²) and a
+3x3 at 14² x 256. GELU's pass is compute-bound (erf: ~0.35 ns an element on one core, ~3/4 of
+the pass), and fusion removes only its memory traffic, so GEMM + bias + GELU stays near 1.1x at
+these shapes; BN + ReLU is nearly all memory traffic, so a cheap anchor (1x1 conv) gains most.
+The anchors' own rows at those shapes (gemm/mlp, conv2d/1x1, ...) show how much of a fused
+row's ratio is the anchor's (ops' conv2d is weak at 14² x 256: a 1-vector register tile).
+`--target 'llvm -mcpu=znver3'` compiles every schedule (hand and auto) for another CPU and runs
+it here: a check that the first guess falls off no cliff on the other machines' facts.
 `--search-quality N` compares the model-guided search (N/2 trials; with and without the first
 guess in its first batch) with random search (N trials) on GEMM 256³, 3 seeds, kernels timed in
 thread CPU time; the target's scale is N = 1000 (a smaller N is labelled a reduced scale).
 
 Run: TF_NUM_THREADS=1 nice python benchmarks/auto_schedule.py [--tune N] [--cases a,b]
-     [--logs DIR] [--small] [--search-quality N [--sq-out FILE]] [--json]
+     [--logs DIR] [--small] [--target T] [--search-quality N [--sq-out FILE]] [--json]
 Each `--tune N` adds N trials per case to its log (resumed), so a budget can be spent in slices.
 """
 
@@ -186,7 +202,7 @@ def hand_variants(case: str, args: tuple) -> dict:
 
 
 def numpy_reference(case: str, arrays: list[np.ndarray]):
-    if case == "gemm":
+    if case.split("/")[0] == "gemm":
         return lambda: np.matmul(arrays[0], arrays[1])
     if case == "softmax":
         x = arrays[0]
@@ -211,6 +227,13 @@ CASES = {
     "conv2d": (conv2d, (1, 64, 56, 56, 64), (1, 8, 14, 14, 8)),
     "softmax": (softmax_workload, (4096, 4096), (256, 256)),
     "layer_norm": (layer_norm_workload, (4096, 4096), (256, 256)),
+    # the anchors alone at the fused rows' other shapes: how much of a fused row's ratio is
+    # the anchor's (ops' conv2d at 14x14 x 256 tiles a row of 14 as 4 x 1 vector, 4
+    # accumulators: latency-bound)
+    "gemm/mlp": (gemm, (128, 768, 3072), (16, 96, 384)),
+    "gemm/smallk": (gemm, (4096, 64, 256), (512, 16, 64)),
+    "conv2d/1x1": (conv2d, (1, 64, 56, 56, 256, 1, 0), (1, 8, 14, 14, 32, 1, 0)),
+    "conv2d/14x14": (conv2d, (1, 256, 14, 14, 256), (1, 16, 7, 7, 16)),
     "gemm_bias_gelu": (gemm_bias_gelu, (1024, 1024, 1024), (128, 128, 128)),
     "gemm_bias_gelu/mlp": (gemm_bias_gelu, (128, 768, 3072), (16, 96, 384)),
     "gemm_bias_gelu/smallk": (gemm_bias_gelu, (4096, 64, 256), (512, 16, 64)),
