@@ -14,7 +14,17 @@ a pure FMA loop 236 GFLOP/s, vpdpbusd 950 GOP/s, vdpbf16ps only 119 GFLOP/s: hal
 FMA's rate on this core, so vdpbf16ps cannot reach 1.5x fp32 GEMM here), 1 thread, shared
 with other jobs (load average 2-3 of 2 cores):
 
-    (table below)
+    GEMM 1024^3, 1 thread(s), rocketlake; load 2.53
+    impl                                     min ms   med ms  GOP/s max  GOP/s med  vs fp32
+    float32 (ops.matmul), first               11.66    12.12      184.2      177.3
+    int8 avx512vnni 48x64x512                  3.78     3.80      568.2      564.7    3.17x
+    bfloat16 avx512bf16 48x64x256             19.86    20.20      108.1      106.3    0.60x
+    int8 amx-int8 32x64x2048                   1.62     1.68     1324.2     1277.1    7.16x
+    bfloat16 amx-bf16 32x64x1024               3.42     3.46      628.7      620.7    3.48x
+    float32 (ops.matmul), last                11.60    11.98      185.2      179.3
+
+Earlier (Emerald Rapids, 16 cores, no AMX; B read from its rows, interleaved by vpermt2b /
+vpermt2w on the fly): int8 1.77-2.06x, bf16 0.42-0.53x of fp32 ops.matmul.
 """
 
 from __future__ import annotations
