@@ -65,6 +65,9 @@ def test_dot_gemm_matches_numpy(kind, shape, tiles, rng):
     s, args = run_gemm(*shape, kind, tiles, rng)
     text = str(tf.lower(s, args))
     assert cpu_dot.KINDS[kind].function in text and "tf_dot_reset" in text
+    m, n, k = shape
+    whole_panels = n % tiles.nr == 0 and k % tiles.kc == 0
+    assert (cpu_dot.KINDS[kind].pack in text) == whole_panels  # else a loop packs (and pads)
 
 
 @pytest.mark.parametrize("kind", ["int8", "bfloat16"])

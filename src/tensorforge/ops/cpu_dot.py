@@ -29,6 +29,7 @@ class DotKind:
     step: int  # consecutive k in one 32-bit lane of B
     function: str  # the micro-kernel, tagged by cpu_dot_kernels.tag
     reset: str
+    pack: str
     feature: str  # the AVX-512 feature of its instruction
     amx_feature: str
     amx_k: int  # k per AMX tile (kc must be a multiple for the AMX path)
@@ -36,18 +37,28 @@ class DotKind:
 
 KINDS = {
     "int8": DotKind(
-        "uint8", "int8", "int32", 4, "tf_dot_int8", "tf_dot_reset_i32", "avx512vnni", "amx-int8", 64
+        a_dtype="uint8",
+        b_dtype="int8",
+        acc_dtype="int32",
+        step=4,
+        function="tf_dot_int8",
+        reset="tf_dot_reset_i32",
+        pack="tf_pack_int8",
+        feature="avx512vnni",
+        amx_feature="amx-int8",
+        amx_k=64,
     ),  # fmt: skip
     "bfloat16": DotKind(
-        "bfloat16",
-        "bfloat16",
-        "float32",
-        2,
-        "tf_dot_bf16",
-        "tf_dot_reset_f32",
-        "avx512bf16",
-        "amx-bf16",
-        32,
+        a_dtype="bfloat16",
+        b_dtype="bfloat16",
+        acc_dtype="float32",
+        step=2,
+        function="tf_dot_bf16",
+        reset="tf_dot_reset_f32",
+        pack="tf_pack_bf16",
+        feature="avx512bf16",
+        amx_feature="amx-bf16",
+        amx_k=32,
     ),  # fmt: skip
 }
 
@@ -160,6 +171,28 @@ def dot_intrin(kind: str, mr: int, kc: int, nr: int = 64, target: Target | None 
     return te.decl_tensor_intrin(c.op, fintrin, name=f"{kind}_dot_{mr}x{nr}x{kc}", binds=binds)
 
 
+def pack_intrin(kind: str, groups: int, nr: int, target: Target | None = None):
+    """One VNNI panel: out[q, x, t] = b[q * step + t, x] for `groups` k-groups of `nr` columns
+    (B's rows ldb apart), the micro-kernels' `tf_pack_*` for `target`."""
+    spec = _kind(kind, "pack_intrin")
+    if nr % 16 or nr <= 0:
+        raise ScheduleError(f"pack_intrin: nr must be a multiple of 16, got {nr}")
+    step = spec.step
+    b = te.placeholder((groups * step, nr), spec.b_dtype, name="b")
+    out = te.compute((groups, nr, step), lambda q, x, t: b[q * step + t, x], name="panel")
+    binds = {b: tir.decl_buffer(b.shape, b.dtype, "B", strides=[te.var("ldb"), 1])}
+    function = spec.pack + cpu_dot_kernels.tag(target)
+
+    def fintrin(ins, outs):
+        (bb,) = ins
+        (panel,) = outs
+        return tir.call_extern(
+            "int32", function, panel.access_ptr("w"), bb.access_ptr("r"), bb.strides[0], groups, nr
+        )
+
+    return te.decl_tensor_intrin(out.op, fintrin, name=f"{kind}_pack_{groups}x{nr}", binds=binds)
+
+
 def dot_gemm(m: int, n: int, k: int, kind: str, tiles: DotTiles):
     """C = A @ B with A (m, k), B (k, n) of the kind's input dtypes, accumulated in C's dtype.
 
@@ -183,15 +216,22 @@ def dot_gemm(m: int, n: int, k: int, kind: str, tiles: DotTiles):
             name="padA",
         )
     a_read = padA if padA is not None else A
-    packedB = te.compute(
-        (np_ // nr, kp // step, nr, step),
-        lambda p, q, x, t: te.if_then_else(
-            te.all(q * step + t < k, p * nr + x < n),
-            B[te.min(q * step + t, k - 1), te.min(p * nr + x, n - 1)],
-            b_zero,
-        ),
-        name="packedB",
-    )
+    if (np_, kp) == (n, k):  # whole panels: pack_intrin's copy
+        packedB = te.compute(
+            (np_ // nr, kp // step, nr, step),
+            lambda p, q, x, t: B[q * step + t, p * nr + x],
+            name="packedB",
+        )
+    else:
+        packedB = te.compute(
+            (np_ // nr, kp // step, nr, step),
+            lambda p, q, x, t: te.if_then_else(
+                te.all(q * step + t < k, p * nr + x < n),
+                B[te.min(q * step + t, k - 1), te.min(p * nr + x, n - 1)],
+                b_zero,
+            ),
+            name="packedB",
+        )
     r = te.reduce_axis((0, kp), name="k")
     padded = (mp, np_) != (m, n)
     product = te.compute(
@@ -231,7 +271,9 @@ def schedule_dot_gemm(
     tiles = DotTiles(tiles.mr, tiles.nr, min(tiles.kc, round_up(k, spec.step)), tiles.amx, tiles.order)  # fmt: skip
     A, B, padA, packedB, product, C = dot_gemm(m, n, k, kind, tiles)
     s = te.create_schedule(C.op)
-    _schedule_packing(s, padA, packedB, parallel)
+    whole = (round_up(n, tiles.nr), round_up(k, tiles.kc)) == (n, k)
+    pack = pack_intrin(kind, k // spec.step, tiles.nr, target) if whole else None
+    _schedule_packing(s, padA, packedB, pack, parallel)
     i, j = s[product].op.axis
     (r,) = s[product].op.reduce_axis
     io, jo, ii, ji = s[product].tile(i, j, tiles.mr, tiles.nr)
@@ -253,12 +295,16 @@ def schedule_dot_gemm(
     return s, [A, B, C]
 
 
-def _schedule_packing(s, padA, packedB, parallel: bool) -> None:
-    """packedB panel by panel, a panel's rows in vectors of its columns' k-groups; padA by rows."""
+def _schedule_packing(s, padA, packedB, pack, parallel: bool) -> None:
+    """packedB panel by panel: each one `pack` call, else (zero-padded panels) loops over the
+    rows of a panel, its columns in vectors (strided stores: 3-5x slower); padA by rows."""
     p, q, x, t = s[packedB].op.axis
-    s[packedB].reorder(p, q, t, x)
-    s[packedB].unroll(t)
-    s[packedB].vectorize(x)
+    if pack is not None:
+        s[packedB].tensorize(q, pack)
+    else:
+        s[packedB].reorder(p, q, t, x)
+        s[packedB].unroll(t)
+        s[packedB].vectorize(x)
     if parallel:
         s[packedB].parallel(p)
     if padA is not None:

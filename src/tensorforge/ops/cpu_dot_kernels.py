@@ -8,7 +8,8 @@ permission when first called): AVX-512 register tiles (`vpdpbusd` / `vdpbf16ps`:
 x 4 zmm accumulators, the B vectors loaded straight from the panel, A's k-quads / pairs
 broadcast); AMX tiles (`tdpbusd` / `tdpbf16ps`: 2 x 2 16 x 16 accumulator tiles); plain C.
 Each library's symbols carry a tag of its features (`tf_dot_int8_vnni_amx`), so libraries for
-several targets can be loaded in one process.
+several targets can be loaded in one process. `tf_pack_*` lay B's rows out as the panels
+(SSE2 unpacks: 4 / 2 rows interleaved per 16 columns).
 """
 
 from __future__ import annotations
@@ -241,6 +242,54 @@ int TF_FN(tf_dot_bf16)(float* c, const uint16_t* a, const uint16_t* b, int lda, 
                                 tf_bf16_to_f32(b[(long)(k / 2) * nr * 2 + j * 2 + k % 2]);
 #endif
   (void)amx;
+  return 0;
+}
+
+/* ---- packing: out[q][x][t] = b[q * STEP + t][x] for q < groups, x < nr (nr % 16 == 0) ---- */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+int TF_FN(tf_pack_int8)(int8_t* out, const int8_t* b, int ldb, int groups, int nr) {
+  for (int q = 0; q < groups; ++q) {
+    const int8_t* r = b + (long)q * 4 * ldb;
+    int8_t* o = out + (long)q * nr * 4;
+#if defined(__SSE2__)
+    for (int x = 0; x < nr; x += 16) { /* 4 rows of 16 bytes -> 16 quads */
+      const __m128i r0 = _mm_loadu_si128((const __m128i*)(r + x));
+      const __m128i r1 = _mm_loadu_si128((const __m128i*)(r + ldb + x));
+      const __m128i r2 = _mm_loadu_si128((const __m128i*)(r + 2L * ldb + x));
+      const __m128i r3 = _mm_loadu_si128((const __m128i*)(r + 3L * ldb + x));
+      const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
+      const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
+      _mm_storeu_si128((__m128i*)(o + 4 * x), _mm_unpacklo_epi16(lo01, lo23));
+      _mm_storeu_si128((__m128i*)(o + 4 * x + 16), _mm_unpackhi_epi16(lo01, lo23));
+      _mm_storeu_si128((__m128i*)(o + 4 * x + 32), _mm_unpacklo_epi16(hi01, hi23));
+      _mm_storeu_si128((__m128i*)(o + 4 * x + 48), _mm_unpackhi_epi16(hi01, hi23));
+    }
+#else
+    for (int x = 0; x < nr; ++x)
+      for (int t = 0; t < 4; ++t) o[4 * x + t] = r[(long)t * ldb + x];
+#endif
+  }
+  return 0;
+}
+
+int TF_FN(tf_pack_bf16)(uint16_t* out, const uint16_t* b, int ldb, int groups, int nr) {
+  for (int q = 0; q < groups; ++q) {
+    const uint16_t* r = b + (long)q * 2 * ldb;
+    uint16_t* o = out + (long)q * nr * 2;
+#if defined(__SSE2__)
+    for (int x = 0; x < nr; x += 8) { /* 2 rows of 8 values -> 8 pairs */
+      const __m128i r0 = _mm_loadu_si128((const __m128i*)(r + x));
+      const __m128i r1 = _mm_loadu_si128((const __m128i*)(r + ldb + x));
+      _mm_storeu_si128((__m128i*)(o + 2 * x), _mm_unpacklo_epi16(r0, r1));
+      _mm_storeu_si128((__m128i*)(o + 2 * x + 8), _mm_unpackhi_epi16(r0, r1));
+    }
+#else
+    for (int x = 0; x < nr; ++x)
+      for (int t = 0; t < 2; ++t) o[2 * x + t] = r[(long)t * ldb + x];
+#endif
+  }
   return 0;
 }
 
