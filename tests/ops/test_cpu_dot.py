@@ -75,20 +75,31 @@ def test_default_tiles_match_numpy(kind, rng):
 
 @pytest.mark.parametrize("kind", ["int8", "bfloat16"])
 @pytest.mark.parametrize("shape", [(37, 71, 131), (5, 16, 8)])
-def test_without_the_features_the_gemm_is_plain_c(kind, shape, rng):
-    target = tf.Target(NO_DOT)
-    assert not cpu_dot.has_feature(kind, target) and not cpu_dot.has_amx(kind, target)
-    tiles = cpu_dot.DotTiles.for_target(kind, target)
+@pytest.mark.parametrize("target", [NO_DOT, "llvm -mcpu=x86-64"])
+def test_without_the_features_the_gemm_is_plain_c(kind, shape, target, rng):
+    t = tf.Target(target)
+    assert not cpu_dot.has_feature(kind, t) and not cpu_dot.has_amx(kind, t)
+    tiles = cpu_dot.DotTiles.for_target(kind, t)
     assert not tiles.amx
-    s, args = run_gemm(*shape, kind, tiles, rng, target=NO_DOT)
-    assert cpu_dot_kernels.tag(target) in str(tf.lower(s, args))
+    s, args = run_gemm(*shape, kind, tiles, rng, target=target)
+    assert cpu_dot_kernels.tag(t) in str(tf.lower(s, args))
 
 
-def test_the_host_tag_names_its_features():
-    tag = cpu_dot_kernels.tag(tf.Target(NO_DOT))
-    assert tag == "_avx512bw"
-    assert cpu_dot_kernels.tag(tf.Target("llvm -mcpu=x86-64")) == "_plain"
+@pytest.mark.skipif(not cpu_dot.has_feature("int8"), reason="the host has no AVX512-VNNI")
+@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
+def test_a_target_with_vnni_only(kind, rng):
+    # -mattr lists the target's features: VNNI for int8, plain C for bfloat16, no AMX
+    target = f"llvm -mcpu={tf.Target('llvm').mcpu} -mattr=+avx512f,+avx512bw,+avx512vnni"
+    t = tf.Target(target)
+    assert cpu_dot_kernels.features_of(t) == {"avx512vnni"}
+    run_gemm(37, 71, 131, kind, cpu_dot.DotTiles.for_target(kind, t), rng, target=target)
+
+
+def test_the_tag_names_features_and_cpu():
+    assert cpu_dot_kernels.tag(tf.Target(NO_DOT)) == "_skylake_avx512"
+    assert cpu_dot_kernels.tag(tf.Target("llvm -mcpu=x86-64")) == "_x86_64"
     options = cpu_dot_kernels.compile_options(tf.Target(NO_DOT))
+    assert "-march=skylake-avx512" in options
     assert "-mno-avx512vnni" in options and "-mno-amx-tile" in options
 
 
@@ -116,7 +127,7 @@ def test_microkernels_use_the_dot_instructions(tmp_path):
 
 
 def test_microkernels_without_the_features_use_none(tmp_path):
-    flags = [f"-mno-{flag}" for flag in cpu_dot_kernels.FEATURE_FLAGS.values()]
+    flags = [f"-mno-{feature}" for feature in cpu_dot_kernels.FEATURES]
     text = assembly("sapphirerapids", *flags, tmp_path=tmp_path)
     for instruction in DOT_INSTRUCTIONS:
         assert instruction not in text

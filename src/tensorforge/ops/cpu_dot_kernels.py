@@ -15,18 +15,12 @@ several targets can be loaded in one process. `tf_pack_*` lay B's rows out as th
 from __future__ import annotations
 
 import functools
+import re
 
 from tensorforge.target import Target, host_cpu
 
-# gcc's -m<flag> for each LLVM feature name that selects a path in the source below
-FEATURE_FLAGS = {
-    "avx512bw": "avx512bw",
-    "avx512vnni": "avx512vnni",
-    "avx512bf16": "avx512bf16",
-    "amx-tile": "amx-tile",
-    "amx-int8": "amx-int8",
-    "amx-bf16": "amx-bf16",
-}
+# the LLVM feature names that select a path in the source below (gcc takes them as -m<name>)
+FEATURES = ("avx512vnni", "avx512bf16", "amx-tile", "amx-int8", "amx-bf16")
 
 SOURCE = r"""
 #include <stdint.h>
@@ -310,25 +304,31 @@ int TF_FN(tf_dot_uses_amx)(int kind) {
 
 
 def features_of(target: Target | None = None) -> frozenset[str]:
-    """The features of FEATURE_FLAGS that `target` (default: this host) has."""
+    """The FEATURES that `target` (default: this host) has."""
     target = target or Target("llvm")
-    return frozenset(f for f in FEATURE_FLAGS if f in target.cpu_features)
+    return frozenset(f for f in FEATURES if f in target.cpu_features)
+
+
+def march(target: Target | None = None) -> str:
+    """gcc's -march for `target`: native for this host as it is (as the C backend does)."""
+    target = target or Target("llvm")
+    name, features = host_cpu()
+    return "native" if (target.mcpu, target.features) == (name, features) else target.mcpu
 
 
 def tag(target: Target | None = None) -> str:
-    """The suffix of a library's symbols: its features, e.g. '_avx512bw_avx512vnni' ('_plain')."""
-    names = sorted(f.replace("-", "") for f in features_of(target))
-    return "_" + "_".join(names) if names else "_plain"
+    """The suffix of a library's symbols: its features and -march, e.g.
+    '_avx512vnni_native' or '_skylake_avx512' (none of the features)."""
+    names = [f.replace("-", "") for f in sorted(features_of(target))]
+    return "_" + "_".join([*names, re.sub(r"[^0-9A-Za-z]", "_", march(target))])
 
 
 def compile_options(target: Target | None = None) -> tuple[str, ...]:
-    """Compiler flags for the micro-kernels: the target's CPU (-march=native for this host's),
-    each path's feature switched on or off as the target has it, and the symbols' tag."""
-    target = target or Target("llvm")
-    mcpu = target.mcpu if target.mcpu and target.mcpu != host_cpu()[0] else "native"
+    """Compiler flags for the micro-kernels: the target's CPU, each path's feature switched on
+    or off as the target has it (whatever the CPU implies), and the symbols' tag."""
     have = features_of(target)
-    switches = tuple(f"-m{'' if f in have else 'no-'}{flag}" for f, flag in FEATURE_FLAGS.items())
-    return ("-O3", f"-march={mcpu}", *switches, f"-DTF_TAG={tag(target)}")
+    switches = tuple(f"-m{'' if f in have else 'no-'}{f}" for f in FEATURES)
+    return ("-O3", f"-march={march(target)}", *switches, f"-DTF_TAG={tag(target)}")
 
 
 @functools.cache
