@@ -37,7 +37,7 @@ import sys
 import numpy as np
 
 import tensorforge as tf
-from tensorforge.ops import cpu_dot
+from tensorforge.ops import cpu_dot, cpu_dot_kernels
 from tensorforge.ops.matmul import schedule_matmul
 from tensorforge.te.dtype import from_bfloat16, to_bfloat16
 
@@ -88,7 +88,7 @@ def main() -> None:
         assert err < 1e-4, f"{kind}: error {err}"
         spec = cpu_dot.KINDS[kind]
         if amx:
-            how = spec.amx_feature
+            how = spec.amx_feature if cpu_dot_kernels.amx_runs(kind) else "AMX denied: AVX-512"
         else:
             how = spec.feature if cpu_dot.has_feature(kind) else "plain C"
         tile = f"{tiles.mr}x{tiles.nr}x{tiles.kc}"

@@ -95,6 +95,12 @@ def test_a_target_with_vnni_only(kind, rng):
     run_gemm(37, 71, 131, kind, cpu_dot.DotTiles.for_target(kind, t), rng, target=target)
 
 
+def test_amx_runs_only_where_the_target_has_it():
+    assert not cpu_dot_kernels.amx_runs("int8", tf.Target(NO_DOT))
+    if not cpu_dot.has_amx("bfloat16"):
+        assert not cpu_dot_kernels.amx_runs("bfloat16")
+
+
 def test_the_tag_names_features_and_cpu():
     assert cpu_dot_kernels.tag(tf.Target(NO_DOT)) == "_skylake_avx512"
     assert cpu_dot_kernels.tag(tf.Target("llvm -mcpu=x86-64")) == "_x86_64"

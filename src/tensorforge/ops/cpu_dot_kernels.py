@@ -332,9 +332,23 @@ def compile_options(target: Target | None = None) -> tuple[str, ...]:
 
 
 @functools.cache
-def load(target: Target | None = None) -> str:
-    """Compile and load the micro-kernels for `target` (default: this host) once; their tag."""
+def library(target: Target | None = None) -> str:
+    """Compile and load the micro-kernels for `target` (default: this host) once; the path."""
     from tensorforge.runtime import compile_c
 
-    compile_c(SOURCE, compile_options(target))
+    return compile_c(SOURCE, compile_options(target))
+
+
+def load(target: Target | None = None) -> str:
+    """library(target), for kernels built afterwards; the symbols' tag."""
+    library(target)
     return tag(target)
+
+
+def amx_runs(kind: str, target: Target | None = None) -> bool:
+    """Does the library's AMX path for `kind` ("int8" / "bfloat16") run on this host (compiled
+    in, and the tile state granted by the OS)?"""
+    import ctypes
+
+    uses_amx = getattr(ctypes.CDLL(library(target)), "tf_dot_uses_amx" + tag(target))
+    return bool(uses_amx(0 if kind == "int8" else 1))
