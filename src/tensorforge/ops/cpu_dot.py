@@ -115,18 +115,30 @@ class DotTiles:
 
     @staticmethod
     def for_target(kind: str, target: Target | None = None, amx: bool | None = None) -> DotTiles:
-        """AMX (where the target has it, unless `amx` is False): 32 x 64 tiles (2 x 2 C tiles
-        per 32 x 32 block), kc as long as an eighth of L2 holds A's 32 x kc rows and B's
-        kc x 64 panel (k blocks reload the C tiles). AVX-512: 48 x 64 tiles (8 register tiles
-        of 6 rows x 4 zmm), kc as long as A's 48 x kc block fits in 3/4 of L1.
+        """AMX (where the target has it, unless `amx` is False): 128 x 64 tiles (32 x 32 blocks
+        of 2 x 2 C tiles), kc as long as an eighth of L2 holds A's 32 x kc rows and B's
+        kc x 64 panel (k blocks reload the C tiles), 128 rows so B's panels stream from L3 once
+        per 128 rows, not per 32 (1024^3 bf16 +20-25%). AVX-512: 48 x 64 tiles (8 register
+        tiles of 6 rows x 4 zmm), kc as long as A's 48 x kc block fits in 3/4 of L1.
         (1024^3 on Sapphire Rapids-class: rows order 1.2-1.4x panels; kc 512 vs 256 int8 +5%.)"""
         spec = _kind(kind, "DotTiles.for_target")
         itemsize = 1 if spec.a_dtype == "uint8" else 2
         if has_amx(kind, target) if amx is None else amx:
             kc = _power_of_two_below(DotTiles.L2_BYTES // 8 // (itemsize * (32 + 64)))
-            return DotTiles(mr=32, nr=64, kc=max(spec.amx_k, kc), amx=True)
+            return DotTiles(mr=128, nr=64, kc=max(spec.amx_k, kc), amx=True)
         kc = _power_of_two_below(DotTiles.L1_BYTES * 3 // 4 // (itemsize * 48))
         return DotTiles(mr=48, nr=64, kc=max(spec.step, kc))
+
+    def fitted(self, m: int, n: int, k: int, kind: str) -> DotTiles:
+        """The tiles for an m x n x k problem: no more rows (in 16s) or columns than it has,
+        and k in equal blocks (balanced_kc) of whole AMX tiles where `amx`."""
+        spec = _kind(kind, "DotTiles.fitted")
+        return replace(
+            self,
+            mr=min(self.mr, round_up(m, 16)),
+            nr=min(self.nr, round_up(n, 16)),
+            kc=balanced_kc(k, self.kc, spec.amx_k if self.amx else spec.step),
+        )
 
 
 def _power_of_two_below(x: int) -> int:
@@ -271,7 +283,7 @@ def schedule_dot_gemm(
             f"schedule_dot_gemm: nr = {tiles.nr} must be a multiple of 16 and kc = {tiles.kc} "
             f"of {spec.step}"
         )
-    tiles = replace(tiles, kc=balanced_kc(k, tiles.kc, spec.amx_k if tiles.amx else spec.step))
+    tiles = tiles.fitted(m, n, k, kind)
     A, B, padA, padB, packedB, product, C = dot_gemm(m, n, k, kind, tiles)
     s = te.create_schedule(C.op)
     pack = pack_intrin(kind, round_up(k, tiles.kc) // spec.step, tiles.nr, target)
