@@ -95,35 +95,11 @@ def test_ctrl_c_leaves_the_log_resumable(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tuning.Measurer, "measure", interrupted)
     tuner = task.tune(64, log=log, seed=0, **SMALL)
     err = capsys.readouterr().err.strip().splitlines()
-    # the first batch (of 8: early batches are half size) measured, the second interrupted
-    assert len(err) == 1 and "interrupted after 4 trials" in err[0] and "resume" in err[0]
-    assert tuner.trials == 4 and len(_records(log)) == 4
+    assert len(err) == 1 and "interrupted after 8 trials" in err[0] and "resume" in err[0]
+    assert tuner.trials == 8 and len(_records(log)) == 8
     monkeypatch.setattr(tuning.Measurer, "measure", real)
     resumed = task.tune(4, log=log, seed=0, **SMALL)
-    assert len(_records(log)) == 8 and resumed.search.best[0] <= tuner.best_cost
-    assert len(resumed.search.history) == 8  # the 4 logged ones resumed, 4 new
-
-
-def test_early_batches_are_half_size(tmp_path):
-    """The model is refit after each batch: half batches until 4 full ones' worth of trials
-    are measured (the random search keeps full ones)."""
-    task = _task()
-    sizes = []
-    real = tuning.Measurer.measure
-
-    def sized(self, configs, on_result=None):
-        sizes.append(len(configs))
-        return real(self, configs, on_result)
-
-    import pytest
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tuning.Measurer, "measure", sized)
-        task.tune(20, seed=0, first_guess=False, **SMALL)
-        assert sizes == [4] * 5
-        sizes.clear()
-        task.tune(16, seed=0, model=False, **SMALL)
-        assert sizes == [8, 8]
+    assert len(_records(log)) == 12 and resumed.search.best[0] <= tuner.best_cost
 
 
 def test_random_search_without_model(tmp_path):

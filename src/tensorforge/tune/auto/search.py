@@ -111,11 +111,7 @@ class EvolutionarySearch:
 
     def warm_up_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
         """Before the models can rank anything: half the batch mutants of the best schedule so
-        far (the first guess, at first), half random: a start near a good point, and spread.
-        Without a first guess and with nothing measured, all random (mutants of a random point
-        are no better than random ones, and less spread for the model to learn from)."""
-        if not self.history and not self.first_guess:
-            return self.random_batch(n, taken)
+        far (the first guess, at first), half random: a start near a good point, and spread."""
         out = self.random_batch(1, taken) if not self.history else []
         best = self.best[1] or (out[0] if out else None)
         for _ in range(10 * n):

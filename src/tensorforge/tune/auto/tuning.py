@@ -126,7 +126,7 @@ class TaskTuner:
         start = time.perf_counter()
         try:
             while done < trials:
-                batch = self.search.next_batch(min(self.next_batch_size(), trials - done))
+                batch = self.search.next_batch(min(self.batch_size, trials - done))
                 if not batch:
                     break
                 inputs = [MeasureInput(self.task, t) for t in batch]
@@ -152,13 +152,6 @@ class TaskTuner:
             if close is not None:
                 close()
         return done
-
-    def next_batch_size(self) -> int:
-        """Half batches for the first 4 full ones' worth of trials: the model is refit after
-        each batch, and early on each refit learns the most (GEMM 256³ without the first guess:
-        trials to 90% of 1000 random trials' best 57-62 in batches of 16)."""
-        early = len(self.search.history) < 4 * self.batch_size
-        return max(4, self.batch_size // 2) if early and self.search.use_model else self.batch_size
 
     @property
     def measure_fraction(self) -> float:
