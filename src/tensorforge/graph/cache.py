@@ -72,29 +72,37 @@ def graph_key(
 ) -> str:
     """The hash naming the entry of this ATen graph compiled for `target` with these options
     (module docstring)."""
-    digest = hashlib.sha256()
-
-    def part(*items) -> None:
-        for item in items:
-            digest.update(str(item).encode())
-            digest.update(b"\0")
-
-    part("format", FORMAT, library_file.tensorforge_version(), source_fingerprint(), target)
-    part(gm.code)
+    parts = [*options_parts(target, tuning_log, schedule), gm.code]
     for node in gm.graph.nodes:
-        part(node.op, node.name, node.target, _value_signature(node.meta.get("val")))
+        parts += [node.op, node.name, node.target, _value_signature(node.meta.get("val"))]
         if node.op == "get_attr":
-            part(_value_signature(getattr(gm, node.target, None)))
-    part("constants", *sorted(constants))
-    for k in sorted(constants):
-        part(_value_signature(constants[k]))
-    part("tuning", _file_digest(tuning_log) if tuning_log else "", "schedule", schedule)
+            parts.append(_value_signature(getattr(gm, node.target, None)))
+    parts.append("constants")
+    parts += sorted(constants)
+    parts += [_value_signature(constants[k]) for k in sorted(constants)]
+    return digest_of(parts)
+
+
+def options_parts(target, tuning_log: str | None, schedule: str) -> list:
+    """What a key holds besides the graph: formats, versions, target, options and settings."""
     settings = sorted(
         (k, v)
         for k, v in os.environ.items()
         if k.startswith("TENSORFORGE_") and not k.startswith(_SETTINGS_IGNORED)
     )
-    part("settings", *settings)
+    tuning = _file_digest(tuning_log) if tuning_log else ""
+    version = library_file.tensorforge_version()
+    return [
+        *("format", FORMAT, version, source_fingerprint(), target),
+        *("tuning", tuning, "schedule", schedule, "settings", *settings),
+    ]
+
+
+def digest_of(parts: list) -> str:
+    digest = hashlib.sha256()
+    for item in parts:
+        digest.update(str(item).encode())
+        digest.update(b"\0")
     return digest.hexdigest()
 
 
@@ -208,7 +216,7 @@ def _evict(folder: str, limit: int) -> None:
     (TENSORFORGE_CACHE_MAX_MB, as for the kernels': each an edited compiler leaves behind)."""
     entries, total = [], 0
     for entry in os.scandir(folder):
-        if entry.name.endswith(".tflib") and not entry.name.startswith("."):
+        if entry.name.endswith((".tflib", ".front")) and not entry.name.startswith("."):
             try:
                 info = entry.stat()
             except OSError:

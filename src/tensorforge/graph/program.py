@@ -161,6 +161,7 @@ class CompiledGraph:
             if isinstance(size, sym_var_type())
         ]
         self.timings: list[float] | None = None
+        self.cache_key: str | None = None  # its kernels' entry in the graph cache (cache.py)
         self.reuse = True
         self._constants: dict | None = None
         # a CUDA graph of the kernels: where every step is a kernel and the sizes are static
