@@ -3,9 +3,9 @@ AOTAutograd (a quarter of a second for ResNet-18) and lowers the ATen graph it o
 
 An entry is written where the ATen graph is provably a plain function of Dynamo's inputs: AOT
 kept the inputs one for one (no duplicates merged, no synthetic bases, no effect tokens), no
-input is mutated, and every output is a new tensor (none an input, a view of one, or a view
-of another output). Then AOT's runtime wrappers have nothing to do, and the compiled ATen
-graph can take Dynamo's inputs directly. Anything else (mutation, aliasing, symbolic sizes, a
+input is mutated, and AOT returns every output as the graph computes it (none is an input or
+a view of one, which AOT rebuilds around the compiled graph). Then AOT's runtime wrappers have
+nothing to do, and the compiled ATen graph can take Dynamo's inputs directly. Anything else (mutation, aliasing, symbolic sizes, a
 submodule or attribute the graph reads, a tensor subclass, `check`/`report`) goes through AOT
 as before.
 
@@ -14,8 +14,8 @@ code is loaded from it) and the key of its kernels' entry in cache.py. Lowering 
 every hit, from the live weights, so weights folded and packed at compile time follow the
 model's current values. The key is a hash of Dynamo's graph (its code, each node's target and
 example value), each input's type, shape, stride, dtype and device, which inputs are weights,
-the grad mode and default dtype, torch's version, and what cache.py's key holds besides the
-ATen graph (target, tuning log, schedule, settings, tensorforge's version and source).
+the grad mode, autocast and default dtype, torch's version, and what cache.py's key holds
+besides the ATen graph (target, tuning log, schedule, settings, tensorforge's version, source).
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ def front_key(
         torch.__version__,
         torch.is_grad_enabled(),
         torch.get_default_dtype(),
+        *(torch.is_autocast_enabled(kind) for kind in ("cpu", "cuda")),
         *graph_cache.options_parts(target, opts.tuning_log, opts.schedule),
         gm.code,
     ]
