@@ -1,6 +1,6 @@
-"""Compiled CPU graphs on disk: compiling the same model again (in another process, at the same
+"""Compiled graphs on disk: compiling the same model again (in another process, at the same
 shapes) loads its kernels from one library file instead of scheduling, lowering, generating and
-optimizing each of them again.
+compiling each of them again.
 
 The key is a hash of what the kernels are made from: the ATen graph (its code, each node's
 operator, shape and dtype, symbolic sizes by their expressions, which inputs are constants), the
@@ -9,16 +9,21 @@ version and a fingerprint of its source files. Weight values are not in it: lowe
 nothing by them, and it runs again on every compile (a few hundred milliseconds), so what it
 derives from the live weights (batch norms folded into convolution weights, packed matrices)
 is always recomputed, never served from the cache. The entry holds the kernels' compiled code
-(one shared library: runtime/library_file.py's format, checked before it is loaded) and, per
-kernel, the names the lowering gave it and its buffers: an entry that does not match the
-program lowered now is deleted and the graph compiled as if it were not there.
+(runtime/library_file.py's format, checked before it is loaded: on the CPU one shared library,
+on CUDA each kernel's cubin with its launch) and, per kernel, the names the lowering gave it and
+its buffers: an entry that does not match the program lowered now is deleted and the graph
+compiled as if it were not there. Kernels alike (program.py's `structure_key`) are one function
+in the entry, as in the build. A CUDA graph (cuda_graph.py) is made of the loaded kernels as of
+built ones: both are CUDAExecutables with their image and launch.
 
 Entries lie in $TENSORFORGE_CACHE_DIR/graphs (the kernel disk cache's folder, runtime/
 disk_cache.py, whose settings apply: TENSORFORGE_CACHE=0 turns this cache off too, and the
-least recently used entries go past TENSORFORGE_CACHE_MAX_MB). Writing one
-makes object code of every distinct kernel and links it (about 3 s for ResNet-18 here): it is
-done as the compile ends, not in the background, so it never shares the CPUs with the compiled
-model's first calls (a benchmark's timing included).
+least recently used entries go past TENSORFORGE_CACHE_MAX_MB); the first level keyed on
+Dynamo's graph (front_cache.py) lies beside them. Writing a CPU entry makes object code of
+every distinct kernel and links it (about 3 s for ResNet-18 here): it is done as the compile
+ends, not in the background, so it never shares the CPUs with the compiled model's first calls
+(a benchmark's timing included). Graphs are cached where their kernels can run: a CUDA build
+on a machine without a GPU (code generation alone) writes no entry.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import torch
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph.lowerer import KernelSpec, Program
 from tensorforge.runtime import disk_cache, library_file
+from tensorforge.runtime.device import Device
 from tensorforge.runtime.registry import runtime_for
 
 FORMAT = 2  # bump when the entry's layout or what the key covers changes
@@ -52,10 +58,8 @@ STATS = Stats()
 
 
 def enabled(target) -> bool:
-    # NOTE: CPU only for now: a CUDA graph (cuda_graph.py) reads its kernels' launches from
-    # the executables a build makes, which kernels loaded from a library are not yet checked
-    # to provide
-    return disk_cache.enabled() and target.kind == "llvm" and runtime_for("llvm").disk_cacheable
+    """Cache graphs for `target`? Where its kernels can run (module docstring)."""
+    return disk_cache.enabled() and Device(runtime_for(target.kind).device, 0).exist
 
 
 def graphs_dir() -> str:
