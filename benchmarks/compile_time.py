@@ -2,13 +2,16 @@
 compile (empty cache) and compiles from the disk cache, with where the time goes.
 
     python benchmarks/compile_time.py [--model resnet18] [--device cpu] [--runs 3] [--threads 1]
+                                      [--baselines eager,aot_eager]
 
 Each run is a new Python process that imports torch and tensorforge, builds the model, then
 times the first call of the compiled model (what a user waits for). The first run uses an empty
 cache folder; the later ones find what it wrote. The breakdown: `dynamo` (importing and tracing:
 the time outside the backend), `aot` (AOTAutograd, where it ran), `lower` (the ATen graph to
 kernels' programs, weights folded), `kernels` (loading or building them), `front` (the first-
-level entry: key, read, graph rebuilt). Timings come with the machine's load average.
+level entry: key, read, graph rebuilt). `--baselines` also times Dynamo's own backends the same
+way: "eager" is Dynamo alone, "aot_eager" Dynamo and AOTAutograd. Timings come with the
+machine's load average.
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ def child(args) -> None:
     model = make().eval().to(args.device)
     x = torch.randn(*shape).to(args.device)
     spent: dict[str, float] = {}
+    if args.backend != "tensorforge":
+        with torch.no_grad():
+            start = time.perf_counter()
+            torch.compile(model, backend=args.backend)(x)
+            if x.is_cuda:
+                torch.cuda.synchronize()
+            print("ROW " + json.dumps({"total": time.perf_counter() - start}))
+        return
 
     def timed(module: str, name: str, label: str, owner=None) -> None:
         owner = owner or importlib.import_module(module)
@@ -91,7 +102,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="fresh processes (the first fills)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache-dir", default=None, help="default: a new temporary folder")
+    parser.add_argument("--baselines", default="", help="e.g. eager,aot_eager")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--backend", default="tensorforge", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args)
@@ -115,6 +128,16 @@ def main(argv=None) -> int:
         print(f"{run:>3} {r['total']:>8.2f} {r['dynamo']:>7.2f} {r['aot']:>6.2f}", end="")
         print(f" {r['lower']:>6.2f} {r['kernels']:>8.2f} {r['front']:>6.3f}", end="")
         print(f" {str((r['front_hit'], r['graph_hit'])):>20} {load:>9.2f}")
+    for name in [b for b in args.baselines.split(",") if b]:
+        result = subprocess.run(
+            [*command, "--backend", name], env=env, capture_output=True, text=True, check=False
+        )
+        rows = [ln for ln in result.stdout.splitlines() if ln.startswith("ROW ")]
+        if result.returncode != 0 or not rows:
+            print(result.stderr[-3000:])
+            return 1
+        total = json.loads(rows[-1][4:])["total"]
+        print(f"backend={name}: {total:.2f} s (load avg {os.getloadavg()[0]:.2f})")
     return 0
 
 

@@ -195,3 +195,20 @@ def test_a_damaged_entry_is_deleted_and_compiled_through_aot(cache_dir):
     after = (front_cache.STATS.rejected, *_stats())
     assert [a - b for a, b in zip(after, before)] == [1, 0, 1, 1, 0]  # rejected, rewritten
     assert torch.equal(again, first)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="this torch build has no CUDA")
+def test_a_cuda_model_compiled_again_skips_aot(cache_dir):
+    torch.manual_seed(0)
+    model = randomize_batch_norms(SmallCNN().eval()).cuda()
+    x = torch.randn(2, 3, 12, 12, device="cuda")
+    before = _stats()
+    _compiled(model, x)
+    with torch.no_grad():
+        model.c1.weight.mul_(1.5)
+        expected = model(x)
+    got = _compiled(model, x)
+    torch.cuda.synchronize()
+    assert _delta(before) == [1, 1, 1, 0]
+    assert got.device.type == "cuda" and _error(got, expected) < 1e-4
