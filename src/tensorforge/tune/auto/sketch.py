@@ -20,6 +20,7 @@ recording every primitive call (trace.Recorder). The rules, after Ansor's:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -436,33 +437,44 @@ class SketchBuilder:
         sp_axes = list(inner.leaf_iter_vars[: len(op.axis)])
         red_axes = list(inner.leaf_iter_vars[len(op.axis) :])
         if outer is not None:
-            o_axes = list(outer.leaf_iter_vars[: len(op.axis)])
-            levels = [
-                self.rec.split_many(outer, a, [t[0], t[1] * t[2]]) for a, t in zip(o_axes, s_tiles)
-            ]
-            self.rec.reorder(outer, [lv[k] for k in range(3) for lv in levels])
-            self.parallel_outer(outer, key, [lv[0] for lv in levels])
-            if levels[-1][2] is not levels[-1][1] and s_tiles[-1][1] * s_tiles[-1][2] > 1:
-                # the epilogue (copy-out, fused consumer) in vectors of the register tile's
-                # width, not one vector of the whole block row: a 128-lane erf ran ~2x slower
-                vector = levels[-1][2]
-                if s_tiles[-1][1] > 1 and s_tiles[-1][2] > 1:
-                    _, vector = self.rec.split(outer, vector, s_tiles[-1][2])
-                self.rec.annotate("vectorize", outer, vector)
-            self.rec.compute_at(inner, outer, levels[-1][1])
-            s_levels = [self.rec.split_many(inner, a, [t[2]]) for a, t in zip(sp_axes, s_tiles)]
-            r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]
-            packable = self.packable(op) if r_levels else []
+            packable = self.packable(op) if red_axes else []
             rows = max((_extent_of_dim(t, -1) for t in packable), default=0)
             pack = bool(packable) and self.d.choice(
                 f"pack:{key}", [False, True], {**hint, "row_elements": rows}
             )
+            at_tile = self.accumulate_at_tile(key, reduce, r_tiles, pack, hint)
+            o_axes = list(outer.leaf_iter_vars[: len(op.axis)])
+            if at_tile:  # loops: rest, blocks, register tiles, the tile itself
+                inner_extents = lambda t: [t[0], t[1], t[2]]  # noqa: E731
+            else:  # loops: rest, blocks, the block itself
+                inner_extents = lambda t: [t[0], t[1] * t[2]]  # noqa: E731
+            levels = [
+                self.rec.split_many(outer, a, inner_extents(t)) for a, t in zip(o_axes, s_tiles)
+            ]
+            depth = len(levels[-1])
+            self.rec.reorder(outer, [lv[k] for k in range(depth) for lv in levels])
+            self.parallel_outer(outer, key, [lv[0] for lv in levels])
+            last = levels[-1][-1]
+            if (
+                last is not levels[-1][-2]
+                and s_tiles[-1][-1] * (1 if at_tile else s_tiles[-1][1]) > 1
+            ):
+                # the epilogue (copy-out, fused consumer) in vectors of the register tile's
+                # width, not one vector of the whole block row: a 128-lane erf ran ~2x slower
+                vector = last
+                if not at_tile and s_tiles[-1][1] > 1 and s_tiles[-1][2] > 1:
+                    _, vector = self.rec.split(outer, vector, s_tiles[-1][2])
+                self.rec.annotate("vectorize", outer, vector)
+            self.rec.compute_at(inner, outer, levels[-1][-2])
+            s_levels = [self.rec.split_many(inner, a, [t[2]]) for a, t in zip(sp_axes, s_tiles)]
+            r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]
             s2 = [lv[0] for lv in s_levels]
             if pack:  # the last axis's block loop first: its packed panel serves the others
                 s2 = s2[-1:] + s2[:-1]
             order = [lv[0] for lv in r_levels] + s2
             order += [lv[1] for lv in r_levels] + [lv[1] for lv in s_levels]
             self.rec.reorder(inner, order)
+            self.k_step(inner, key, r_levels, r_tiles, hint)
             if pack:
                 self.pack(inner, packable, s2[0])
             innermost = [lv[1] for lv in s_levels]
@@ -478,6 +490,7 @@ class SketchBuilder:
                 + [lv[3] for lv in s_levels]
             )
             self.rec.reorder(inner, order)
+            self.k_step(inner, key, r_levels, r_tiles, hint)
             if self.is_placed(inner):
                 self.parallel_outer(inner, key, [lv[0] for lv in s_levels])
             else:
@@ -491,6 +504,38 @@ class SketchBuilder:
         if unroll:
             first = inner.leaf_iter_vars[0]
             self.rec.pragma(inner, first, "auto_unroll_max_step", unroll)
+
+    def accumulate_at_tile(
+        self, key: str, reduce: list[int], r_tiles: list, pack: bool, hint: dict
+    ) -> bool:
+        """Where the accumulators live when the whole reduction is one block (a decision): a
+        block of them in memory (L2), each register tile loading and storing its part, or
+        just the register tile, computed inside the output's tile loop and written out from
+        registers (ops' conv2d, and ops/matmul's panels for short k: a 1x1 convolution over 64
+        channels does only 64 FMA steps per load and store of a tile). Not with a packed
+        panel, which would be packed again for every tile."""
+        single = all(math.prod(t) >= e for t, e in zip(r_tiles, reduce))
+        if not single or pack:
+            return False
+        return self.d.choice(f"acc:{key}", [False, True], hint)
+
+    def k_step(self, inner: Any, key: str, r_levels: list, r_tiles: list, hint: dict) -> None:
+        """Unroll a few steps of the innermost reduction loop around the register tile (a
+        decision): one loop step then holds several rows x vectors of FMAs, as ops/matmul's
+        micro-kernel does (GEMM 1024³, AVX-512: k steps of 4 1.07x steps of 1)."""
+        # the innermost reduction axis with more than one step in the block (a 1x1
+        # convolution's channels, not its kernel's extent-1 axes)
+        axis = next((a for a in reversed(range(len(r_tiles))) if r_tiles[a][-1] > 1), None)
+        if axis is None:
+            return
+        extent = r_tiles[axis][-1]
+        options = sorted({u for u in (1, 2, 4, 8, extent) if u <= 8 and extent % u == 0})
+        step = self.d.choice(f"kstep:{key}", options, {**hint, "extent": extent})
+        if step > 1:
+            loop = r_levels[axis][-1]
+            if step < extent:
+                _, loop = self.rec.split(inner, loop, step)
+            self.rec.annotate("unroll", inner, loop)
 
     def packable(self, op: Any) -> list[Any]:
         """Inputs of a tiled reduction read as vectors along its last axis but not along some
