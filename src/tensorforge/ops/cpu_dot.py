@@ -23,6 +23,8 @@ from tensorforge.target import Target
 
 @dataclass(frozen=True)
 class DotKind:
+    """One kind of dot product: its dtypes, B's lane grouping and its C functions."""
+
     a_dtype: str
     b_dtype: str
     acc_dtype: str
@@ -47,7 +49,7 @@ KINDS = {
         feature="avx512vnni",
         amx_feature="amx-int8",
         amx_k=64,
-    ),  # fmt: skip
+    ),
     "bfloat16": DotKind(
         a_dtype="bfloat16",
         b_dtype="bfloat16",
@@ -59,7 +61,7 @@ KINDS = {
         feature="avx512bf16",
         amx_feature="amx-bf16",
         amx_k=32,
-    ),  # fmt: skip
+    ),
 }
 
 
