@@ -6,26 +6,33 @@ thread (TF_NUM_THREADS, default 1).
 
 Each row: min and median of R repeats (of 5 calls each), packing included; the fp32 GEMM is
 timed first and again last (the machine may be shared: ratios use the faster of the two,
-min to min and median to median). Rows for
-the AVX-512 micro-kernels (vpdpbusd / vdpbf16ps) and, where the CPU has them, the AMX ones
-(tdpbusd / tdpbf16ps); without the features the micro-kernels are plain C (the row says so).
+min to min and median to median). Rows for the AVX-512 micro-kernels (vpdpbusd / vdpbf16ps)
+and, where the CPU has them, the AMX ones (tdpbusd / tdpbf16ps); without the features the
+micro-kernels are plain C (the row says so).
 
-Measured 2026-11-25 on a 2-core KVM Xeon with AVX512-VNNI/BF16 and AMX (LLVM: "rocketlake";
-a pure FMA loop 236 GFLOP/s, vpdpbusd 950 GOP/s, vdpbf16ps only 119 GFLOP/s: half of fp32
-FMA's rate on this core, so vdpbf16ps cannot reach 1.5x fp32 GEMM here), 1 thread, shared
-with other jobs (load average 2-3 of 2 cores):
+Measured 2026-11-25 on a 2-core KVM Xeon with AVX512-VNNI/BF16 and AMX (LLVM: "rocketlake"),
+1 thread, the machine shared with other jobs (load average as printed). Peaks of this core,
+from loops of independent instructions: fp32 FMA 236 GFLOP/s, vpdpbusd 950 GOP/s, vdpbf16ps
+only 119 GFLOP/s (half of fp32 FMA's rate here, so no vdpbf16ps kernel can reach 1.5x the fp32
+GEMM on this core: the bf16 target needs AMX), a loop of AMX tile products 3.7 TFLOP/s bf16, 7.5 TOP/s int8.
 
-    GEMM 1024^3, 1 thread(s), rocketlake; load 2.53
-    impl                                     min ms   med ms  GOP/s max  GOP/s med  vs fp32
-    float32 (ops.matmul), first               11.66    12.12      184.2      177.3
-    int8 avx512vnni 48x64x512                  3.78     3.80      568.2      564.7    3.17x
-    bfloat16 avx512bf16 48x64x256             19.86    20.20      108.1      106.3    0.60x
-    int8 amx-int8 32x64x2048                   1.62     1.68     1324.2     1277.1    7.16x
-    bfloat16 amx-bf16 32x64x1024               3.42     3.46      628.7      620.7    3.48x
-    float32 (ops.matmul), last                11.60    11.98      185.2      179.3
+    GEMM 1024^3, 1 thread(s), rocketlake; load 1.78
+    impl                                     min ms   med ms  GOP/s max  GOP/s med  vs fp32 min/med
+    float32 (ops.matmul), first               12.78    12.89      168.0      166.6
+    int8 avx512vnni 48x64x512                  3.44     3.48      624.1      617.3    3.50x / 3.52x
+    bfloat16 avx512bf16 48x64x256             20.48    20.61      104.9      104.2    0.59x / 0.59x
+    int8 amx-int8 128x64x2048                  0.93     0.95     2315.6     2271.0  12.98x / 12.96x
+    bfloat16 amx-bf16 128x64x1024              2.16     2.19      993.0      982.2    5.56x / 5.60x
+    float32 (ops.matmul), last                12.03    12.25      178.5      175.3
 
-Earlier (Emerald Rapids, 16 cores, no AMX; B read from its rows, interleaved by vpermt2b /
-vpermt2w on the fly): int8 1.77-2.06x, bf16 0.42-0.53x of fp32 ops.matmul.
+    1000^3 (load 1.89), vs fp32 min/med: int8 VNNI 3.37x / 3.41x, bf16 vdpbf16ps 0.60x / 0.62x,
+    int8 AMX 8.48x / 8.69x, bf16 AMX 3.78x / 3.84x (fp32 159-170 GFLOP/s)
+    1031^3 (load 1.90): int8 VNNI 3.52x / 3.51x, bf16 vdpbf16ps 0.58x / 0.59x,
+    int8 AMX 8.32x / 8.48x, bf16 AMX 3.53x / 3.57x (fp32 156-163 GFLOP/s)
+
+The same host before B was packed (B read from its rows, interleaved by vpermt2b / vpermt2w on
+the fly, 4 x 4 zmm accumulators; load 0.7): int8 2.06x, bf16 0.48x. On Emerald Rapids (16
+cores, no AMX exposed) that kernel gave int8 1.77-2.06x, bf16 0.42-0.53x.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from tensorforge.target import Target
 
 @dataclass(frozen=True)
 class DotKind:
+    """One kind of dot product: its dtypes, B's lane grouping and its C functions."""
+
     a_dtype: str
     b_dtype: str
     acc_dtype: str
@@ -47,7 +49,7 @@ KINDS = {
         feature="avx512vnni",
         amx_feature="amx-int8",
         amx_k=64,
-    ),  # fmt: skip
+    ),
     "bfloat16": DotKind(
         a_dtype="bfloat16",
         b_dtype="bfloat16",
@@ -59,7 +61,7 @@ KINDS = {
         feature="avx512bf16",
         amx_feature="amx-bf16",
         amx_k=32,
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -173,12 +175,16 @@ def dot_intrin(kind: str, mr: int, kc: int, nr: int = 64, target: Target | None 
     def fintrin(ins, outs):
         aa, bb = ins
         (cc,) = outs
+
+        def dot(init: int):  # init: C = A @ B, without reading C (no reset pass over it)
+            return tir.call_extern(
+                "int32", spec.function + tag, cc.access_ptr("w" if init else "rw"),
+                aa.access_ptr("r"), bb.access_ptr("r"), aa.strides[0], cc.strides[0], mr, nr,
+                kc, use_amx, init,
+            )  # fmt: skip
+
         reset = tir.call_extern("int32", spec.reset + tag, cc.access_ptr("w"), cc.strides[0], mr, nr)  # fmt: skip
-        update = tir.call_extern(
-            "int32", spec.function + tag, cc.access_ptr("rw"), aa.access_ptr("r"),
-            bb.access_ptr("r"), aa.strides[0], cc.strides[0], mr, nr, kc, use_amx,
-        )  # fmt: skip
-        return [reset, update], reset, update
+        return dot(1), reset, dot(0)
 
     return te.decl_tensor_intrin(c.op, fintrin, name=f"{kind}_dot_{mr}x{nr}x{kc}", binds=binds)
 
@@ -291,11 +297,14 @@ def schedule_dot_gemm(
     i, j = s[product].op.axis
     (r,) = s[product].op.reduce_axis
     io, jo, ii, ji = s[product].tile(i, j, tiles.mr, tiles.nr)
-    ko, ki = s[product].split(r, factor=tiles.kc)
-    if tiles.order == "rows":
-        s[product].reorder(io, jo, ko, ii, ji, ki)
-    else:
-        s[product].reorder(jo, ko, io, ii, ji, ki)
+    if tiles.kc >= round_up(k, spec.step):  # one k block: the intrinsic's body initializes C
+        s[product].reorder(*((io, jo) if tiles.order == "rows" else (jo, io)), ii, ji, r)
+    else:  # k blocks outside: C's tile reset first, then accumulated block by block
+        ko, ki = s[product].split(r, factor=tiles.kc)
+        if tiles.order == "rows":
+            s[product].reorder(io, jo, ko, ii, ji, ki)
+        else:
+            s[product].reorder(jo, ko, io, ii, ji, ki)
     intrin = dot_intrin(kind, tiles.mr, tiles.kc, tiles.nr, target, tiles.amx)
     s[product].tensorize(ii, intrin)
     if parallel:

@@ -71,7 +71,8 @@ static void tf_amx_configure(void) {
 /* C[mr, nr] += A @ B in 32 x 32 blocks of 2 x 2 tiles (16 rows / 16 columns at the edges);
    KB k per A tile (64 int8 / 32 bf16), B tiles of 16 k-groups from the panel (row = 64 B). */
 #define TF_AMX_GEMM(NAME, CT, AT, BT, STEP, DP)                                                 \
-  static void NAME(CT* c, const AT* a, const BT* b, int lda, int ldc, int mr, int nr, int kc) { \
+  static void NAME(CT* c, const AT* a, const BT* b, int lda, int ldc, int mr, int nr, int kc,  \
+                   int init) {                                                                 \
     const int kb = 16 * STEP; /* k per tile */                                                  \
     tf_amx_configure();                                                                        \
     for (int i0 = 0; i0 < mr; i0 += 32)                                                        \
@@ -79,10 +80,17 @@ static void tf_amx_configure(void) {
         const int two_rows = mr - i0 >= 32, two_cols = nr - j0 >= 32;                          \
         CT* ct = c + (long)i0 * ldc + j0;                                                      \
         const long cs = (long)ldc * sizeof(CT);                                                \
-        _tile_loadd(0, ct, cs);                                                                \
-        if (two_cols) _tile_loadd(1, ct + 16, cs);                                             \
-        if (two_rows) _tile_loadd(2, ct + 16L * ldc, cs);                                      \
-        if (two_rows && two_cols) _tile_loadd(3, ct + 16L * ldc + 16, cs);                     \
+        if (init) {                                                                            \
+          _tile_zero(0);                                                                       \
+          _tile_zero(1);                                                                       \
+          _tile_zero(2);                                                                       \
+          _tile_zero(3);                                                                       \
+        } else {                                                                               \
+          _tile_loadd(0, ct, cs);                                                              \
+          if (two_cols) _tile_loadd(1, ct + 16, cs);                                           \
+          if (two_rows) _tile_loadd(2, ct + 16L * ldc, cs);                                    \
+          if (two_rows && two_cols) _tile_loadd(3, ct + 16L * ldc + 16, cs);                   \
+        }                                                                                      \
         for (int k0 = 0; k0 < kc; k0 += kb) {                                                  \
           const AT* at = a + (long)i0 * lda + k0;                                              \
           const BT* bt = b + (long)(k0 / STEP) * nr * STEP + j0 * STEP;                        \
@@ -111,13 +119,14 @@ static void tf_amx_configure(void) {
 /* The AVX-512 register tile: C[ROWS, 16 * VECS] += A[ROWS, kc] @ B[kc, 16 * VECS]; per k-group
    VECS vectors of the panel and ROWS broadcasts of A feed ROWS * VECS dot instructions. Called
    with constant ROWS / VECS, so the accumulators stay in registers. */
-#define TF_TILE(NAME, CT, AT, BT, VT, STEP, LOAD, STORE, DOT)                             \
+#define TF_TILE(NAME, CT, AT, BT, VT, STEP, ZERO, LOAD, STORE, DOT)                             \
   static inline __attribute__((always_inline)) void NAME(                                      \
-      CT* c, const AT* a, const BT* b, int lda, int ldc, int nr, int kc, const int ROWS,        \
-      const int VECS) {                                                                        \
+      CT* c, const AT* a, const BT* b, int lda, int ldc, int nr, int kc, int init,              \
+      const int ROWS, const int VECS) {                                                        \
     VT acc[16][4];                                                                             \
     for (int i = 0; i < ROWS; ++i)                                                             \
-      for (int v = 0; v < VECS; ++v) acc[i][v] = LOAD(c + (long)i * ldc + 16 * v);             \
+      for (int v = 0; v < VECS; ++v)                                                           \
+        acc[i][v] = init ? ZERO : LOAD(c + (long)i * ldc + 16 * v);                            \
     for (int q = 0; q < kc / STEP; ++q) {                                                      \
       const BT* row = b + (long)q * nr * STEP;                                                 \
       __m512i bv[4];                                                                           \
@@ -148,7 +157,8 @@ static void tf_amx_configure(void) {
 /* C[mr, nr] += A @ B: 64-column (then 48, 32, 16) strips, rows in register tiles; a strip's
    kc x 64 slice of the panel is reused by every row tile. Tails of 9-16 rows in two tiles. */
 #define TF_AVX512_GEMM(NAME, TILE, CT, AT, BT)                                                  \
-  static void NAME(CT* c, const AT* a, const BT* b, int lda, int ldc, int mr, int nr, int kc) { \
+  static void NAME(CT* c, const AT* a, const BT* b, int lda, int ldc, int mr, int nr, int kc,  \
+                   int init) {                                                                 \
     for (int j0 = 0; j0 < nr;) {                                                               \
       const int vecs = (nr - j0) / 16 >= 4 ? 4 : (nr - j0) / 16;                               \
       const int most = vecs == 4 ? 6 : 8;                                                      \
@@ -157,10 +167,10 @@ static void tf_amx_configure(void) {
         CT* ct = c + (long)i0 * ldc + j0;                                                      \
         const AT* at = a + (long)i0 * lda;                                                     \
         const BT* bt = b + (long)j0 * (sizeof(int32_t) / sizeof(BT));                          \
-        if (vecs == 4) { TF_CASE_ROWS(TILE, 4, ct, at, bt, lda, ldc, nr, kc) }                 \
-        else if (vecs == 3) { TF_CASE_ROWS(TILE, 3, ct, at, bt, lda, ldc, nr, kc) }            \
-        else if (vecs == 2) { TF_CASE_ROWS(TILE, 2, ct, at, bt, lda, ldc, nr, kc) }            \
-        else { TF_CASE_ROWS(TILE, 1, ct, at, bt, lda, ldc, nr, kc) }                           \
+        if (vecs == 4) { TF_CASE_ROWS(TILE, 4, ct, at, bt, lda, ldc, nr, kc, init) }           \
+        else if (vecs == 3) { TF_CASE_ROWS(TILE, 3, ct, at, bt, lda, ldc, nr, kc, init) }      \
+        else if (vecs == 2) { TF_CASE_ROWS(TILE, 2, ct, at, bt, lda, ldc, nr, kc, init) }      \
+        else { TF_CASE_ROWS(TILE, 1, ct, at, bt, lda, ldc, nr, kc, init) }                     \
       }                                                                                        \
       j0 += 16 * vecs;                                                                         \
     }                                                                                          \
@@ -170,7 +180,7 @@ static void tf_amx_configure(void) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define TF_LOAD_I32(p) _mm512_loadu_si512(p)
 #define TF_STORE_I32(p, v) _mm512_storeu_si512(p, v)
-TF_TILE(tf_vnni_tile, int32_t, uint8_t, int8_t, __m512i, 4, TF_LOAD_I32, TF_STORE_I32, _mm512_dpbusd_epi32)
+TF_TILE(tf_vnni_tile, int32_t, uint8_t, int8_t, __m512i, 4, _mm512_setzero_si512(), TF_LOAD_I32, TF_STORE_I32, _mm512_dpbusd_epi32)
 TF_AVX512_GEMM(tf_vnni_gemm, tf_vnni_tile, int32_t, uint8_t, int8_t)
 #endif
 #if defined(TF_AMX) && defined(__AMX_INT8__)
@@ -178,18 +188,20 @@ TF_AMX_GEMM(tf_amx_int8_gemm, int32_t, uint8_t, int8_t, 4, _tile_dpbusd)
 #endif
 
 /* C[mr, nr] += A[mr, kc] (uint8, row stride lda) @ B (int8, packed [kc / 4][nr][4]);
-   kc % 4 == 0, nr % 16 == 0; amx: use AMX tiles where the host grants them */
+   kc % 4 == 0, nr % 16 == 0; amx: use AMX tiles where the host grants them; init: C = A @ B
+   (C's old values are not read) */
 int TF_FN(tf_dot_int8)(int32_t* c, const uint8_t* a, const int8_t* b, int lda, int ldc, int mr,
-                       int nr, int kc, int amx) {
+                       int nr, int kc, int amx, int init) {
 #if defined(TF_AMX) && defined(__AMX_INT8__)
   if (amx && mr % 16 == 0 && kc % 64 == 0 && tf_amx_ready()) {
-    tf_amx_int8_gemm(c, a, b, lda, ldc, mr, nr, kc);
+    tf_amx_int8_gemm(c, a, b, lda, ldc, mr, nr, kc, init);
     return 0;
   }
 #endif
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  tf_vnni_gemm(c, a, b, lda, ldc, mr, nr, kc);
+  tf_vnni_gemm(c, a, b, lda, ldc, mr, nr, kc, init);
 #else
+  if (init) TF_FN(tf_dot_reset_i32)(c, ldc, mr, nr);
   for (int i = 0; i < mr; ++i)
     for (int k = 0; k < kc; ++k)
       for (int j = 0; j < nr; ++j)
@@ -209,7 +221,7 @@ static float tf_bf16_to_f32(uint16_t x) {
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #define TF_DOT_BF16(acc, a, b) _mm512_dpbf16_ps(acc, (__m512bh)(a), (__m512bh)(b))
-TF_TILE(tf_bf16_tile, float, uint16_t, uint16_t, __m512, 2, _mm512_loadu_ps, _mm512_storeu_ps, TF_DOT_BF16)
+TF_TILE(tf_bf16_tile, float, uint16_t, uint16_t, __m512, 2, _mm512_setzero_ps(), _mm512_loadu_ps, _mm512_storeu_ps, TF_DOT_BF16)
 TF_AVX512_GEMM(tf_bf16_gemm, tf_bf16_tile, float, uint16_t, uint16_t)
 #endif
 #if defined(TF_AMX) && defined(__AMX_BF16__)
@@ -219,16 +231,17 @@ TF_AMX_GEMM(tf_amx_bf16_gemm, float, uint16_t, uint16_t, 2, _tile_dpbf16ps)
 /* C[mr, nr] += A[mr, kc] @ B (packed [kc / 2][nr][2]) on bfloat16 bits, float32;
    kc % 2 == 0, nr % 16 == 0 */
 int TF_FN(tf_dot_bf16)(float* c, const uint16_t* a, const uint16_t* b, int lda, int ldc, int mr,
-                       int nr, int kc, int amx) {
+                       int nr, int kc, int amx, int init) {
 #if defined(TF_AMX) && defined(__AMX_BF16__)
   if (amx && mr % 16 == 0 && kc % 32 == 0 && tf_amx_ready()) {
-    tf_amx_bf16_gemm(c, a, b, lda, ldc, mr, nr, kc);
+    tf_amx_bf16_gemm(c, a, b, lda, ldc, mr, nr, kc, init);
     return 0;
   }
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
-  tf_bf16_gemm(c, a, b, lda, ldc, mr, nr, kc);
+  tf_bf16_gemm(c, a, b, lda, ldc, mr, nr, kc, init);
 #else
+  if (init) TF_FN(tf_dot_reset_f32)(c, ldc, mr, nr);
   for (int i = 0; i < mr; ++i)
     for (int k = 0; k < kc; ++k)
       for (int j = 0; j < nr; ++j)
