@@ -20,10 +20,22 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
+RETURNED = []  # what the backend gave Dynamo, per compile
+
+
+def _recording_backend(gm, example_inputs):
+    RETURNED.append(tfb(gm, example_inputs))
+    return RETURNED[-1]
+
+
 def _compiled(model, *args):
     torch._dynamo.reset()
     with torch.no_grad():
-        return torch.compile(model, backend=tfb)(*args)
+        return torch.compile(model, backend=_recording_backend)(*args)
+
+
+def _without_aot_wrappers() -> bool:
+    return isinstance(RETURNED[-1], front_cache.DynamoCallable)
 
 
 def _stats():
@@ -46,6 +58,7 @@ def test_a_second_compile_skips_aot_and_follows_the_live_weights(cache_dir, monk
     before = _stats()
     first = _compiled(model, x)
     assert _delta(before) == [0, 1, 1, 0]  # a miss, then written
+    assert _without_aot_wrappers()  # AOT ran, but its wrappers would do nothing: not kept
     assert any(name.endswith(".front") for name in os.listdir(cache_dir / "graphs"))
     with torch.no_grad():  # new weights, same graph
         model.c1.weight.mul_(1.5)
@@ -60,7 +73,7 @@ def test_a_second_compile_skips_aot_and_follows_the_live_weights(cache_dir, monk
 
     monkeypatch.setattr(common, "aot_autograd", no_aot)
     second = _compiled(model, x)
-    assert _delta(before) == [1, 1, 1, 0]
+    assert _delta(before) == [1, 1, 1, 0] and _without_aot_wrappers()
     assert _error(second, expected) < 1e-4  # batch norms folded from the new weights
     assert not torch.allclose(second, first)
     y = torch.randn(2, 3, 12, 12)  # the callable takes Dynamo's inputs on later calls too
@@ -99,6 +112,7 @@ def test_mutations_never_get_an_entry_and_stay_correct(cache_dir):
     before = _stats()
     for calls in (1, 2):  # compiled twice: AOT both times, each mutating the buffer
         got = _compiled(model, x)
+        assert not _without_aot_wrappers()
         assert torch.allclose(got, torch.relu(x) * 2 + calls)
         assert model.calls.tolist() == [calls] * 3
     x0 = torch.randn(5)
@@ -116,6 +130,7 @@ def test_outputs_that_alias_inputs_never_get_an_entry(cache_dir, model):
     before = _stats()
     for _ in range(2):
         got = _compiled(model, x)
+        assert not _without_aot_wrappers()
         expected = model(x)
         assert all(torch.allclose(g, e) for g, e in zip(got, expected))
     assert _delta(before)[2:] == [0, 2]

@@ -66,21 +66,25 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         return gm.forward
     constants = constant_inputs(gm, example_inputs)
     target = target_of(example_inputs, opts)
-    cached = graph_cache.enabled(target) and not (opts.check or opts.report)
+    plain = not (opts.check or opts.report) and front_cache.plain_graph(gm, example_inputs)
+    cached = plain and graph_cache.enabled(target)
     key = front_cache.front_key(gm, example_inputs, constants, target, opts) if cached else None
     if key is not None:
         compiled = _from_front_entry(key, constants, target, opts)
         if compiled is not None:
             return compiled
-    return _through_aot(gm, example_inputs, constants, opts, key)
+    return _through_aot(gm, example_inputs, constants, opts, plain, key)
 
 
-def _through_aot(gm, example_inputs, constants: dict, opts: Options, front_key: str | None):
-    """Dynamo's graph -> ATen (aot_autograd, with its wrappers) -> compile_aten; the ATen graph
-    is written as a first-level entry where it is a plain function of Dynamo's inputs."""
+def _through_aot(gm, example_inputs, constants: dict, opts: Options, plain: bool, front_key):
+    """Dynamo's graph -> ATen (aot_autograd) -> compile_aten. Where the ATen graph proves a
+    plain function of Dynamo's inputs (front_cache.py), the compiled graph is returned without
+    AOT's runtime wrappers (they would do nothing but cost each call) and, with `front_key`,
+    written as a first-level entry."""
     from torch._dynamo.backends.common import aot_autograd
 
     count = len(example_inputs)
+    direct = []
 
     def compiler(aten_gm, aten_inputs):
         from torch.utils._python_dispatch import _disable_current_modes
@@ -88,16 +92,20 @@ def _through_aot(gm, example_inputs, constants: dict, opts: Options, front_key: 
         known = constants if len(aten_inputs) == count else {}
         with _disable_current_modes():  # the weights are real tensors, read now
             compiled = compile_aten(aten_gm, aten_inputs, known, opts)
-        if front_key is not None and isinstance(compiled, CompiledGraph):
+        if plain and isinstance(compiled, CompiledGraph):
             why = front_cache.unsafe_reason(gm, example_inputs, aten_gm, aten_inputs)
             if why is None:
-                front_cache.store(front_key, gm, aten_gm, compiled.cache_key)
+                direct.append(front_cache.DynamoCallable(compiled, front_cache.returns_tuple(gm)))
+                if front_key is not None:
+                    front_cache.store(front_key, gm, aten_gm, compiled.cache_key)
             else:
                 front_cache.STATS.unsafe += 1
                 front_cache.STATS.last_reason = why
         return compiled
 
-    return aot_autograd(fw_compiler=compiler, decompositions=decompositions())(gm, example_inputs)
+    wrapped = aot_autograd(fw_compiler=compiler, decompositions=decompositions())
+    compiled = wrapped(gm, example_inputs)
+    return direct[0] if direct else compiled
 
 
 def _from_front_entry(key: str, constants: dict, target, opts: Options):

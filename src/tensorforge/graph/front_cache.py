@@ -5,16 +5,17 @@ An entry is written where the ATen graph is provably a plain function of Dynamo'
 kept the inputs one for one (no duplicates merged, no synthetic bases, no effect tokens), no
 input is mutated, and AOT returns every output as the graph computes it (none is an input or
 a view of one, which AOT rebuilds around the compiled graph). Then AOT's runtime wrappers have
-nothing to do, and the compiled ATen graph can take Dynamo's inputs directly. Anything else (mutation, aliasing, symbolic sizes, a
-submodule or attribute the graph reads, a tensor subclass, `check`/`report`) goes through AOT
-as before.
+nothing to do, and the compiled ATen graph takes Dynamo's inputs directly: on a hit, and on
+the first compile too (backend.py returns it without AOT's wrappers, saving their cost on
+every call). Anything else (mutation, aliasing, symbolic sizes, a submodule or attribute the
+graph reads, a tensor subclass, autocast, `check`/`report`) goes through AOT as before.
 
 The entry holds the ATen graph (each node's operator, arguments and result shape, as JSON: no
 code is loaded from it) and the key of its kernels' entry in cache.py. Lowering runs again on
 every hit, from the live weights, so weights folded and packed at compile time follow the
 model's current values. The key is a hash of Dynamo's graph (its code, each node's target and
 example value), each input's type, shape, stride, dtype and device, which inputs are weights,
-the grad mode, autocast and default dtype, torch's version, and what cache.py's key holds
+the grad mode and default dtype, torch's version, and what cache.py's key holds
 besides the ATen graph (target, tuning log, schedule, settings, tensorforge's version, source).
 """
 
@@ -57,14 +58,28 @@ class Entry:
 
 
 # -- the key --------------------------------------------------------------------------------------
+def plain_graph(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Can AOT's ATen graph be a plain function of Dynamo's inputs at all? Not with a submodule
+    or attribute (AOT adds their tensors as inputs), a symbolic size, a non-tensor input or a
+    tensor subclass, or autocast on (AOT's wrapper turns it off around the graph)."""
+    if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
+        return False
+    if not all(type(x) in _PLAIN_TYPES for x in example_inputs):
+        return False
+    if any(torch.is_autocast_enabled(kind) for kind in ("cpu", "cuda")):
+        return False
+    return all(
+        node.op in ("placeholder", "call_function", "call_method", "output")
+        and _static_signature(node.meta.get("example_value")) is not None
+        for node in gm.graph.nodes
+    )
+
+
 def front_key(
     gm: torch.fx.GraphModule, example_inputs, constants: dict, target, opts
 ) -> str | None:
-    """The entry's name for this Dynamo graph, or None where it cannot have one (a submodule,
-    an attribute, a symbolic size or a non-tensor input: what AOT alone can see through)."""
-    if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
-        return None
-    if not all(type(x) in _PLAIN_TYPES for x in example_inputs):
+    """The entry's name for this Dynamo graph (None where it is not a `plain_graph`)."""
+    if not plain_graph(gm, example_inputs):
         return None
     parts = [
         "front",
@@ -72,22 +87,20 @@ def front_key(
         torch.__version__,
         torch.is_grad_enabled(),
         torch.get_default_dtype(),
-        *(torch.is_autocast_enabled(kind) for kind in ("cpu", "cuda")),
         *graph_cache.options_parts(target, opts.tuning_log, opts.schedule),
         gm.code,
     ]
     for node in gm.graph.nodes:
-        if node.op not in ("placeholder", "call_function", "call_method", "output"):
-            return None
         value = node.meta.get("example_value")
-        signature = _static_signature(value)
-        if signature is None:
-            return None
-        parts += [node.op, node.name, _target_name(node.target), signature]
+        parts += [node.op, node.name, _target_name(node.target), _static_signature(value)]
     for k, x in enumerate(example_inputs):
         parts += [type(x).__name__, tuple(x.shape), x.stride(), x.dtype, x.device]
         parts += [x.requires_grad, k in constants]
     return graph_cache.digest_of(parts)
+
+
+def returns_tuple(gm: torch.fx.GraphModule) -> bool:
+    return isinstance(gm.graph.output_node().args[0], tuple)
 
 
 def _target_name(target) -> str:
@@ -281,8 +294,7 @@ def store(key: str, gm, aten_gm, aten_key: str) -> None:
         STATS.unsafe += 1
         STATS.last_reason = str(why)
         return
-    as_tuple = isinstance(gm.graph.output_node().args[0], tuple)
-    record = {"format": FORMAT, "key": key, "aten_key": aten_key, "as_tuple": as_tuple}
+    record = {"format": FORMAT, "key": key, "aten_key": aten_key, "as_tuple": returns_tuple(gm)}
     data = json.dumps({**record, "nodes": nodes}).encode()
     try:
         os.makedirs(graph_cache.graphs_dir(), exist_ok=True)
