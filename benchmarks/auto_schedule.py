@@ -439,6 +439,9 @@ SEARCH_QUALITY_MODES = {  # name -> tune() options
     "guided": {"model": True, "first_guess": True},  # what task.tune does
     "guided_cold": {"model": True, "first_guess": False},  # the model alone, no first guess
     "random": {"model": False, "first_guess": False},
+    # variants of the cold start tried (not in the default modes)
+    "cold_eps25": {"model": True, "first_guess": False, "epsilon": 0.25},
+    "cold_local25": {"model": True, "first_guess": False, "local": 0.25},
 }
 
 

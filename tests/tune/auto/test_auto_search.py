@@ -161,3 +161,13 @@ def test_guided_search_lowers_nothing_in_the_parent_unless_asked(tmp_path, monke
     assert lowered and shortlisted.trials == 16
     indices = [t.index for t, _ in shortlisted.search.history]
     assert len(set(indices)) == len(indices)
+
+
+def test_local_mutants_of_the_fastest_are_new_and_deterministic():
+    """`local` of each batch: unranked mutants of the 4 fastest measured schedules."""
+    task = _task()
+    runs = [task.tune(16, seed=4, local=0.5, **SMALL) for _ in range(2)]
+    search = runs[0].search
+    assert [t.index for t, _ in search.history] == [t.index for t, _ in runs[1].search.history]
+    out = search.local_batch(4, set(search.measured))
+    assert len(out) == 4 and not {t.index for t in out} & set(search.measured)

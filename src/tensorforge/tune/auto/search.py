@@ -7,7 +7,8 @@ Each batch:
    generations: children by mutation (one tile size moved between levels, an unroll, parallel,
    compute-location, rfactor or inlining choice redrawn) or crossover (each stage's decisions from
    either parent; the rules repair whatever no longer fits), parents drawn by the model's score;
-3. measure the best-scored unmeasured children, plus `epsilon` of the batch drawn at random.
+3. measure the best-scored unmeasured children, plus `epsilon` of the batch drawn at random
+   (and, with `local` > 0, that share of it unranked mutants of the 4 fastest measured).
    Duplicates: a candidate whose steps equal a measured one's is never proposed; the builds
    report each candidate's lowered-IR hash and IR features (free: they lower anyway), so a
    candidate that lowers to measured IR is known as such.
@@ -43,6 +44,7 @@ class EvolutionarySearch:
         generations: int = 4,
         mutation_prob: float = 0.85,
         epsilon: float = 0.1,
+        local: float = 0.0,
         shortlist: int = 2,
         first_guess: bool = True,
         lower_shortlist: bool = False,
@@ -54,6 +56,7 @@ class EvolutionarySearch:
         self.generations = generations
         self.mutation_prob = mutation_prob
         self.epsilon = epsilon
+        self.local = local
         self.shortlist = shortlist
         self.first_guess = first_guess
         self.lower_shortlist = lower_shortlist
@@ -221,20 +224,38 @@ class EvolutionarySearch:
         if not self._fit():
             return self.warm_up_batch(n, taken) if self.use_model else self.random_batch(n, taken)
         n_random = max(1, int(round(self.epsilon * n))) if self.epsilon > 0 and n >= 4 else 0
+        local = self.local_batch(int(round(self.local * n)), taken)
+        n_model = n - n_random - len(local)
         children = self.evolve()
         fresh = [c for c in children if c.index not in taken]
         if not fresh:
-            return self.random_batch(n, taken)
+            return local + self.random_batch(n - len(local), taken)
         scores = self._score(fresh)
         order = np.argsort(-scores, kind="stable")
         if self.lower_shortlist:
-            short = [fresh[k] for k in order[: self.shortlist * (n - n_random)]]
-            picks = self._rank_by_ir(short, n - n_random)
+            short = [fresh[k] for k in order[: self.shortlist * n_model]]
+            picks = self._rank_by_ir(short, n_model)
         else:
-            picks = [fresh[k] for k in order[: n - n_random]]
+            picks = [fresh[k] for k in order[:n_model]]
         for t in picks:
             taken.add(t.index)
+        picks = local + picks
         return picks + self.random_batch(n - len(picks), taken)
+
+    def local_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
+        """`n` mutants of the 4 fastest schedules measured, unranked: hill-climbing that does
+        not depend on the model."""
+        ranked = sorted((seconds(r), t.index, t) for t, r in self.history if r.ok)
+        elite = [t for _, _, t in ranked[:4]]
+        out: list[ScheduleTrace] = []
+        for _ in range(10 * n):
+            if not elite or len(out) >= n:
+                break
+            child = self.mutate(elite[int(self.rng.integers(len(elite)))])
+            if child is not None and child.index not in taken:
+                out.append(child)
+                taken.add(child.index)
+        return out
 
     def evolve(self) -> list[ScheduleTrace]:
         ranked = sorted((seconds(r), t.index, t) for t, r in self.history if r.ok)
