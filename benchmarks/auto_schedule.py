@@ -442,6 +442,16 @@ SEARCH_QUALITY_MODES = {  # name -> tune() options
     # variants of the cold start tried (not in the default modes)
     "cold_eps25": {"model": True, "first_guess": False, "epsilon": 0.25},
     "cold_local25": {"model": True, "first_guess": False, "local": 0.25},
+    "cold_ir": {"model": True, "first_guess": False, "lower_shortlist": True},
+    "cold_ir128": {"model": True, "first_guess": False, "lower_shortlist": 128},
+    "cold_ir15": {"model": True, "first_guess": False, "lower_shortlist": True, "shortlist": 1.5},
+    "cold_ir_small": {
+        "model": True,
+        "first_guess": False,
+        "lower_shortlist": True,
+        "population": 48,
+        "generations": 3,
+    },
 }
 
 

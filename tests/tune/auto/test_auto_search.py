@@ -171,3 +171,25 @@ def test_local_mutants_of_the_fastest_are_new_and_deterministic():
     assert [t.index for t, _ in search.history] == [t.index for t, _ in runs[1].search.history]
     out = search.local_batch(4, set(search.measured))
     assert len(out) == 4 and not {t.index for t in out} & set(search.measured)
+
+
+def test_lower_shortlist_for_the_first_trials_only(monkeypatch):
+    """lower_shortlist=N lowers candidates in the parent only while fewer than N trials are
+    measured: a longer run of the same seed lowers no more than a shorter one."""
+    from tensorforge.tune.auto.search import EvolutionarySearch
+
+    task = _task()
+    real_lower = EvolutionarySearch.lower
+    lowered = []
+
+    def counting_lower(self, trace):
+        lowered.append(trace.index)
+        return real_lower(self, trace)
+
+    monkeypatch.setattr(EvolutionarySearch, "lower", counting_lower)
+    counts = []
+    for trials in (16, 24):
+        lowered.clear()
+        task.tune(trials, seed=5, lower_shortlist=9, **SMALL)
+        counts.append(len(lowered))
+    assert counts[0] > 0 and counts[1] == counts[0]

@@ -45,9 +45,9 @@ class EvolutionarySearch:
         mutation_prob: float = 0.85,
         epsilon: float = 0.1,
         local: float = 0.0,
-        shortlist: int = 2,
+        shortlist: float = 2,
         first_guess: bool = True,
-        lower_shortlist: bool = False,
+        lower_shortlist: bool | int = False,
     ):
         self.task = task
         self.rng = np.random.default_rng(seed)
@@ -203,7 +203,7 @@ class EvolutionarySearch:
         decision_model.fit(xs, ys)
         ir_model = None
         with_ir = [(t, y) for (t, _), y in zip(self.history, ys) if t.index in self.ir_features]
-        if self.lower_shortlist and len(with_ir) >= 8 and len({y for _, y in with_ir}) > 1:
+        if self._lowering() and len(with_ir) >= 8 and len({y for _, y in with_ir}) > 1:
             ir_model = XGBCostModel(seed=seed, num_boost_round=40)
             ir_model.fit(
                 np.stack([self._full_vector(t) for t, _ in with_ir]),
@@ -232,8 +232,8 @@ class EvolutionarySearch:
             return local + self.random_batch(n - len(local), taken)
         scores = self._score(fresh)
         order = np.argsort(-scores, kind="stable")
-        if self.lower_shortlist:
-            short = [fresh[k] for k in order[: self.shortlist * n_model]]
+        if self._lowering():
+            short = [fresh[k] for k in order[: int(round(self.shortlist * n_model))]]
             picks = self._rank_by_ir(short, n_model)
         else:
             picks = [fresh[k] for k in order[:n_model]]
@@ -241,6 +241,14 @@ class EvolutionarySearch:
             taken.add(t.index)
         picks = local + picks
         return picks + self.random_batch(n - len(picks), taken)
+
+    def _lowering(self) -> bool:
+        """Lower the shortlist now? `lower_shortlist` True: always; a number: while fewer
+        trials than that are measured (the decision model learns slowest at first)."""
+        limit = self.lower_shortlist
+        if isinstance(limit, bool):
+            return limit
+        return len(self.history) < limit
 
     def local_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
         """`n` mutants of the 4 fastest schedules measured, unranked: hill-climbing that does
