@@ -140,9 +140,10 @@ def test_tile_mutation_keeps_tiles_legal():
     assert len(seen) > 100  # it walks the space, not in place
 
 
-def test_guided_search_lowers_nothing_in_the_parent_unless_asked(tmp_path, monkeypatch):
-    """The model ranks candidates by their decisions: the parent lowers none of them (the
-    builds report IR hashes and features); lower_shortlist=True ranks by IR too."""
+def test_guided_search_without_lowering_in_the_parent(tmp_path, monkeypatch):
+    """lower_shortlist=False: the model ranks candidates by their decisions and the parent
+    lowers none of them (the builds report IR hashes and features); True (the default) lowers
+    the shortlist and ranks it by IR too."""
     from tensorforge.tune.auto.search import EvolutionarySearch
 
     task = _task()
@@ -154,10 +155,10 @@ def test_guided_search_lowers_nothing_in_the_parent_unless_asked(tmp_path, monke
         return real_lower(self, trace)
 
     monkeypatch.setattr(EvolutionarySearch, "lower", counting_lower)
-    guided = task.tune(16, seed=3, **SMALL)
+    guided = task.tune(16, seed=3, lower_shortlist=False, **SMALL)
     assert not lowered and guided.trials == 16
     assert guided.search._models is not None and guided.search._models[1] is None
-    shortlisted = task.tune(16, seed=3, lower_shortlist=True, **SMALL)
+    shortlisted = task.tune(16, seed=3, **SMALL)
     assert lowered and shortlisted.trials == 16
     indices = [t.index for t, _ in shortlisted.search.history]
     assert len(set(indices)) == len(indices)
