@@ -38,9 +38,14 @@ from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
 
 T = TensorCoreTiles
 # (label, tiles): block m, n, k, warp m, n, stages, group_m
+W = "wgmma"
 CONFIGS = [
-    ("128x256x64 s4 g16", T(128, 256, 64, 64, 64, 4, 16)),
-    ("128x256x64 s4 g16 cluster2", T(128, 256, 64, 64, 64, 4, 16, "mbarrier", 2)),
+    ("mma_sync 128x256x64 s4 g16", T(128, 256, 64, 64, 64, 4, 16)),
+    ("wgmma 128x256x64 s4 g16", T(128, 256, 64, 16, 256, 4, 16, mma=W)),
+    ("wgmma 128x256x64 s3 g16", T(128, 256, 64, 16, 256, 3, 16, mma=W)),
+    ("wgmma 128x256x64 s4 g8", T(128, 256, 64, 16, 256, 4, 8, mma=W)),
+    ("wgmma 256x128x64 s4 g16", T(256, 128, 64, 16, 128, 4, 16, mma=W)),
+    ("wgmma 128x128x64 s4 g16", T(128, 128, 64, 16, 128, 4, 16, mma=W)),
 ]
 
 
@@ -104,41 +109,57 @@ def ptxas() -> None:
         )
 
 
-def tensorcore(sizes=(4096, 8192)) -> None:
+def tensorcore(sizes=(4096, 8192), dtypes=("float16",)) -> None:
     import torch
 
+    from tensorforge.te.dtype import from_bfloat16, to_bfloat16
+
     dev = tf.cuda(0)
-    modules = build_all([(size, tiles) for size in sizes for _, tiles in CONFIGS])
+    jobs = [(size, tiles, dt) for size in sizes for dt in dtypes for _, tiles in CONFIGS]
+    modules = build_all(jobs)
     table = []
     for size in sizes:
-        torch.manual_seed(0)
-        ta = torch.rand(size, size, device="cuda").sub_(0.5).half()
-        tb = torch.rand(size, size, device="cuda").sub_(0.5).half()
-        ref = torch.matmul(ta.float(), tb.float())
-        A, B = tf.nd.array(ta.cpu().numpy(), dev), tf.nd.array(tb.cpu().numpy(), dev)
-        D = tf.nd.empty((size, size), "float16", dev)
-        cublas = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
-        flops = 2.0 * size**3
-        table.append(f"fp16 {size}^3 cuBLAS {flops / cublas / 1e12:.1f} TFLOP/s")
-        for label, tiles in CONFIGS:
-            mod = modules[(size, tiles)]
-            try:
-                if isinstance(mod, Exception):
-                    raise mod
-                D.copyfrom(np.full((size, size), np.nan, "float16"))
-                mod(A, B, D)
-                got = torch.from_numpy(D.numpy()).cuda().float()
-                err = float((got - ref).norm() / ref.norm())
-                t = mod.time_evaluator(mod.entry_name, dev, number=10, repeat=5)(A, B, D).median
-            except Exception as e:
-                table.append(f"  {label}: FAILED {type(e).__name__}: {str(e)[:300]}")
-                continue
-            table.append(
-                f"  {label}: {flops / t / 1e12:6.1f} TFLOP/s {cublas / t:5.2f}x cuBLAS "
-                f"err {err:.1e}"
-            )
-        del A, B, D, ta, tb, ref
-        torch.cuda.empty_cache()
+        for dtype in dtypes:
+            torch.manual_seed(0)
+            fa = torch.rand(size, size, device="cuda").sub_(0.5)
+            fb = torch.rand(size, size, device="cuda").sub_(0.5)
+            if dtype == "bfloat16":
+                ta, tb = fa.bfloat16(), fb.bfloat16()
+                bits = [to_bfloat16(t.float().cpu().numpy()) for t in (ta, tb)]
+                A, B = (tf.nd.array(b, dev) for b in bits)
+                D = tf.nd.empty((size, size), "uint16", dev)
+            else:
+                ta, tb = fa.half(), fb.half()
+                A, B = tf.nd.array(ta.cpu().numpy(), dev), tf.nd.array(tb.cpu().numpy(), dev)
+                D = tf.nd.empty((size, size), "float16", dev)
+            ref = torch.matmul(ta.float(), tb.float())
+            cublas = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
+            flops = 2.0 * size**3
+            table.append(f"{dtype} {size}^3 cuBLAS {flops / cublas / 1e12:.1f} TFLOP/s")
+            for label, tiles in CONFIGS:
+                mod = modules[(size, tiles, dtype)]
+                try:
+                    if isinstance(mod, Exception):
+                        raise mod
+                    D.copyfrom(
+                        np.full((size, size), 0x7FC0 if dtype == "bfloat16" else np.nan, D.dtype)
+                    )
+                    mod(A, B, D)
+                    out = D.numpy()
+                    out = from_bfloat16(out) if dtype == "bfloat16" else out.astype("float32")
+                    got = torch.from_numpy(out).cuda()
+                    err = float((got - ref).norm() / ref.norm())
+                    t = mod.time_evaluator(mod.entry_name, dev, number=10, repeat=5)(A, B, D).median
+                except Exception as e:
+                    table.append(f"  {label}: FAILED {type(e).__name__}: {str(e)[:300]}")
+                    continue
+                table.append(
+                    f"  {label}: {flops / t / 1e12:6.1f} TFLOP/s {cublas / t:5.2f}x cuBLAS "
+                    f"err {err:.1e}"
+                )
+            del A, B, D, ta, tb, ref
+            torch.cuda.empty_cache()
+            print(table[-1 - len(CONFIGS)], flush=True)
     print("\n".join(table), flush=True)
 
 
@@ -195,4 +216,6 @@ if __name__ == "__main__":
     else:
         if "--sgemm" in sys.argv:
             sgemm()
-        tensorcore()
+        sizes = tuple(int(a.split("=")[1]) for a in sys.argv if a.startswith("--size="))
+        dtypes = ("float16", "bfloat16") if "--bf16" in sys.argv else ("float16",)
+        tensorcore(sizes or (4096, 8192), dtypes)

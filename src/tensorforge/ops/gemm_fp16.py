@@ -28,6 +28,7 @@ from tensorforge.ops.tensor_core import (
     mma_store,
     mma_sync,
 )
+from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
 
 WARP = 32
 PAD = 8  # halves added to each shared row: 16 bytes, so ldmatrix's 8 rows hit distinct banks
@@ -53,14 +54,16 @@ class TensorCoreTiles:
     group_m: int = 8
     sync: str = "mbarrier"  # the pipeline's: "mbarrier" (warps drift apart) or "barrier"
     cluster: int = 1  # 2: pairs of blocks down a column share B's tile (bulk copies, multicast)
+    mma: str = "mma_sync"  # or "wgmma" (sm_90a): warpgroups on 128B-swizzled tiles (ops/wgmma.py)
 
     @property
     def warps(self) -> int:
         return (self.block_m // self.warp_m) * (self.block_n // self.warp_n)
 
     def shared_bytes(self, elem_bytes: int = 2) -> int:
-        a = self.block_m * (self.block_k + PAD)
-        b = self.block_k * (self.block_n + PAD)
+        pad = 0 if self.mma == "wgmma" else PAD  # wgmma's tiles are swizzled, not padded
+        a = self.block_m * (self.block_k + pad)
+        b = self.block_k * (self.block_n + pad)
         return (a + b) * elem_bytes * max(1, self.stages)
 
     def group_for(self, m: int) -> int:
@@ -121,6 +124,18 @@ class TensorCoreTiles:
             raise ScheduleError(
                 f"gemm_fp16: cluster {self.cluster} pairs blocks of a group of block rows; "
                 f"M / block_m = {m // self.block_m} gives groups of {self.group_for(m)}"
+            )
+        if self.mma not in ("mma_sync", "wgmma"):
+            raise ScheduleError(f"gemm_fp16: mma must be 'mma_sync' or 'wgmma', got {self.mma!r}")
+        if self.mma == "wgmma" and (
+            self.warp_m != 16 or self.warp_n != self.block_n or self.block_k != 64
+            or self.block_m % 64 or self.block_n not in (64, 128, 192, 256)
+            or self.stages < 2 or self.sync != "mbarrier" or self.cluster != 1
+        ):  # fmt: skip
+            raise ScheduleError(
+                f"gemm_fp16: wgmma takes warp tiles of 16 rows x the whole block_n (64-256), "
+                f"block_m a multiple of 64 (warpgroups of 4 warps), k steps of 64 and an "
+                f"mbarrier pipeline of 2+ stages without clusters; got {self}"
             )
         if self.shared_bytes() > SHARED_LIMIT:
             raise ScheduleError(
@@ -232,23 +247,34 @@ def schedule_gemm_fp16(
     (kr,) = s[C].op.reduce_axis
     ko, ki = s[C].split(kr, factor=tiles.block_k)
     s[C].reorder(ko, ci, cj, ki)
-    s[C].tensorize(ci, mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype))
+    wgmma = tiles.mma == "wgmma"
+    mma = wgmma_sync if wgmma else mma_sync
+    s[C].tensorize(ci, mma(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype))
 
     for stage, row_len in ((AS, tiles.block_k), (BS, tiles.block_n)):
         s[stage].compute_at(s[C], ko)
         rows = s[stage].op.axis[-2]
-        s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
+        if not wgmma:
+            s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
         if stage is BS and tiles.cluster > 1:  # bulk row copies, each block half of them
             s[stage].tensorize(rows, bulk_rows(tiles.block_k, tiles.block_n, dtype, tiles.cluster))
             s[stage].double_buffer(tiles.stages, tiles.sync)
             continue
-        fused = s[stage].fuse(*s[stage].op.axis)
-        rest, vec = s[stage].split(fused, factor=8)  # 16 bytes a thread
+        if wgmma:  # 16-byte pieces of rows (each placed by the swizzle), row by row
+            cols, vec = s[stage].split(s[stage].op.axis[-1], factor=8)
+            rest = s[stage].fuse(rows, cols)
+        else:
+            fused = s[stage].fuse(*s[stage].op.axis)
+            rest, vec = s[stage].split(fused, factor=8)  # 16 bytes a thread
         rest, lane = s[stage].split(rest, factor=WARP)
         _, wy = s[stage].split(rest, factor=tiles.warps)
         s[stage].bind(lane, tx)
         s[stage].bind(wy, ty)
-        s[stage].vectorize(vec)
+        if wgmma:  # each 16 bytes by cp.async to its place in the swizzled layout wgmma reads
+            n_rows = tiles.block_m if stage is AS else tiles.block_k
+            s[stage].tensorize(vec, swizzled_fill(n_rows, row_len, dtype))
+        else:
+            s[stage].vectorize(vec)
         if tiles.stages > 1:  # cp.async fills `stages - 1` k steps ahead of the mma
             s[stage].double_buffer(tiles.stages, tiles.sync)
     args = [A, B, D] if bias is None else [A, B, bias, D]
