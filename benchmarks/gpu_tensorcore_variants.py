@@ -15,7 +15,14 @@ configuration lands at 290-327 TFLOP/s; then, in order:
 - more stages with k steps of 32 (s6, s8) or 256x128 blocks: no better (374-393).
 - cluster=2 (B's tile shared by a pair of blocks: bulk row copies multicast to both): correct
   but slower, 229 (warp 0 issuing all 32 row copies) / 292-313 (spread over the warps).
-What bounds it now (ncu, 128x256x64 s4, 4096^3): L2 throughput 81.6% of peak (4.6 TB/s of
+- wgmma (ops/wgmma.py, sm_90a; same 128 x 256 blocks, two warpgroups of 64 x 256, cp.async
+  into 128B-swizzled tiles): 4096^3 fp16 537-544 (0.75-0.79x), bf16 538-555, 8192^3 518-531
+  (0.70-0.71x). Keeping a k step's wgmma in flight (sync="mbarrier_lag") +0-1%; 256 x 128
+  blocks 505-523, 128 x 128 452-504, 3 stages 525-538. ncu (4096^3, clocks locked at 1.42 GHz):
+  tensor pipe 59%, L2 50%, issue slots 24%, top stall "wait" (fixed-latency dependencies of the
+  cp.async address math the same warps run); dropping the consumer's fence.proxy.async +1.4%.
+  Next: producer warps (warp specialization) or TMA copies so the multiplying warps only wait.
+What bounded the mma.sync kernel (ncu, 128x256x64 s4, 4096^3): L2 throughput 81.6% of peak (4.6 TB/s of
 operand loads: a 128 x 256 block reads 48 KB per k step of 64), tensor pipe 62.6%; the same
 ldmatrix + mma loop on fixed shared tiles runs at 598 (gpu_mma_probe.py wide). mma.sync cannot
 take a bigger block (128 x 256 fp32 accumulators are half the register file), so going further
@@ -38,14 +45,15 @@ from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
 
 T = TensorCoreTiles
 # (label, tiles): block m, n, k, warp m, n, stages, group_m
-W = "wgmma"
+W, LAG = "wgmma", "mbarrier_lag"
 CONFIGS = [
     ("mma_sync 128x256x64 s4 g16", T(128, 256, 64, 64, 64, 4, 16)),
     ("wgmma 128x256x64 s4 g16", T(128, 256, 64, 16, 256, 4, 16, mma=W)),
-    ("wgmma 128x256x64 s3 g16", T(128, 256, 64, 16, 256, 3, 16, mma=W)),
-    ("wgmma 128x256x64 s4 g8", T(128, 256, 64, 16, 256, 4, 8, mma=W)),
-    ("wgmma 256x128x64 s4 g16", T(256, 128, 64, 16, 128, 4, 16, mma=W)),
-    ("wgmma 128x128x64 s4 g16", T(128, 128, 64, 16, 128, 4, 16, mma=W)),
+    ("wgmma lag 128x256x64 s4 g16", T(128, 256, 64, 16, 256, 4, 16, LAG, mma=W)),
+    ("wgmma lag 128x256x64 s4 g8", T(128, 256, 64, 16, 256, 4, 8, LAG, mma=W)),
+    ("wgmma lag 128x256x64 s3 g16", T(128, 256, 64, 16, 256, 3, 16, LAG, mma=W)),
+    ("wgmma lag 256x128x64 s4 g16", T(256, 128, 64, 16, 128, 4, 16, LAG, mma=W)),
+    ("wgmma lag 128x128x64 s3 g16", T(128, 128, 64, 16, 128, 3, 16, LAG, mma=W)),
 ]
 
 

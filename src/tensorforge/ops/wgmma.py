@@ -95,7 +95,7 @@ __device__ __forceinline__ void tf_wgmma_fill_zero(float* acc) {
 // acc (this warp's 16 x WN of its warpgroup's 64 x WN tile) += a[16, WK] @ b[WK, WN]: `a` is
 // this warp's 16 rows of the warpgroup's K-major sw128 tile (WK = 64: 128-byte rows), `b` the
 // N-major sw128 tile. The 4 warps of a warpgroup hold consecutive 16-row slices.
-template <int WM, int WN, int WK, typename T>
+template <int WM, int WN, int WK, int PENDING, typename T>
 __device__ __forceinline__ void tf_wgmma_sync(float* acc, const T* a, const T* b) {
   static_assert(WM == 16 && WK == 64 && WN % 64 == 0, "wgmma: 16-row warp slices, k tiles of 64");
   const unsigned warp = ((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32) % 4;
@@ -107,7 +107,9 @@ __device__ __forceinline__ void tf_wgmma_sync(float* acc, const T* a, const T* b
   for (int kk = 0; kk < WK / 16; ++kk)  // A: 32 bytes a k16 step; B: 16 rows of 128 bytes
     tf_wg::wgmma_k16<WN>(acc, tf_wg::desc(a0 + kk * 32, 16, 1024),
                                tf_wg::desc(b0 + kk * 2048, WK * 128, 1024), a);
-  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  // PENDING 1: return with this step's group in flight, the last step's done (its tiles free)
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(PENDING) : "memory");
 }
 """
 
@@ -146,10 +148,14 @@ def swizzled_fill(rows: int, cols: int, dtype: str = "float16") -> TensorIntrin:
 
 
 @functools.cache
-def wgmma_sync(wm: int, wn: int, wk: int, dtype: str = "float16") -> TensorIntrin:
+def wgmma_sync(wm: int, wn: int, wk: int, dtype: str = "float16", pending: int = 0) -> TensorIntrin:
     """acc[wm, wn] (+)= a[wm, wk] @ b[wk, wn] by wgmma.mma_async.m64n{wn}k16 with a float32
     "warp" accumulator: wm = 16 (a warp's slice of its warpgroup's 64 rows), wk = 64; a and b
-    are sw128 tiles in shared memory (swizzled_fill)."""
+    are sw128 tiles in shared memory (swizzled_fill). With `pending` 1 a call returns with its
+    multiplies still running (the previous call's done): the pipeline releases tiles a step
+    late (double_buffer(sync="mbarrier_lag")) and the store drains (mma_store(drain=True))."""
+    if pending not in (0, 1):
+        raise ScheduleError(f"wgmma_sync: pending must be 0 or 1, got {pending}")
     if dtype not in SUPPORTED:
         raise ScheduleError(f"wgmma_sync: dtype must be one of {', '.join(SUPPORTED)}")
     if wm != 16 or wk != 64 or wn % 64 or not 64 <= wn <= 256:
@@ -176,12 +182,12 @@ def wgmma_sync(wm: int, wn: int, wk: int, dtype: str = "float16") -> TensorIntri
         (cc,) = outs
         reset = tir.call_extern("handle", f"tf_wgmma_fill_zero<{wm}, {wn}>", cc.access_ptr("w"))
         update = tir.call_extern(
-            "handle", f"tf_wgmma_sync<{wm}, {wn}, {wk}>", cc.access_ptr("rw"),
+            "handle", f"tf_wgmma_sync<{wm}, {wn}, {wk}, {pending}>", cc.access_ptr("rw"),
             aa.access_ptr("r"), bb.access_ptr("r"),
         )  # fmt: skip
         return [reset, update], reset, update
 
     return te.decl_tensor_intrin(
-        c.op, fintrin, name=f"wgmma_{dtype}_{wm}x{wn}x{wk}", binds=binds,
+        c.op, fintrin, name=f"wgmma_{dtype}_{wm}x{wn}x{wk}_p{pending}", binds=binds,
         device_source=_wgmma_source(wn),
     )  # fmt: skip
