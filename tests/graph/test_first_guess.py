@@ -43,7 +43,7 @@ def inputs():
         rand(7, 13, seed=1),  # x: prime extents
         rand(13, 11, seed=2),  # w
         rand(11, seed=3),  # b
-        rand(1, 3, 5, 16, seed=4),  # img: a batch of 1, rows of two vectors (a direct conv)
+        rand(1, 3, 5, 32, seed=4),  # img: batch 1, rows of 2 (AVX-512) or 4 (AVX2) vectors: direct
         rand(5, 3, 3, 3, seed=5),  # conv weight
         rand(13, seed=6),  # gamma
         rand(13, seed=7),  # beta
