@@ -21,19 +21,16 @@ def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
 
 
-AVX2 = "llvm -mcpu=znver3"  # 8 float32 lanes: what the tests written for 8 lanes compile for
-
-
-def compile_fn(fn, inputs, constants=(), schedule="auto", target=None):
+def compile_fn(fn, inputs, constants=(), schedule="auto"):
     gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
     known = {k: inputs[k] for k in constants}
-    compiled = compile_aten(gm, inputs, known, Options(target=target, schedule=schedule))
+    compiled = compile_aten(gm, inputs, known, Options(schedule=schedule))
     assert isinstance(compiled, CompiledGraph)
     return compiled
 
 
-def check(fn, *inputs, constants=(), rtol=1e-5, fallbacks=0, schedule="auto", target=None):
-    compiled = compile_fn(fn, list(inputs), constants, schedule, target)
+def check(fn, *inputs, constants=(), rtol=1e-5, fallbacks=0, schedule="auto"):
+    compiled = compile_fn(fn, list(inputs), constants, schedule)
     got = compiled(list(inputs))
     expected = fn(*inputs)
     expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
@@ -304,8 +301,7 @@ def test_convolutions_with_vectors_along_the_filters(
         y = F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation)
         return F.relu(y + r[:, None, None] * y.tanh())
 
-    # AVX2's 8 lanes (the filter counts are whole vectors of it) on any AVX2 or AVX-512 host
-    compiled = check(fn, x, w, b, r, constants=(1, 2), schedule=schedule, target=AVX2)
+    compiled = check(fn, x, w, b, r, constants=(1, 2), schedule=schedule)
     convs = [s for s in compiled.steps if "convolution" in s.spec.nodes and s.spec.anchor]
     # the target's vector, or the half of it that divides the filters (8 or 24 on AVX-512)
     full = tf.Target("llvm").vector_lanes("float32")
@@ -325,7 +321,7 @@ def test_kernels_of_the_same_structure_are_built_once():
         y = F.relu(F.conv2d(y, w2, b2, padding=1))
         return F.relu(F.conv2d(y, w3, b1, padding=1)) * 2
 
-    compiled = check(fn, x, w1, w2, w3, b1, b2, constants=(1, 2, 3, 4, 5), target=AVX2)
+    compiled = check(fn, x, w1, w2, w3, b1, b2, constants=(1, 2, 3, 4, 5))
     kernels = [s for s in compiled.steps if hasattr(s, "spec")]
     assert len(kernels) == 6  # a padding (or im2col) and a convolution per layer
     # the second and third layers' paddings alike (the first reads the input, which may lie
