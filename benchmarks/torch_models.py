@@ -6,13 +6,17 @@
 
 Same process, interleaved: each repeat times every backend in turn (a few calls each), and the
 median over repeats is reported, with each backend's ratio to eager and tensorforge's to
-inductor (> 1: tensorforge is faster). Each model's output is checked against eager (relative
-error = max abs error / max abs value). Models are written in plain torch below.
+inductor (> 1: tensorforge is faster). Each model's output is checked against eager torch in
+float32 (relative error = max abs error / max abs value; `_error`), with TF32 off: on CUDA,
+eager's cuDNN convolutions use TF32 by default (10-bit mantissas), so eager as timed is itself
+that far from float32 (its `eager_error`); `_error64` is each one's against eager in float64.
+Models are written in plain torch below.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -103,6 +107,21 @@ def models(small: bool) -> dict:
     }
 
 
+def references(model, x) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager outputs in float32 (TF32 off for cuDNN and cuBLAS) and in float64."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        fp32 = model(x)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    return fp32, copy.deepcopy(model).double()(x.double())
+
+
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((got - expected).abs().max() / expected.abs().max()).item()
+
+
 def time_calls(fn, x, calls: int) -> float:
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     sync()
@@ -119,7 +138,7 @@ def run_model(name, make, shape, backends, repeats, threads, device="cpu") -> di
     x = torch.randn(*shape).to(device)
     fns, compile_s, errors = {}, {}, {}
     with torch.no_grad():
-        expected = model(x)
+        expected, exact = references(model, x)
         for b in backends:
             torch._dynamo.reset()
             start = time.perf_counter()
@@ -132,7 +151,7 @@ def run_model(name, make, shape, backends, repeats, threads, device="cpu") -> di
                 fn = torch.compile(model, backend=chosen)
             got = fn(x)  # compiles
             compile_s[b] = time.perf_counter() - start
-            errors[b] = ((got - expected).abs().max() / expected.abs().max()).item()
+            errors[b] = relative_error(got, expected), relative_error(got.double(), exact)
             fns[b] = fn
             fn(x), fn(x)  # warm: reduce-overhead and tensorforge make CUDA graphs on later calls
         once = time_calls(fns["eager"], x, 1)
@@ -146,7 +165,7 @@ def run_model(name, make, shape, backends, repeats, threads, device="cpu") -> di
     for b in backends:
         row[f"{b}_ms"] = round(median[b] * 1e3, 3)
         row[f"{b}_compile_s"] = round(compile_s[b], 2)
-        row[f"{b}_error"] = errors[b]
+        row[f"{b}_error"], row[f"{b}_error64"] = errors[b]
         row[f"{b}_vs_eager"] = round(median["eager"] / median[b], 3)
     if "inductor" in backends and "tensorforge" in backends:
         row["tensorforge_vs_inductor"] = round(median["inductor"] / median["tensorforge"], 3)
@@ -188,7 +207,7 @@ def main(argv=None) -> int:
                     f.write(json.dumps(row) + "\n")
     print()
     header = f"{'model':10} {'thr':>3} " + " ".join(f"{b + ' ms':>15}" for b in backends)
-    header += f" {'tf/eager':>9} {'tf/ind':>7} {'tf err':>8} {'tf compile s':>12}"
+    header += f" {'tf/eager':>9} {'tf/ind':>7} {'tf err':>8} {'eager err':>9} {'tf compile s':>12}"
     print(header)
     for r in rows:
         line = f"{r['model']:10} {r['threads']:>3} " + " ".join(
@@ -196,7 +215,8 @@ def main(argv=None) -> int:
         )
         tf = "tensorforge"
         line += f" {r.get(tf + '_vs_eager', float('nan')):>9.2f} {r.get('tensorforge_vs_inductor', float('nan')):>7.2f}"
-        line += f" {r.get(tf + '_error', float('nan')):>8.1e} {r.get(tf + '_compile_s', float('nan')):>12.1f}"
+        line += f" {r.get(tf + '_error', float('nan')):>8.1e} {r['eager_error']:>9.1e}"
+        line += f" {r.get(tf + '_compile_s', float('nan')):>12.1f}"
         print(line)
     return 0
 

@@ -179,13 +179,16 @@ def test_scalar_exp_loop_stays_scalar_without_a_libm_call():
 @pytest.mark.parametrize("name", ["exp", "sigmoid", "tanh"])
 def test_math_vector_mixes_fast_and_edge_lanes(name):
     # exp takes a fast path when all lanes of a vector are in range and an exact one otherwise:
-    # one special lane (NaN, inf, an underflow to a denormal) must not spoil its neighbours
+    # one special lane (NaN, inf, an underflow to a denormal) must not spoil its neighbours, and
+    # lanes that underflow to 0 (a causal mask's -inf) stay on the fast path
     reference = MATH[name][0]
     x = np.array(
         [0.5, np.nan, -1.0, 2.0, 3.0, -0.25, 1.5, 0.1]  # NaN among ordinary lanes
         + [0.5, -90.0, -1.0, 2.0, 3.0, -0.25, 1.5, 0.1]  # a denormal result
         + [0.5, 89.0, -1.0, 2.0, np.inf, -0.25, -np.inf, 0.1]  # overflow and infinities
-        + [0.5, -86.0, 87.5, 2.0, 3.0, -0.25, 1.5, 0.1],  # the fast path's own edges
+        + [0.5, -86.0, 87.5, 2.0, 3.0, -0.25, 1.5, 0.1]  # the fast path's own edges
+        + [0.5, -np.inf, -1.0, -104.5, -1e30, -0.25, 1.5, -200.0]  # underflow to 0, fast path
+        + [-np.inf, -103.9, -104.0, -104.01, -np.inf, -np.inf, -np.inf, -np.inf],  # its edge
         np.float32,
     )
     a, b = aligned(x), aligned(np.zeros(x.size, np.float32))
@@ -196,3 +199,17 @@ def test_math_vector_mixes_fast_and_edge_lanes(name):
     finite = np.isfinite(want)
     np.testing.assert_array_equal(b[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
     np.testing.assert_allclose(b[finite], want[finite], rtol=3e-7, atol=1e-45)
+
+
+def test_erf_tails_are_exact_and_branch_free():
+    # erf rounds to +-1 in float32 from |x| = 3.92 on; the tails (GEMM outputs through GELU
+    # reach |x| ~ 30) compute 1 - exp(q) with q clamped inside exp's fast range: no branch
+    x = np.concatenate([np.linspace(3.0, 40.0, 58), [np.inf, -np.inf, np.nan, -5.0, -3.9, 1e30]])
+    x = x.astype(np.float32)
+    a, b = aligned(x), aligned(np.zeros(x.size, np.float32))
+    kernel = unary_kernel("t_erf", lambda v: Call("float32x8", "erf", (v,)), 8)
+    run(kernel, a, b, x.size)
+    want = _erf64(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(b, want)
+    text = compile_func(kernel)[1].get_source("ll")
+    assert "exp.edge" not in text

@@ -3,6 +3,7 @@ model loads it; the folded weights follow the live ones; another shape is anothe
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -148,3 +149,89 @@ def test_least_recently_used_entries_go_past_the_size_bound(tmp_path):
         os.utime(path, (1e9 + age, 1e9 + age))
     _evict(str(tmp_path), 2500)
     assert sorted(os.listdir(tmp_path)) == ["0.tflib", "2.tflib"]  # the oldest (1) went
+
+
+def _three_layers():
+    """Three products alike but for their weights (the first two also in their epilogue)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import decompositions
+
+    def fn(x, w1, w2, w3):
+        y = torch.relu(x @ w1)
+        y = torch.relu(y @ w2)
+        return torch.sigmoid(y @ w3)
+
+    gen = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(6, 32, generator=gen)] + [
+        torch.randn(32, 32, generator=gen) for _ in range(3)
+    ]
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    return fn, inputs, gm, {k: inputs[k] for k in (1, 2, 3)}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_cuda_kernels_alike_share_code_and_their_entry_loads_back(tmp_path, monkeypatch):
+    """No GPU needed: the build shares code between kernels alike, the entry holds each
+    distinct kernel's cubin once, and loading gives back the same sources and launches."""
+    from tensorforge.graph import Options, cache, compile_aten
+    from tensorforge.graph.lowerer import Lowerer
+    from tensorforge.graph.program import BuiltKernel
+    from tensorforge.runtime import library_file
+    from tensorforge.target import Target
+
+    monkeypatch.setenv("TENSORFORGE_CACHE", "1")
+    monkeypatch.setenv("TENSORFORGE_CACHE_DIR", str(tmp_path))
+    _, inputs, gm, known = _three_layers()
+    target = Target("cuda -arch=sm_90")
+    assert not cache.enabled(target)  # here, without a GPU, CUDA graphs are not cached...
+    compiled = compile_aten(gm, inputs, known, Options(target=str(target)))
+    built = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert len(built) == 3 and built[0].executable is built[1].executable
+    assert built[2].executable is not built[0].executable
+    writes = cache.STATS.writes
+    cache.store("k" * 64, compiled.steps, target)  # ...but an entry can be written and read
+    assert cache.STATS.writes == writes + 1, cache.STATS.last_error
+    meta = library_file.read(cache.entry_path("k" * 64)).metadata
+    assert len(meta["functions"]) == 2 and len(meta["graph_kernels"]) == 3
+    program = Lowerer(gm, known, target).run()
+    loaded = cache.load("k" * 64, program, target)
+    assert loaded is not None
+    again = [s for s in loaded if isinstance(s, BuiltKernel)]
+    assert again[0].executable is again[1].executable
+    for a, b in zip(built, again, strict=True):
+        assert (a.spec.name, a.positions, a.source) == (b.spec.name, b.positions, b.source)
+        sa, sb = a.executable.source, b.executable.source
+        assert (sa.text, sa.launch, sa.params) == (sb.text, sb.launch, sb.params)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="this torch build has no CUDA")
+def test_a_cuda_graph_loads_from_the_cache_and_runs_as_one_cuda_graph(tmp_path, monkeypatch):
+    from tensorforge.graph import Options, cache, compile_aten
+    from tensorforge.graph.program import BuiltKernel
+
+    monkeypatch.setenv("TENSORFORGE_CACHE", "1")
+    monkeypatch.setenv("TENSORFORGE_CACHE_DIR", str(tmp_path))
+    fn, inputs, _, _ = _three_layers()
+    inputs = [t.cuda() for t in inputs]
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import decompositions
+
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    known = {k: inputs[k] for k in (1, 2, 3)}
+    before = (cache.STATS.hits, cache.STATS.misses, cache.STATS.writes)
+    first = compile_aten(gm, inputs, known, Options())
+    second = compile_aten(gm, inputs, known, Options())  # from the entry
+    after = (cache.STATS.hits, cache.STATS.misses, cache.STATS.writes)
+    assert [a - b for a, b in zip(after, before)] == [1, 1, 1], cache.STATS.last_error
+    kernels = [s for s in second.steps if isinstance(s, BuiltKernel)]
+    assert kernels[0].executable is kernels[1].executable
+    expected = fn(*inputs)
+    for _ in range(3):  # the first calls launch kernels one by one, later ones a CUDA graph
+        for compiled in (first, second):
+            (got,) = compiled(list(inputs))
+            torch.cuda.synchronize()
+            assert ((got - expected).abs().max() / expected.abs().max()).item() < 1e-4
+    assert second._graph is not None

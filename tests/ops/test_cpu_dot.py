@@ -1,6 +1,7 @@
-"""int8 / bfloat16 dot-product GEMMs through tensorize (ops/cpu_dot.py) against NumPy; the
-micro-kernels compile to vpdpbusd / vdpbf16ps for a CPU that has them (checked in the
-assembly), and fall back to plain C where the host lacks them."""
+"""int8 / bfloat16 GEMMs through tensorize (ops/cpu_dot.py) against NumPy, on the host's paths
+(AVX-512 vpdpbusd / vdpbf16ps, AMX where present) and on targets without the features (plain
+C); the micro-kernels compile to the dot instructions for a CPU that has them (checked in the
+assembly) and to none of them without."""
 
 from __future__ import annotations
 
@@ -11,33 +12,20 @@ import numpy as np
 import pytest
 
 import tensorforge as tf
-from tensorforge.ops import cpu_dot
+from tensorforge.ops import cpu_dot, cpu_dot_kernels
 from tensorforge.te.dtype import from_bfloat16, to_bfloat16
 
-
-@pytest.fixture(scope="module", autouse=True)
-def microkernels():
-    cpu_dot.load_microkernels()
+# a CPU LLVM knows with AVX-512 but none of the dot features: the micro-kernels are plain C
+NO_DOT = "llvm -mcpu=skylake-avx512"
 
 
-@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
-@pytest.mark.parametrize(
-    "shape, mr, kc",
-    [
-        ((64, 48, 512), 8, 256),
-        ((12, 16, 8), 4, 8),
-        ((5, 32, 4), 5, 4),
-        ((12, 128, 64), 6, 32),  # 64-wide tiles (the permuting micro-kernel), 4 + 2 rows
-        ((5, 64, 8), 5, 8),
-    ],
-)
-@pytest.mark.parametrize("order", ["rows", "panels"])
-def test_dot_gemm_matches_numpy(kind, shape, mr, kc, order, rng):
-    m, n, k = shape
-    s, args = cpu_dot.schedule_dot_gemm(m, n, k, kind, mr=mr, kc=kc, order=order)
-    text = str(tf.lower(s, args))
-    assert cpu_dot.KINDS[kind][4] in text and "tf_dot_reset" in text
-    f = tf.build(s, args)
+def run_gemm(m, n, k, kind, tiles, rng, target=None):
+    """Build the GEMM for `target` (default: this host), run it on random data, check it."""
+    cpu_dot.load_microkernels(tf.Target(target) if target else None)
+    s, args = cpu_dot.schedule_dot_gemm(
+        m, n, k, kind, target=tf.Target(target) if target else None, tiles=tiles
+    )
+    f = tf.build(s, args, target=target)
     if kind == "int8":
         a = rng.integers(0, 256, (m, k)).astype("uint8")
         b = rng.integers(-128, 128, (k, n)).astype("int8")
@@ -50,27 +38,122 @@ def test_dot_gemm_matches_numpy(kind, shape, mr, kc, order, rng):
         f(tf.nd.array(a), tf.nd.array(b), c)
         ref = from_bfloat16(a).astype("float64") @ from_bfloat16(b).astype("float64")
         np.testing.assert_allclose(c.numpy(), ref, rtol=1e-5, atol=1e-5)
+    return s, args
 
 
-@pytest.mark.parametrize("march, instructions", [("sapphirerapids", ("vpdpbusd", "vdpbf16ps"))])
-def test_microkernels_use_the_dot_instructions(march, instructions, tmp_path):
+SHAPES = [
+    (96, 128, 256),  # whole tiles: no padding
+    (37, 71, 131),  # primes: every dimension padded
+    (1, 1, 1),
+    (13, 16, 4),  # a row tail of the register tiles
+    (64, 200, 67),  # a column tail (200 = 3 x 64 + 8)
+]
+
+
+@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(
+    "tiles",
+    [
+        cpu_dot.DotTiles(mr=48, nr=64, kc=64),
+        cpu_dot.DotTiles(mr=32, nr=64, kc=64, amx=True),  # AVX-512 where AMX is absent
+        cpu_dot.DotTiles(mr=16, nr=32, kc=128, amx=True, order="panels"),
+    ],
+    ids=["avx512", "amx", "amx-panels"],
+)
+def test_dot_gemm_matches_numpy(kind, shape, tiles, rng):
+    s, args = run_gemm(*shape, kind, tiles, rng)
+    text = str(tf.lower(s, args))
+    spec = cpu_dot.KINDS[kind]
+    assert spec.function in text and spec.pack in text
+    # C's tiles are reset before k blocks; one block initializes them itself
+    blocks = -(-shape[2] // tiles.fitted(*shape, kind).kc)
+    assert ("tf_dot_reset" in text) == (blocks > 1)
+
+
+@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
+def test_default_tiles_match_numpy(kind, rng):
+    run_gemm(67, 130, 129, kind, None, rng)
+
+
+@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
+@pytest.mark.parametrize("shape", [(37, 71, 131), (5, 16, 8)])
+@pytest.mark.parametrize("target", [NO_DOT, "llvm -mcpu=x86-64"])
+def test_without_the_features_the_gemm_is_plain_c(kind, shape, target, rng):
+    t = tf.Target(target)
+    assert not cpu_dot.has_feature(kind, t) and not cpu_dot.has_amx(kind, t)
+    tiles = cpu_dot.DotTiles.for_target(kind, t)
+    assert not tiles.amx
+    s, args = run_gemm(*shape, kind, tiles, rng, target=target)
+    assert cpu_dot_kernels.tag(t) in str(tf.lower(s, args))
+
+
+@pytest.mark.skipif(not cpu_dot.has_feature("int8"), reason="the host has no AVX512-VNNI")
+@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
+def test_a_target_with_vnni_only(kind, rng):
+    # -mattr lists the target's features: VNNI for int8, plain C for bfloat16, no AMX
+    target = f"llvm -mcpu={tf.Target('llvm').mcpu} -mattr=+avx512f,+avx512bw,+avx512vnni"
+    t = tf.Target(target)
+    assert cpu_dot_kernels.features_of(t) == {"avx512vnni"}
+    run_gemm(37, 71, 131, kind, cpu_dot.DotTiles.for_target(kind, t), rng, target=target)
+
+
+def test_amx_runs_only_where_the_target_has_it():
+    assert not cpu_dot_kernels.amx_runs("int8", tf.Target(NO_DOT))
+    if not cpu_dot.has_amx("bfloat16"):
+        assert not cpu_dot_kernels.amx_runs("bfloat16")
+
+
+def test_the_tag_names_features_and_cpu():
+    assert cpu_dot_kernels.tag(tf.Target(NO_DOT)) == "_skylake_avx512"
+    assert cpu_dot_kernels.tag(tf.Target("llvm -mcpu=x86-64")) == "_x86_64"
+    options = cpu_dot_kernels.compile_options(tf.Target(NO_DOT))
+    assert "-march=skylake-avx512" in options
+    assert "-mno-avx512vnni" in options and "-mno-amx-tile" in options
+
+
+def assembly(march: str, *flags: str, tmp_path) -> str:
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         pytest.skip("no C compiler")
     src = tmp_path / "dot.c"
     src.write_text(cpu_dot.source())
-    result = subprocess.run(
-        [cc, "-O3", f"-march={march}", "-S", "-o", "-", str(src)], capture_output=True, text=True
-    )
+    command = [cc, "-O3", f"-march={march}", *flags, "-DTF_TAG=_t", "-S", "-o", "-", str(src)]
+    result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0 and "march" in result.stderr:
         pytest.skip(f"{cc} does not know -march={march}")
     assert result.returncode == 0, result.stderr
-    for instruction in instructions:
-        assert instruction in result.stdout
+    return result.stdout
+
+
+DOT_INSTRUCTIONS = ("vpdpbusd", "vdpbf16ps", "tdpbusd", "tdpbf16ps")
+
+
+def test_microkernels_use_the_dot_instructions(tmp_path):
+    text = assembly("sapphirerapids", tmp_path=tmp_path)
+    for instruction in DOT_INSTRUCTIONS:
+        assert instruction in text
+
+
+def test_microkernels_without_the_features_use_none(tmp_path):
+    flags = [f"-mno-{feature}" for feature in cpu_dot_kernels.FEATURES]
+    text = assembly("sapphirerapids", *flags, tmp_path=tmp_path)
+    for instruction in DOT_INSTRUCTIONS:
+        assert instruction not in text
 
 
 def test_bad_tiles_are_refused():
     with pytest.raises(tf.ScheduleError, match="multiple of 4"):
         cpu_dot.dot_intrin("int8", 8, 6)
-    with pytest.raises(tf.ScheduleError, match="n = 40 is not a multiple of 16"):
-        cpu_dot.schedule_dot_gemm(8, 40, 16, "int8")
+    with pytest.raises(tf.ScheduleError, match="nr must be a multiple of 16"):
+        cpu_dot.dot_intrin("bfloat16", 8, 8, nr=40)
+    with pytest.raises(tf.ScheduleError, match="kind must be one of"):
+        cpu_dot.schedule_dot_gemm(8, 16, 16, "int4")
+    with pytest.raises(tf.ScheduleError, match="order must be"):
+        cpu_dot.schedule_dot_gemm(8, 16, 16, "int8", tiles=cpu_dot.DotTiles(8, 16, 16, order="x"))
+
+
+def test_k_blocks_are_balanced():
+    assert cpu_dot.balanced_kc(1031, 512, 4) == 344  # 3 blocks: k padded to 1032, not 1536
+    assert cpu_dot.balanced_kc(1000, 2048, 64) == 1024  # one block, whole AMX tiles
+    assert cpu_dot.balanced_kc(1024, 512, 4) == 512

@@ -98,6 +98,26 @@ def test_gemm_microkernel_tensorized(M, N, K, kc):
     run_matmul(s, A, B, C, M, N, K)
 
 
+def test_reads_of_packed_panels_match_knowing_the_tile_ranges():
+    # C reads B's panels as packedB[j // 8, k, j % 8]; with j = 8 * jo + j' (j' < 8) that is
+    # packedB[jo, k, j'], the intrinsic's b[k, j] with ldb = 8
+    M, N, K = 8, 24, 12
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    packedB = te.compute((N // 8, K, 8), lambda p, kk, x: B[kk, p * 8 + x], name="packedB")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute(
+        (M, N), lambda i, j: te.sum(A[i, k] * packedB[j // 8, k, j % 8], axis=k), name="C"
+    )
+    s = te.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(*C.op.axis, 4, 8)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=4)
+    s[C].reorder(io, jo, ko, ii, ji, ki)
+    s[C].tensorize(ii, gemm_intrin(4, 8, 4))
+    assert "tf_test_ukernel_update" in str(tf.lower(s, [A, B, C]))
+    run_matmul(s, A, B, C, M, N, K)
+
+
 def test_whole_reduction_inside_uses_the_body():
     M, N, K = 12, 16, 9
     A, B, C = matmul(M, N, K)

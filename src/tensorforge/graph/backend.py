@@ -7,7 +7,8 @@ for inference, and calls `compile_aten` on it. Parameters and buffers of the mod
 their values are read once, at compile time (weights are packed, batch norms folded), as
 Inductor's freezing does; a model whose weights change afterwards must be compiled again.
 Compiled graphs are kept on disk (cache.py): compiling the same graph again, in any process,
-lowers it (folding the live weights) and loads its kernels instead of building them.
+lowers it (folding the live weights) and loads its kernels instead of building them; where
+Dynamo's graph itself has an entry (front_cache.py), AOTAutograd is skipped too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import warnings
 import torch
 
 from tensorforge.graph import cache as graph_cache
+from tensorforge.graph import front_cache
 from tensorforge.graph.lowerer import Lowerer
 from tensorforge.graph.options import Options
 from tensorforge.graph.program import CompiledGraph, build_kernels
@@ -52,8 +54,6 @@ def decompositions() -> dict:
 
 def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, mode=None):
     """Dynamo's entry: compile `gm` for inference (training graphs run eagerly, with a warning)."""
-    from torch._dynamo.backends.common import aot_autograd
-
     opts = Options.of(options)
     if torch.is_grad_enabled() and any(
         getattr(x, "requires_grad", False) for x in example_inputs if isinstance(x, torch.Tensor)
@@ -65,16 +65,64 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         )
         return gm.forward
     constants = constant_inputs(gm, example_inputs)
+    target = target_of(example_inputs, opts)
+    plain = not (opts.check or opts.report) and front_cache.plain_graph(gm, example_inputs)
+    cached = plain and graph_cache.enabled(target)
+    key = front_cache.front_key(gm, example_inputs, constants, target, opts) if cached else None
+    if key is not None:
+        compiled = _from_front_entry(key, constants, target, opts)
+        if compiled is not None:
+            return compiled
+    return _through_aot(gm, example_inputs, constants, opts, plain, key)
+
+
+def _through_aot(gm, example_inputs, constants: dict, opts: Options, plain: bool, front_key):
+    """Dynamo's graph -> ATen (aot_autograd) -> compile_aten. Where the ATen graph proves a
+    plain function of Dynamo's inputs (front_cache.py), the compiled graph is returned without
+    AOT's runtime wrappers (they would do nothing but cost each call) and, with `front_key`,
+    written as a first-level entry."""
+    from torch._dynamo.backends.common import aot_autograd
+
     count = len(example_inputs)
+    direct = []
 
     def compiler(aten_gm, aten_inputs):
         from torch.utils._python_dispatch import _disable_current_modes
 
         known = constants if len(aten_inputs) == count else {}
         with _disable_current_modes():  # the weights are real tensors, read now
-            return compile_aten(aten_gm, aten_inputs, known, opts)
+            compiled = compile_aten(aten_gm, aten_inputs, known, opts)
+        if plain and isinstance(compiled, CompiledGraph):
+            why = front_cache.unsafe_reason(gm, example_inputs, aten_gm, aten_inputs)
+            if why is None:
+                direct.append(front_cache.DynamoCallable(compiled, front_cache.returns_tuple(gm)))
+                if front_key is not None:
+                    front_cache.store(front_key, gm, aten_gm, compiled.cache_key)
+            else:
+                front_cache.STATS.unsafe += 1
+                front_cache.STATS.last_reason = why
+        return compiled
 
-    return aot_autograd(fw_compiler=compiler, decompositions=decompositions())(gm, example_inputs)
+    wrapped = aot_autograd(fw_compiler=compiler, decompositions=decompositions())
+    compiled = wrapped(gm, example_inputs)
+    return direct[0] if direct else compiled
+
+
+def _from_front_entry(key: str, constants: dict, target, opts: Options):
+    """Dynamo's graph compiled from its first-level entry, without AOT (None: a miss)."""
+    entry = front_cache.load(key)
+    if entry is None:
+        return None
+    try:
+        compiled = _compile(entry.aten_gm, constants, target, opts, entry.aten_key)
+    except Exception:  # noqa: BLE001 - the AOT path compiles it (and says why, if it fails)
+        compiled = None
+    if compiled is None:  # its kernels' entry is gone or stale: compile through AOT again
+        front_cache.reject(key)
+        front_cache.STATS.misses += 1
+        return None
+    front_cache.STATS.hits += 1
+    return front_cache.DynamoCallable(compiled, entry.as_tuple)
 
 
 def constant_inputs(gm: torch.fx.GraphModule, example_inputs) -> dict[int, torch.Tensor]:
@@ -91,23 +139,16 @@ def constant_inputs(gm: torch.fx.GraphModule, example_inputs) -> dict[int, torch
     return found
 
 
-def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts: Options):
-    """An ATen inference graph -> one callable (or the graph itself, run eagerly, if that fails)."""
+def target_of(example_inputs, opts: Options) -> Target:
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     kind = opts.target or ("cuda" if "cuda" in devices else "llvm")
-    target = Target(kind) if isinstance(kind, str) else kind
-    device = torch.device("cuda" if target.kind == "cuda" else "cpu")
+    return Target(kind) if isinstance(kind, str) else kind
+
+
+def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts: Options):
+    """An ATen inference graph -> one callable (or the graph itself, run eagerly, if that fails)."""
     try:
-        program = Lowerer(gm, constants, target).run()  # (constants from the live weights)
-        key = graph_cache.graph_key(gm, constants, target, opts.tuning_log, opts.schedule)
-        cached = graph_cache.enabled(target)
-        steps = graph_cache.load(key, program, target) if cached else None
-        if steps is None:
-            with _tuning(opts.tuning_log):
-                steps = build_kernels(program, target, opts.tuning_log, opts.schedule)
-            if cached:
-                graph_cache.store(key, steps, target)
-        compiled = CompiledGraph(program, steps, target, device)
+        compiled = _compile(gm, constants, target_of(example_inputs, opts), opts)
     except Exception as err:
         if os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0"):
             raise
@@ -119,6 +160,26 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
         return gm.forward
     if opts.check or opts.report:
         return Checked(compiled, gm, opts)
+    return compiled
+
+
+def _compile(gm, constants: dict, target, opts: Options, cached_key: str | None = None):
+    """Lower (folding the live weights), then load the kernels from the graph cache or build
+    them. With `cached_key` (a first-level hit), only loading: None where the entry is gone."""
+    device = torch.device("cuda" if target.kind == "cuda" else "cpu")
+    program = Lowerer(gm, constants, target).run()  # (constants from the live weights)
+    key = cached_key or graph_cache.graph_key(gm, constants, target, opts.tuning_log, opts.schedule)
+    cached = graph_cache.enabled(target)
+    steps = graph_cache.load(key, program, target) if cached else None
+    if steps is None:
+        if cached_key is not None:
+            return None
+        with _tuning(opts.tuning_log):
+            steps = build_kernels(program, target, opts.tuning_log, opts.schedule)
+        if cached:
+            graph_cache.store(key, steps, target)
+    compiled = CompiledGraph(program, steps, target, device)
+    compiled.cache_key = key
     return compiled
 
 

@@ -1,6 +1,6 @@
-"""Compiled CPU graphs on disk: compiling the same model again (in another process, at the same
+"""Compiled graphs on disk: compiling the same model again (in another process, at the same
 shapes) loads its kernels from one library file instead of scheduling, lowering, generating and
-optimizing each of them again.
+compiling each of them again.
 
 The key is a hash of what the kernels are made from: the ATen graph (its code, each node's
 operator, shape and dtype, symbolic sizes by their expressions, which inputs are constants), the
@@ -9,16 +9,21 @@ version and a fingerprint of its source files. Weight values are not in it: lowe
 nothing by them, and it runs again on every compile (a few hundred milliseconds), so what it
 derives from the live weights (batch norms folded into convolution weights, packed matrices)
 is always recomputed, never served from the cache. The entry holds the kernels' compiled code
-(one shared library: runtime/library_file.py's format, checked before it is loaded) and, per
-kernel, the names the lowering gave it and its buffers: an entry that does not match the
-program lowered now is deleted and the graph compiled as if it were not there.
+(runtime/library_file.py's format, checked before it is loaded: on the CPU one shared library,
+on CUDA each kernel's cubin with its launch) and, per kernel, the names the lowering gave it and
+its buffers: an entry that does not match the program lowered now is deleted and the graph
+compiled as if it were not there. Kernels alike (program.py's `structure_key`) are one function
+in the entry, as in the build. A CUDA graph (cuda_graph.py) is made of the loaded kernels as of
+built ones: both are CUDAExecutables with their image and launch.
 
 Entries lie in $TENSORFORGE_CACHE_DIR/graphs (the kernel disk cache's folder, runtime/
 disk_cache.py, whose settings apply: TENSORFORGE_CACHE=0 turns this cache off too, and the
-least recently used entries go past TENSORFORGE_CACHE_MAX_MB). Writing one
-makes object code of every distinct kernel and links it (about 3 s for ResNet-18 here): it is
-done as the compile ends, not in the background, so it never shares the CPUs with the compiled
-model's first calls (a benchmark's timing included).
+least recently used entries go past TENSORFORGE_CACHE_MAX_MB); the first level keyed on
+Dynamo's graph (front_cache.py) lies beside them. Writing a CPU entry makes object code of
+every distinct kernel and links it (about 3 s for ResNet-18 here): it is done as the compile
+ends, not in the background, so it never shares the CPUs with the compiled model's first calls
+(a benchmark's timing included). Graphs are cached where their kernels can run: a CUDA build
+on a machine without a GPU (code generation alone) writes no entry.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import torch
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph.lowerer import KernelSpec, Program
 from tensorforge.runtime import disk_cache, library_file
+from tensorforge.runtime.device import Device
 from tensorforge.runtime.registry import runtime_for
 
 FORMAT = 2  # bump when the entry's layout or what the key covers changes
@@ -52,10 +58,8 @@ STATS = Stats()
 
 
 def enabled(target) -> bool:
-    # NOTE: CPU only for now: a CUDA graph (cuda_graph.py) reads its kernels' launches from
-    # the executables a build makes, which kernels loaded from a library are not yet checked
-    # to provide
-    return disk_cache.enabled() and target.kind == "llvm" and runtime_for("llvm").disk_cacheable
+    """Cache graphs for `target`? Where its kernels can run (module docstring)."""
+    return disk_cache.enabled() and Device(runtime_for(target.kind).device, 0).exist
 
 
 def graphs_dir() -> str:
@@ -72,29 +76,37 @@ def graph_key(
 ) -> str:
     """The hash naming the entry of this ATen graph compiled for `target` with these options
     (module docstring)."""
-    digest = hashlib.sha256()
-
-    def part(*items) -> None:
-        for item in items:
-            digest.update(str(item).encode())
-            digest.update(b"\0")
-
-    part("format", FORMAT, library_file.tensorforge_version(), source_fingerprint(), target)
-    part(gm.code)
+    parts = [*options_parts(target, tuning_log, schedule), gm.code]
     for node in gm.graph.nodes:
-        part(node.op, node.name, node.target, _value_signature(node.meta.get("val")))
+        parts += [node.op, node.name, node.target, _value_signature(node.meta.get("val"))]
         if node.op == "get_attr":
-            part(_value_signature(getattr(gm, node.target, None)))
-    part("constants", *sorted(constants))
-    for k in sorted(constants):
-        part(_value_signature(constants[k]))
-    part("tuning", _file_digest(tuning_log) if tuning_log else "", "schedule", schedule)
+            parts.append(_value_signature(getattr(gm, node.target, None)))
+    parts.append("constants")
+    parts += sorted(constants)
+    parts += [_value_signature(constants[k]) for k in sorted(constants)]
+    return digest_of(parts)
+
+
+def options_parts(target, tuning_log: str | None, schedule: str) -> list:
+    """What a key holds besides the graph: formats, versions, target, options and settings."""
     settings = sorted(
         (k, v)
         for k, v in os.environ.items()
         if k.startswith("TENSORFORGE_") and not k.startswith(_SETTINGS_IGNORED)
     )
-    part("settings", *settings)
+    tuning = _file_digest(tuning_log) if tuning_log else ""
+    version = library_file.tensorforge_version()
+    return [
+        *("format", FORMAT, version, source_fingerprint(), target),
+        *("tuning", tuning, "schedule", schedule, "settings", *settings),
+    ]
+
+
+def digest_of(parts: list) -> str:
+    digest = hashlib.sha256()
+    for item in parts:
+        digest.update(str(item).encode())
+        digest.update(b"\0")
     return digest.hexdigest()
 
 
@@ -208,7 +220,7 @@ def _evict(folder: str, limit: int) -> None:
     (TENSORFORGE_CACHE_MAX_MB, as for the kernels': each an edited compiler leaves behind)."""
     entries, total = [], 0
     for entry in os.scandir(folder):
-        if entry.name.endswith(".tflib") and not entry.name.startswith("."):
+        if entry.name.endswith((".tflib", ".front")) and not entry.name.startswith("."):
             try:
                 info = entry.stat()
             except OSError:

@@ -150,15 +150,9 @@ def convolution(
     F, cg, KH, KW = weight.shape
     fg = F // groups
     shape = ctx.shape_of(node)
-    lanes = ctx.target.vector_lanes(dtype) if ctx.target.kind == "llvm" else 0
-    if (
-        w is not None
-        and groups == 1
-        and lanes > 1
-        and F % lanes == 0
-        and _filter_vectors(KH, KW, stride)
-    ):
-        out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype)
+    lanes = _filter_lanes(ctx.target.vector_lanes(dtype), F) if ctx.target.kind == "llvm" else 0
+    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
+        out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     if w is not None and groups == 1 and _as_matmul(ctx, shape, stride, KH, KW):
         out = _conv_as_matmul(ctx, node, x, w, shape, stride, padding, dilation, dtype)
@@ -198,8 +192,18 @@ def _filter_vectors(KH: int, KW: int, stride) -> bool:
     return (KH, KW) != (1, 1) or tuple(stride) != (1, 1)
 
 
+def _filter_lanes(target_lanes: int, filters: int) -> int:
+    """Lanes of the filter vectors: the target's full vector, or a half or quarter of it (a ymm
+    or xmm register on AVX-512) where that is what divides the filters; 0 where none of 4 lanes
+    or more does (8 or 24 filters take 8-lane vectors on a 16-lane target)."""
+    lanes = target_lanes
+    while lanes >= 4 and filters % lanes:
+        lanes //= 2
+    return lanes if lanes >= 4 and lanes * 4 >= target_lanes else 0
+
+
 def _conv_filter_vectors(
-    ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype
+    ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype, lanes: int
 ):
     """Direct convolution with vectors along the filters: the weights packed once as
     [F / lanes][C][KH][KW][lanes], so each step of the reduction broadcasts one input value per
@@ -208,7 +212,6 @@ def _conv_filter_vectors(
     N, C, H, W = x.shape
     F, _, KH, KW = w.shape
     (sh, sw), (dh, dw) = stride, dilation
-    lanes = ctx.target.vector_lanes(dtype)
     packed = w.reshape(F // lanes, lanes, C, KH, KW).permute(0, 2, 3, 4, 1).contiguous()
     weights = ctx.add_constant(packed, f"{node.name}_wvec")
     src = _padded(ctx, node, x, padding)

@@ -51,18 +51,21 @@ def build_kernels(
             built.append(spec)
             continue
         tuning.note(spec, target)
-        # NOTE: CPU only for now: CUDA kernels sharing code would also share a launch (and
-        # tests/graph/test_schedules_cuda.py compiles every step's source into one file)
-        alike = not tuning_log and target.kind == "llvm"
-        key = structure_key(spec, schedule, names) if alike else None
+        # NOTE: kernels alike share code (and on CUDA a launch configuration: the same shapes
+        # give the same grid); a tuning log's records are per kernel name, so none share then
+        found = structure_key(spec, schedule, names) if not tuning_log else None
+        key, canon = found if found is not None else (None, list(range(len(spec.reads) + 1)))
         if key is None or key not in same:
-            args = [b.placeholder for b in spec.reads] + [spec.out] + [variables[n] for n in names]
+            tensors = [b.placeholder for b in spec.reads] + [spec.out]
+            args = [tensors[k] for k in canon] + [variables[n] for n in names]
             module, source = _schedule_and_build(spec, target, args, tuning_log, schedule)
             positions = positions_of(spec, module[module.entry_name].source.params)
-            if key is not None:
-                same[key] = (module, source, positions)
+            if key is not None:  # per parameter, its buffer's rank in the canonical order
+                slots = [canon.index(p) if isinstance(p, int) else p for p in positions]
+                same[key] = (module, source, slots)
         else:  # a kernel like one built before (another layer's): its code, these buffers
-            module, source, positions = same[key]
+            module, source, slots = same[key]
+            positions = [canon[p] if isinstance(p, int) else p for p in slots]
         executable = module[module.entry_name].executable
         plan = plan_from(spec, positions)
         built.append(
@@ -85,18 +88,24 @@ def plan_from(spec: KernelSpec, positions: list) -> list:
     return [buffers[p] if isinstance(p, int) else p for p in positions]
 
 
-def structure_key(spec: KernelSpec, schedule: str, symbols: list) -> str | None:
-    """A text equal for two kernels that compute the same thing on buffers of the same shapes
-    in the same parameter order, up to names (so they get the same schedule and code); None
-    where names cannot be told apart from the loop variables."""
+def structure_key(spec: KernelSpec, schedule: str, symbols: list) -> tuple[str, list] | None:
+    """(text, order): a text equal for two kernels that compute the same thing on buffers of
+    the same shapes, up to names and the order of their reads (so they get the same schedule
+    and code), and the kernel's buffers in the order the text names them (indices into
+    [*spec.reads, spec.buffer]: the parameter order of the code they share). None where names
+    cannot be told apart from the loop variables."""
     from tensorforge.te.graph import topological_ops
     from tensorforge.te.tensor import ComputeOp, PlaceholderOp
 
     tensors = [b.placeholder for b in spec.reads] + [spec.out]
-    ops = topological_ops([t.op for t in tensors])
-    order = {t.op: k for k, t in enumerate(tensors)}
+    index = {t.op: k for k, t in enumerate(tensors)}
+    ops = topological_ops([spec.out.op])  # from the output: an order the structure decides
+    reached = [index[op] for op in ops if isinstance(op, PlaceholderOp) and op in index]
+    unread = [k for k in range(len(spec.reads)) if k not in reached]
+    canon = [*reached, *unread, len(spec.reads)]
+    ops = [tensors[k].op for k in unread] + ops
     rename, variables, lines = {}, set(symbols), []
-    for op in sorted(ops, key=lambda o: order.get(o, len(order))):
+    for op in [tensors[k].op for k in canon] + ops:
         rename.setdefault(op.name, f"@{len(rename)}")
     for op in ops:
         if isinstance(op, PlaceholderOp):
@@ -116,9 +125,9 @@ def structure_key(spec: KernelSpec, schedule: str, symbols: list) -> str | None:
         info = {k: v for k, v in anchor.info.items() if k != "stages"}
         stages = [s.op.name for s in anchor.info.get("stages", [])]
         lines.append(f"anchor {anchor.kind} {sorted(info.items(), key=str)} {stages}")
-    lines.append(f"args {[t.op.name for t in tensors]} {symbols} {schedule}")
+    lines.append(f"args {[tensors[k].op.name for k in canon]} {symbols} {schedule}")
     pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in rename) + r")\b")
-    return pattern.sub(lambda m: rename[m.group(0)], "\n".join(lines))
+    return pattern.sub(lambda m: rename[m.group(0)], "\n".join(lines)), canon
 
 
 def _schedule_and_build(spec, target, args, tuning_log, schedule) -> tuple:
@@ -161,6 +170,7 @@ class CompiledGraph:
             if isinstance(size, sym_var_type())
         ]
         self.timings: list[float] | None = None
+        self.cache_key: str | None = None  # its kernels' entry in the graph cache (cache.py)
         self.reuse = True
         self._constants: dict | None = None
         # a CUDA graph of the kernels: where every step is a kernel and the sizes are static

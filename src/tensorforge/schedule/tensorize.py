@@ -127,12 +127,19 @@ def emit(nest: Any, level: int, env: Any, intrin: TensorIntrin, reset: bool = Fa
             f"{where} covers a partial tile (a split that does not divide its axis); intrinsic "
             f"'{intrin.name}' needs full tiles"
         )
-    intr_ids = {id(ia.var) for ia in (*intrin.op.axis, *intrin.op.reduce_axis)}
+    intr_axes = (*intrin.op.axis, *intrin.op.reduce_axis)
+    intr_ids = {id(ia.var) for ia in intr_axes}
+    # the intrinsic's loops run over [0, extent): a packed read such as B[j // 16, k, j % 16]
+    # with j = 16 * jo + j' simplifies to B[jo, k, j'] only knowing that j' < 16
+    intr_ranges = {
+        ia.var: Interval(const(0, ia.var.dtype), const(ia.dom.extent.value - 1, ia.var.dtype))
+        for ia in intr_axes
+    }
     bindings: dict[Tensor, tuple[Tensor, tuple[Expr, ...]]] = {}
     stage_body = [substitute(b, mapping) for b in nest.info.body]
     try:
         for got, want in zip(stage_body, intrin.op.body):
-            _match(got, want, bindings, intr_ids)
+            _match(got, want, bindings, intr_ranges)
     except _Mismatch as err:
         raise ScheduleError(f"{where} does not match intrinsic '{intrin.name}': {err}") from None
     for i in range(op.num_outputs):
@@ -167,25 +174,27 @@ def _bases(indices: tuple[Expr, ...], intr_ids: set[int]) -> tuple[Expr, ...]:
     return tuple(simplify_expr(substitute(e, zero)) for e in indices)
 
 
-def _match(got: Any, want: Any, bindings: dict, intr_ids: set[int]) -> None:
+def _match(got: Any, want: Any, bindings: dict, intr_ranges: dict[Var, Interval]) -> None:
     """Structural comparison of the nest's expression with the intrinsic's."""
+    intr_ids = {id(v) for v in intr_ranges}
     if isinstance(want, TensorRead):
         if not isinstance(got, TensorRead):
             raise _Mismatch(f"the intrinsic reads {want}, the nest computes {got}")
         m, n = len(want.indices), len(got.indices)
         if m > n:
             raise _Mismatch(f"'{want.tensor.name}' has {m} dimensions, '{got.tensor.name}' {n}")
-        for d, e in enumerate(got.indices[: n - m]):
+        indices = tuple(simplify_expr(e, intr_ranges) for e in got.indices)
+        for d, e in enumerate(indices[: n - m]):
             if any(isinstance(x, Var) and id(x) in intr_ids for x in walk(e)):
                 raise _Mismatch(
                     f"index {d} of '{got.tensor.name}' ({e}) moves inside the tensorized loops, "
                     f"but the intrinsic's '{want.tensor.name}' has no such dimension"
                 )
-        bases = _bases(got.indices, intr_ids)
-        for d, (g, w) in enumerate(zip(got.indices[n - m :], want.indices)):
+        bases = _bases(indices, intr_ids)
+        for d, (g, w) in enumerate(zip(indices[n - m :], want.indices)):
             base = bases[n - m + d]
-            offset = simplify_expr(g - base)
-            if not structural_equal(offset, simplify_expr(w)):
+            offset = simplify_expr(g - base, intr_ranges)
+            if not structural_equal(offset, simplify_expr(w, intr_ranges)):
                 raise _Mismatch(
                     f"index {n - m + d} of '{got.tensor.name}' moves as {offset} inside the "
                     f"tensorized loops (it is {simplify_expr(g)}), but the intrinsic indexes "
@@ -207,7 +216,7 @@ def _match(got: Any, want: Any, bindings: dict, intr_ids: set[int]) -> None:
                 f"{want.combiner.name}"
             )
         for g, w in zip(got.source, want.source):
-            _match(g, w, bindings, intr_ids)
+            _match(g, w, bindings, intr_ranges)
         return
     if isinstance(want, Var):
         if got is not want:
@@ -225,7 +234,7 @@ def _match(got: Any, want: Any, bindings: dict, intr_ids: set[int]) -> None:
     if len(got_children) != len(want_children):
         raise _Mismatch(f"the intrinsic computes {want}, the nest {got}")
     for g, w in zip(got_children, want_children):
-        _match(g, w, bindings, intr_ids)
+        _match(g, w, bindings, intr_ranges)
 
 
 def _bind(

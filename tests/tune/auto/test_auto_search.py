@@ -138,3 +138,36 @@ def test_tile_mutation_keeps_tiles_legal():
         assert _valid_tiles(value, extents, 4), value
         seen.add(str(value))
     assert len(seen) > 100  # it walks the space, not in place
+
+
+def test_guided_search_lowers_nothing_in_the_parent_unless_asked(tmp_path, monkeypatch):
+    """The model ranks candidates by their decisions: the parent lowers none of them (the
+    builds report IR hashes and features); lower_shortlist=True ranks by IR too."""
+    from tensorforge.tune.auto.search import EvolutionarySearch
+
+    task = _task()
+    real_lower = EvolutionarySearch.lower
+    lowered = []
+
+    def counting_lower(self, trace):
+        lowered.append(trace.index)
+        return real_lower(self, trace)
+
+    monkeypatch.setattr(EvolutionarySearch, "lower", counting_lower)
+    guided = task.tune(16, seed=3, **SMALL)
+    assert not lowered and guided.trials == 16
+    assert guided.search._models is not None and guided.search._models[1] is None
+    shortlisted = task.tune(16, seed=3, lower_shortlist=True, **SMALL)
+    assert lowered and shortlisted.trials == 16
+    indices = [t.index for t, _ in shortlisted.search.history]
+    assert len(set(indices)) == len(indices)
+
+
+def test_local_mutants_of_the_fastest_are_new_and_deterministic():
+    """`local` of each batch: unranked mutants of the 4 fastest measured schedules."""
+    task = _task()
+    runs = [task.tune(16, seed=4, local=0.5, **SMALL) for _ in range(2)]
+    search = runs[0].search
+    assert [t.index for t, _ in search.history] == [t.index for t, _ in runs[1].search.history]
+    out = search.local_batch(4, set(search.measured))
+    assert len(out) == 4 and not {t.index for t in out} & set(search.measured)

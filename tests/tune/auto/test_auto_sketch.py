@@ -1,6 +1,8 @@
 """Every schedule the sketch rules draw is correct: built and compared with NumPy on random data,
 for matmul, conv2d, softmax, layer norm and fused subgraphs at awkward sizes (primes, 1s)."""
 
+import math
+
 import pytest
 from auto_workloads import CASES, check
 
@@ -116,6 +118,79 @@ def test_packing_and_prefetch_match_numpy(name, fixed):
     check(task, s, tensors, reference)
 
 
+@pytest.mark.parametrize(
+    "name, fixed",
+    [
+        ("matmul", {"cw:2.C": True, "rtile:2.C": [[8]], "kstep:2.C": 4}),  # k = 29: a tail
+        ("matmul", {"cw:2.C": False, "rtile:2.C": [[4]], "kstep:2.C": 2}),
+        ("matmul_bias_gelu", {"rtile:2.C": [[17]], "kstep:2.C": 1}),
+        ("conv2d", {"cw:3.conv": True, "rtile:3.conv": [[5], [3], [3]], "kstep:3.conv": 3}),
+    ],
+)
+def test_unrolled_k_steps_match_numpy(name, fixed):
+    """The register tile's k steps unrolled by the kstep decision, also where the k block
+    leaves a tail (29 = 3 x 8 + 5); the step is an unrolled loop in the trace."""
+    func, args, reference = CASES[name]
+    task = SearchTask(func, args, "llvm")
+    trace = task.sample(1, fixed)
+    key = next(k for k in fixed if k.startswith("kstep:"))
+    assert trace.decisions[key] == fixed[key]
+    unrolls = [step for step in trace.steps if step.kind == "unroll"]
+    assert len(unrolls) >= (1 if fixed[key] > 1 else 0)
+    s, tensors = task.instantiate(trace)
+    check(task, s, tensors, reference)
+
+
+@pytest.mark.parametrize(
+    "name, fixed",
+    [
+        ("matmul", {"cw:2.C": True, "rtile:2.C": [[29]], "pack:2.C": False}),
+        ("matmul", {"cw:2.C": True, "tile:2.C": [[2, 3, 5], [1, 2, 16]], "rtile:2.C": [[29]]}),
+        ("matmul_bias_gelu", {"rtile:2.C": [[17]], "tile:2.C": [[1, 3, 7], [2, 1, 16]]}),
+        (
+            "conv_bn_relu",
+            {
+                "tile:3.conv": [[1, 1, 1], [1, 1, 5], [1, 3, 1], [1, 1, 7]],
+                "rtile:3.conv": [[3], [3], [3]],
+                "kstep:3.conv": 3,
+            },
+        ),
+    ],
+)
+def test_accumulators_at_the_register_tile_match_numpy(name, fixed):
+    """With the reduction in one block, the accumulators may be just the register tile,
+    computed inside the output's tile loop (awkward sizes: tails in every tiled axis)."""
+    import tensorforge as tf
+
+    func, args, reference = CASES[name]
+    task = SearchTask(func, args, "llvm")
+    key = next(k.split(":", 1)[1] for k in fixed if k.startswith("rtile:"))
+    trace = task.sample(2, {**fixed, f"acc:{key}": True, f"pack:{key}": False})
+    assert trace.decisions[f"acc:{key}"] is True
+    tile = math.prod(t[-1] for t in trace.decisions[f"tile:{key}"])
+    s, tensors = task.instantiate(trace)
+    assert f"float32[{tile}]" in str(tf.lower(s, tensors))  # the register tile, not a block
+    check(task, s, tensors, reference)
+    blocked = task.sample(2, {**trace.decisions, f"acc:{key}": False})
+    assert f"float32[{tile}]" not in str(tf.lower(*task.instantiate(blocked)))
+
+
+def test_first_guess_unrolls_k_steps_and_blocks_k_to_l2():
+    """The first guess's micro-kernel: 4 k steps a loop step, k blocked so that the register
+    tile's panel of B (k block x its columns) fits a quarter of L2."""
+    from tensorforge.tune.auto.analytic import Machine
+
+    func, _, _ = CASES["matmul"]
+    for k in (1024, 8192):
+        task = SearchTask(func, (64, k, 64), "llvm")
+        trace = first_guess(task)
+        assert trace.decisions["kstep:2.C"] == 4
+        columns = trace.decisions["tile:2.C"][1][-1]
+        (block,) = trace.decisions["rtile:2.C"][0]
+        assert block * columns * 4 <= Machine.of(task.target_obj).l2 // 4
+        assert block == k or block * columns * 4 * 2 > Machine.of(task.target_obj).l2 // 4
+
+
 def test_first_guess_schedule_of_bare_outputs():
     """What the torch.compile backend calls for a fused group with no tuning record: outputs in,
     a buildable schedule out (here softmax, compared with NumPy)."""
@@ -139,14 +214,29 @@ def test_first_guess_schedule_of_bare_outputs():
 def test_first_guess_takes_the_hand_micro_kernel_from_the_target(target, rows, vectors, lanes):
     """The GEMM first guess is ops/matmul's micro-kernel for the target named (not this host):
     8 x 2 vectors of 32 zmm registers, 6 x 2 of 16 ymm (its 4 tail rows of 1024 in a peeled
-    block); the accumulator block nearly all rows tall; k blocks that keep the A sliver in L1."""
+    block); the accumulator block nearly all rows tall; k whole (its B panel fits L2)."""
     func, _, _ = CASES["matmul"]
     trace = first_guess(SearchTask(func, (1024, 1024, 1024), target))
     row_tiles, column_tiles = trace.decisions["tile:2.C"]
     assert row_tiles[-1] == rows and column_tiles[-1] == vectors * lanes
     assert row_tiles[-2] * rows >= 0.49 * 1024  # a block of (nearly) all rows, or half
-    ((k_block,),) = trace.decisions["rtile:2.C"]
-    assert rows * k_block * 4 <= 32 * 1024 and k_block >= 256
+    assert trace.decisions["rtile:2.C"] == [[1024]]
+
+
+@pytest.mark.parametrize(
+    "target, width, rows, lanes",
+    [("llvm -mcpu=skylake-avx512", 56, 4, 16), ("llvm -mcpu=znver3", 28, 2, 8)],  # 32, 16 regs
+)
+def test_first_guess_tiles_a_short_row_whole(target, width, rows, lanes):
+    """A convolution's output row of 2-4 vectors (56 columns of 16 lanes) is one register tile,
+    its last vector partial, as ops' conv2d does, not a 2-vector tile and a tail block; with
+    the reduction in one block, the accumulators are that tile."""
+    func, _, _ = CASES["conv2d"]
+    trace = first_guess(SearchTask(func, (1, 64, 14, width, 64), target))
+    tiles = trace.decisions["tile:3.conv"]
+    assert tiles[-1][-1] == width and tiles[1][-1] == rows
+    assert 2 * lanes < width <= 4 * lanes
+    assert trace.decisions["acc:3.conv"] is True
 
 
 def test_first_guess_keeps_the_register_tile_inside_packed_panels():
@@ -194,7 +284,7 @@ def test_a_reduction_across_rows_reduces_vectors_of_outputs(rows, columns):
     task = SearchTask(column_sum, (rows, columns), "llvm")
     lanes = task.target_obj.vector_lanes("float32")
     trace = first_guess(task)
-    assert trace.decisions.get("cols:1.total") is (columns % lanes == 0)
+    assert bool(trace.decisions.get("cols:1.total")) is (columns % lanes == 0)  # 16 lanes: 24 no
     kinds = [step.kind for step in trace.steps]
     assert "rfactor" not in kinds or columns % lanes
     for t in (trace, task.sample(0, {"cols:1.total": False}), task.sample(1)):

@@ -20,7 +20,7 @@ from tensorforge.ir.expr import BufferLoad
 from tensorforge.ir.extern import AddressOf
 from tensorforge.ir.stmt import BufferStore, LetStmt, Stmt
 from tensorforge.te import dtype as dt
-from tensorforge.te.expr import Call, Cast, Const, Expr, Let, Var
+from tensorforge.te.expr import Call, Cast, Const, Expr, Let, Select, Var
 from tensorforge.te.visit import map_children
 
 
@@ -43,6 +43,22 @@ def _round(x: Expr) -> Expr:
     return Cast(_wide_dtype(x.dtype), Cast(dt.with_lanes("bfloat16", lanes), x))
 
 
+def _narrowed(wide: Expr) -> Expr | None:
+    """The bfloat16 expression that `wide` widens where it only moves bfloat16 values (a
+    widened bfloat16 value, a constant, a select of those), so storing it needs no rounding:
+    f32(A[i]) if c else 0.0 -> A[i] if c else bf16(0.0) (a vectorized zero-padding copy stays
+    a 16-bit select, 1031^2: 0.48 -> 0.06 ms)."""
+    match wide:
+        case Cast(value=value) if _is_bf16(value):
+            return value
+        case Const():  # already a bfloat16 value (wide() rounds constants)
+            return Cast(dt.with_lanes("bfloat16", dt.lanes_of(wide.dtype)), wide)
+        case Select(condition=condition, true_value=a, false_value=b):
+            a, b = _narrowed(a), _narrowed(b)
+            return None if a is None or b is None else Select(condition, a, b)
+    return None
+
+
 class _Legalizer:
     def __init__(self) -> None:
         self.vars: dict[Var, Var] = {}  # bfloat16 variable -> its float32 stand-in
@@ -52,9 +68,9 @@ class _Legalizer:
         match node:
             case BufferStore(value=value) if _is_bf16(value):
                 wide = self.wide(value)
-                if isinstance(wide, Cast) and _is_bf16(wide.value):
-                    narrow = wide.value  # store bf16(x) or a load, not bf16(f32(bf16(x)))
-                else:
+                # store bf16(x), a load or a select of those, not bf16(f32(bf16(x)))
+                narrow = _narrowed(wide)
+                if narrow is None:
                     narrow = Cast(value.dtype, wide)
                 return dataclasses.replace(
                     node,
@@ -100,6 +116,9 @@ class _Legalizer:
                 return Let(new, self.wide(value), self.wide(body))
             case Let(var=var, value=value, body=body):
                 return Let(var, self.fix(value), self.wide(body))
+            case Select(condition=condition, true_value=a, false_value=b):
+                # moves values: a select of bfloat16 values is one, no rounding after it
+                return Select(self.fix(condition), self.wide(a), self.wide(b))
             case Call():
                 wide = dataclasses.replace(
                     e, dtype=wide_dtype, args=tuple(self.child(a) for a in e.args)

@@ -10,7 +10,6 @@ once per row rather than inlined into each reader.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +21,11 @@ from tensorforge.tune.auto.decisions import Decisions, divisors
 MAX_TILE_ROWS = 8  # register tile rows (ops/matmul: 6 of 16 ymm registers, 8 of 32 zmm)
 MAX_TILE_VECTORS = 2  # register tile columns, in vectors
 BLOCK_PANELS = 2  # register tiles across an accumulator block (ops/matmul on AVX-512: nb = 2 nr)
-TAIL_ROWS = 0.02  # the share of rows a guarded tail block may hold
+TAIL_ROWS = 0.01  # the share of rows a guarded tail block may hold (4 of 1024, not 4 of 256)
 FMAS_IN_FLIGHT = 10  # independent accumulators that keep both FMA units busy
+# the threads a parallel loop is planned for (4 iterations each, so 2 to 8 threads split it
+# evenly): a parallel loop run on one thread costs one GOMP_parallel call, about a microsecond
+PLANNED_CORES = 8
 
 
 @dataclass(frozen=True)
@@ -41,15 +43,16 @@ class Machine:
     def of(target: Any) -> Machine:
         """From the target's facts, not this host's: a first guess for `llvm -mcpu=X` is the
         same wherever it is made. Caches: 32 KiB L1 data per core on every x86 core of the
-        last decade; L2 512 KiB (Zen 2/3, AVX2) or 1 MiB and more (Skylake-X, Zen 4: AVX-512)."""
+        last decade; L2 512 KiB (Zen 2/3, AVX2) or 1 MiB and more (Skylake-X, Zen 4: AVX-512).
+        Cores: PLANNED_CORES, neither this host's count nor TF_NUM_THREADS at build time (a
+        kernel runs on whatever TF_NUM_THREADS says at each call, and the graph layer's cache
+        keeps it: ResNet-18 built under TF_NUM_THREADS=1 had no parallel loop left to run on 2)."""
         if target.kind == "cuda":  # registers per thread, shared memory per block, SMs
             regs, shared = target.registers_per_thread, target.max_shared_memory_per_block
             return Machine(128, regs, shared, 256 * 1024, target.sm_count, gpu=True)
         bits = target.vector_bits
         l2 = 1024 * 1024 if bits >= 512 else 512 * 1024
-        threads = os.environ.get("TF_NUM_THREADS", "")  # what parallel loops will run on
-        cores = int(threads) if threads.isdigit() and int(threads) > 0 else os.cpu_count() or 1
-        return Machine(bits, 32 if bits >= 512 else 16, 32 * 1024, l2, cores)
+        return Machine(bits, 32 if bits >= 512 else 16, 32 * 1024, l2, PLANNED_CORES)
 
 
 class AnalyticPolicy:
@@ -83,8 +86,6 @@ class AnalyticPolicy:
                     return width
             return 0
         if kind == "par":
-            if self.machine.cores == 1:  # a parallel loop on one thread only costs
-                return 0
             extents = [_extent_of(iv) for iv in hint.get("extents", [])]
             want = 4 * self.machine.cores
             for n in range(1, len(extents) + 1):
@@ -104,6 +105,10 @@ class AnalyticPolicy:
             return 256 if 256 in options else options[len(options) // 2]
         if kind == "kunroll":
             return True
+        if kind == "acc":  # a single k block and no packed panel: accumulate in registers
+            return True
+        if kind == "kstep":  # 4 k steps per loop step, as ops/matmul's micro-kernel
+            return max(u for u in options if u <= 4)
         if kind == "shared":
             return True
         return None
@@ -149,18 +154,22 @@ class AnalyticPolicy:
         # the micro-kernel of the hand schedule (ops/matmul): two vectors wide, 6 rows of 16
         # ymm registers, 8 of 32 zmm (GEMM 512³, AVX2: 4 x 2 vectors 0.8x the hand's 6 x 2,
         # 2 x 4 vectors 0.5x, 8 x 1 vector 0.5x: a wider row streams more of B per broadcast)
+        # and a whole row of up to 4 vectors, its last one partial (ops' conv2d: 56 columns
+        # as 4 vectors; 1x1 conv 64 -> 256 at 56², AVX-512: 4 x 56 tiles 1.0x the hand
+        # schedule, 8 x 32 with a 24-column tail block 0.7x)
+        whole = -(-last // lanes) if MAX_TILE_VECTORS * lanes < last <= 4 * lanes else 0
         for mr in range(1, min(rows_extent, MAX_TILE_ROWS) + 1):
-            for v in range(1, MAX_TILE_VECTORS + 1):
+            for v in [*range(1, MAX_TILE_VECTORS + 1), *([whole] if whole else [])]:
                 if mr * v + v + 1 > self.machine.registers - 1 or (row is None and mr > 1):
                     continue
                 nr = min(v * lanes, last)
-                if nr < v * lanes and v > 1:
+                if nr < v * lanes and v > 1 and v != whole:
                     continue
                 if panel and panel % nr and v > 1:  # a vector tile across two panels gathers
                     continue
                 columns = _fit_blocks(last, nr, BLOCK_PANELS) * nr
                 block = _block_rows(rows_extent, mr, max(1, block_floats // columns))
-                flops_per_load = mr * v / (mr + v)
+                flops_per_load = mr * (nr / lanes) / (mr + v)
                 # FMAs in flight: 2 units x 4-5 cycles want ~10 independent accumulators
                 in_flight = min(1.0, mr * v / FMAS_IN_FLIGHT)
                 # rows past the last whole block: a peeled block, guarded throughout. Where
@@ -185,13 +194,14 @@ class AnalyticPolicy:
         return tiles
 
     def cpu_reduce_tiles(self, hint: dict, tile: tuple[int, int] | None) -> list[list[int]]:
-        """R1 per reduction axis: small axes whole, the rest blocked so that the sliver of the
-        broadcast operand one register tile reads (its rows x R1) stays in L1 beside the
-        vector operand's stream, as ops/matmul blocks k (GEMM 1024³, AVX2: k blocks of 1024
-        0.97x the hand schedule, of 256 0.91x, of 128 0.83x)."""
+        """R1 per reduction axis: small axes whole, the rest blocked so that the register
+        tile's panel of the vector operand (R1 x its columns), packed once per block and reused
+        by every row tile of the block, fits a quarter of L2, as ops/matmul's k blocks on
+        AVX-512 (GEMM 1024³: k blocks of 1024 0.92x the hand schedule, of 512 0.85x, of 256
+        0.83x; AVX2: 1024 0.97x, 256 0.91x, 128 0.83x)."""
         reduce = hint["reduce"]
-        rows = tile[0] if tile else 1
-        budget = max(1, self.machine.l1 * 3 // 4 // (4 * rows))
+        columns = tile[1] if tile else hint.get("lanes", 1)
+        budget = max(1, self.machine.l2 // 4 // (4 * columns))
         tiles = []
         for extent in reversed(reduce):
             if extent <= 8:

@@ -10,6 +10,7 @@ recording every primitive call (trace.Recorder). The rules, after Ansor's:
   multi-level tiling: `SSRSRS` on CPU, `SSSRRSRS` on GPU. Its single element-wise consumer, if
   any, is tiled with the outer levels and the reduction computed inside it (consumer fusion);
   otherwise a `cache_write` stage plays that part (a decision on CPU, always on GPU);
+  the CPU rule is in sketch_tiling.py, the GPU one in sketch_gpu.py;
 - a reduction without reuse (row max, row sum) is reduced in vector partials (`rfactor`) or
   plainly (a decision; on GPU across threads), at a compute location inside its consumer;
 - the remaining root stages (outputs, kept intermediates) get fused parallel outer loops and a
@@ -45,10 +46,12 @@ def _reads(op: Any) -> list[TensorRead]:
 
 def has_reuse(op: Any) -> bool:
     """A reduction some of whose inputs are read without one of its spatial axes (each element
-    of them then serves several outputs: tiling pays)."""
+    of them then serves several outputs: tiling pays). Axes of extent 1 give no reuse: a row
+    statistic of shape [1, 128] read from a [128, 768] input was tiled across rows (a gather
+    per vector of 16 rows: a GPT-2 layer norm ran 3.4x slower than as vector partials)."""
     if not (isinstance(op, ComputeOp) and op.is_reduction):
         return False
-    spatial = {iv.var for iv in op.axis}
+    spatial = {iv.var for iv in op.axis if getattr(iv.dom.extent, "value", None) != 1}
     for read in _reads(op):
         used = {n for index in read.indices for n in walk(index) if n in spatial}
         if spatial - used:
@@ -411,112 +414,9 @@ class SketchBuilder:
             self.parallel_outer(stage, key, [*data, outer][:1])
 
     def multi_level_tiling(self, stage: Any) -> None:
-        """SSRSRS (CPU) / SSSRRSRS (GPU) tiling, with a fused consumer or a cache_write stage
-        holding the outer spatial levels."""
-        op = stage.op
-        key = self.key(op)
-        if self.gpu:
-            self.gpu_tiling(stage, key)
-            return
-        consumer = self.plan.fused_into.get(id(op))
-        outer = None
-        inner = stage
-        if consumer is not None:
-            outer = self.s[consumer]
-        elif self.d.choice(f"cw:{key}", [True, False], {}):
-            inner = self.rec.cache_write(stage, "local")
-            outer = stage
-        spatial = [_extent(iv) for iv in op.axis]
-        reduce = [_extent(iv) for iv in op.reduce_axis]
-        lanes = self.lanes(stage)
-        hint = {"spatial": spatial, "reduce": reduce, "lanes": lanes, "op": op}
-        s_tiles = self.d.tile(f"tile:{key}", spatial, 4, hint)
-        r_tiles = self.d.tile(f"rtile:{key}", reduce, 2, hint)
-        unroll = self.d.choice(f"unroll:{key}", list(UNROLL_STEPS), hint)
-        sp_axes = list(inner.leaf_iter_vars[: len(op.axis)])
-        red_axes = list(inner.leaf_iter_vars[len(op.axis) :])
-        if outer is not None:
-            o_axes = list(outer.leaf_iter_vars[: len(op.axis)])
-            levels = [
-                self.rec.split_many(outer, a, [t[0], t[1] * t[2]]) for a, t in zip(o_axes, s_tiles)
-            ]
-            self.rec.reorder(outer, [lv[k] for k in range(3) for lv in levels])
-            self.parallel_outer(outer, key, [lv[0] for lv in levels])
-            if levels[-1][2] is not levels[-1][1] and s_tiles[-1][1] * s_tiles[-1][2] > 1:
-                # the epilogue (copy-out, fused consumer) in vectors of the register tile's
-                # width, not one vector of the whole block row: a 128-lane erf ran ~2x slower
-                vector = levels[-1][2]
-                if s_tiles[-1][1] > 1 and s_tiles[-1][2] > 1:
-                    _, vector = self.rec.split(outer, vector, s_tiles[-1][2])
-                self.rec.annotate("vectorize", outer, vector)
-            self.rec.compute_at(inner, outer, levels[-1][1])
-            s_levels = [self.rec.split_many(inner, a, [t[2]]) for a, t in zip(sp_axes, s_tiles)]
-            r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]
-            packable = self.packable(op) if r_levels else []
-            rows = max((_extent_of_dim(t, -1) for t in packable), default=0)
-            pack = bool(packable) and self.d.choice(
-                f"pack:{key}", [False, True], {**hint, "row_elements": rows}
-            )
-            s2 = [lv[0] for lv in s_levels]
-            if pack:  # the last axis's block loop first: its packed panel serves the others
-                s2 = s2[-1:] + s2[:-1]
-            order = [lv[0] for lv in r_levels] + s2
-            order += [lv[1] for lv in r_levels] + [lv[1] for lv in s_levels]
-            self.rec.reorder(inner, order)
-            if pack:
-                self.pack(inner, packable, s2[0])
-            innermost = [lv[1] for lv in s_levels]
-        else:
-            s_levels = [self.rec.split_many(inner, a, t) for a, t in zip(sp_axes, s_tiles)]
-            r_levels = [self.rec.split_many(inner, a, t) for a, t in zip(red_axes, r_tiles)]
-            order = (
-                [lv[0] for lv in s_levels]
-                + [lv[1] for lv in s_levels]
-                + [lv[0] for lv in r_levels]
-                + [lv[2] for lv in s_levels]
-                + [lv[1] for lv in r_levels]
-                + [lv[3] for lv in s_levels]
-            )
-            self.rec.reorder(inner, order)
-            if self.is_placed(inner):
-                self.parallel_outer(inner, key, [lv[0] for lv in s_levels])
-            else:
-                self.locate([inner], key)
-            innermost = [lv[3] for lv in s_levels]
-        if s_tiles[-1][-1] > 1:
-            self.rec.annotate("vectorize", inner, innermost[-1])
-        for iv, t in zip(innermost[:-1], s_tiles[:-1]):
-            if 1 < t[-1] <= 16:
-                self.rec.annotate("unroll", inner, iv)
-        if unroll:
-            first = inner.leaf_iter_vars[0]
-            self.rec.pragma(inner, first, "auto_unroll_max_step", unroll)
+        from tensorforge.tune.auto.sketch_tiling import multi_level_tiling
 
-    def packable(self, op: Any) -> list[Any]:
-        """Inputs of a tiled reduction read as vectors along its last axis but not along some
-        other spatial axis (matmul's B): worth copying, block by block, into a contiguous panel
-        (their rows may be far apart in memory, thrashing a cache set per row)."""
-        spatial = [iv.var for iv in op.axis]
-        out = []
-        for t in {id(t.op): t for t in op.input_tensors}.values():
-            reads = [r for r in _reads(op) if r.tensor.op is t.op]
-            last_index = [r.indices[-1] for r in reads if r.indices]
-            uses_last = all(any(n is spatial[-1] for n in walk(i)) for i in last_index)
-            used = {n for r in reads for index in r.indices for n in walk(index) if n in spatial}
-            inlined = t.op in self.s and self.s[t].attach_type == "inline"
-            if reads and last_index and uses_last and set(spatial) - used and not inlined:
-                out.append(t)
-        return out
-
-    def pack(self, inner: Any, tensors: list[Any], loop: Any) -> None:
-        """cache_read each of `tensors` for `inner` into a local panel filled at `loop`."""
-        for t in tensors:
-            source = self.s[t]
-            cache = self.rec.cache_read(source, "local", [inner])
-            self.rec.compute_at(cache, inner, loop)
-            axes = cache.leaf_iter_vars
-            if axes:
-                self.rec.annotate("vectorize", cache, axes[-1])
+        multi_level_tiling(self, stage)
 
     # -- GPU rules (sketch_gpu.py) ----------------------------------------------------------------
     def gpu_elementwise(self, stage: Any, key: str, axes: list[Any]) -> None:
