@@ -15,7 +15,14 @@ configuration lands at 290-327 TFLOP/s; then, in order:
 - more stages with k steps of 32 (s6, s8) or 256x128 blocks: no better (374-393).
 - cluster=2 (B's tile shared by a pair of blocks: bulk row copies multicast to both): correct
   but slower, 229 (warp 0 issuing all 32 row copies) / 292-313 (spread over the warps).
-What bounds it now (ncu, 128x256x64 s4, 4096^3): L2 throughput 81.6% of peak (4.6 TB/s of
+- wgmma (ops/wgmma.py, sm_90a; same 128 x 256 blocks, two warpgroups of 64 x 256, cp.async
+  into 128B-swizzled tiles): 4096^3 fp16 537-544 (0.75-0.79x), bf16 538-555, 8192^3 518-531
+  (0.70-0.71x). Keeping a k step's wgmma in flight (sync="mbarrier_lag") +0-1%; 256 x 128
+  blocks 505-523, 128 x 128 452-504, 3 stages 525-538. ncu (4096^3, clocks locked at 1.42 GHz):
+  tensor pipe 59%, L2 50%, issue slots 24%, top stall "wait" (fixed-latency dependencies of the
+  cp.async address math the same warps run); dropping the consumer's fence.proxy.async +1.4%.
+  Next: producer warps (warp specialization) or TMA copies so the multiplying warps only wait.
+What bounded the mma.sync kernel (ncu, 128x256x64 s4, 4096^3): L2 throughput 81.6% of peak (4.6 TB/s of
 operand loads: a 128 x 256 block reads 48 KB per k step of 64), tensor pipe 62.6%; the same
 ldmatrix + mma loop on fixed shared tiles runs at 598 (gpu_mma_probe.py wide). mma.sync cannot
 take a bigger block (128 x 256 fp32 accumulators are half the register file), so going further
@@ -38,9 +45,15 @@ from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
 
 T = TensorCoreTiles
 # (label, tiles): block m, n, k, warp m, n, stages, group_m
+W, LAG = "wgmma", "mbarrier_lag"
 CONFIGS = [
-    ("128x256x64 s4 g16", T(128, 256, 64, 64, 64, 4, 16)),
-    ("128x256x64 s4 g16 cluster2", T(128, 256, 64, 64, 64, 4, 16, "mbarrier", 2)),
+    ("mma_sync 128x256x64 s4 g16", T(128, 256, 64, 64, 64, 4, 16)),
+    ("wgmma 128x256x64 s4 g16", T(128, 256, 64, 16, 256, 4, 16, mma=W)),
+    ("wgmma lag 128x256x64 s4 g16", T(128, 256, 64, 16, 256, 4, 16, LAG, mma=W)),
+    ("wgmma lag 128x256x64 s4 g8", T(128, 256, 64, 16, 256, 4, 8, LAG, mma=W)),
+    ("wgmma lag 128x256x64 s3 g16", T(128, 256, 64, 16, 256, 3, 16, LAG, mma=W)),
+    ("wgmma lag 256x128x64 s4 g16", T(256, 128, 64, 16, 128, 4, 16, LAG, mma=W)),
+    ("wgmma lag 128x128x64 s3 g16", T(128, 128, 64, 16, 128, 3, 16, LAG, mma=W)),
 ]
 
 
@@ -104,41 +117,57 @@ def ptxas() -> None:
         )
 
 
-def tensorcore(sizes=(4096, 8192)) -> None:
+def tensorcore(sizes=(4096, 8192), dtypes=("float16",)) -> None:
     import torch
 
+    from tensorforge.te.dtype import from_bfloat16, to_bfloat16
+
     dev = tf.cuda(0)
-    modules = build_all([(size, tiles) for size in sizes for _, tiles in CONFIGS])
+    jobs = [(size, tiles, dt) for size in sizes for dt in dtypes for _, tiles in CONFIGS]
+    modules = build_all(jobs)
     table = []
     for size in sizes:
-        torch.manual_seed(0)
-        ta = torch.rand(size, size, device="cuda").sub_(0.5).half()
-        tb = torch.rand(size, size, device="cuda").sub_(0.5).half()
-        ref = torch.matmul(ta.float(), tb.float())
-        A, B = tf.nd.array(ta.cpu().numpy(), dev), tf.nd.array(tb.cpu().numpy(), dev)
-        D = tf.nd.empty((size, size), "float16", dev)
-        cublas = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
-        flops = 2.0 * size**3
-        table.append(f"fp16 {size}^3 cuBLAS {flops / cublas / 1e12:.1f} TFLOP/s")
-        for label, tiles in CONFIGS:
-            mod = modules[(size, tiles)]
-            try:
-                if isinstance(mod, Exception):
-                    raise mod
-                D.copyfrom(np.full((size, size), np.nan, "float16"))
-                mod(A, B, D)
-                got = torch.from_numpy(D.numpy()).cuda().float()
-                err = float((got - ref).norm() / ref.norm())
-                t = mod.time_evaluator(mod.entry_name, dev, number=10, repeat=5)(A, B, D).median
-            except Exception as e:
-                table.append(f"  {label}: FAILED {type(e).__name__}: {str(e)[:300]}")
-                continue
-            table.append(
-                f"  {label}: {flops / t / 1e12:6.1f} TFLOP/s {cublas / t:5.2f}x cuBLAS "
-                f"err {err:.1e}"
-            )
-        del A, B, D, ta, tb, ref
-        torch.cuda.empty_cache()
+        for dtype in dtypes:
+            torch.manual_seed(0)
+            fa = torch.rand(size, size, device="cuda").sub_(0.5)
+            fb = torch.rand(size, size, device="cuda").sub_(0.5)
+            if dtype == "bfloat16":
+                ta, tb = fa.bfloat16(), fb.bfloat16()
+                bits = [to_bfloat16(t.float().cpu().numpy()) for t in (ta, tb)]
+                A, B = (tf.nd.array(b, dev) for b in bits)
+                D = tf.nd.empty((size, size), "uint16", dev)
+            else:
+                ta, tb = fa.half(), fb.half()
+                A, B = tf.nd.array(ta.cpu().numpy(), dev), tf.nd.array(tb.cpu().numpy(), dev)
+                D = tf.nd.empty((size, size), "float16", dev)
+            ref = torch.matmul(ta.float(), tb.float())
+            cublas = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
+            flops = 2.0 * size**3
+            table.append(f"{dtype} {size}^3 cuBLAS {flops / cublas / 1e12:.1f} TFLOP/s")
+            for label, tiles in CONFIGS:
+                mod = modules[(size, tiles, dtype)]
+                try:
+                    if isinstance(mod, Exception):
+                        raise mod
+                    D.copyfrom(
+                        np.full((size, size), 0x7FC0 if dtype == "bfloat16" else np.nan, D.dtype)
+                    )
+                    mod(A, B, D)
+                    out = D.numpy()
+                    out = from_bfloat16(out) if dtype == "bfloat16" else out.astype("float32")
+                    got = torch.from_numpy(out).cuda()
+                    err = float((got - ref).norm() / ref.norm())
+                    t = mod.time_evaluator(mod.entry_name, dev, number=10, repeat=5)(A, B, D).median
+                except Exception as e:
+                    table.append(f"  {label}: FAILED {type(e).__name__}: {str(e)[:300]}")
+                    continue
+                table.append(
+                    f"  {label}: {flops / t / 1e12:6.1f} TFLOP/s {cublas / t:5.2f}x cuBLAS "
+                    f"err {err:.1e}"
+                )
+            del A, B, D, ta, tb, ref
+            torch.cuda.empty_cache()
+            print(table[-1 - len(CONFIGS)], flush=True)
     print("\n".join(table), flush=True)
 
 
@@ -195,4 +224,6 @@ if __name__ == "__main__":
     else:
         if "--sgemm" in sys.argv:
             sgemm()
-        tensorcore()
+        sizes = tuple(int(a.split("=")[1]) for a in sys.argv if a.startswith("--size="))
+        dtypes = ("float16", "bfloat16") if "--bf16" in sys.argv else ("float16",)
+        tensorcore(sizes or (4096, 8192), dtypes)

@@ -56,7 +56,9 @@ def test_mbarrier_pipeline_waits_on_slots_not_on_the_block(stages):
     refill = loop.index("tf_cp_async")
     assert wait < arrive and (refill < wait if stages == 2 else arrive < refill)
     assert f"tf_mbar_wait(&A_shared_mbar[{stages} + " in loop  # the slot is free before a refill
-    with pytest.raises(tf.ScheduleError, match="sync must be 'barrier' or 'mbarrier'"):
+    with pytest.raises(
+        tf.ScheduleError, match="sync must be 'barrier', 'mbarrier' or 'mbarrier_lag'"
+    ):
         next(st for st in vthread_gemm(64, 64, 64)[0].stages if st.name.endswith(".shared")).double_buffer(2, "fence")  # fmt: skip
 
 
@@ -89,9 +91,14 @@ def test_tensorcore_gemm_pipeline_and_raster_order():
 
 def test_tensorcore_gemm_asks_ptxas_for_one_block_of_registers():
     # launch_min_blocks 1: __launch_bounds__(threads, 1), so ptxas may keep the next k step's
-    # fragments in registers; the big-problem default is 128 x 256 blocks of 8 warps
-    text = source_of(4096, 4096, 4096)
+    # fragments in registers; the big-problem default is 128 x 256 blocks of 8 warps (mma.sync
+    # off sm_90, wgmma there)
+    with tf.Target("cuda -arch=sm_80"):
+        text = source_of(4096, 4096, 4096, tiles=TensorCoreTiles.for_shape(4096, 4096, 4096))
     assert "__launch_bounds__(256, 1)" in text and "tf_mma_sync<64, 64, 64>" in text
+    with tf.Target("cuda -arch=sm_90"):
+        text = source_of(4096, 4096, 4096)
+    assert "__launch_bounds__(256, 1)" in text and "tf_wgmma_sync<16, 256, 64, 1>" in text
     plain = kernel_text(*staged_gemm(64, 64, 64, 2))  # other kernels: no minimum
     assert re.search(r"__launch_bounds__\(\d+\) ", plain)
     s, args = staged_gemm(64, 64, 64, 2)

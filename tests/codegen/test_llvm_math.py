@@ -179,13 +179,16 @@ def test_scalar_exp_loop_stays_scalar_without_a_libm_call():
 @pytest.mark.parametrize("name", ["exp", "sigmoid", "tanh"])
 def test_math_vector_mixes_fast_and_edge_lanes(name):
     # exp takes a fast path when all lanes of a vector are in range and an exact one otherwise:
-    # one special lane (NaN, inf, an underflow to a denormal) must not spoil its neighbours
+    # one special lane (NaN, inf, an underflow to a denormal) must not spoil its neighbours, and
+    # lanes that underflow to 0 (a causal mask's -inf) stay on the fast path
     reference = MATH[name][0]
     x = np.array(
         [0.5, np.nan, -1.0, 2.0, 3.0, -0.25, 1.5, 0.1]  # NaN among ordinary lanes
         + [0.5, -90.0, -1.0, 2.0, 3.0, -0.25, 1.5, 0.1]  # a denormal result
         + [0.5, 89.0, -1.0, 2.0, np.inf, -0.25, -np.inf, 0.1]  # overflow and infinities
-        + [0.5, -86.0, 87.5, 2.0, 3.0, -0.25, 1.5, 0.1],  # the fast path's own edges
+        + [0.5, -86.0, 87.5, 2.0, 3.0, -0.25, 1.5, 0.1]  # the fast path's own edges
+        + [0.5, -np.inf, -1.0, -104.5, -1e30, -0.25, 1.5, -200.0]  # underflow to 0, fast path
+        + [-np.inf, -103.9, -104.0, -104.01, -np.inf, -np.inf, -np.inf, -np.inf],  # its edge
         np.float32,
     )
     a, b = aligned(x), aligned(np.zeros(x.size, np.float32))

@@ -18,6 +18,8 @@ from typing import Any
 from tensorforge.codegen.base import KernelSource, Launch, Param
 from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names
 from tensorforge.codegen.cuda_intrin import (
+    ASYNC_FILL_CALLS,
+    SWIZZLED_CALLS,
     async_copy_lines,
     warp_fragment_size,
 )
@@ -49,6 +51,7 @@ from tensorforge.ir.visit import walk
 from tensorforge.target import Target, as_target
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
+from tensorforge.te.extern_call import ExternCall
 
 STATIC_SHARED_LIMIT = 48 * 1024
 # the most shared memory one block may opt in to, by architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin)
@@ -227,7 +230,7 @@ class _KernelWriter(PipelineWriter):
             [
                 f'extern "C" __global__ void __launch_bounds__({bounds}) {symbol}(\n    {params_text}) {{',
                 *(
-                    ["  extern __shared__ __align__(16) unsigned char tf_smem[];"]
+                    [f"  extern __shared__ __align__({self.shared_align}) unsigned char tf_smem[];"]
                     if self.dynamic_shared
                     else []
                 ),
@@ -298,10 +301,14 @@ class _KernelWriter(PipelineWriter):
             if isinstance(node, Allocate) and node.buffer.scope == "shared":
                 count = _constant_extent(node)
                 items.append((id(node), count * _elem_bytes(node.buffer.dtype)))
+        # swizzled tiles (wgmma's) need their 1024-byte pattern to start on a 1024-byte boundary
+        self.shared_align = 1024 if any(
+            isinstance(n, ExternCall) and n.name.startswith(SWIZZLED_CALLS) for n in walk(body)
+        ) else 16  # fmt: skip
         offset = 0
         for key, size in items:
             self.shared_offsets[key] = offset
-            offset += -(-size // 16) * 16
+            offset += -(-size // self.shared_align) * self.shared_align
         self.shared_bytes = offset
         limit = max_shared_bytes(self.target.arch)
         if offset > limit:
@@ -341,6 +348,9 @@ class _KernelWriter(PipelineWriter):
             case Evaluate(value=v):
                 if not isinstance(v, E.Const):
                     self.line(f"(void)({p(v)});")
+                if isinstance(v, ExternCall) and v.name.startswith(ASYNC_FILL_CALLS):
+                    self.async_copies = True  # the call issues cp.async copies: a fill's
+                    self.async_copy_count += 1  # barrier arrives when they land
             case Prefetch():  # a CPU cache hint; GPU caches are fed by other means
                 pass
             case Attr(key="thread_allreduce", value=note, body=body):

@@ -20,6 +20,11 @@ from tensorforge.te import expr as E
 from tensorforge.te.extern_call import ExternCall
 
 WARP = 32
+# device functions of tensor intrinsics (ops/wgmma.py) that issue cp.async copies themselves: a
+# pipeline fill calling one arrives on its barrier when its copies land
+ASYNC_FILL_CALLS = ("tf_cp_async_sw128",)
+# ... and those that read or write 128B-swizzled shared tiles: shared memory aligned to 1024 bytes
+SWIZZLED_CALLS = ("tf_cp_async_sw128", "tf_wgmma_sync")
 
 
 def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:

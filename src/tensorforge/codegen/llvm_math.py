@@ -8,7 +8,7 @@ arithmetic; the scalar helper vectorizes inside LLVM's loop vectorizer too. floa
 
 Accuracy (float32, against a float64 reference, every 61st float32 bit pattern): exp 1.2 ulp,
 log 0.9, log2 1.5, tanh 1.3, erf 1.0, sigmoid 2.7. exp runs a short fast path when every lane is
-in [-86.5, 88] and branches to an exact path (denormals, overflow, NaN) otherwise. exp overflows
+in [-86.5, 88] or below -104 (0, as for -inf) and branches to an exact path (denormals, overflow, NaN) otherwise. exp overflows
 to inf and underflows to 0 (through denormals), log(0) = -inf, log(x < 0) = NaN, NaN
 propagates; tanh, sigmoid and erf saturate.
 """
@@ -193,10 +193,14 @@ _EXP_POLY = (
 
 
 def _exp(m: _Math, x):
-    """exp: the fast path below where every lane is in range, else the exact one (a branch that
-    typical data never takes: softmax, sigmoid and tanh arguments sit well inside the range)."""
-    fast = _exp_in_range(m, x)
-    in_range = m.b.and_(m.cmp(">=", x, m.f(_EXP_FAST_LO)), m.cmp("<=", x, m.f(_EXP_FAST_HI)))
+    """exp: the fast path below where every lane is in range or underflows to 0, else the exact
+    one (a branch that typical data never takes: softmax, sigmoid and tanh arguments sit well
+    inside the range). Lanes past the underflow edge (-inf: a causal mask's softmax, half its
+    lanes) take 0 on the fast path: sent to the exact one, a masked softmax ran 5x slower."""
+    underflow = m.cmp("<", x, m.f(_EXP_ZERO_BELOW))
+    fast = m.select(underflow, m.f(0.0), _exp_in_range(m, x))
+    low_ok = m.b.or_(m.cmp(">=", x, m.f(_EXP_FAST_LO)), underflow)
+    in_range = m.b.and_(low_ok, m.cmp("<=", x, m.f(_EXP_FAST_HI)))
     if m.lanes:
         reduce_and = intrinsic(
             m.module, f"llvm.vector.reduce.and.{mangle(m.bty)}", ir.IntType(1), [m.bty]
@@ -221,6 +225,8 @@ def _exp(m: _Math, x):
 # The fast path's domain: n = round(x log2 e) in [-125, 127], so 2**n * p(r) stays a normal
 # float and its exponent can be added as an integer. Outside (and for NaN) the exact path runs.
 _EXP_FAST_LO, _EXP_FAST_HI = -86.5, 88.0
+# below this e**x is under half the smallest denormal (2**-150 = e**-103.97): it rounds to 0
+_EXP_ZERO_BELOW = -104.0
 # e**r = 1 + r + r^2 (c2 + c3 r + ... + c7 r^5) on [-ln2/2, ln2/2]: Cephes expf's coefficients
 _EXP_TAYLORISH = (1.0, 1.0) + tuple(reversed(_EXP_POLY))
 

@@ -9,13 +9,14 @@ groups of rows that share B's panels in L2,
 gives each warp a
 `warp_m x warp_n` accumulator fragment ("warp" scope) fed by `mma.sync.m16n8k16`
 (ops/tensor_core.py, through `tensorize`), and writes the fragment out through the epilogue in
-the same kernel. Its decisions are knobs of template "builtin/gemm_tensorcore"; the default
+the same kernel. On sm_90 large problems use `wgmma` instead (ops/wgmma.py: warpgroups
+on 128B-swizzled tiles, mma="wgmma"). Its decisions are knobs of template "builtin/gemm_tensorcore"; the default
 config is the default schedule.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorforge import te, tune
 from tensorforge.errors import ScheduleError
@@ -28,6 +29,8 @@ from tensorforge.ops.tensor_core import (
     mma_store,
     mma_sync,
 )
+from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
+from tensorforge.target import Target, as_target
 
 WARP = 32
 PAD = 8  # halves added to each shared row: 16 bytes, so ldmatrix's 8 rows hit distinct banks
@@ -53,14 +56,16 @@ class TensorCoreTiles:
     group_m: int = 8
     sync: str = "mbarrier"  # the pipeline's: "mbarrier" (warps drift apart) or "barrier"
     cluster: int = 1  # 2: pairs of blocks down a column share B's tile (bulk copies, multicast)
+    mma: str = "mma_sync"  # or "wgmma" (sm_90a): warpgroups on 128B-swizzled tiles (ops/wgmma.py)
 
     @property
     def warps(self) -> int:
         return (self.block_m // self.warp_m) * (self.block_n // self.warp_n)
 
     def shared_bytes(self, elem_bytes: int = 2) -> int:
-        a = self.block_m * (self.block_k + PAD)
-        b = self.block_k * (self.block_n + PAD)
+        pad = 0 if self.mma == "wgmma" else PAD  # wgmma's tiles are swizzled, not padded
+        a = self.block_m * (self.block_k + pad)
+        b = self.block_k * (self.block_n + pad)
         return (a + b) * elem_bytes * max(1, self.stages)
 
     def group_for(self, m: int) -> int:
@@ -69,12 +74,20 @@ class TensorCoreTiles:
         return max(g for g in range(1, max(1, self.group_m) + 1) if rows % g == 0)
 
     @staticmethod
-    def for_shape(m: int, n: int, k: int) -> TensorCoreTiles:
+    def for_shape(
+        m: int, n: int, k: int, batch: int | None = None, arch: str | None = None
+    ) -> TensorCoreTiles:
         """The largest of the usual tiles that divide the problem (tensorize needs whole tiles).
-        Problems of a wave of 128 x 256 blocks or more get them, k steps of 64, 8 warps of
-        64 x 64 (H100 fp16 4096^3: 350 TFLOP/s vs 300-320 for 128 x 128: a third less L2
-        traffic a flop; groups of 16 block rows: 8192^3 413 vs 406 with 8, 372 with 4)."""
-        if m % 128 == 0 and n % 256 == 0 and k % 64 == 0 and (m // 128) * (n // 256) >= 128:
+        Problems of a wave of 128 x 256 blocks or more get them, k steps of 64: on sm_90 two
+        warpgroups of wgmma (64 x 256 each, a k step's multiplies in flight while the next
+        starts; H100 fp16 4096^3 544 TFLOP/s, 8192^3 531), elsewhere 8 warps of 64 x 64
+        mma.sync (350-413; 128 x 128: 300-320, a third more L2 traffic a flop; groups of 16
+        block rows: 8192^3 413 vs 406 with 8, 372 with 4)."""
+        blocks = (m // 128) * (n // 256) * (batch or 1)
+        if m % 128 == 0 and n % 256 == 0 and k % 64 == 0 and blocks >= 128:
+            if (arch or "").startswith("sm_90") and k >= 3 * 64:
+                stages = min(4, k // 64)
+                return TensorCoreTiles(128, 256, 64, 16, 256, stages, 16, "mbarrier_lag", mma="wgmma")  # fmt: skip
             return TensorCoreTiles(128, 256, 64, 64, 64, min(4, k // 64), 16)
         block_m = _largest_divisor(m, (128, 64, 32, 16))
         block_n = _largest_divisor(n, (128, 64, 32, 16))
@@ -85,8 +98,14 @@ class TensorCoreTiles:
         return TensorCoreTiles(block_m, block_n, block_k, warp_m, warp_n, stages)
 
     @staticmethod
-    def define(cfg, m: int, n: int, k: int) -> TensorCoreTiles:
-        base = TensorCoreTiles.for_shape(m, n, k)
+    def define(
+        cfg, m: int, n: int, k: int, batch: int | None = None, arch: str | None = None
+    ) -> TensorCoreTiles:
+        base = TensorCoreTiles.for_shape(m, n, k, batch, arch)
+        if base.mma == "wgmma":  # warp tiles are fixed by the warpgroups; blocks of 128 x 256
+            stages = choose(cfg, "stages", base.stages, [s for s in (3, 4) if s <= k // 64])
+            group_m = choose(cfg, "group_m", base.group_m, [4, 8, 16])
+            return replace(base, stages=stages, group_m=group_m)
         block_m = choose(cfg, "block_m", base.block_m, [b for b in (64, 128, 256) if m % b == 0])
         block_n = choose(cfg, "block_n", base.block_n, [b for b in (64, 128, 256) if n % b == 0])
         block_k = choose(cfg, "block_k", base.block_k, [b for b in (16, 32, 64) if k % b == 0])
@@ -122,11 +141,37 @@ class TensorCoreTiles:
                 f"gemm_fp16: cluster {self.cluster} pairs blocks of a group of block rows; "
                 f"M / block_m = {m // self.block_m} gives groups of {self.group_for(m)}"
             )
+        if self.mma not in ("mma_sync", "wgmma"):
+            raise ScheduleError(f"gemm_fp16: mma must be 'mma_sync' or 'wgmma', got {self.mma!r}")
+        if self.mma == "wgmma" and (
+            self.warp_m != 16 or self.warp_n != self.block_n or self.block_k != 64
+            or self.block_m % 64 or self.block_n not in (64, 128, 192, 256)
+            or self.stages < 2 or not self.sync.startswith("mbarrier") or self.cluster != 1
+        ):  # fmt: skip
+            raise ScheduleError(
+                f"gemm_fp16: wgmma takes warp tiles of 16 rows x the whole block_n (64-256), "
+                f"block_m a multiple of 64 (warpgroups of 4 warps), k steps of 64 and an "
+                f"mbarrier pipeline of 2+ stages without clusters; got {self}"
+            )
+        if self.sync == "mbarrier_lag" and (self.mma != "wgmma" or self.stages < 3):
+            raise ScheduleError(
+                f"gemm_fp16: sync='mbarrier_lag' (a k step's multiplies still in flight when "
+                f"the next starts) is for wgmma with 3+ stages; got {self}"
+            )
         if self.shared_bytes() > SHARED_LIMIT:
             raise ScheduleError(
                 f"gemm_fp16: {self} needs {self.shared_bytes()} bytes of shared memory a block, "
                 f"more than the {SHARED_LIMIT} a block may have (fewer stages or smaller tiles)"
             )
+
+
+def cuda_arch() -> str:
+    """The architecture schedules are made for: the current CUDA target's, else the device's
+    (sm_90 where there is none)."""
+    current = Target.current()
+    if current is not None and current.arch:
+        return current.arch
+    return as_target("cuda").arch
 
 
 def _largest_divisor(size: int, choices: tuple[int, ...]) -> int:
@@ -189,7 +234,7 @@ def schedule_gemm_fp16(
 ):
     """The tensor-core schedule of `gemm_fp16`. Returns (schedule, args): args are
     [A, B, D] or [A, B, bias, D]."""
-    tiles = tiles or TensorCoreTiles.for_shape(m, n, k)
+    tiles = tiles or TensorCoreTiles.for_shape(m, n, k, batch, cuda_arch())
     tiles.check(m, n, k)
     A, B, bias, C, D = gemm_fp16(m, n, k, dtype, out_dtype, epilogue, batch)
     out_dtype = D.dtype
@@ -225,30 +270,46 @@ def schedule_gemm_fp16(
         s[D].pragma(block, "cluster_dims", tiles.cluster)
     warp = s[D].fuse(wi, wj)
     s[D].bind(warp, ty)  # one warp per fragment: all 32 lanes run the intrinsics' calls
-    s[D].tensorize(ii, mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype))
+    lag = tiles.sync == "mbarrier_lag"  # wgmma keeps a step in flight: the store drains it
+    store = mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype, drain=lag)
+    s[D].tensorize(ii, store)
 
     s[C].compute_at(s[D], warp)
     *_, ci, cj = s[C].op.axis
     (kr,) = s[C].op.reduce_axis
     ko, ki = s[C].split(kr, factor=tiles.block_k)
     s[C].reorder(ko, ci, cj, ki)
-    s[C].tensorize(ci, mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype))
+    wgmma = tiles.mma == "wgmma"
+    if wgmma:
+        mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, pending=int(lag))
+    else:
+        mma = mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype)
+    s[C].tensorize(ci, mma)
 
     for stage, row_len in ((AS, tiles.block_k), (BS, tiles.block_n)):
         s[stage].compute_at(s[C], ko)
         rows = s[stage].op.axis[-2]
-        s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
+        if not wgmma:
+            s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
         if stage is BS and tiles.cluster > 1:  # bulk row copies, each block half of them
             s[stage].tensorize(rows, bulk_rows(tiles.block_k, tiles.block_n, dtype, tiles.cluster))
             s[stage].double_buffer(tiles.stages, tiles.sync)
             continue
-        fused = s[stage].fuse(*s[stage].op.axis)
-        rest, vec = s[stage].split(fused, factor=8)  # 16 bytes a thread
+        if wgmma:  # 16-byte pieces of rows (each placed by the swizzle), row by row
+            cols, vec = s[stage].split(s[stage].op.axis[-1], factor=8)
+            rest = s[stage].fuse(rows, cols)
+        else:
+            fused = s[stage].fuse(*s[stage].op.axis)
+            rest, vec = s[stage].split(fused, factor=8)  # 16 bytes a thread
         rest, lane = s[stage].split(rest, factor=WARP)
         _, wy = s[stage].split(rest, factor=tiles.warps)
         s[stage].bind(lane, tx)
         s[stage].bind(wy, ty)
-        s[stage].vectorize(vec)
+        if wgmma:  # each 16 bytes by cp.async to its place in the swizzled layout wgmma reads
+            n_rows = tiles.block_m if stage is AS else tiles.block_k
+            s[stage].tensorize(vec, swizzled_fill(n_rows, row_len, dtype))
+        else:
+            s[stage].vectorize(vec)
         if tiles.stages > 1:  # cp.async fills `stages - 1` k steps ahead of the mma
             s[stage].double_buffer(tiles.stages, tiles.sync)
     args = [A, B, D] if bias is None else [A, B, bias, D]
@@ -268,5 +329,5 @@ def gemm_tensorcore_template(
     """`schedule_gemm_fp16` with its tiles as knobs (the default config is the default schedule)."""
     cfg = tune.get_config()
     cfg.add_flop(2.0 * m * n * k * (batch or 1))
-    tiles = TensorCoreTiles.define(cfg, m, n, k)
+    tiles = TensorCoreTiles.define(cfg, m, n, k, batch, cuda_arch())
     return schedule_gemm_fp16(m, n, k, dtype, out_dtype, epilogue, batch, tiles)

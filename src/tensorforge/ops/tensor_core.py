@@ -148,6 +148,13 @@ __device__ __forceinline__ void tf_mma_store_epi(OUT* d, int ldd, const float* a
     }
 }
 
+// before storing accumulators that wgmma (ops/wgmma.py) may still be writing: wait for them
+__device__ __forceinline__ void tf_wgmma_wait_all() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+
 template <int WM, int WN, typename OUT>
 __device__ __forceinline__ void tf_mma_store(OUT* d, int ldd, const float* acc) {
   tf_mma_store_epi<WM, WN, 0, OUT, float>(d, ldd, acc, nullptr);
@@ -300,9 +307,11 @@ def mma_store(
     out_dtype: str = "float16",
     epilogue: str = "none",
     bias_dtype: str = "float16",
+    drain: bool = False,
 ) -> TensorIntrin:
     """d[wm, wn] = epilogue(acc[wm, wn] (+ bias[j])) from a warp accumulator to memory (global
-    or shared, any row stride; rows of even length so pairs of columns store together)."""
+    or shared, any row stride; rows of even length so pairs of columns store together). With
+    `drain`, first wait for the warpgroup's wgmma still in flight (wgmma_sync with pending=1)."""
     _check_tile(wm, wn, "mma_store")
     acc = te.placeholder((wm, wn), "float32", name="acc")
     bias = te.placeholder((wn,), bias_dtype, name="bias") if epilogue != "none" else None
@@ -323,17 +332,22 @@ def mma_store(
         (dd,) = outs
         if bias is None:
             (cc,) = ins
-            return tir.call_extern(
+            store = tir.call_extern(
                 "handle", f"tf_mma_store<{wm}, {wn}>", dd.access_ptr("w"), dd.strides[0],
                 cc.access_ptr("r"),
             )  # fmt: skip
-        cc, bb = ins
-        return tir.call_extern(
-            "handle", f"tf_mma_store_epi<{wm}, {wn}, {code}>", dd.access_ptr("w"),
-            dd.strides[0], cc.access_ptr("r"), bb.access_ptr("r"),
-        )  # fmt: skip
+        else:
+            cc, bb = ins
+            store = tir.call_extern(
+                "handle", f"tf_mma_store_epi<{wm}, {wn}, {code}>", dd.access_ptr("w"),
+                dd.strides[0], cc.access_ptr("r"), bb.access_ptr("r"),
+            )  # fmt: skip
+        if not drain:
+            return store
+        return [tir.call_extern("handle", "tf_wgmma_wait_all"), store]
 
     return te.decl_tensor_intrin(
-        d.op, fintrin, name=f"mma_store_{epilogue}_{out_dtype}_{wm}x{wn}", binds=binds,
+        d.op, fintrin,
+        name=f"mma_store_{epilogue}_{out_dtype}_{wm}x{wn}{'_drain' if drain else ''}", binds=binds,
         device_source=DEVICE_SOURCE,
     )  # fmt: skip

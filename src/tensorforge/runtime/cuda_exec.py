@@ -325,7 +325,10 @@ def _arch_of(target: Any, source: KernelSource) -> str:
         arch = target.split("-arch=")[1].split()[0]
     if not arch and "-arch=" in source.target_string:
         arch = source.target_string.split("-arch=")[1].split()[0]
-    return arch or "sm_90"
+    arch = arch or "sm_90"
+    if arch == "sm_90" and "wgmma.mma_async" in source.text:
+        arch = "sm_90a"  # wgmma exists only in the architecture-specific sm_90a
+    return arch
 
 
 # -- the grid: ints, scalar parameter names, or expressions over them ---------------------------

@@ -406,15 +406,24 @@ class Stage:
         sync="barrier": one block-wide barrier a step. sync="mbarrier" (CUDA sm_80+): each
         copy of the tile has a "full" and an "empty" mbarrier in shared memory instead; a warp
         waits only for the copies it reads to land and for every warp to be done with a copy
-        before refilling it, so warps drift apart instead of all stalling at every step."""
+        before refilling it, so warps drift apart instead of all stalling at every step.
+        sync="mbarrier_lag" (3+ stages): the same, but a step's compute still reads its copy
+        when it returns (wgmma keeps one group of multiplies in flight): each warp releases a
+        copy one step later, after the next step's compute has waited for the last one."""
         self._check_compute("double_buffer")
         if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
             raise ScheduleError(
                 f"double_buffer on '{self.name}': stages must be an int from 2 to 8, got {stages!r}"
             )
-        if sync not in ("barrier", "mbarrier"):
+        if sync not in ("barrier", "mbarrier", "mbarrier_lag"):
             raise ScheduleError(
-                f"double_buffer on '{self.name}': sync must be 'barrier' or 'mbarrier', got {sync!r}"
+                f"double_buffer on '{self.name}': sync must be 'barrier', 'mbarrier' or "
+                f"'mbarrier_lag', got {sync!r}"
+            )
+        if sync == "mbarrier_lag" and stages < 3:
+            raise ScheduleError(
+                f"double_buffer on '{self.name}': sync='mbarrier_lag' releases a copy a step late, "
+                f"so it needs 3+ stages (the refill of 2 would wait for the step after it)"
             )
         self.double_buffered = True
         self.buffer_stages = stages

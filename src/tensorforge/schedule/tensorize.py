@@ -154,7 +154,8 @@ def emit(nest: Any, level: int, env: Any, intrin: TensorIntrin, reset: bool = Fa
         calls = intrin.reset if reset else intrin.update
     else:
         calls = intrin.body
-    stmts = [Evaluate(_bind(c, intrin, bindings, nest.b.buffer_of, where)) for c in calls]
+    own = {op.output(i): [nest.info.mins[iv] for iv in op.axis] for i in range(op.num_outputs)}
+    stmts = [Evaluate(_bind(c, intrin, bindings, nest.b.buffer_of, where, own)) for c in calls]
     body = seq(*stmts)
     if preds:
         cond = preds[0]
@@ -236,8 +237,12 @@ def _match(got: Any, want: Any, bindings: dict, intr_ranges: dict[Var, Interval]
         _match(g, w, bindings, intr_ranges)
 
 
-def _bind(call: Expr, intrin: TensorIntrin, bindings: dict, buffer_of: Any, where: str) -> Expr:
-    """The call with each intrinsic buffer bound to the region of its tensor."""
+def _bind(
+    call: Expr, intrin: TensorIntrin, bindings: dict, buffer_of: Any, where: str, mins: dict
+) -> Expr:
+    """The call with each intrinsic buffer bound to the region of its tensor (an `elem_offset`
+    var to the region's first element in the buffer: in the realized region for `mins`' tensors,
+    the stage's own outputs, whose buffers start at those indices)."""
     regions: dict[int, tuple[Buffer, tuple[Expr, ...]]] = {}
     strides: dict[Var, Expr] = {}
     for t, eb in zip(intrin.tensors, intrin.buffers):
@@ -258,6 +263,19 @@ def _bind(call: Expr, intrin: TensorIntrin, bindings: dict, buffer_of: Any, wher
                     f"{d}, but '{tensor.name}' has {have} there; declare the buffer with "
                     f"tf.tir.decl_buffer(..., strides=[te.var('s0'), 1]) and pass it in binds"
                 )
+
+        if isinstance(eb.elem_offset, Var):  # the region's first element, counted in `buf`
+            if buf.scope != "global" and tensor not in mins:
+                raise ScheduleError(
+                    f"{where}: intrinsic buffer '{eb.name}' takes the element offset of "
+                    f"'{tensor.name}', an intermediate another stage computes; only the "
+                    f"tensorized stage's own output (or a global buffer) has a known offset"
+                )
+            lows = mins.get(tensor) or [Const(0, "int32")] * len(bases)
+            full = buf.strides or dense_strides(buf.shape)
+            strides[eb.elem_offset] = simplify_expr(
+                sum(((b - lo) * st for b, lo, st in zip(bases, lows, full)), Const(0, "int32"))
+            )
 
     def rule(n: Any) -> Any:
         if isinstance(n, AccessPtr):

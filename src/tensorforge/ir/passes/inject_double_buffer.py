@@ -80,7 +80,8 @@ def _peel(body: Stmt) -> tuple[list[tuple[Allocate, int, str]], Stmt]:
 def _double_buffer(loop: For, marked: list[tuple[Allocate, int, str]], body: Stmt) -> Stmt:
     layers = [a for a, _, _ in marked]
     stages_of = {id(a.buffer): n for a, n, _ in marked}
-    mbarrier = any(sync == "mbarrier" for *_, sync in marked)
+    mbarrier = any(sync.startswith("mbarrier") for *_, sync in marked)
+    lag = int(any(sync == "mbarrier_lag" for *_, sync in marked))
     buffers = {id(a.buffer): a for a in layers}
     stmts = list(body.stmts) if isinstance(body, Seq) else [body]
     fills: list[Stmt] = []
@@ -105,7 +106,8 @@ def _double_buffer(loop: For, marked: list[tuple[Allocate, int, str]], body: Stm
         return Attr("async_commit", 0, body)
 
     if mbarrier:
-        out = _mbarrier_pipeline(loop, layers, fill_at, _offset(rest, buffers, slot(k), stores=False), stages)  # fmt: skip
+        compute = _offset(rest, buffers, slot(k), stores=False)
+        out = _mbarrier_pipeline(loop, layers, fill_at, compute, stages, lag)
         for alloc in reversed(layers):
             out = Allocate(alloc.buffer, alloc.extent * stages, out)
         return out
@@ -139,7 +141,9 @@ def _double_buffer(loop: For, marked: list[tuple[Allocate, int, str]], body: Stm
     return out
 
 
-def _mbarrier_pipeline(loop: For, layers: list[Allocate], fill_at, compute: Stmt, stages: int):
+def _mbarrier_pipeline(
+    loop: For, layers: list[Allocate], fill_at, compute: Stmt, stages: int, lag: int = 0
+):
     """The pipeline synchronized by a pair of mbarriers per slot instead of block barriers:
 
         init full[N] (one arrival a thread), empty[N] (one a warp); barrier
@@ -154,7 +158,9 @@ def _mbarrier_pipeline(loop: For, layers: list[Allocate], fill_at, compute: Stmt
 
     A warp waits for nobody at the top of a step unless the copies it reads are late, and
     before a refill only for warps a whole step behind it. With 2 stages the refill goes first
-    (else nothing would overlap it)."""
+    (else nothing would overlap it). With `lag` 1 (sync="mbarrier_lag", 3+ stages) step ko
+    arrives on empty[(ko - 1) % N] instead: its compute returns still reading its own slot and
+    has waited for step ko - 1's reads to finish; the refill then waits on the same barrier."""
     k, first, last = loop.var, loop.min, loop.min + loop.extent
     ahead = stages - 1
     name = f"{layers[0].buffer.name}_mbar"
@@ -185,7 +191,9 @@ def _mbarrier_pipeline(loop: For, layers: list[Allocate], fill_at, compute: Stmt
     step = [
         mark("mbarrier_wait", ("full", slot(k), phase(k))),
         compute,
-        mark("mbarrier_arrive", ("empty", slot(k))),
+        mark("mbarrier_arrive", ("empty", slot(k)))
+        if not lag
+        else IfThenElse(LT(first, k), mark("mbarrier_arrive", ("empty", slot(k - 1)))),
     ]
     step = [refill, *step] if stages == 2 else [*step, refill]
     new_loop = For(k, loop.min, loop.extent, seq(*step), loop.kind, loop.thread_tag, loop.pragmas)

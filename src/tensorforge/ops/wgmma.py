@@ -1,0 +1,193 @@
+"""Hopper (sm_90a) tensor-core intrinsics for `tensorize`: `wgmma.mma_async` on shared tiles in
+the 128-byte swizzled layout, and the `cp.async` fill that writes that layout.
+
+Two intrinsics share one shared-memory layout, "sw128": a tile of `rows x cols` 16-bit elements
+(cols a multiple of 64) is stored as `[cols / 64][rows][64]`, each row of 64 elements 128 bytes,
+and within each group of 8 rows (1024 bytes) the 16-byte chunk c of row r sits at chunk
+`c ^ (r % 8)`: the hardware's 128B swizzle (so reads of 8 rows hit 32 distinct banks). A tile of
+64 columns (A's k tile) is plain 128-byte rows, K-major; B's `k x n` tile is N-major in 64-wide
+slabs. The shared tiles must start at 1024-byte boundaries (the CUDA codegen aligns shared
+memory so when a kernel calls these).
+
+    s[AS].tensorize(vec, swizzled_fill(block_m, 64, dtype))    # 8 columns of the A tile
+    s[BS].tensorize(vec, swizzled_fill(64, block_n, dtype))    # ... of the B tile, N-major
+    s[C].tensorize(ci, wgmma_sync(16, block_n, 64, dtype))              # per warp: 16 rows
+
+`wgmma` runs on a warpgroup (4 consecutive warps) computing 64 rows; in tensorize terms each
+warp owns 16 of them (its "warp" accumulator is exactly the warp's part of the wgmma result, in
+mma.m16n8's layout, so `mma_store` writes it out). Warps must be bound along m only, in order,
+so warps 4g..4g+3 hold rows 64g..64g+63 of the block and the device function finds the
+warpgroup's tile from the warp's (warp_m = 16, warp_n = the whole block_n).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tensorforge import te, tir
+from tensorforge.errors import ScheduleError
+from tensorforge.ops.tensor_core import SUPPORTED
+from tensorforge.te.tensor_intrin import TensorIntrin
+
+SWIZZLE_ALIGN = 1024  # bytes: a 128B-swizzle pattern repeats every 8 rows of 128 bytes
+
+
+def _wgmma_asm(n: int, ptx_type: str) -> str:
+    """`wgmma.mma_async.m64n{n}k16` (f32 accumulate, A K-major, B N-major: trans-b 1) as the
+    n-specialization of tf_wg::wgmma_k16 on this thread's n / 2 accumulator floats."""
+    count = n // 2
+    regs = ", ".join(f"%{i}" for i in range(count))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    cpp = "half" if ptx_type == "f16" else "__nv_bfloat16"
+    return (
+        f"template <> __device__ __forceinline__ void wgmma_k16<{n}>(float* d, unsigned long long da,\n"
+        f"                                                       unsigned long long db, const {cpp}*) {{\n"
+        f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{count + 2}, 0;\\n"\n'
+        f'               " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "\n'
+        f'               "{{{regs}}}, %{count}, %{count + 1}, p, 1, 1, 0, 1;\\n}}"\n'
+        f"               : {outs}\n"
+        f'               : "l"(da), "l"(db), "n"(1) : "memory");\n'
+        f"}}\n"
+    )
+
+
+SW128_FILL_SOURCE = r"""
+// tensorforge: one 16-byte cp.async into a shared tile of the 128B-swizzled layout "sw128":
+// [COLS / 64][ROWS][64] 16-bit elements, chunk c of row r at c ^ (r % 8) (ops/wgmma.py).
+// `at` is where element `off` (= r * COLS + c, row-major) of the tile would be unswizzled
+// (the tile's own offset: tensorize binds the intrinsic buffer's elem_offset to it).
+template <int ROWS, int COLS, typename T>
+__device__ __forceinline__ void tf_cp_async_sw128(T* at, const T* src, int off) {
+  static_assert(sizeof(T) == 2 && COLS % 64 == 0, "sw128: 16-bit elements, 64-column slabs");
+  const unsigned r = static_cast<unsigned>(off) / COLS, c = static_cast<unsigned>(off) % COLS;
+  const unsigned tile = static_cast<unsigned>(__cvta_generic_to_shared(at)) - 2u * off;
+  const unsigned d = tile + (c / 64) * (ROWS * 128) + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(src) : "memory");
+}
+"""
+
+
+def _wgmma_source(n: int) -> str:
+    return (
+        "\n// tensorforge: wgmma (sm_90a) on sw128 shared tiles (ops/wgmma.py)\n"
+        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+        "namespace tf_wg {\n"
+        "__device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo, unsigned sbo) {\n"
+        "  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |\n"
+        "         (static_cast<unsigned long long>((lbo & 0x3FFFF) >> 4) << 16) |\n"
+        "         (static_cast<unsigned long long>((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);\n"
+        "}\n"
+        "template <int N> __device__ void wgmma_k16(float*, unsigned long long, unsigned long long, const half*);\n"
+        "template <int N> __device__ void wgmma_k16(float*, unsigned long long, unsigned long long, const __nv_bfloat16*);\n"
+        + _wgmma_asm(n, "f16")
+        + _wgmma_asm(n, "bf16")
+        + "}  // namespace tf_wg\n"
+        + WGMMA_SOURCE_TAIL
+    )
+
+
+WGMMA_SOURCE_TAIL = r"""
+template <int WM, int WN>
+__device__ __forceinline__ void tf_wgmma_fill_zero(float* acc) {
+#pragma unroll
+  for (int i = 0; i < WM * WN / 32; ++i) acc[i] = 0.f;
+}
+// acc (this warp's 16 x WN of its warpgroup's 64 x WN tile) += a[16, WK] @ b[WK, WN]: `a` is
+// this warp's 16 rows of the warpgroup's K-major sw128 tile (WK = 64: 128-byte rows), `b` the
+// N-major sw128 tile. The 4 warps of a warpgroup hold consecutive 16-row slices.
+template <int WM, int WN, int WK, int PENDING, typename T>
+__device__ __forceinline__ void tf_wgmma_sync(float* acc, const T* a, const T* b) {
+  static_assert(WM == 16 && WK == 64 && WN % 64 == 0, "wgmma: 16-row warp slices, k tiles of 64");
+  const unsigned warp = ((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32) % 4;
+  const unsigned a0 = static_cast<unsigned>(__cvta_generic_to_shared(a)) - warp * 16 * 128;
+  const unsigned b0 = static_cast<unsigned>(__cvta_generic_to_shared(b));
+  // the tiles came in through cp.async (the generic proxy); wgmma reads through the async one
+  asm volatile("fence.proxy.async.shared::cta;\nwgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < WK / 16; ++kk)  // A: 32 bytes a k16 step; B: 16 rows of 128 bytes
+    tf_wg::wgmma_k16<WN>(acc, tf_wg::desc(a0 + kk * 32, 16, 1024),
+                               tf_wg::desc(b0 + kk * 2048, WK * 128, 1024), a);
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  // PENDING 1: return with this step's group in flight, the last step's done (its tiles free)
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(PENDING) : "memory");
+}
+"""
+
+
+@functools.cache
+def swizzled_fill(rows: int, cols: int, dtype: str = "float16") -> TensorIntrin:
+    """d[8] = s[8]: one 16-byte piece of a `rows x cols` shared tile stored in the sw128 layout,
+    copied from global memory by cp.async (tensorize the 8 innermost columns of a fill whose
+    threads cover the tile; inside a double_buffer(stages, sync="mbarrier") pipeline)."""
+    if dtype not in SUPPORTED:
+        raise ScheduleError(f"swizzled_fill: dtype must be one of {', '.join(SUPPORTED)}")
+    if cols % 64 or rows % 8:
+        raise ScheduleError(
+            f"swizzled_fill: a {rows} x {cols} tile must have 64-column slabs and whole 8-row "
+            f"swizzle groups"
+        )
+    src = te.placeholder((8,), dtype, name="s")
+    dst = te.compute((8,), lambda i: src[i], name="d")
+    binds = {
+        src: tir.decl_buffer(src.shape, dtype, "S"),
+        dst: tir.decl_buffer(dst.shape, dtype, "D", scope="shared", elem_offset=te.var("off")),
+    }
+
+    def fintrin(ins, outs):
+        (ss,) = ins
+        (dd,) = outs
+        return tir.call_extern(
+            "handle", f"tf_cp_async_sw128<{rows}, {cols}>", dd.access_ptr("w"),
+            ss.access_ptr("r"), dd.elem_offset,
+        )  # fmt: skip
+
+    return te.decl_tensor_intrin(
+        dst.op, fintrin, name=f"sw128_fill_{dtype}_{rows}x{cols}", binds=binds,
+        device_source=SW128_FILL_SOURCE,
+    )  # fmt: skip
+
+
+@functools.cache
+def wgmma_sync(wm: int, wn: int, wk: int, dtype: str = "float16", pending: int = 0) -> TensorIntrin:
+    """acc[wm, wn] (+)= a[wm, wk] @ b[wk, wn] by wgmma.mma_async.m64n{wn}k16 with a float32
+    "warp" accumulator: wm = 16 (a warp's slice of its warpgroup's 64 rows), wk = 64; a and b
+    are sw128 tiles in shared memory (swizzled_fill). With `pending` 1 a call returns with its
+    multiplies still running (the previous call's done): the pipeline releases tiles a step
+    late (double_buffer(sync="mbarrier_lag")) and the store drains (mma_store(drain=True))."""
+    if pending not in (0, 1):
+        raise ScheduleError(f"wgmma_sync: pending must be 0 or 1, got {pending}")
+    if dtype not in SUPPORTED:
+        raise ScheduleError(f"wgmma_sync: dtype must be one of {', '.join(SUPPORTED)}")
+    if wm != 16 or wk != 64 or wn % 64 or not 64 <= wn <= 256:
+        raise ScheduleError(
+            f"wgmma_sync: a warp's tile is 16 rows of its warpgroup's 64, k 64, n 64 to 256 in "
+            f"steps of 64; got {wm} x {wn} x {wk}"
+        )
+    a = te.placeholder((wm, wk), dtype, name="a")
+    b = te.placeholder((wk, wn), dtype, name="b")
+    k = te.reduce_axis((0, wk), name="k")
+    c = te.compute(
+        (wm, wn),
+        lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
+        name="c",
+    )
+    binds = {
+        a: tir.decl_buffer(a.shape, dtype, "A", strides=[wk, 1], scope="shared"),
+        b: tir.decl_buffer(b.shape, dtype, "B", strides=[wn, 1], scope="shared"),
+        c: tir.decl_buffer(c.shape, "float32", "C", scope="warp"),
+    }
+
+    def fintrin(ins, outs):
+        aa, bb = ins
+        (cc,) = outs
+        reset = tir.call_extern("handle", f"tf_wgmma_fill_zero<{wm}, {wn}>", cc.access_ptr("w"))
+        update = tir.call_extern(
+            "handle", f"tf_wgmma_sync<{wm}, {wn}, {wk}, {pending}>", cc.access_ptr("rw"),
+            aa.access_ptr("r"), bb.access_ptr("r"),
+        )  # fmt: skip
+        return [reset, update], reset, update
+
+    return te.decl_tensor_intrin(
+        c.op, fintrin, name=f"wgmma_{dtype}_{wm}x{wn}x{wk}_p{pending}", binds=binds,
+        device_source=_wgmma_source(wn),
+    )  # fmt: skip

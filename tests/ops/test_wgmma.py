@@ -1,0 +1,138 @@
+"""The wgmma (sm_90a) path of the tensor-core GEMM (ops/wgmma.py): 128B-swizzled cp.async fills,
+warpgroup multiplies with a k step in flight (sync="mbarrier_lag") and a draining store.
+
+CUDA compiles here with nvcc for sm_90a (no spills, the expected wgmma count); `@pytest.mark.cuda`
+tests run it against NumPy on the GPU machine."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+import tensorforge as tf
+from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
+from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
+from tensorforge.target import Target
+from tests.codegen.test_cuda_codegen import NVCC
+from tests.ops.test_gemm_fp16 import run_gemm, source_of
+
+LAG = TensorCoreTiles(128, 256, 64, 16, 256, 4, 4, "mbarrier_lag", mma="wgmma")
+PLAIN = TensorCoreTiles(128, 128, 64, 16, 128, 2, 2, mma="wgmma")
+
+
+def nvcc_sm90a(text: str, tmp_path, what: str) -> str:
+    src = tmp_path / "k.cu"
+    src.write_text(text)
+    out = tmp_path / f"k.{what}"
+    command = [NVCC, "-arch=sm_90a", f"--{what}", "-o", str(out), str(src)]
+    if what == "cubin":
+        command[3:3] = ["-Xptxas", "-v"]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stderr if what == "cubin" else out.read_text()
+
+
+@pytest.mark.parametrize(
+    "dtype, epilogue, batch",
+    [("float16", "none", None), ("bfloat16", "bias_gelu", None), ("float16", "bias", 2)],
+)
+def test_wgmma_gemm_compiles_for_sm90a_without_spills(dtype, epilogue, batch, tmp_path):
+    text = source_of(512, 512, 512, dtype=dtype, epilogue=epilogue, batch=batch, tiles=LAG)
+    assert "tf_wgmma_sync<16, 256, 64, 1>(C, " in text and "float C[128];" in text
+    assert "extern __shared__ __align__(1024) unsigned char tf_smem[];" in text
+    assert "tf_wgmma_wait_all()" in text  # the store drains the step still in flight
+    fills = re.findall(r"tf_cp_async_sw128<(\d+), (\d+)>\(([^;]*)\);", text)
+    assert {(r, c) for r, c, _ in fills} == {("128", "64"), ("64", "256")}
+    # the last argument is the piece's offset in its own tile: no block index, no k step
+    assert all("blockIdx" not in args.rsplit("], ", 1)[1] for *_, args in fills)
+    assert "k_outer" not in fills[-1][2].rsplit("], ", 1)[1]
+    loop = text[text.index("for (int k_outer") :]
+    # lag: a step releases the slot of the step before it (the one its wgmma wait finished)
+    assert "if (0 < k_outer) {\n      tf_mbar_warp_arrive(&A_shared_mbar[4 + tf_floormod<int>((k_outer + 3), 4)]);" in loop  # fmt: skip
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    report = nvcc_sm90a(text, tmp_path, "cubin")
+    assert "0 bytes spill stores" in report, report
+    assert int(re.search(r"Used (\d+) registers", report).group(1)) <= 255
+    ptx = nvcc_sm90a(text, tmp_path, "ptx")
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32") == 4  # k 64: 4 x k16
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx
+
+
+def test_wgmma_is_the_default_on_sm90_for_a_wave_of_blocks():
+    with Target("cuda -arch=sm_90"):
+        s, args = schedule_gemm_fp16(2048, 4096, 256)
+    text = tf.build(s, args, target="cuda -arch=sm_90").get_source("cuda")
+    assert "tf_wgmma_sync<16, 256, 64, 1>" in text
+    assert TensorCoreTiles.for_shape(2048, 4096, 256, arch="sm_80").mma == "mma_sync"
+    assert TensorCoreTiles.for_shape(2048, 4096, 128, arch="sm_90").mma == "mma_sync"  # 2 steps
+    with Target("cuda -arch=sm_90"):  # small problems keep mma.sync's smaller tiles
+        s, args = schedule_gemm_fp16(256, 256, 128)
+    assert "tf_mma_sync<64, 64, 32>" in tf.build(s, args, target="cuda").get_source("cuda")
+
+
+def test_executable_architecture_is_sm90a_for_wgmma():
+    from tensorforge.codegen.base import codegen_for
+    from tensorforge.runtime.cuda_exec import _arch_of
+    from tensorforge.target import as_target
+
+    target = as_target("cuda -arch=sm_90")
+    s, args = schedule_gemm_fp16(256, 256, 256, tiles=LAG)
+    source = codegen_for("cuda").generate(tf.lower(s, args, target=target), target)
+    assert _arch_of(target, source) == "sm_90a"
+
+
+@pytest.mark.parametrize(
+    "tiles, message",
+    [
+        (TensorCoreTiles(128, 256, 64, 32, 256, 4, mma="wgmma"), "warp tiles of 16 rows"),
+        (TensorCoreTiles(128, 256, 32, 16, 256, 4, mma="wgmma"), "k steps of 64"),
+        (TensorCoreTiles(32, 256, 64, 16, 256, 4, mma="wgmma"), "multiple of 64"),
+        (TensorCoreTiles(128, 256, 64, 16, 256, 2, 1, "mbarrier_lag", mma="wgmma"), "3\\+ stages"),
+        (TensorCoreTiles(128, 256, 64, 64, 64, 4, 1, "mbarrier_lag"), "is for wgmma"),
+        (TensorCoreTiles(128, 256, 64, 16, 256, 4, mma="wmma"), "mma must be"),
+    ],
+)
+def test_wgmma_tiles_are_checked(tiles, message):
+    with pytest.raises(tf.ScheduleError, match=message):
+        schedule_gemm_fp16(512, 512, 512, tiles=tiles)
+
+
+def test_wgmma_intrinsics_check_their_shapes():
+    with pytest.raises(tf.ScheduleError, match="16 rows of its warpgroup"):
+        wgmma_sync(32, 256, 64)
+    with pytest.raises(tf.ScheduleError, match="pending must be 0 or 1"):
+        wgmma_sync(16, 256, 64, pending=2)
+    with pytest.raises(tf.ScheduleError, match="64-column slabs"):
+        swizzled_fill(128, 96)
+
+
+def test_lagged_release_needs_three_stages():
+    A, B, _, C, D = __import__("tensorforge.ops.gemm_fp16", fromlist=["x"]).gemm_fp16(64, 64, 64)
+    s = tf.te.create_schedule(D.op)
+    AS = s.cache_read(A, "shared", [C])
+    with pytest.raises(tf.ScheduleError, match="needs 3\\+ stages"):
+        s[AS].double_buffer(2, "mbarrier_lag")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "shape, tiles, dtype, epilogue, batch",
+    [
+        ((256, 512, 320), LAG, "float16", "none", None),  # 5 k steps, 4 stages
+        ((256, 512, 192), LAG, "bfloat16", "bias_gelu", None),  # 3 k steps
+        ((128, 256, 256), LAG, "float16", "bias", 3),
+        ((256, 256, 128), PLAIN, "bfloat16", "none", None),  # wait for all, 2 stages
+        (
+            (512, 256, 512),
+            TensorCoreTiles(256, 128, 64, 16, 128, 3, 1, "mbarrier_lag", mma="wgmma"),
+            "float16",
+            "none",
+            None,
+        ),  # fmt: skip
+    ],
+)
+def test_wgmma_gemm_matches_numpy(shape, tiles, dtype, epilogue, batch, rng):
+    run_gemm(*shape, rng, dtype=dtype, epilogue=epilogue, batch=batch, tiles=tiles)
