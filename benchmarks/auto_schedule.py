@@ -446,6 +446,7 @@ SEARCH_QUALITY_MODES = {  # name -> tune() options
     "cold_eps25": {"model": True, "first_guess": False, "lower_shortlist": False, "epsilon": 0.25},
     "cold_local25": {"model": True, "first_guess": False, "lower_shortlist": False, "local": 0.25},
     "cold_ir128": {"model": True, "first_guess": False, "lower_shortlist": 128},
+    "guided_ir": {"model": True, "first_guess": True, "lower_shortlist": True},
     "cold_ir15": {"model": True, "first_guess": False, "shortlist": 1.5},
     "cold_ir_small": {"model": True, "first_guess": False, "population": 48, "generations": 3},
 }

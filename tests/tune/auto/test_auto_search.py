@@ -142,8 +142,9 @@ def test_tile_mutation_keeps_tiles_legal():
 
 def test_guided_search_without_lowering_in_the_parent(tmp_path, monkeypatch):
     """lower_shortlist=False: the model ranks candidates by their decisions and the parent
-    lowers none of them (the builds report IR hashes and features); True (the default) lowers
-    the shortlist and ranks it by IR too."""
+    lowers none of them (the builds report IR hashes and features); True lowers the shortlist
+    and ranks it by IR too; the default lowers only when the search starts without the first
+    guess."""
     from tensorforge.tune.auto.search import EvolutionarySearch
 
     task = _task()
@@ -155,12 +156,12 @@ def test_guided_search_without_lowering_in_the_parent(tmp_path, monkeypatch):
         return real_lower(self, trace)
 
     monkeypatch.setattr(EvolutionarySearch, "lower", counting_lower)
-    guided = task.tune(16, seed=3, lower_shortlist=False, **SMALL)
+    guided = task.tune(16, seed=3, **SMALL)  # the default, from the first guess
     assert not lowered and guided.trials == 16
     assert guided.search._models is not None and guided.search._models[1] is None
-    shortlisted = task.tune(16, seed=3, **SMALL)
-    assert lowered and shortlisted.trials == 16
-    indices = [t.index for t, _ in shortlisted.search.history]
+    cold = task.tune(16, seed=3, first_guess=False, **SMALL)  # the default without the guess
+    assert lowered and cold.trials == 16 and cold.search.lower_shortlist is True
+    indices = [t.index for t, _ in cold.search.history]
     assert len(set(indices)) == len(indices)
 
 
