@@ -91,12 +91,17 @@ def test_an_unknown_schedule_option_is_named():
         Options.of({"schedule": "fast"})
 
 
-def test_first_guess_kernels_keep_parallel_loops_whatever_the_build_threads(monkeypatch):
-    # kernels read TF_NUM_THREADS at each call (and the graph cache keeps them), so one built
-    # under TF_NUM_THREADS=1 must still have its parallel loops to run on 2
+def test_first_guess_plans_parallel_loops_for_the_build_threads(monkeypatch):
+    # one thread: no parallel loop (its fused tiles kept guards LLVM could not hoist); two:
+    # built again (the graph cache is keyed on the thread count), with parallel loops
+    def parallel(k):
+        return bool(k.module[k.module.entry_name].source.num_threads_symbol)
+
     monkeypatch.setenv("TF_NUM_THREADS", "1")
     kernels = compile_with({"schedule": "first_guess"})
     big = [k for k in kernels if kind(k) in ("conv2d", "layer_norm", "softmax")]
-    assert big and all(k.module[k.module.entry_name].source.num_threads_symbol for k in big)
+    assert big and not any(parallel(k) for k in big)
     monkeypatch.setenv("TF_NUM_THREADS", "2")
-    compile_with({"schedule": "first_guess"})  # (from the caches) right on 2 threads too
+    kernels = compile_with({"schedule": "first_guess"})
+    big = [k for k in kernels if kind(k) in ("conv2d", "layer_norm", "softmax")]
+    assert big and all(parallel(k) for k in big)

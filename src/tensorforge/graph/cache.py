@@ -96,9 +96,11 @@ def options_parts(target, tuning_log: str | None, schedule: str) -> list:
     )
     tuning = _file_digest(tuning_log) if tuning_log else ""
     version = library_file.tensorforge_version()
+    # the first guess plans its parallel loops for the build's thread count (none for 1)
+    threads = os.environ.get("TF_NUM_THREADS", "") or str(os.cpu_count())
     return [
         *("format", FORMAT, version, source_fingerprint(), target),
-        *("tuning", tuning, "schedule", schedule, "settings", *settings),
+        *("tuning", tuning, "schedule", schedule, "settings", *settings, "threads", threads),
     ]
 
 

@@ -10,6 +10,7 @@ once per row rather than inlined into each reader.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +24,6 @@ MAX_TILE_VECTORS = 2  # register tile columns, in vectors
 BLOCK_PANELS = 2  # register tiles across an accumulator block (ops/matmul on AVX-512: nb = 2 nr)
 TAIL_ROWS = 0.01  # the share of rows a guarded tail block may hold (4 of 1024, not 4 of 256)
 FMAS_IN_FLIGHT = 10  # independent accumulators that keep both FMA units busy
-# the threads a parallel loop is planned for (4 iterations each, so 2 to 8 threads split it
-# evenly): a parallel loop run on one thread costs one GOMP_parallel call, about a microsecond
-PLANNED_CORES = 8
 
 
 @dataclass(frozen=True)
@@ -44,15 +42,24 @@ class Machine:
         """From the target's facts, not this host's: a first guess for `llvm -mcpu=X` is the
         same wherever it is made. Caches: 32 KiB L1 data per core on every x86 core of the
         last decade; L2 512 KiB (Zen 2/3, AVX2) or 1 MiB and more (Skylake-X, Zen 4: AVX-512).
-        Cores: PLANNED_CORES, neither this host's count nor TF_NUM_THREADS at build time (a
-        kernel runs on whatever TF_NUM_THREADS says at each call, and the graph layer's cache
-        keeps it: ResNet-18 built under TF_NUM_THREADS=1 had no parallel loop left to run on 2)."""
+        Cores: TF_NUM_THREADS at build time, else this host's count. A kernel planned for
+        one thread has no parallel loop (planned for 8 cores whatever the build, the loops
+        fused for parallelism kept tail-block guards LLVM could not hoist: 1x1 conv 64 -> 256
+        at 56² 0.40x the hand schedule at 1 thread, GEMM 1024³ at -mcpu=znver3 0.34x); the
+        graph layer's cache is keyed on the thread count, so a model built at 1 thread is
+        built again for 2."""
         if target.kind == "cuda":  # registers per thread, shared memory per block, SMs
             regs, shared = target.registers_per_thread, target.max_shared_memory_per_block
             return Machine(128, regs, shared, 256 * 1024, target.sm_count, gpu=True)
         bits = target.vector_bits
         l2 = 1024 * 1024 if bits >= 512 else 512 * 1024
-        return Machine(bits, 32 if bits >= 512 else 16, 32 * 1024, l2, PLANNED_CORES)
+        return Machine(bits, 32 if bits >= 512 else 16, 32 * 1024, l2, planned_cores())
+
+
+def planned_cores() -> int:
+    """The threads parallel loops are planned for: TF_NUM_THREADS, else the host's cores."""
+    threads = os.environ.get("TF_NUM_THREADS", "")
+    return int(threads) if threads.isdigit() and int(threads) > 0 else os.cpu_count() or 1
 
 
 class AnalyticPolicy:
@@ -86,6 +93,8 @@ class AnalyticPolicy:
                     return width
             return 0
         if kind == "par":
+            if self.machine.cores == 1:  # a parallel loop on one thread only costs
+                return 0
             extents = [_extent_of(iv) for iv in hint.get("extents", [])]
             want = 4 * self.machine.cores
             for n in range(1, len(extents) + 1):
