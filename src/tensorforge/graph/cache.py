@@ -38,6 +38,7 @@ from tensorforge.errors import TensorForgeError
 from tensorforge.graph.lowerer import KernelSpec, Program
 from tensorforge.runtime import disk_cache, library_file
 from tensorforge.runtime.device import Device
+from tensorforge.runtime.native_call import num_threads
 from tensorforge.runtime.registry import runtime_for
 
 FORMAT = 2  # bump when the entry's layout or what the key covers changes
@@ -97,7 +98,7 @@ def options_parts(target, tuning_log: str | None, schedule: str) -> list:
     tuning = _file_digest(tuning_log) if tuning_log else ""
     version = library_file.tensorforge_version()
     # the first guess plans its parallel loops for the build's thread count (none for 1)
-    threads = os.environ.get("TF_NUM_THREADS", "") or str(os.cpu_count())
+    threads = num_threads()
     return [
         *("format", FORMAT, version, source_fingerprint(), target),
         *("tuning", tuning, "schedule", schedule, "settings", *settings, "threads", threads),

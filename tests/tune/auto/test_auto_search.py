@@ -6,6 +6,7 @@ synthetic time from its decisions, so these tests run fast and need no quiet mac
 import json
 import math
 
+import pytest
 from auto_workloads import CASES
 
 from tensorforge import tune
@@ -140,22 +141,28 @@ def test_tile_mutation_keeps_tiles_legal():
     assert len(seen) > 100  # it walks the space, not in place
 
 
-def test_guided_search_without_lowering_in_the_parent(tmp_path, monkeypatch):
+@pytest.fixture
+def lowered(monkeypatch):
+    """The indices of the traces the search lowers in the parent process, in order."""
+    from tensorforge.tune.auto.search import EvolutionarySearch
+
+    real_lower = EvolutionarySearch.lower
+    indices = []
+
+    def counting_lower(self, trace):
+        indices.append(trace.index)
+        return real_lower(self, trace)
+
+    monkeypatch.setattr(EvolutionarySearch, "lower", counting_lower)
+    return indices
+
+
+def test_guided_search_without_lowering_in_the_parent(tmp_path, lowered):
     """lower_shortlist=False: the model ranks candidates by their decisions and the parent
     lowers none of them (the builds report IR hashes and features); True lowers the shortlist
     and ranks it by IR too; the default lowers only when the search starts without the first
     guess."""
-    from tensorforge.tune.auto.search import EvolutionarySearch
-
     task = _task()
-    real_lower = EvolutionarySearch.lower
-    lowered = []
-
-    def counting_lower(self, trace):
-        lowered.append(trace.index)
-        return real_lower(self, trace)
-
-    monkeypatch.setattr(EvolutionarySearch, "lower", counting_lower)
     guided = task.tune(16, seed=3, **SMALL)  # the default, from the first guess
     assert not lowered and guided.trials == 16
     assert guided.search._models is not None and guided.search._models[1] is None
@@ -175,20 +182,10 @@ def test_local_mutants_of_the_fastest_are_new_and_deterministic():
     assert len(out) == 4 and not {t.index for t in out} & set(search.measured)
 
 
-def test_lower_shortlist_for_the_first_trials_only(monkeypatch):
+def test_lower_shortlist_for_the_first_trials_only(lowered):
     """lower_shortlist=N lowers candidates in the parent only while fewer than N trials are
     measured: a longer run of the same seed lowers no more than a shorter one."""
-    from tensorforge.tune.auto.search import EvolutionarySearch
-
     task = _task()
-    real_lower = EvolutionarySearch.lower
-    lowered = []
-
-    def counting_lower(self, trace):
-        lowered.append(trace.index)
-        return real_lower(self, trace)
-
-    monkeypatch.setattr(EvolutionarySearch, "lower", counting_lower)
     counts = []
     for trials in (16, 24):
         lowered.clear()

@@ -10,11 +10,11 @@ once per row rather than inlined into each reader.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tensorforge.runtime.native_call import num_threads
 from tensorforge.te.tensor import ComputeOp
 from tensorforge.te.visit import walk
 from tensorforge.tune.auto.decisions import Decisions, divisors
@@ -53,13 +53,7 @@ class Machine:
             return Machine(128, regs, shared, 256 * 1024, target.sm_count, gpu=True)
         bits = target.vector_bits
         l2 = 1024 * 1024 if bits >= 512 else 512 * 1024
-        return Machine(bits, 32 if bits >= 512 else 16, 32 * 1024, l2, planned_cores())
-
-
-def planned_cores() -> int:
-    """The threads parallel loops are planned for: TF_NUM_THREADS, else the host's cores."""
-    threads = os.environ.get("TF_NUM_THREADS", "")
-    return int(threads) if threads.isdigit() and int(threads) > 0 else os.cpu_count() or 1
+        return Machine(bits, 32 if bits >= 512 else 16, 32 * 1024, l2, num_threads())
 
 
 class AnalyticPolicy:
