@@ -305,8 +305,9 @@ def run_cases(cases: list[str], threads: int) -> list[Row]:
     if copy is not None:
         # the machine's copy limit is the faster of our copy and numpy's (memcpy, which may use
         # non-temporal stores), so no kernel is flattered by a slow reference
+        # (our own rate as it is where ours is the faster: rate * s / s can round past it)
         fastest = min(copy.seconds, copy.numpy_seconds or copy.seconds)
-        bandwidth = copy.rate * copy.seconds / fastest
+        bandwidth = copy.rate if fastest == copy.seconds else copy.rate * copy.seconds / fastest
     for r in rows:
         if r.case == "peak":
             continue
