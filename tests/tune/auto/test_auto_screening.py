@@ -7,7 +7,6 @@ import multiprocessing
 import os
 
 import numpy as np
-
 from test_auto_search import SMALL, _task, synthetic_seconds
 
 from tensorforge import tune

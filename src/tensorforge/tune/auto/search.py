@@ -13,16 +13,19 @@ Each batch:
    equals one already measured or chosen, rank the rest by the IR model (`lower_shortlist`);
 4. measure the top of that ranking, plus `epsilon` of the batch drawn at random (and, with
    `local` > 0, that share of it unranked mutants of the 4 fastest measured).
-Step 3 is the search's main cost besides building and measuring (lowering in Python: ~0.05-0.1 s
-a candidate at GEMM 256³), and it pays only from a cold start. GEMM 256³, 3 seeds, 500 trials
+Step 3 is the search's main cost besides building and measuring (lowering in Python: ~0.02-0.1 s
+a candidate at GEMM 256³), and it pays only from a cold start: GEMM 256³, 3 seeds, 500 trials
 against 1000 random ones: without the first guess, 90% of random's best in 27, 22, 76 trials
-with it and in -, 85, 167 without (measuring 74-76% of the wall time vs 87-91%); from the first
-guess, both reach it at once, and without step 3 the search ended faster (0.164, 0.146, 0.147
-ms vs 0.166, 0.160, 0.157) at 88-92% measuring instead of 69-72%. So `lower_shortlist=None`
-(the default) lowers only when the search starts without the first guess; True always,
-N for the first N trials, False never.
+with it and in -, 85, 167 without; from the first guess both reach it at once, and without
+step 3 the search ended faster (0.164, 0.146, 0.147 ms vs 0.166, 0.160, 0.157). So
+`lower_shortlist=None` (the default) lowers only when the search starts without the first
+guess; True always, N for the first N trials, False never. The shortlist is lowered in the
+candidates' own measurement processes (screening.py; `lower_in_workers=False`: here), and the
+chosen ones compile from that IR: the parent only ranks (measuring 74-76% of the wall time ->
+88-91%, 73-76% counting the lowering of unchosen candidates as the search's own).
 Before there is anything to learn from, batches are mutants of the first guess and random
-points. `model=False` keeps every batch random: the baseline the guided search is compared with.
+points. `model=False` keeps every batch random: the baseline the guided search
+is compared with.
 """
 
 from __future__ import annotations
