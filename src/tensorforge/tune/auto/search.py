@@ -75,6 +75,7 @@ class EvolutionarySearch:
         self.lower_in_workers = lower_in_workers
         self.measured: dict[int, float] = {}  # trace index -> seconds (inf for failures)
         self.ir_seen: set[str] = set()  # lowered-IR hashes measured or chosen
+        self.reports: dict[int, tuple[str, Any] | None] = {}  # trace index -> IR hash, features
         self.history: list[tuple[ScheduleTrace, MeasureResult]] = []
         self.ir_features: dict[int, np.ndarray] = {}  # trace index -> IR features
         self.schema: dict[str, int] = {}  # decision key -> its width in the feature vector
@@ -311,18 +312,23 @@ class EvolutionarySearch:
     def _rank_by_ir(
         self, short: list[ScheduleTrace], n: int, screen: Screen | None = None
     ) -> list[ScheduleTrace]:
-        """Lower the shortlist (in the measurement processes with `screen`, else here); drop
-        duplicates of measured IR; rank by the IR model if any."""
-        reports = screen(short) if screen is not None else {t.index: self._report(t) for t in short}
-        kept = []
+        """Lower the shortlist (in the measurement processes with `screen`, else here; each
+        trace once: a candidate ranked out of one batch and proposed again is not lowered
+        again); drop duplicates of measured or chosen IR; rank by the IR model if any."""
+        new = [t for t in short if t.index not in self.reports]
+        if screen is not None:
+            self.reports.update(screen(new))
+        else:
+            self.reports.update({t.index: self._report(t) for t in new})
+        kept, digests = [], {}
         for trace in short:
-            report = reports.get(trace.index)
+            report = self.reports.get(trace.index)
             if report is None:  # a candidate that cannot lower is dropped
                 continue
             digest, feats = report
-            if digest in self.ir_seen:
+            if digest in self.ir_seen or digest in digests.values():
                 continue
-            self.ir_seen.add(digest)
+            digests[trace.index] = digest
             if feats is not None:  # else the IR model skips this one
                 self.ir_features[trace.index] = np.asarray(feats, dtype=np.float64)
             kept.append(trace)
@@ -330,6 +336,7 @@ class EvolutionarySearch:
         if ir_model is not None and kept and all(t.index in self.ir_features for t in kept):
             scores = ir_model.predict(np.stack([self._full_vector(t) for t in kept]))
             kept = [kept[k] for k in np.argsort(-scores, kind="stable")]
+        self.ir_seen.update(digests[t.index] for t in kept[:n])
         return kept[:n]
 
     def _report(self, trace: ScheduleTrace) -> tuple[str, Any] | None:
