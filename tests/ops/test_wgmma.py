@@ -13,13 +13,14 @@ import pytest
 
 import tensorforge as tf
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
-from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
+from tensorforge.ops.wgmma import swizzled_fill, tma_fill, wgmma_sync
 from tensorforge.target import Target
 from tests.codegen.test_cuda_codegen import NVCC
 from tests.ops.test_gemm_fp16 import run_gemm, source_of
 
 LAG = TensorCoreTiles(128, 256, 64, 16, 256, 4, 4, "mbarrier_lag", mma="wgmma")
 PLAIN = TensorCoreTiles(128, 128, 64, 16, 128, 2, 2, mma="wgmma")
+TMA = TensorCoreTiles(128, 256, 64, 16, 256, 4, 4, "mbarrier_lag", mma="wgmma", fill="tma")
 
 
 def nvcc_sm90a(text: str, tmp_path, what: str) -> str:
@@ -59,6 +60,42 @@ def test_wgmma_gemm_compiles_for_sm90a_without_spills(dtype, epilogue, batch, tm
     ptx = nvcc_sm90a(text, tmp_path, "ptx")
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32") == 4  # k 64: 4 x k16
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
+
+
+@pytest.mark.parametrize("dtype, epilogue, batch", [("bfloat16", "bias_gelu", None), ("float16", "none", 2)])  # fmt: skip
+def test_tma_fills_compile_for_sm90a(dtype, epilogue, batch, tmp_path):
+    from tensorforge.codegen.base import TensorMap, codegen_for
+    from tensorforge.target import as_target
+
+    target = as_target("cuda -arch=sm_90")
+    s, args = schedule_gemm_fp16(256, 512, 320, dtype=dtype, epilogue=epilogue, batch=batch, tiles=TMA)  # fmt: skip
+    source = codegen_for("cuda").generate(tf.lower(s, args, target=target), target)
+    text = source.text
+    rows = 256 * (batch or 1)
+    # one descriptor an operand, [all rows][last dim] in boxes of the tile's rows x 64
+    assert source.tensor_maps == (
+        TensorMap("A", dtype, rows, 320, 128), TensorMap("B", dtype, 320 * (batch or 1), 512, 64)
+    )  # fmt: skip
+    assert "const tf_tensor_map* __restrict__ A_tmap,\n    const tf_tensor_map* __restrict__ B_tmap," in text  # fmt: skip
+    assert "__launch_bounds__(256, 1)" in text  # 8 whole warps though no fill splits over lanes
+    assert "tf_cp_async" not in text and text.count("tf_tma_sw128<128, 64>(") == 4  # 3 ahead + loop
+    # full: the copying thread's two arrivals (with bytes); only it waits for a slot's release
+    assert "tf_mbar_init(&A_shared_mbar[s], 2);" in text and "tf_mbar_cp_arrive(&" not in text
+    assert "if (threadIdx.x + threadIdx.y + threadIdx.z == 0) tf_mbar_wait(&A_shared_mbar[4 + " in text  # fmt: skip
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    report = nvcc_sm90a(text, tmp_path, "cubin")
+    assert "0 bytes spill stores" in report, report
+    ptx = nvcc_sm90a(text, tmp_path, "ptx")
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier") >= 2
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32") == 4
+
+
+def test_tma_fill_checks():
+    with pytest.raises(tf.ScheduleError, match="64-column slabs"):
+        tma_fill(128, 96)
+    with pytest.raises(tf.ScheduleError, match="wgmma's swizzled tiles only"):
+        schedule_gemm_fp16(256, 256, 256, tiles=TensorCoreTiles(fill="tma"))
 
 
 def test_wgmma_is_the_default_on_sm90_for_a_wave_of_blocks():
@@ -132,6 +169,9 @@ def test_lagged_release_needs_three_stages():
             "none",
             None,
         ),  # fmt: skip
+        ((256, 512, 320), TMA, "float16", "none", None),  # bulk tensor copies (TMA)
+        ((256, 512, 192), TMA, "bfloat16", "bias_gelu", None),
+        ((128, 256, 256), TMA, "float16", "bias", 3),  # maps over the batched operands
     ],
 )
 def test_wgmma_gemm_matches_numpy(shape, tiles, dtype, epilogue, batch, rng):

@@ -29,7 +29,7 @@ from tensorforge.ops.tensor_core import (
     mma_store,
     mma_sync,
 )
-from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
+from tensorforge.ops.wgmma import swizzled_fill, tma_fill, wgmma_sync
 from tensorforge.target import Target, as_target
 
 WARP = 32
@@ -57,6 +57,7 @@ class TensorCoreTiles:
     sync: str = "mbarrier"  # the pipeline's: "mbarrier" (warps drift apart) or "barrier"
     cluster: int = 1  # 2: pairs of blocks down a column share B's tile (bulk copies, multicast)
     mma: str = "mma_sync"  # or "wgmma" (sm_90a): warpgroups on 128B-swizzled tiles (ops/wgmma.py)
+    fill: str = "cp_async"  # wgmma's tiles: per-thread cp.async, or "tma" (bulk tensor copies)
 
     @property
     def warps(self) -> int:
@@ -80,14 +81,15 @@ class TensorCoreTiles:
         """The largest of the usual tiles that divide the problem (tensorize needs whole tiles).
         Problems of a wave of 128 x 256 blocks or more get them, k steps of 64: on sm_90 two
         warpgroups of wgmma (64 x 256 each, a k step's multiplies in flight while the next
-        starts; H100 fp16 4096^3 544 TFLOP/s, 8192^3 531), elsewhere 8 warps of 64 x 64
+        starts; tiles filled by bulk tensor copies, one thread's: H100 fp16 4096^3 623 TFLOP/s,
+        8192^3 631, vs 549 and 531 by every thread's cp.async), elsewhere 8 warps of 64 x 64
         mma.sync (350-413; 128 x 128: 300-320, a third more L2 traffic a flop; groups of 16
         block rows: 8192^3 413 vs 406 with 8, 372 with 4)."""
         blocks = (m // 128) * (n // 256) * (batch or 1)
         if m % 128 == 0 and n % 256 == 0 and k % 64 == 0 and blocks >= 128:
             if (arch or "").startswith("sm_90") and k >= 3 * 64:
                 stages = min(4, k // 64)
-                return TensorCoreTiles(128, 256, 64, 16, 256, stages, 16, "mbarrier_lag", mma="wgmma")  # fmt: skip
+                return TensorCoreTiles(128, 256, 64, 16, 256, stages, 16, "mbarrier_lag", mma="wgmma", fill="tma")  # fmt: skip
             return TensorCoreTiles(128, 256, 64, 64, 64, min(4, k // 64), 16)
         block_m = _largest_divisor(m, (128, 64, 32, 16))
         block_n = _largest_divisor(n, (128, 64, 32, 16))
@@ -105,7 +107,8 @@ class TensorCoreTiles:
         if base.mma == "wgmma":  # warp tiles are fixed by the warpgroups; blocks of 128 x 256
             stages = choose(cfg, "stages", base.stages, [s for s in (3, 4) if s <= k // 64])
             group_m = choose(cfg, "group_m", base.group_m, [4, 8, 16])
-            return replace(base, stages=stages, group_m=group_m)
+            fill = choose(cfg, "fill", base.fill, ["tma", "cp_async"])
+            return replace(base, stages=stages, group_m=group_m, fill=fill)
         block_m = choose(cfg, "block_m", base.block_m, [b for b in (64, 128, 256) if m % b == 0])
         block_n = choose(cfg, "block_n", base.block_n, [b for b in (64, 128, 256) if n % b == 0])
         block_k = choose(cfg, "block_k", base.block_k, [b for b in (16, 32, 64) if k % b == 0])
@@ -152,6 +155,11 @@ class TensorCoreTiles:
                 f"gemm_fp16: wgmma takes warp tiles of 16 rows x the whole block_n (64-256), "
                 f"block_m a multiple of 64 (warpgroups of 4 warps), k steps of 64 and an "
                 f"mbarrier pipeline of 2+ stages without clusters; got {self}"
+            )
+        if self.fill not in ("cp_async", "tma") or (self.fill == "tma" and self.mma != "wgmma"):
+            raise ScheduleError(
+                f"gemm_fp16: fill must be 'cp_async' or 'tma' (wgmma's swizzled tiles only), "
+                f"got {self.fill!r} with mma {self.mma!r}"
             )
         if self.sync == "mbarrier_lag" and (self.mma != "wgmma" or self.stages < 3):
             raise ScheduleError(
@@ -266,6 +274,8 @@ def schedule_gemm_fp16(
     # fragments of the next k step in flight (without it, 128x256 tiles got 164 registers and
     # every ldmatrix waited right before its mma)
     s[D].pragma(block, "launch_min_blocks", 1)
+    if tiles.fill == "tma":  # no fill splits tiles over lanes now: whole warps all the same
+        s[D].pragma(block, "block_lanes", WARP)
     if tiles.cluster > 1:  # consecutive blocks (two block rows of a group) share B's tile
         s[D].pragma(block, "cluster_dims", tiles.cluster)
     warp = s[D].fuse(wi, wj)
@@ -293,6 +303,11 @@ def schedule_gemm_fp16(
             s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
         if stage is BS and tiles.cluster > 1:  # bulk row copies, each block half of them
             s[stage].tensorize(rows, bulk_rows(tiles.block_k, tiles.block_n, dtype, tiles.cluster))
+            s[stage].double_buffer(tiles.stages, tiles.sync)
+            continue
+        if tiles.fill == "tma":  # the whole tile by one thread's bulk tensor copies
+            n_rows = tiles.block_m if stage is AS else tiles.block_k
+            s[stage].tensorize(rows, tma_fill(n_rows, row_len, dtype))
             s[stage].double_buffer(tiles.stages, tiles.sync)
             continue
         if wgmma:  # 16-byte pieces of rows (each placed by the swizzle), row by row

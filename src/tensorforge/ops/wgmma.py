@@ -13,6 +13,12 @@ memory so when a kernel calls these).
     s[BS].tensorize(vec, swizzled_fill(64, block_n, dtype))    # ... of the B tile, N-major
     s[C].tensorize(ci, wgmma_sync(16, block_n, 64, dtype))              # per warp: 16 rows
 
+or, instead of the per-thread cp.async fills, one bulk tensor copy (TMA) a tile issued by one
+thread through a tensor map of the whole operand (the runtime encodes it at each call, the
+kernel reads it from device memory), completing on the pipeline's mbarrier:
+
+    s[AS].tensorize(rows, tma_fill(block_m, 64, dtype))
+
 `wgmma` runs on a warpgroup (4 consecutive warps) computing 64 rows; in tensorize terms each
 warp owns 16 of them (its "warp" accumulator is exactly the warp's part of the wgmma result, in
 mma.m16n8's layout, so `mma_store` writes it out). Warps must be bound along m only, in order,
@@ -144,6 +150,71 @@ def swizzled_fill(rows: int, cols: int, dtype: str = "float16") -> TensorIntrin:
     return te.decl_tensor_intrin(
         dst.op, fintrin, name=f"sw128_fill_{dtype}_{rows}x{cols}", binds=binds,
         device_source=SW128_FILL_SOURCE,
+    )  # fmt: skip
+
+
+TMA_SOURCE = r"""
+// tensorforge: a shared tile of the sw128 layout filled by bulk tensor copies (TMA, sm_90):
+// COLS / 64 boxes of ROWS x 64 elements, each 128-byte row swizzled by the copy engine exactly
+// as sw128 places it. `map` describes the whole operand as a 2-d [rows][ld] matrix (the CUDA
+// codegen passes the kernel's tensor map of the buffer; the runtime encodes it), `off` is the
+// tile's first element in it, `bar` the pipeline fill's "full" mbarrier. One thread copies.
+struct __align__(64) tf_tensor_map { unsigned long long bits[16]; };
+template <int ROWS, int COLS>
+__device__ __forceinline__ void tf_tma_sw128(void* dst, const tf_tensor_map* map, long long off,
+                                             long long ld, unsigned long long* bar) {
+  static_assert(COLS % 64 == 0 && ROWS <= 256, "tma sw128: 64-column boxes of up to 256 rows");
+  if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
+    const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    const int row = static_cast<int>(off / ld), col = static_cast<int>(off % ld);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(b), "r"(ROWS * COLS * 2) : "memory");
+#pragma unroll
+    for (int j = 0; j < COLS / 64; ++j)
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                   " [%0], [%1, {%2, %3}], [%4];"
+                   :: "r"(d + j * ROWS * 128), "l"(reinterpret_cast<unsigned long long>(map)),
+                      "r"(col + 64 * j), "r"(row), "r"(b) : "memory");
+  }
+  __syncwarp();  // warp 0 whole again before its next wgmma (.sync.aligned)
+}
+"""
+
+
+@functools.cache
+def tma_fill(rows: int, cols: int, dtype: str = "float16") -> TensorIntrin:
+    """d[rows, cols] = s[rows, cols]: a whole shared tile of the sw128 layout filled by bulk
+    tensor copies (one thread, the copy engine swizzles), the fill of a
+    double_buffer(stages, sync="mbarrier"...) pipeline; the operand must be a row-major kernel
+    argument (the runtime encodes its tensor map)."""
+    if dtype not in SUPPORTED:
+        raise ScheduleError(f"tma_fill: dtype must be one of {', '.join(SUPPORTED)}")
+    if cols % 64 or rows % 8 or not 8 <= rows <= 256:
+        raise ScheduleError(
+            f"tma_fill: a {rows} x {cols} tile must have 64-column slabs and 8 to 256 rows "
+            f"(whole 8-row swizzle groups)"
+        )
+    src = te.placeholder((rows, cols), dtype, name="s")
+    dst = te.compute((rows, cols), lambda i, j: src[i, j], name="d")
+    binds = {
+        src: tir.decl_buffer(
+            src.shape, dtype, "S", strides=[te.var("lds"), 1], elem_offset=te.var("soff")
+        ),
+        dst: tir.decl_buffer(dst.shape, dtype, "D", scope="shared"),
+    }
+
+    def fintrin(ins, outs):
+        (ss,) = ins
+        (dd,) = outs
+        return tir.call_extern(
+            "handle", f"tf_tma_sw128<{rows}, {cols}>", dd.access_ptr("w"), ss.access_ptr("r"),
+            ss.elem_offset, ss.strides[0],
+        )  # fmt: skip
+
+    return te.decl_tensor_intrin(
+        dst.op, fintrin, name=f"tma_sw128_{dtype}_{rows}x{cols}", binds=binds,
+        device_source=TMA_SOURCE,
     )  # fmt: skip
 
 

@@ -414,7 +414,7 @@ class Measurer:
 
         for start in range(0, len(configs), self.chunk_size):
             chunk = [
-                _Candidate(start + k, c)
+                self._candidate(start + k, c)
                 for k, c in enumerate(configs[start : start + self.chunk_size])
             ]
             try:
@@ -430,6 +430,11 @@ class Measurer:
         return results  # type: ignore[return-value]
 
     # -- phases -------------------------------------------------------------------------------------
+    def _candidate(self, position: int, config: Any) -> _Candidate:
+        """The candidate record of `config` (a subclass may hand back one whose process
+        already runs: tune.auto's screening measurer)."""
+        return _Candidate(position, config)
+
     def _start(self, cand: _Candidate) -> None:
         parent, child = pipe(duplex=True)
         cand.start = time.perf_counter()

@@ -84,7 +84,7 @@ def test_same_seed_same_search(tmp_path):
 def test_ctrl_c_leaves_the_log_resumable(tmp_path, monkeypatch, capsys):
     task = _task()
     log = tmp_path / "mm.jsonl"
-    real = tuning.Measurer.measure
+    real = tuning.ScreeningMeasurer.measure
     calls = []
 
     def interrupted(self, configs, on_result=None):
@@ -93,12 +93,12 @@ def test_ctrl_c_leaves_the_log_resumable(tmp_path, monkeypatch, capsys):
             raise KeyboardInterrupt
         return real(self, configs, on_result)
 
-    monkeypatch.setattr(tuning.Measurer, "measure", interrupted)
+    monkeypatch.setattr(tuning.ScreeningMeasurer, "measure", interrupted)
     tuner = task.tune(64, log=log, seed=0, **SMALL)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "interrupted after 8 trials" in err[0] and "resume" in err[0]
     assert tuner.trials == 8 and len(_records(log)) == 8
-    monkeypatch.setattr(tuning.Measurer, "measure", real)
+    monkeypatch.setattr(tuning.ScreeningMeasurer, "measure", real)
     resumed = task.tune(4, log=log, seed=0, **SMALL)
     assert len(_records(log)) == 12 and resumed.search.best[0] <= tuner.best_cost
 
@@ -158,18 +158,21 @@ def lowered(monkeypatch):
 
 
 def test_guided_search_without_lowering_in_the_parent(tmp_path, lowered):
-    """lower_shortlist=False: the model ranks candidates by their decisions and the parent
-    lowers none of them (the builds report IR hashes and features); True lowers the shortlist
-    and ranks it by IR too; the default lowers only when the search starts without the first
-    guess."""
+    """lower_shortlist=False: the model ranks candidates by their decisions (the builds report
+    IR hashes and features); True lowers the shortlist and ranks it by IR too; the default
+    lowers only when the search starts without the first guess, in the measurement processes
+    (lower_in_workers=False: in this one)."""
     task = _task()
     guided = task.tune(16, seed=3, **SMALL)  # the default, from the first guess
     assert not lowered and guided.trials == 16
     assert guided.search._models is not None and guided.search._models[1] is None
     cold = task.tune(16, seed=3, first_guess=False, **SMALL)  # the default without the guess
-    assert lowered and cold.trials == 16 and cold.search.lower_shortlist is True
+    assert not lowered and cold.trials == 16 and cold.search.lower_shortlist is True
+    assert cold.time_screen_dropped > 0 and cold.measure_fraction_strict < cold.measure_fraction
     indices = [t.index for t, _ in cold.search.history]
     assert len(set(indices)) == len(indices)
+    here = task.tune(16, seed=3, first_guess=False, lower_in_workers=False, **SMALL)
+    assert lowered and here.trials == 16
 
 
 def test_local_mutants_of_the_fastest_are_new_and_deterministic():
@@ -189,6 +192,6 @@ def test_lower_shortlist_for_the_first_trials_only(lowered):
     counts = []
     for trials in (16, 24):
         lowered.clear()
-        task.tune(trials, seed=5, lower_shortlist=9, **SMALL)
+        task.tune(trials, seed=5, lower_shortlist=9, lower_in_workers=False, **SMALL)
         counts.append(len(lowered))
     assert counts[0] > 0 and counts[1] == counts[0]

@@ -13,30 +13,36 @@ Each batch:
    equals one already measured or chosen, rank the rest by the IR model (`lower_shortlist`);
 4. measure the top of that ranking, plus `epsilon` of the batch drawn at random (and, with
    `local` > 0, that share of it unranked mutants of the 4 fastest measured).
-Step 3 is the search's main cost besides building and measuring (lowering in Python: ~0.05-0.1 s
-a candidate at GEMM 256³), and it pays only from a cold start. GEMM 256³, 3 seeds, 500 trials
+Step 3 is the search's main cost besides building and measuring (lowering in Python: ~0.02-0.1 s
+a candidate at GEMM 256³), and it pays only from a cold start: GEMM 256³, 3 seeds, 500 trials
 against 1000 random ones: without the first guess, 90% of random's best in 27, 22, 76 trials
-with it and in -, 85, 167 without (measuring 74-76% of the wall time vs 87-91%); from the first
-guess, both reach it at once, and without step 3 the search ended faster (0.164, 0.146, 0.147
-ms vs 0.166, 0.160, 0.157) at 88-92% measuring instead of 69-72%. So `lower_shortlist=None`
-(the default) lowers only when the search starts without the first guess; True always,
-N for the first N trials, False never.
+with it and in -, 85, 167 without; from the first guess both reach it at once, and without
+step 3 the search ended faster (0.164, 0.146, 0.147 ms vs 0.166, 0.160, 0.157). So
+`lower_shortlist=None` (the default) lowers only when the search starts without the first
+guess; True always, N for the first N trials, False never. The shortlist is lowered in the
+candidates' own measurement processes (screening.py; `lower_in_workers=False`: here), and the
+chosen ones compile from that IR: the parent only ranks (measuring 74-76% of the wall time ->
+88-91%, 73-76% counting the lowering of unchosen candidates as the search's own).
 Before there is anything to learn from, batches are mutants of the first guess and random
-points. `model=False` keeps every batch random: the baseline the guided search is compared with.
+points. `model=False` keeps every batch random: the baseline the guided search
+is compared with.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tensorforge.tune.auto.decisions import Decisions, mutate_tile
+from tensorforge.tune.auto.screening import build_report
 from tensorforge.tune.auto.task import ScheduleTrace, SearchTask
 from tensorforge.tune.measure import MeasureResult
+
+# lowers traces elsewhere: trace index -> (IR hash, IR features), or None where it failed
+Screen = Callable[[Sequence[ScheduleTrace]], dict]
 
 
 class EvolutionarySearch:
@@ -53,6 +59,7 @@ class EvolutionarySearch:
         shortlist: float = 2,
         first_guess: bool = True,
         lower_shortlist: bool | int | None = None,
+        lower_in_workers: bool = True,
     ):
         self.task = task
         self.rng = np.random.default_rng(seed)
@@ -65,6 +72,7 @@ class EvolutionarySearch:
         self.shortlist = shortlist
         self.first_guess = first_guess
         self.lower_shortlist = (not first_guess) if lower_shortlist is None else lower_shortlist
+        self.lower_in_workers = lower_in_workers
         self.measured: dict[int, float] = {}  # trace index -> seconds (inf for failures)
         self.ir_seen: set[str] = set()  # lowered-IR hashes measured or chosen
         self.history: list[tuple[ScheduleTrace, MeasureResult]] = []
@@ -224,7 +232,9 @@ class EvolutionarySearch:
         return self._models[0].predict(xs)
 
     # -- proposing ------------------------------------------------------------------------------
-    def next_batch(self, n: int) -> list[ScheduleTrace]:
+    def next_batch(self, n: int, screen: Screen | None = None) -> list[ScheduleTrace]:
+        """The next `n` schedules to measure. `screen` lowers a shortlist in the measurement
+        processes (ScreeningMeasurer.screen); without it, this process lowers them."""
         taken = set(self.measured)
         if not self._fit():
             return self.warm_up_batch(n, taken) if self.use_model else self.random_batch(n, taken)
@@ -239,7 +249,7 @@ class EvolutionarySearch:
         order = np.argsort(-scores, kind="stable")
         if self._lowering():
             short = [fresh[k] for k in order[: int(round(self.shortlist * n_model))]]
-            picks = self._rank_by_ir(short, n_model)
+            picks = self._rank_by_ir(short, n_model, screen)
         else:
             picks = [fresh[k] for k in order[:n_model]]
         for t in picks:
@@ -298,30 +308,35 @@ class EvolutionarySearch:
             population = [pool[k] for k in keep]
         return list(seen.values())
 
-    def _rank_by_ir(self, short: list[ScheduleTrace], n: int) -> list[ScheduleTrace]:
-        """Lower the shortlist; drop duplicates of measured IR; rank by the IR model if any."""
-        from tensorforge.tune.tuner.features import ir_features
-
+    def _rank_by_ir(
+        self, short: list[ScheduleTrace], n: int, screen: Screen | None = None
+    ) -> list[ScheduleTrace]:
+        """Lower the shortlist (in the measurement processes with `screen`, else here); drop
+        duplicates of measured IR; rank by the IR model if any."""
+        reports = screen(short) if screen is not None else {t.index: self._report(t) for t in short}
         kept = []
         for trace in short:
-            try:
-                func = self.lower(trace)
-            except Exception:  # noqa: BLE001 - a candidate that cannot lower is dropped
+            report = reports.get(trace.index)
+            if report is None:  # a candidate that cannot lower is dropped
                 continue
-            digest = ir_hash(func)
+            digest, feats = report
             if digest in self.ir_seen:
                 continue
             self.ir_seen.add(digest)
-            try:
-                self.ir_features[trace.index] = np.asarray(ir_features(func), dtype=np.float64)
-            except Exception:  # noqa: BLE001 - the IR model then skips this one
-                pass
+            if feats is not None:  # else the IR model skips this one
+                self.ir_features[trace.index] = np.asarray(feats, dtype=np.float64)
             kept.append(trace)
         ir_model = self._models[1] if self._models else None
         if ir_model is not None and kept and all(t.index in self.ir_features for t in kept):
             scores = ir_model.predict(np.stack([self._full_vector(t) for t in kept]))
             kept = [kept[k] for k in np.argsort(-scores, kind="stable")]
         return kept[:n]
+
+    def _report(self, trace: ScheduleTrace) -> tuple[str, Any] | None:
+        try:
+            return build_report(self.lower(trace))
+        except Exception:  # noqa: BLE001 - a candidate that cannot lower
+            return None
 
     def lower(self, trace: ScheduleTrace) -> Any:
         import tensorforge as tf
@@ -335,10 +350,6 @@ def seconds(result: MeasureResult) -> float:
     """A measurement's time: its fastest repeat (the least disturbed by other processes on a
     shared machine); infinity for a failure."""
     return min(result.costs) if result.ok else math.inf
-
-
-def ir_hash(func: Any) -> str:
-    return hashlib.sha256(str(func).encode()).hexdigest()
 
 
 def _flatten(value: Any) -> list[float]:

@@ -12,24 +12,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tensorforge.tune.auto.search import EvolutionarySearch, ir_hash, seconds
+from tensorforge.tune.auto.screening import ScreeningMeasurer, build_report
+from tensorforge.tune.auto.search import EvolutionarySearch, seconds
 from tensorforge.tune.auto.task import ScheduleTrace, SearchTask
-from tensorforge.tune.measure import MeasureInput, MeasureOption, Measurer, MeasureResult
+from tensorforge.tune.measure import MeasureInput, MeasureOption, MeasureResult
 from tensorforge.tune.records import Record, load_records
 from tensorforge.tune.template import TuneError
 
 logger = logging.getLogger("tensorforge.tune")
-
-
-def build_report(func: Any) -> tuple[str, Any]:
-    """What each candidate's build reports: its lowered IR's hash and features."""
-    from tensorforge.tune.tuner.features import ir_features
-
-    try:
-        feats = ir_features(func)
-    except Exception:  # noqa: BLE001 - features are optional
-        feats = None
-    return ir_hash(func), feats
 
 
 def warm_runner(task: Any, mod: Any, option: MeasureOption, reference: Any) -> list[float]:
@@ -83,7 +73,8 @@ class TaskTuner:
         self.batch_size = batch_size
         self.trials = 0
         self.time_total = 0.0
-        self.time_measure = 0.0
+        self.time_measure = 0.0  # building (lowering the screened shortlist too) and timing
+        self.time_screen_dropped = 0.0  # of that, lowering candidates then not measured
         self._loaded: set[str] = set()
         self.interrupted = False  # Ctrl-C stopped the last run
 
@@ -120,13 +111,14 @@ class TaskTuner:
     ) -> int:
         """Measure up to `trials` new schedules; returns how many were measured."""
         # A runner that drives whole runs (tune.RayRunner) brings its own measurer.
-        make_measurer = getattr(option.runner, "create_measurer", None) or Measurer
+        make_measurer = getattr(option.runner, "create_measurer", None) or ScreeningMeasurer
         measurer = make_measurer(self.task, option, build_report)
+        screen = getattr(measurer, "screen", None) if self.search.lower_in_workers else None
         done = 0
         start = time.perf_counter()
         try:
             while done < trials:
-                batch = self.search.next_batch(min(self.batch_size, trials - done))
+                batch = self.search.next_batch(min(self.batch_size, trials - done), screen)
                 if not batch:
                     break
                 inputs = [MeasureInput(self.task, t) for t in batch]
@@ -151,11 +143,24 @@ class TaskTuner:
             close = getattr(measurer, "close", None)
             if close is not None:
                 close()
+            screened = getattr(measurer, "n_screened", 0)
+            if screened:
+                self.time_measure += measurer.time_screen
+                share = measurer.n_dropped / screened
+                self.time_screen_dropped += measurer.time_screen * share
         return done
 
     @property
     def measure_fraction(self) -> float:
+        """The share of the wall time spent building and timing candidates."""
         return self.time_measure / self.time_total if self.time_total else 0.0
+
+    @property
+    def measure_fraction_strict(self) -> float:
+        """measure_fraction, counting the lowering of screened candidates that were then not
+        measured (their share of the screening time) as the search's own time."""
+        useful = self.time_measure - self.time_screen_dropped
+        return useful / self.time_total if self.time_total else 0.0
 
 
 def tune(
