@@ -231,13 +231,18 @@ def test_math_vector_mixes_fast_and_edge_lanes(name, lanes):
 
 def test_erf_tails_are_exact_and_branch_free():
     # erf rounds to +-1 in float32 from |x| = 3.92 on; the tails (GEMM outputs through GELU
-    # reach |x| ~ 30) compute 1 - exp(q) with q clamped inside exp's fast range: no branch
+    # reach |x| ~ 30) are the rational at the clamp: exactly +-1, and no branch
     x = np.concatenate([np.linspace(3.0, 40.0, 58), [np.inf, -np.inf, np.nan, -5.0, -3.9, 1e30]])
     x = x.astype(np.float32)
     a, b = aligned(x), aligned(np.zeros(x.size, np.float32))
     kernel = unary_kernel("t_erf", lambda v: Call("float32x8", "erf", (v,)), 8)
     run(kernel, a, b, x.size)
-    want = _erf64(x.astype(np.float64)).astype(np.float32)
-    np.testing.assert_array_equal(b, want)
+    with np.errstate(invalid="ignore"):  # NaN
+        want = _erf64(x.astype(np.float64)).astype(np.float32)
+    saturated = ~(np.abs(x) < 3.925)  # NaN too
+    np.testing.assert_array_equal(b[saturated], want[saturated])
+    assert ulp_error(b[~saturated], x[~saturated], _erf64) <= 1
     text = compile_func(kernel)[1].get_source("ll")
+    plain = unary_kernel("t_abs", lambda v: Call("float32x8", "abs", (v,)), 8)
     assert "exp.edge" not in text
+    assert text.count("br ") <= compile_func(plain)[1].get_source("ll").count("br ")
