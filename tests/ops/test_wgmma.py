@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.ops.test_gemm_fp16 import run_gemm, source_of
 LAG = TensorCoreTiles(128, 256, 64, 16, 256, 4, 4, "mbarrier_lag", mma="wgmma")
 PLAIN = TensorCoreTiles(128, 128, 64, 16, 128, 2, 2, mma="wgmma")
 TMA = TensorCoreTiles(128, 256, 64, 16, 256, 4, 4, "mbarrier_lag", mma="wgmma", fill="tma")
+TMA_PAIRS = TensorCoreTiles(128, 256, 64, 16, 256, 4, 4, "mbarrier_lag", 2, "wgmma", "tma")
 
 
 def nvcc_sm90a(text: str, tmp_path, what: str) -> str:
@@ -78,7 +80,9 @@ def test_tma_fills_compile_for_sm90a(dtype, epilogue, batch, tmp_path):
     )  # fmt: skip
     assert "const tf_tensor_map* __restrict__ A_tmap,\n    const tf_tensor_map* __restrict__ B_tmap," in text  # fmt: skip
     assert "__launch_bounds__(256, 1)" in text  # 8 whole warps though no fill splits over lanes
-    assert "tf_cp_async" not in text and text.count("tf_tma_sw128<128, 64>(") == 4  # 3 ahead + loop
+    assert (
+        "tf_cp_async" not in text and text.count("tf_tma_sw128<128, 64, 1>(") == 4
+    )  # 3 ahead + loop
     # full: the copying thread's two arrivals (with bytes); only it waits for a slot's release
     assert "tf_mbar_init(&A_shared_mbar[s], 2);" in text and "tf_mbar_cp_arrive(&" not in text
     assert "if (threadIdx.x + threadIdx.y + threadIdx.z == 0) tf_mbar_wait(&A_shared_mbar[4 + " in text  # fmt: skip
@@ -91,9 +95,26 @@ def test_tma_fills_compile_for_sm90a(dtype, epilogue, batch, tmp_path):
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32") == 4
 
 
+def test_tma_fills_of_a_cluster_multicast_b(tmp_path):
+    text = source_of(256, 512, 320, tiles=TMA_PAIRS)
+    assert "__cluster_dims__(2, 1, 1)" in text
+    assert "tf_tma_sw128<128, 64, 1>(" in text and "tf_tma_sw128<64, 256, 2>(" in text
+    # a slot is refilled once both blocks' warps are done with it (each fills the other's)
+    assert "tf_mbar_init(&A_shared_mbar[4 + s], 16);" in text
+    assert "tf_mbar_warp_arrive_cluster(&A_shared_mbar[4 + " in text
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    ptx = nvcc_sm90a(text, tmp_path, "ptx")
+    assert "mbarrier::complete_tx::bytes.multicast::cluster" in ptx
+
+
 def test_tma_fill_checks():
     with pytest.raises(tf.ScheduleError, match="64-column slabs"):
         tma_fill(128, 96)
+    with pytest.raises(tf.ScheduleError, match="split the 1 64-column slabs"):
+        tma_fill(64, 64, cluster=2)
+    with pytest.raises(tf.ScheduleError, match="cluster 2 shares B.s tile"):
+        schedule_gemm_fp16(512, 512, 512, tiles=replace(TMA_PAIRS, fill="cp_async"))
     with pytest.raises(tf.ScheduleError, match="wgmma's swizzled tiles only"):
         schedule_gemm_fp16(256, 256, 256, tiles=TensorCoreTiles(fill="tma"))
 
@@ -102,7 +123,7 @@ def test_wgmma_is_the_default_on_sm90_for_a_wave_of_blocks():
     with Target("cuda -arch=sm_90"):
         s, args = schedule_gemm_fp16(2048, 4096, 256)
     text = tf.build(s, args, target="cuda -arch=sm_90").get_source("cuda")
-    assert "tf_wgmma_sync<16, 256, 64, 1>" in text
+    assert "tf_wgmma_sync<16, 256, 64, 1, 0>" in text and "tf_tma_sw128<64, 256, 1>" in text  # no proxy fence after TMA
     assert TensorCoreTiles.for_shape(2048, 4096, 256, arch="sm_80").mma == "mma_sync"
     assert TensorCoreTiles.for_shape(2048, 4096, 128, arch="sm_90").mma == "mma_sync"  # 2 steps
     with Target("cuda -arch=sm_90"):  # small problems keep mma.sync's smaller tiles
@@ -172,6 +193,8 @@ def test_lagged_release_needs_three_stages():
         ((256, 512, 320), TMA, "float16", "none", None),  # bulk tensor copies (TMA)
         ((256, 512, 192), TMA, "bfloat16", "bias_gelu", None),
         ((128, 256, 256), TMA, "float16", "bias", 3),  # maps over the batched operands
+        ((256, 512, 320), TMA_PAIRS, "float16", "none", None),  # B multicast to pairs of blocks
+        ((512, 256, 192), TMA_PAIRS, "bfloat16", "bias_gelu", None),
     ],
 )
 def test_wgmma_gemm_matches_numpy(shape, tiles, dtype, epilogue, batch, rng):

@@ -134,7 +134,8 @@ class TensorCoreTiles:
             raise ScheduleError(f"gemm_fp16: stages must be 1 to 8, got {self.stages}")
         if self.cluster not in (1, 2):
             raise ScheduleError(f"gemm_fp16: cluster must be 1 or 2, got {self.cluster}")
-        if self.cluster > 1 and (self.sync != "mbarrier" or self.stages < 2):
+        shared_sync = ("mbarrier", "mbarrier_lag") if self.fill == "tma" else ("mbarrier",)
+        if self.cluster > 1 and (self.sync not in shared_sync or self.stages < 2):
             raise ScheduleError(
                 f"gemm_fp16: cluster {self.cluster} shares B's tile through an mbarrier pipeline "
                 f"(sync='mbarrier', 2+ stages), got {self}"
@@ -149,12 +150,13 @@ class TensorCoreTiles:
         if self.mma == "wgmma" and (
             self.warp_m != 16 or self.warp_n != self.block_n or self.block_k != 64
             or self.block_m % 64 or self.block_n not in (64, 128, 192, 256)
-            or self.stages < 2 or not self.sync.startswith("mbarrier") or self.cluster != 1
+            or self.stages < 2 or not self.sync.startswith("mbarrier")
+            or (self.cluster != 1 and self.fill != "tma")
         ):  # fmt: skip
             raise ScheduleError(
                 f"gemm_fp16: wgmma takes warp tiles of 16 rows x the whole block_n (64-256), "
                 f"block_m a multiple of 64 (warpgroups of 4 warps), k steps of 64 and an "
-                f"mbarrier pipeline of 2+ stages without clusters; got {self}"
+                f"mbarrier pipeline of 2+ stages, clusters only with TMA fills; got {self}"
             )
         if self.fill not in ("cp_async", "tma") or (self.fill == "tma" and self.mma != "wgmma"):
             raise ScheduleError(
@@ -291,7 +293,8 @@ def schedule_gemm_fp16(
     s[C].reorder(ko, ci, cj, ki)
     wgmma = tiles.mma == "wgmma"
     if wgmma:
-        mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, pending=int(lag))
+        fence = tiles.fill != "tma"  # the copy engine's writes need no proxy fence
+        mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, int(lag), fence)
     else:
         mma = mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype)
     s[C].tensorize(ci, mma)
@@ -301,13 +304,14 @@ def schedule_gemm_fp16(
         rows = s[stage].op.axis[-2]
         if not wgmma:
             s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
-        if stage is BS and tiles.cluster > 1:  # bulk row copies, each block half of them
-            s[stage].tensorize(rows, bulk_rows(tiles.block_k, tiles.block_n, dtype, tiles.cluster))
+        if tiles.fill == "tma":  # the whole tile by one thread's bulk tensor copies (B's shared)
+            n_rows = tiles.block_m if stage is AS else tiles.block_k
+            share = tiles.cluster if stage is BS else 1
+            s[stage].tensorize(rows, tma_fill(n_rows, row_len, dtype, share))
             s[stage].double_buffer(tiles.stages, tiles.sync)
             continue
-        if tiles.fill == "tma":  # the whole tile by one thread's bulk tensor copies
-            n_rows = tiles.block_m if stage is AS else tiles.block_k
-            s[stage].tensorize(rows, tma_fill(n_rows, row_len, dtype))
+        if stage is BS and tiles.cluster > 1:  # bulk row copies, each block half of them
+            s[stage].tensorize(rows, bulk_rows(tiles.block_k, tiles.block_n, dtype, tiles.cluster))
             s[stage].double_buffer(tiles.stages, tiles.sync)
             continue
         if wgmma:  # 16-byte pieces of rows (each placed by the swizzle), row by row

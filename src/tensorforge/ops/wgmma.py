@@ -101,14 +101,16 @@ __device__ __forceinline__ void tf_wgmma_fill_zero(float* acc) {
 // acc (this warp's 16 x WN of its warpgroup's 64 x WN tile) += a[16, WK] @ b[WK, WN]: `a` is
 // this warp's 16 rows of the warpgroup's K-major sw128 tile (WK = 64: 128-byte rows), `b` the
 // N-major sw128 tile. The 4 warps of a warpgroup hold consecutive 16-row slices.
-template <int WM, int WN, int WK, int PENDING, typename T>
+template <int WM, int WN, int WK, int PENDING, int FENCE = 1, typename T>
 __device__ __forceinline__ void tf_wgmma_sync(float* acc, const T* a, const T* b) {
   static_assert(WM == 16 && WK == 64 && WN % 64 == 0, "wgmma: 16-row warp slices, k tiles of 64");
   const unsigned warp = ((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32) % 4;
   const unsigned a0 = static_cast<unsigned>(__cvta_generic_to_shared(a)) - warp * 16 * 128;
   const unsigned b0 = static_cast<unsigned>(__cvta_generic_to_shared(b));
-  // the tiles came in through cp.async (the generic proxy); wgmma reads through the async one
-  asm volatile("fence.proxy.async.shared::cta;\nwgmma.fence.sync.aligned;" ::: "memory");
+  // tiles that came in through cp.async (the generic proxy; FENCE 1) need a proxy fence before
+  // wgmma reads them through the async one; bulk tensor copies wrote them through that one
+  if (FENCE) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < WK / 16; ++kk)  // A: 32 bytes a k16 step; B: 16 rows of 128 bytes
     tf_wg::wgmma_k16<WN>(acc, tf_wg::desc(a0 + kk * 32, 16, 1024),
@@ -159,23 +161,34 @@ TMA_SOURCE = r"""
 // as sw128 places it. `map` describes the whole operand as a 2-d [rows][ld] matrix (the CUDA
 // codegen passes the kernel's tensor map of the buffer; the runtime encodes it), `off` is the
 // tile's first element in it, `bar` the pipeline fill's "full" mbarrier. One thread copies.
+// With CLUSTER > 1 the blocks of a cluster share the tile: each copies every CLUSTER-th box
+// and multicasts it to all of them (the box leaves L2 once a cluster).
 struct __align__(64) tf_tensor_map { unsigned long long bits[16]; };
-template <int ROWS, int COLS>
+template <int ROWS, int COLS, int CLUSTER>
 __device__ __forceinline__ void tf_tma_sw128(void* dst, const tf_tensor_map* map, long long off,
                                              long long ld, unsigned long long* bar) {
-  static_assert(COLS % 64 == 0 && ROWS <= 256, "tma sw128: 64-column boxes of up to 256 rows");
+  static_assert(COLS % (64 * CLUSTER) == 0 && ROWS <= 256, "tma sw128: 64-column boxes of up to 256 rows, a share a block");
   if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
     const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
     const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
     const int row = static_cast<int>(off / ld), col = static_cast<int>(off % ld);
+    const unsigned long long m = reinterpret_cast<unsigned long long>(map);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 :: "r"(b), "r"(ROWS * COLS * 2) : "memory");
+                 :: "r"(b), "r"(ROWS * COLS * 2) : "memory");  // all of it lands here
+    unsigned rank = 0;
+    if (CLUSTER > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
 #pragma unroll
-    for (int j = 0; j < COLS / 64; ++j)
-      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                   " [%0], [%1, {%2, %3}], [%4];"
-                   :: "r"(d + j * ROWS * 128), "l"(reinterpret_cast<unsigned long long>(map)),
-                      "r"(col + 64 * j), "r"(row), "r"(b) : "memory");
+    for (int j = 0; j < COLS / 64; ++j) {
+      if (CLUSTER == 1)
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, {%2, %3}], [%4];"
+                     :: "r"(d + j * ROWS * 128), "l"(m), "r"(col + 64 * j), "r"(row), "r"(b) : "memory");
+      else if (j % CLUSTER == static_cast<int>(rank))
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                     ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+                     :: "r"(d + j * ROWS * 128), "l"(m), "r"(col + 64 * j), "r"(row), "r"(b),
+                        "h"(static_cast<unsigned short>((1u << CLUSTER) - 1)) : "memory");
+    }
   }
   __syncwarp();  // warp 0 whole again before its next wgmma (.sync.aligned)
 }
@@ -183,17 +196,23 @@ __device__ __forceinline__ void tf_tma_sw128(void* dst, const tf_tensor_map* map
 
 
 @functools.cache
-def tma_fill(rows: int, cols: int, dtype: str = "float16") -> TensorIntrin:
+def tma_fill(rows: int, cols: int, dtype: str = "float16", cluster: int = 1) -> TensorIntrin:
     """d[rows, cols] = s[rows, cols]: a whole shared tile of the sw128 layout filled by bulk
     tensor copies (one thread, the copy engine swizzles), the fill of a
     double_buffer(stages, sync="mbarrier"...) pipeline; the operand must be a row-major kernel
-    argument (the runtime encodes its tensor map)."""
+    argument (the runtime encodes its tensor map). With `cluster` > 1 the blocks of a cluster
+    of that many (pragma cluster_dims) share the tile, each multicasting a share of it."""
     if dtype not in SUPPORTED:
         raise ScheduleError(f"tma_fill: dtype must be one of {', '.join(SUPPORTED)}")
     if cols % 64 or rows % 8 or not 8 <= rows <= 256:
         raise ScheduleError(
             f"tma_fill: a {rows} x {cols} tile must have 64-column slabs and 8 to 256 rows "
             f"(whole 8-row swizzle groups)"
+        )
+    if cluster not in (1, 2, 4) or (cols // 64) % cluster:
+        raise ScheduleError(
+            f"tma_fill: a cluster of {cluster} (1, 2 or 4) must split the {cols // 64} "
+            f"64-column slabs of the tile evenly"
         )
     src = te.placeholder((rows, cols), dtype, name="s")
     dst = te.compute((rows, cols), lambda i, j: src[i, j], name="d")
@@ -208,23 +227,26 @@ def tma_fill(rows: int, cols: int, dtype: str = "float16") -> TensorIntrin:
         (ss,) = ins
         (dd,) = outs
         return tir.call_extern(
-            "handle", f"tf_tma_sw128<{rows}, {cols}>", dd.access_ptr("w"), ss.access_ptr("r"),
+            "handle", f"tf_tma_sw128<{rows}, {cols}, {cluster}>", dd.access_ptr("w"), ss.access_ptr("r"),
             ss.elem_offset, ss.strides[0],
         )  # fmt: skip
 
     return te.decl_tensor_intrin(
-        dst.op, fintrin, name=f"tma_sw128_{dtype}_{rows}x{cols}", binds=binds,
+        dst.op, fintrin, name=f"tma_sw128_{dtype}_{rows}x{cols}_c{cluster}", binds=binds,
         device_source=TMA_SOURCE,
     )  # fmt: skip
 
 
 @functools.cache
-def wgmma_sync(wm: int, wn: int, wk: int, dtype: str = "float16", pending: int = 0) -> TensorIntrin:
+def wgmma_sync(
+    wm: int, wn: int, wk: int, dtype: str = "float16", pending: int = 0, fence: bool = True
+) -> TensorIntrin:
     """acc[wm, wn] (+)= a[wm, wk] @ b[wk, wn] by wgmma.mma_async.m64n{wn}k16 with a float32
     "warp" accumulator: wm = 16 (a warp's slice of its warpgroup's 64 rows), wk = 64; a and b
     are sw128 tiles in shared memory (swizzled_fill). With `pending` 1 a call returns with its
     multiplies still running (the previous call's done): the pipeline releases tiles a step
-    late (double_buffer(sync="mbarrier_lag")) and the store drains (mma_store(drain=True))."""
+    late (double_buffer(sync="mbarrier_lag")) and the store drains (mma_store(drain=True)).
+    `fence` False leaves out the proxy fence a step, for tiles the copy engine filled (tma_fill)."""
     if pending not in (0, 1):
         raise ScheduleError(f"wgmma_sync: pending must be 0 or 1, got {pending}")
     if dtype not in SUPPORTED:
@@ -253,12 +275,12 @@ def wgmma_sync(wm: int, wn: int, wk: int, dtype: str = "float16", pending: int =
         (cc,) = outs
         reset = tir.call_extern("handle", f"tf_wgmma_fill_zero<{wm}, {wn}>", cc.access_ptr("w"))
         update = tir.call_extern(
-            "handle", f"tf_wgmma_sync<{wm}, {wn}, {wk}, {pending}>", cc.access_ptr("rw"),
+            "handle", f"tf_wgmma_sync<{wm}, {wn}, {wk}, {pending}{'' if fence else ', 0'}>", cc.access_ptr("rw"),
             aa.access_ptr("r"), bb.access_ptr("r"),
         )  # fmt: skip
         return [reset, update], reset, update
 
     return te.decl_tensor_intrin(
-        c.op, fintrin, name=f"wgmma_{dtype}_{wm}x{wn}x{wk}_p{pending}", binds=binds,
+        c.op, fintrin, name=f"wgmma_{dtype}_{wm}x{wn}x{wk}_p{pending}{'' if fence else '_nofence'}", binds=binds,
         device_source=_wgmma_source(wn),
     )  # fmt: skip
