@@ -10,6 +10,9 @@ sequence (runtime/native_sequence.py); without one (a scalar it cannot pass, or 
 through ctypes one by one with the argument lists made once. Eager fallback steps split the
 kernels into several such runs.
 
+NOTE: one call at a time per compiled graph: two threads calling it at once would share its slot
+arrays, as they share its intermediates' arenas (each would read the other's results).
+
 Measured (thread CPU time of the graph layer's own call, kernels included, tiny models so the
 kernels cost little; 1 thread): an MLP of 2 kernels 8.2 -> 4.8 us, a GPT-2 block of 11 kernels
 24.1 -> 8.7 us. (At full size that is within the noise: Dynamo's own call path, the same for
