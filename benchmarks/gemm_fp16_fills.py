@@ -69,9 +69,7 @@ def main() -> None:
         if base.mma == "wgmma":
             variants += [
                 ("fill=cp_async", replace(base, fill="cp_async")),
-                ("128x128 st3 (2 blocks/SM)", replace(base, block_n=128, warp_n=128, stages=3)),
-                ("128x128 st4", replace(base, block_n=128, warp_n=128)),
-                ("256x128 st4", replace(base, block_m=256, block_n=128, warp_n=128)),
+                ("store=tma", replace(base, store="tma")),
             ]
         for epilogue in ("none", "bias_gelu"):
             theirs = cublas if epilogue == "none" else cublas_gelu
