@@ -62,8 +62,8 @@ def main() -> None:
         ref = torch.matmul(ta.float(), tb.float())
         ref_gelu = F.gelu(ref + tc.float())
         flops = 2.0 * m * n * k
-        cublas = torch_time(lambda: torch.matmul(ta, tb))
-        cublas_gelu = torch_time(lambda: F.gelu(torch.addmm(tc, ta, tb)))
+        cublas = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
+        cublas_gelu = torch_time(lambda x=ta, y=tb, c=tc: F.gelu(torch.addmm(c, x, y)))
         base = TensorCoreTiles.for_shape(m, n, k, arch="sm_90")
         variants = [("default", base)]
         if base.mma == "wgmma":
