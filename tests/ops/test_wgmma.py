@@ -6,10 +6,12 @@ tests run it against NumPy on the GPU machine."""
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import tensorforge as tf
@@ -108,6 +110,17 @@ def test_tma_fills_of_a_cluster_multicast_b(tmp_path):
     assert "mbarrier::complete_tx::bytes.multicast::cluster" in ptx
 
 
+def test_tma_store_compiles_for_sm90a(tmp_path):
+    text = source_of(256, 512, 320, epilogue="bias_gelu", tiles=replace(TMA, store="tma"))
+    assert "const tf_tensor_map* __restrict__ D_tmap" in text
+    assert "tf_tma_store_epi<16, 256, 2>(C, D_tmap, &D[" in text and "tf_mma_store" not in text
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    assert "0 bytes spill stores" in nvcc_sm90a(text, tmp_path, "cubin")
+    ptx = nvcc_sm90a(text, tmp_path, "ptx")
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in ptx
+
+
 def test_tma_fill_checks():
     with pytest.raises(tf.ScheduleError, match="64-column slabs"):
         tma_fill(128, 96)
@@ -123,7 +136,9 @@ def test_wgmma_is_the_default_on_sm90_for_a_wave_of_blocks():
     with Target("cuda -arch=sm_90"):
         s, args = schedule_gemm_fp16(2048, 4096, 256)
     text = tf.build(s, args, target="cuda -arch=sm_90").get_source("cuda")
-    assert "tf_wgmma_sync<16, 256, 64, 1, 0>" in text and "tf_tma_sw128<64, 256, 1>" in text  # no proxy fence after TMA
+    assert (
+        "tf_wgmma_sync<16, 256, 64, 1, 0>" in text and "tf_tma_sw128<64, 256, 1>" in text
+    )  # no proxy fence after TMA
     assert TensorCoreTiles.for_shape(2048, 4096, 256, arch="sm_80").mma == "mma_sync"
     assert TensorCoreTiles.for_shape(2048, 4096, 128, arch="sm_90").mma == "mma_sync"  # 2 steps
     with Target("cuda -arch=sm_90"):  # small problems keep mma.sync's smaller tiles
@@ -194,8 +209,36 @@ def test_lagged_release_needs_three_stages():
         ((256, 512, 192), TMA, "bfloat16", "bias_gelu", None),
         ((128, 256, 256), TMA, "float16", "bias", 3),  # maps over the batched operands
         ((256, 512, 320), TMA_PAIRS, "float16", "none", None),  # B multicast to pairs of blocks
+        ((256, 512, 320), replace(TMA, store="tma"), "float16", "none", None),  # bulk stores
+        (
+            (512, 256, 192),
+            replace(TMA, block_n=128, warp_n=128, store="tma"),
+            "bfloat16",
+            "bias_gelu",
+            None,
+        ),  # fmt: skip
+        ((128, 256, 256), replace(TMA, store="tma"), "float16", "bias", 3),
         ((512, 256, 192), TMA_PAIRS, "bfloat16", "bias_gelu", None),
     ],
 )
 def test_wgmma_gemm_matches_numpy(shape, tiles, dtype, epilogue, batch, rng):
     run_gemm(*shape, rng, dtype=dtype, epilogue=epilogue, batch=batch, tiles=tiles)
+
+
+@pytest.mark.cuda
+def test_tma_store_gelu_is_exact_to_an_ulp(rng):
+    # A = I: the accumulators hold B exactly, so D = GELU(B + bias) shows the epilogue's own error
+    m = n = k = 256
+    a = np.eye(m, k, dtype="float16")
+    b = rng.uniform(-7, 7, (k, n)).astype("float16")
+    bias = rng.uniform(-1, 1, n).astype("float16")
+    s, args = schedule_gemm_fp16(m, n, k, epilogue="bias_gelu", tiles=replace(TMA, store="tma"))
+    mod = tf.build(s, args, target="cuda")
+    dev = tf.cuda(0)
+    d = tf.nd.array(np.full((m, n), np.nan, "float16"), dev)
+    mod(tf.nd.array(a, dev), tf.nd.array(b, dev), tf.nd.array(bias, dev), d)
+    x = b.astype("float64") + bias.astype("float32").astype("float64")
+    want = (x * 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))).astype("float16")
+    got = d.numpy()
+    ulp = np.spacing(np.abs(want)).astype("float64")
+    assert np.all(np.abs(got.astype("float64") - want.astype("float64")) <= ulp), "GELU off by more than an fp16 ulp"  # fmt: skip

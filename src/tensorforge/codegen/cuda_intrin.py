@@ -26,11 +26,12 @@ WARP = 32
 # pipeline fill calling one arrives on its barrier when its copies land
 ASYNC_FILL_CALLS = ("tf_cp_async_sw128",)
 # ... those that fill a tile by bulk tensor copies (TMA) through a tensor map of a kernel argument
-TMA_CALLS = ("tf_tma_sw128",)
+TMA_LOADS = ("tf_tma_sw128",)
+TMA_CALLS = (*TMA_LOADS, "tf_tma_store")
 # ... and those that read or write 128B-swizzled shared tiles: shared memory aligned to 1024 bytes
 SWIZZLED_CALLS = ("tf_cp_async_sw128", "tf_wgmma_sync", *TMA_CALLS)
 # ... and those that complete on the pipeline fill's "full" mbarrier (it is passed last)
-BULK_CALLS = ("tf_bulk_rows", *TMA_CALLS)
+BULK_CALLS = ("tf_bulk_rows", *TMA_LOADS)
 
 
 def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:
@@ -42,7 +43,7 @@ def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:
     if e.source and e.source not in printer.device_sources:
         printer.device_sources.append(e.source)
     if e.name.startswith(TMA_CALLS):  # the source is the kernel's tensor map of its buffer
-        dst, src, *rest = e.args
+        dst, src, *rest = e.args  # (for a store: the accumulator, then D's address)
         maps = getattr(printer, "tensor_maps", {})
         if not isinstance(src, AddressOf) or src.load.buffer.name not in maps:
             raise BuildError(

@@ -11,7 +11,7 @@ from tensorforge.codegen.cuda_intrin import (
     ASYNC_WAIT,
     BULK_CALLS,
     MBARRIER_SOURCE,
-    TMA_CALLS,
+    TMA_LOADS,
     async_wait_group,
 )
 from tensorforge.errors import BuildError
@@ -142,6 +142,6 @@ def bulk_fills(body: Stmt) -> tuple[int, bool]:
             inner = list(walk(n.body))
             calls = [c for c in inner if isinstance(c, ExternCall)]
             bulk = sum(1 for c in calls if c.name.startswith(BULK_CALLS))
-            tma_only = bool(calls) and all(c.name.startswith(TMA_CALLS) for c in calls)
+            tma_only = bool(calls) and all(c.name.startswith(TMA_LOADS) for c in calls)
             return bulk, tma_only and not any(isinstance(c, BufferStore) for c in inner)
     return 0, False

@@ -29,7 +29,7 @@ from tensorforge.ops.tensor_core import (
     mma_store,
     mma_sync,
 )
-from tensorforge.ops.wgmma import swizzled_fill, tma_fill, wgmma_sync
+from tensorforge.ops.wgmma import swizzled_fill, tma_fill, tma_store, wgmma_sync
 from tensorforge.target import Target, as_target
 
 WARP = 32
@@ -58,6 +58,7 @@ class TensorCoreTiles:
     cluster: int = 1  # 2: pairs of blocks down a column share B's tile (bulk copies, multicast)
     mma: str = "mma_sync"  # or "wgmma" (sm_90a): warpgroups on 128B-swizzled tiles (ops/wgmma.py)
     fill: str = "cp_async"  # wgmma's tiles: per-thread cp.async, or "tma" (bulk tensor copies)
+    store: str = "direct"  # D: each lane's stores, or "tma" (staged in shared, bulk tensor stores)
 
     @property
     def warps(self) -> int:
@@ -82,14 +83,16 @@ class TensorCoreTiles:
         Problems of a wave of 128 x 256 blocks or more get them, k steps of 64: on sm_90 two
         warpgroups of wgmma (64 x 256 each, a k step's multiplies in flight while the next
         starts; tiles filled by bulk tensor copies, one thread's: H100 fp16 4096^3 623 TFLOP/s,
-        8192^3 631, vs 549 and 531 by every thread's cp.async), elsewhere 8 warps of 64 x 64
+        8192^3 631, vs 549 and 531 by every thread's cp.async; D staged in shared memory and
+        written by bulk tensor stores: 4096^3 681, 8192x3072x768 490 vs 355 by each lane's
+        stores), elsewhere 8 warps of 64 x 64
         mma.sync (350-413; 128 x 128: 300-320, a third more L2 traffic a flop; groups of 16
         block rows: 8192^3 413 vs 406 with 8, 372 with 4)."""
         blocks = (m // 128) * (n // 256) * (batch or 1)
         if m % 128 == 0 and n % 256 == 0 and k % 64 == 0 and blocks >= 128:
             if (arch or "").startswith("sm_90") and k >= 3 * 64:
                 stages = min(4, k // 64)
-                return TensorCoreTiles(128, 256, 64, 16, 256, stages, 16, "mbarrier_lag", mma="wgmma", fill="tma")  # fmt: skip
+                return TensorCoreTiles(128, 256, 64, 16, 256, stages, 16, "mbarrier_lag", mma="wgmma", fill="tma", store="tma")  # fmt: skip
             return TensorCoreTiles(128, 256, 64, 64, 64, min(4, k // 64), 16)
         block_m = _largest_divisor(m, (128, 64, 32, 16))
         block_n = _largest_divisor(n, (128, 64, 32, 16))
@@ -108,7 +111,8 @@ class TensorCoreTiles:
             stages = choose(cfg, "stages", base.stages, [s for s in (3, 4) if s <= k // 64])
             group_m = choose(cfg, "group_m", base.group_m, [4, 8, 16])
             fill = choose(cfg, "fill", base.fill, ["tma", "cp_async"])
-            return replace(base, stages=stages, group_m=group_m, fill=fill)
+            store = choose(cfg, "store", base.store, ["tma", "direct"])
+            return replace(base, stages=stages, group_m=group_m, fill=fill, store=store)
         block_m = choose(cfg, "block_m", base.block_m, [b for b in (64, 128, 256) if m % b == 0])
         block_n = choose(cfg, "block_n", base.block_n, [b for b in (64, 128, 256) if n % b == 0])
         block_k = choose(cfg, "block_k", base.block_k, [b for b in (16, 32, 64) if k % b == 0])
@@ -162,6 +166,11 @@ class TensorCoreTiles:
             raise ScheduleError(
                 f"gemm_fp16: fill must be 'cp_async' or 'tma' (wgmma's swizzled tiles only), "
                 f"got {self.fill!r} with mma {self.mma!r}"
+            )
+        if self.store not in ("direct", "tma") or (self.store == "tma" and self.mma != "wgmma"):
+            raise ScheduleError(
+                f"gemm_fp16: store must be 'direct' or 'tma' (after wgmma), got {self.store!r} "
+                f"with mma {self.mma!r}"
             )
         if self.sync == "mbarrier_lag" and (self.mma != "wgmma" or self.stages < 3):
             raise ScheduleError(
@@ -283,7 +292,10 @@ def schedule_gemm_fp16(
     warp = s[D].fuse(wi, wj)
     s[D].bind(warp, ty)  # one warp per fragment: all 32 lanes run the intrinsics' calls
     lag = tiles.sync == "mbarrier_lag"  # wgmma keeps a step in flight: the store drains it
-    store = mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype, drain=lag)
+    if tiles.store == "tma":  # staged in the pipeline's shared tiles, then bulk tensor stores
+        store = tma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype)
+    else:
+        store = mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype, drain=lag)
     s[D].tensorize(ii, store)
 
     s[C].compute_at(s[D], warp)

@@ -163,7 +163,10 @@ TMA_SOURCE = r"""
 // tile's first element in it, `bar` the pipeline fill's "full" mbarrier. One thread copies.
 // With CLUSTER > 1 the blocks of a cluster share the tile: each copies every CLUSTER-th box
 // and multicasts it to all of them (the box leaves L2 once a cluster).
+#ifndef TF_TENSOR_MAP
+#define TF_TENSOR_MAP
 struct __align__(64) tf_tensor_map { unsigned long long bits[16]; };
+#endif
 template <int ROWS, int COLS, int CLUSTER>
 __device__ __forceinline__ void tf_tma_sw128(void* dst, const tf_tensor_map* map, long long off,
                                              long long ld, unsigned long long* bar) {
@@ -193,6 +196,146 @@ __device__ __forceinline__ void tf_tma_sw128(void* dst, const tf_tensor_map* map
   __syncwarp();  // warp 0 whole again before its next wgmma (.sync.aligned)
 }
 """
+
+
+TMA_STORE_SOURCE = r"""
+// tensorforge: a warp's accumulators (16 x WN of its warpgroup's wgmma tile) out through the
+// fused epilogue (EPI 0 none, 1 bias, 2 bias then GELU (erf, below)), staged in shared memory as
+// sw128 boxes of 16 rows x 64 (conflict-free 4-byte writes) and written by bulk tensor stores
+// (one lane) through `map`, D's tensor map; `off` is the warp's first element of D. The
+// pipeline's tiles are reused for the staging once every warpgroup's multiplies are done.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#ifndef TF_TENSOR_MAP
+#define TF_TENSOR_MAP
+struct __align__(64) tf_tensor_map { unsigned long long bits[16]; };
+#endif
+namespace tf_tms {
+__device__ __forceinline__ unsigned pack(float x, float y, const half*) {
+  const half2 h = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned pack(float x, float y, const __nv_bfloat16*) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ float to_float(half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+// GELU (erf): x * Phi(x) = x - x * h for x >= 0 and x * h below, h = erfc(|x| / sqrt 2) / 2 =
+// 2^p(z) with p a degree-8 fit of log2(erfc(z) / 2) on [0, 4] (z clamped there; error of p
+// under 6e-6, so h to 5e-6 relative): one ex2 and 8 FMAs where erff takes about twice that, and
+// no 1 + erf cancellation for negative x; within 1e-4 relative of GELU, far under fp16's 5e-4
+__device__ __forceinline__ float gelu(float x) {
+  const float z = fminf(fabsf(x) * 0.70710678118654752f, 4.f);
+  float p = -1.038724122e-06f;
+  p = fmaf(p, z, -5.158052318e-06f);
+  p = fmaf(p, z, 3.988057433e-04f);
+  p = fmaf(p, z, -4.973767325e-03f);
+  p = fmaf(p, z, 3.354588896e-02f);
+  p = fmaf(p, z, -1.521928310e-01f);
+  p = fmaf(p, z, -9.171079397e-01f);
+  p = fmaf(p, z, -1.628087997e+00f);
+  p = fmaf(p, z, -9.999958873e-01f);
+  float h;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(h) : "f"(p));
+  return x >= 0.f ? fmaf(-x, h, x) : x * h;
+}
+}  // namespace tf_tms
+template <int WM, int WN, int EPI, typename OUT, typename BIAS>
+__device__ __forceinline__ void tf_tma_store_epi(const float* acc, const tf_tensor_map* map,
+                                                 const OUT* d, long long off, long long ld,
+                                                 const BIAS* bias) {
+  static_assert(WM == 16 && WN % 64 == 0, "tma store: a warp's 16 rows, 64-column boxes");
+  extern __shared__ __align__(1024) unsigned char tf_stage_smem[];  // the kernel's dynamic shared
+  const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned lane = tid % 32;
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  __syncthreads();  // no warpgroup reads the pipeline's tiles any more
+  const unsigned stage = static_cast<unsigned>(__cvta_generic_to_shared(tf_stage_smem)) + (tid / 32) * (WM * WN * 2);
+#pragma unroll
+  for (int ni = 0; ni < WN / 8; ++ni) {
+    const float* c = acc + ni * 4;
+    const int col = ni * 8 + (lane & 3) * 2;
+    float v[4] = {c[0], c[1], c[2], c[3]};
+    if (EPI >= 1) {
+      const float b0 = tf_tms::to_float(bias[col]), b1 = tf_tms::to_float(bias[col + 1]);
+      v[0] += b0; v[1] += b1; v[2] += b0; v[3] += b1;
+    }
+    if (EPI == 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = tf_tms::gelu(v[i]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned row = (lane >> 2) + 8 * h, chunk = (col % 64) / 8;
+      const unsigned at = stage + (col / 64) * (WM * 128) + row * 128 + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2;
+      asm volatile("st.shared.b32 [%0], %1;" :: "r"(at), "r"(tf_tms::pack(v[2 * h], v[2 * h + 1], d)) : "memory");
+    }
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copy engine reads them next
+  __syncwarp();
+  if (lane == 0) {
+    const int row = static_cast<int>(off / ld), col = static_cast<int>(off % ld);
+    const unsigned long long m = reinterpret_cast<unsigned long long>(map);
+#pragma unroll
+    for (int j = 0; j < WN / 64; ++j)
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                   :: "l"(m), "r"(col + 64 * j), "r"(row), "r"(stage + j * WM * 128) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+  __syncwarp();
+}
+"""
+
+
+@functools.cache
+def tma_store(
+    wm: int,
+    wn: int,
+    out_dtype: str = "float16",
+    epilogue: str = "none",
+    bias_dtype: str = "float16",
+) -> TensorIntrin:
+    """d[wm, wn] = epilogue(acc[wm, wn] (+ bias[j])): a warp's wgmma accumulator (wm = 16 of its
+    warpgroup's rows) staged in shared memory and written by bulk tensor stores through D's
+    tensor map (D: a row-major 16-bit kernel argument); it first waits for every warpgroup's
+    multiplies, as mma_store(drain=True) waits for its own."""
+    from tensorforge.ops.tensor_core import EPILOGUES, epilogue_expr
+
+    if wm != 16 or wn % 64 or not 64 <= wn <= 256:
+        raise ScheduleError(f"tma_store: a warp's 16 rows x 64 to 256 columns (64 a box), got {wm} x {wn}")  # fmt: skip
+    if out_dtype not in SUPPORTED or epilogue not in EPILOGUES:
+        raise ScheduleError(f"tma_store: 16-bit output ({', '.join(SUPPORTED)}), epilogue one of {', '.join(EPILOGUES)}")  # fmt: skip
+    acc = te.placeholder((wm, wn), "float32", name="acc")
+    bias = te.placeholder((wn,), bias_dtype, name="bias") if epilogue != "none" else None
+
+    def value(i, j):
+        out = epilogue_expr(acc[i, j], None if bias is None else bias[j], epilogue)
+        return out.astype(out_dtype)
+
+    d = te.compute((wm, wn), value, name="d")
+    binds = {
+        acc: tir.decl_buffer(acc.shape, "float32", "ACC", scope="warp"),
+        d: tir.decl_buffer(
+            d.shape, out_dtype, "D", strides=[te.var("ldd"), 1], elem_offset=te.var("doff")
+        ),  # fmt: skip
+    }
+    code = {"none": 0, "bias": 1, "bias_gelu": 2}[epilogue]
+
+    def fintrin(ins, outs):
+        (dd,) = outs
+        cc = ins[0]
+        bias_ptr = ins[1].access_ptr("r") if bias is not None else dd.access_ptr("r")
+        return tir.call_extern(
+            "handle", f"tf_tma_store_epi<{wm}, {wn}, {code}>", cc.access_ptr("r"),
+            dd.access_ptr("w"), dd.access_ptr("w"), dd.elem_offset, dd.strides[0], bias_ptr,
+        )  # fmt: skip
+
+    return te.decl_tensor_intrin(
+        d.op, fintrin, name=f"tma_store_{epilogue}_{out_dtype}_{wm}x{wn}", binds=binds,
+        device_source=TMA_STORE_SOURCE,
+    )  # fmt: skip
 
 
 @functools.cache
