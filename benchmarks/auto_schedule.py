@@ -12,9 +12,10 @@ so that row shows that fusion costs nothing, not 1.2x. The rows labelled after i
 real models where the pass is a larger share: a transformer MLP's up-projection (/mlp: BERT-base,
 128 tokens, 768 -> 3072), an MLP layer on few input features (/smallk: 4096 rows, k = 64, as in
 NeRF-style MLPs), a ResNet bottleneck's 1x1 expansion (/1x1: 64 -> 256 channels at 56²) and a
-3x3 at 14² x 256. GELU's pass is compute-bound (erf: ~0.35 ns an element on one core, ~3/4 of
-the pass), and fusion removes only its memory traffic, so GEMM + bias + GELU stays near 1.1x at
-these shapes; BN + ReLU is nearly all memory traffic, so a cheap anchor (1x1 conv) gains most.
+3x3 at 14² x 256. GELU costs ~0.29 ns an element in registers on one core (AVX-512; erf one
+branch-free rational, benchmarks/math_throughput.py; 0.43 with the two-piece erf before), about
+what its separate pass costs from memory at 4096 x 1024, and fusion removes only the memory
+traffic, so GEMM + bias + GELU stays near 1.1x at these shapes (faster GELU speeds up both); BN + ReLU is nearly all memory traffic, so a cheap anchor (1x1 conv) gains most.
 The anchors' own rows at those shapes (gemm/mlp, conv2d/1x1, ...) show how much of a fused
 row's ratio is the anchor's (ops' conv2d is weak at 14² x 256: a 1-vector register tile).
 `--target 'llvm -mcpu=znver3'` compiles every schedule (hand and auto) for another CPU and runs

@@ -123,24 +123,26 @@ def half_precision_rows(rows: list, quick: bool) -> None:
         out = arr.numpy()
         return from_bfloat16(out) if dtype == "bfloat16" else out.astype("float32")
 
-    cases = [("float16", 1024, None, "none")] if quick else [
-        ("float16", 4096, None, "none"),
-        ("bfloat16", 4096, None, "none"),
-        ("float16", 8192, None, "none"),
-        ("bfloat16", 8192, None, "none"),
-        ("float16", 1024, 16, "none"),
-        ("float16", 4096, None, "bias_gelu"),
+    cases = [("float16", (1024,) * 3, None, "none")] if quick else [
+        ("float16", (4096,) * 3, None, "none"),
+        ("bfloat16", (4096,) * 3, None, "none"),
+        ("float16", (8192,) * 3, None, "none"),
+        ("bfloat16", (8192,) * 3, None, "none"),
+        ("float16", (1024,) * 3, 16, "none"),
+        ("float16", (4096,) * 3, None, "bias_gelu"),
+        ("float16", (8192, 3072, 768), None, "bias_gelu"),  # a transformer FFN's first GEMM
+        ("float16", (2048, 3072, 768), None, "bias_gelu"),
     ]  # fmt: skip
-    for dtype, size, batch, epilogue in cases:
+    for dtype, (m, n, k), batch, epilogue in cases:
         lead = (batch,) if batch else ()
-        A, ta = operand((*lead, size, size), dtype)
-        B, tb = operand((*lead, size, size), dtype)
+        A, ta = operand((*lead, m, k), dtype)
+        B, tb = operand((*lead, k, n), dtype)
         arrays = [A, B]
         if epilogue != "none":
-            bias, tbias = operand((size,), dtype)
+            bias, tbias = operand((n,), dtype)
             arrays.append(bias)
-        D = tf.nd.empty((*lead, size, size), "uint16" if dtype == "bfloat16" else dtype, dev)
-        s, args = schedule_gemm_fp16(size, size, size, dtype, epilogue=epilogue, batch=batch)
+        D = tf.nd.empty((*lead, m, n), "uint16" if dtype == "bfloat16" else dtype, dev)
+        s, args = schedule_gemm_fp16(m, n, k, dtype, epilogue=epilogue, batch=batch)
         mod = tf.build(s, args, target="cuda")
         mod(*arrays, D)
         ref = torch.matmul(ta.float(), tb.float())
@@ -149,7 +151,7 @@ def half_precision_rows(rows: list, quick: bool) -> None:
         ref = ref.cpu().numpy()
         err = np.linalg.norm(as_float(D, dtype) - ref) / np.linalg.norm(ref)
         limit = 2e-2 if dtype == "bfloat16" else 2e-3
-        assert err < limit, f"{dtype} gemm {size}: relative error {err}"
+        assert err < limit, f"{dtype} gemm {m}x{n}x{k}: relative error {err}"
         if epilogue == "bias_gelu":
             theirs = torch_time(lambda x=ta, y=tb, c=tbias: F.gelu(torch.addmm(c, x, y)))
             their_name = "cuBLAS+gelu"
@@ -157,8 +159,9 @@ def half_precision_rows(rows: list, quick: bool) -> None:
             theirs = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
             their_name = "cuBLAS"
         ours = ours_time(mod, [*arrays, D])
-        flops = 2.0 * size**3 * (batch or 1)
-        name = f"{dtype} {'b' + str(batch) + ' ' if batch else ''}gemm {size}^3"
+        flops = 2.0 * m * n * k * (batch or 1)
+        shape = f"{m}^3" if m == n == k else f"{m}x{n}x{k}"
+        name = f"{dtype} {'b' + str(batch) + ' ' if batch else ''}gemm {shape}"
         name += " +bias+gelu" if epilogue != "none" else ""
         rows.append(
             dict(case=name, impl="tensorforge", seconds=ours, rate=flops / ours / 1e12,
@@ -326,13 +329,13 @@ def print_rows(rows: list) -> None:
                 fh.write(json.dumps(r) + "\n")
     print(f"\n{torch.cuda.get_device_name()} | torch {torch.__version__} | TF32 off")
     print(
-        f"{'case':<28} {'impl':<14} {'time (us)':>10} {'rate':>9} {'unit':<8} {'speedup':>16} {'of copy':>8}"
+        f"{'case':<38} {'impl':<14} {'time (us)':>10} {'rate':>9} {'unit':<8} {'speedup':>16} {'of copy':>8}"
     )
     for r in rows:
         vs = f"{r['vs']:6.2f}x {r['vs_name']}" if "vs" in r else ""
         of_copy = f"{r['of_copy']:8.2f}" if "of_copy" in r else ""
         print(
-            f"{r['case']:<28} {r['impl']:<14} {r['seconds'] * 1e6:10.1f} {r['rate']:9.1f} {r['unit']:<8} "
+            f"{r['case']:<38} {r['impl']:<14} {r['seconds'] * 1e6:10.1f} {r['rate']:9.1f} {r['unit']:<8} "
             f"{vs:>16} {of_copy}"
         )
 

@@ -53,26 +53,17 @@ def _llvm_rejects(cpu: str, features: str) -> str:
 
 _AVX512 = "+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx2,+fma,+avx,+sse4.2"
 _AVX2 = "+avx2,+fma,+avx,+sse4.2"
-_VECTOR_FEATURES = {  # what a named x86 CPU has that the schedules and math look at
+_VNNI = _AVX512 + ",+avx512vnni"
+_BF16 = _VNNI + ",+avx512bf16"
+_AMX = _BF16 + ",+amx-tile,+amx-int8,+amx-bf16"
+# what a named x86 CPU has that the schedules, the math and the dot-product kernels look at
+_VECTOR_FEATURES = {
+    **dict.fromkeys(("skylake-avx512", "cannonlake", "x86-64-v4"), _AVX512),
     **dict.fromkeys(
-        (
-            "skylake-avx512",
-            "cascadelake",
-            "cooperlake",
-            "cannonlake",
-            "icelake-client",
-            "icelake-server",
-            "tigerlake",
-            "rocketlake",
-            "sapphirerapids",
-            "emeraldrapids",
-            "graniterapids",
-            "znver4",
-            "znver5",
-            "x86-64-v4",
-        ),
-        _AVX512,
+        ("cascadelake", "icelake-client", "icelake-server", "tigerlake", "rocketlake"), _VNNI
     ),
+    **dict.fromkeys(("cooperlake", "znver4", "znver5"), _BF16),
+    **dict.fromkeys(("sapphirerapids", "emeraldrapids", "graniterapids"), _AMX),
     **dict.fromkeys(
         (
             "haswell",

@@ -98,7 +98,7 @@ def test_tensorcore_gemm_asks_ptxas_for_one_block_of_registers():
     assert "__launch_bounds__(256, 1)" in text and "tf_mma_sync<64, 64, 64>" in text
     with tf.Target("cuda -arch=sm_90"):
         text = source_of(4096, 4096, 4096)
-    assert "__launch_bounds__(256, 1)" in text and "tf_wgmma_sync<16, 256, 64, 1>" in text
+    assert "__launch_bounds__(256, 1)" in text and "tf_wgmma_sync<16, 256, 64, 1, 0>" in text
     plain = kernel_text(*staged_gemm(64, 64, 64, 2))  # other kernels: no minimum
     assert re.search(r"__launch_bounds__\(\d+\) ", plain)
     s, args = staged_gemm(64, 64, 64, 2)

@@ -13,7 +13,7 @@ from tensorforge.errors import ArgumentError  # noqa: E402
 from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
 from tensorforge.graph.program import BuiltKernel  # noqa: E402
 from tensorforge.graph.report import relative_error  # noqa: E402
-from tensorforge.graph.schedules import FIRST_GUESS, HAND_SCHEDULED  # noqa: E402
+from tensorforge.graph.schedules import FIRST_GUESS, HAND_SCHEDULED, SOURCES  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -105,3 +105,19 @@ def test_first_guess_plans_parallel_loops_for_the_build_threads(monkeypatch):
     kernels = compile_with({"schedule": "first_guess"})
     big = [k for k in kernels if kind(k) in ("conv2d", "layer_norm", "softmax")]
     assert big and all(parallel(k) for k in big)
+
+
+def test_auto_keeps_the_row_schedule_for_softmax_rows_of_whole_vectors():
+    # rows of whole vectors: the rules' vector accumulators (the first guess combined 64
+    # partials a row one after another); a row with a tail keeps the first guess
+    def fn(x, y):
+        mask = torch.tril(torch.ones(32, 32, dtype=torch.bool))
+        return torch.softmax((x * 0.5).masked_fill(~mask, float("-inf")), -1), torch.softmax(y, -1)
+
+    args = [rand(3, 32, 32, seed=1), rand(5, 13, seed=2)]
+    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    compiled = compile_aten(gm, args, {}, Options.of({}))
+    for got, expected in zip(compiled(list(args)), fn(*args)):
+        assert relative_error(got, expected) <= 1e-5
+    sources = [k.source for k in compiled.steps if kind(k) == "softmax"]
+    assert sources == [SOURCES["softmax"], FIRST_GUESS], sources

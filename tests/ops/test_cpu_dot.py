@@ -157,3 +157,31 @@ def test_k_blocks_are_balanced():
     assert cpu_dot.balanced_kc(1031, 512, 4) == 344  # 3 blocks: k padded to 1032, not 1536
     assert cpu_dot.balanced_kc(1000, 2048, 64) == 1024  # one block, whole AMX tiles
     assert cpu_dot.balanced_kc(1024, 512, 4) == 512
+
+
+@pytest.mark.parametrize(
+    "cpu, features",
+    [
+        ("sapphirerapids", {"avx512vnni", "avx512bf16", "amx-tile", "amx-int8", "amx-bf16"}),
+        ("znver4", {"avx512vnni", "avx512bf16"}),
+        ("cascadelake", {"avx512vnni"}),
+        ("skylake-avx512", set()),
+    ],
+)
+def test_a_named_cpu_without_mattr_has_its_dot_features(cpu, features):
+    """`-mcpu=sapphirerapids` alone takes the VNNI, BF16 and AMX paths, as naming the CPU says."""
+    target = tf.Target(f"llvm -mcpu={cpu}")
+    dot = {"avx512vnni", "avx512bf16", "amx-tile", "amx-int8", "amx-bf16"}
+    assert target.cpu_features & dot == features
+    assert cpu_dot.has_amx("int8", target) == ("amx-int8" in features)
+
+
+@pytest.mark.parametrize("kind", ["int8", "bfloat16"])
+def test_a_gemm_for_a_named_cpu_runs_where_the_host_has_its_features(kind, rng):
+    host = tf.Target("llvm").cpu_features
+    named = tf.Target("llvm -mcpu=sapphirerapids")
+    if not named.cpu_features <= host or not cpu_dot.has_amx(kind):
+        pytest.skip("this host lacks sapphirerapids' features (or the OS grants no AMX)")
+    tiles = cpu_dot.DotTiles.for_target(kind, named)
+    assert tiles.amx
+    run_gemm(37, 71, 131, kind, tiles, rng, target="llvm -mcpu=sapphirerapids")

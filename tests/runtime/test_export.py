@@ -445,3 +445,18 @@ def test_the_c_compiler_runner_reads_the_output_or_says_what_failed():
     bad = {"f.c": "int f(int x) { return y; }\n"}
     with pytest.raises(BuildError, match=r"(?s)'f': compiling f failed:\n  .*f\.c.*y.* undeclared"):
         run_c_compiler("'f'", "compiling f", bad, arguments, "f.s", 60)
+
+
+def test_tensor_maps_survive_the_metadata():
+    # a CUDA kernel's bulk-copy descriptors (built again from the buffers' addresses at each call)
+    from tensorforge.codegen.base import KernelSource, Launch, Param, TensorMap
+
+    maps = (TensorMap("A", "float16", 512, 320, 128), TensorMap("D", "bfloat16", 512, 256, 16))
+    source = KernelSource(
+        "cuda", "f", "// text", (Param("A", "buffer", "float16", (512, 320)),), Launch(),
+        tensor_maps=maps,
+    )  # fmt: skip
+    data = json.loads(json.dumps(library_file.source_to_json(source)))
+    assert library_file.source_from_json(data, "// text").tensor_maps == maps
+    del data["tensor_maps"]  # metadata written before tensor maps existed: none
+    assert library_file.source_from_json(data, "// text").tensor_maps == ()

@@ -37,6 +37,21 @@ class Param:
 
 
 @dataclass(frozen=True)
+class TensorMap:
+    """A bulk-tensor-copy (TMA) descriptor a CUDA kernel reads, its address passed ahead of its params:
+    buffer param `param` seen as a row-major [rows][cols] matrix of `dtype`, copied in boxes of
+    box_rows x box_cols with the 128-byte swizzle. The runtime encodes it from the buffer's
+    address at each call."""
+
+    param: str
+    dtype: str
+    rows: int
+    cols: int
+    box_rows: int
+    box_cols: int = 64
+
+
+@dataclass(frozen=True)
 class Launch:
     """GPU launch geometry: per-axis extents as ints or parameter names (dynamic shapes)."""
 
@@ -76,6 +91,8 @@ class KernelSource:
     intermediates: tuple[Param, ...] = ()
     # GPU: the kernel's name in `text` where it differs from `entry` (`f_kernel` for entry `f`)
     symbol: str = ""
+    # CUDA: tensor maps the kernel takes first (their device addresses, before `params`)
+    tensor_maps: tuple[TensorMap, ...] = ()
 
 
 def generate_checked(

@@ -21,6 +21,7 @@ from tensorforge.codegen.cuda_intrin import (
     ASYNC_FILL_CALLS,
     SWIZZLED_CALLS,
     async_copy_lines,
+    tensor_maps,
     warp_fragment_size,
 )
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
@@ -153,6 +154,7 @@ class _KernelWriter(PipelineWriter):
         self.async_wait: int | None = None  # the next barrier waits for all but this many groups
         self.async_copy_count = 0  # cp.async statements written so far
         self.mbarriers: dict[str, tuple[str, int]] = {}  # pipeline -> (C array, stages)
+        self.tma_pipelines: set[str] = set()  # pipelines filled by bulk tensor copies alone
         self.cluster = 1  # blocks a cluster (pragma cluster_dims)
 
     # -- output helpers -------------------------------------------
@@ -199,6 +201,11 @@ class _KernelWriter(PipelineWriter):
         body = func.body
         symbol = self.names.fresh(self.entry or f"{func.name}_kernel")
         decls, params, c_to_param = self._params(body)
+        c_to_name = {p: c for c, p in c_to_param.items()}
+        maps = tensor_maps(self.func, body)
+        for m in maps:  # first: the runtime puts each in device memory, passes its address
+            self.printer.tensor_maps[m.param] = f"{c_to_name[m.param]}_tmap"
+        decls = [f"const tf_tensor_map* __restrict__ {self.printer.tensor_maps[m.param]}" for m in maps] + decls  # fmt: skip
         self._plan_shared(body)
         self._stmt(body)
 
@@ -256,6 +263,7 @@ class _KernelWriter(PipelineWriter):
             target_string=str(self.target),
             vector_alignment=tuple(sorted(vector_alignment.items())),
             symbol=symbol,
+            tensor_maps=maps,
         )
 
     def _params(self, body: Stmt) -> tuple[list[str], tuple[Param, ...], dict[str, str]]:

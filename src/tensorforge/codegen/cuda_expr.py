@@ -209,6 +209,7 @@ class ExprPrinter(VectorAccesses):
         self.divisors: dict[int, int] = {}  # id(var) -> a known divisor of its value
         self.helpers: set[str] = set()  # "floordiv", "half", "bf16"
         self.fill_barrier: str | None = None  # the pipeline fill being written: its mbarrier
+        self.tensor_maps: dict[str, str] = {}  # buffer param name -> its tensor map's C name
         self.vector_params: dict[str, int] = {}  # buffer C name -> byte alignment it needs
         self.device_sources: list[str] = []  # code of the device functions calls name
 

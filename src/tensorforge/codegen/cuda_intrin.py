@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tensorforge.codegen.base import TensorMap
 from tensorforge.errors import BuildError
 from tensorforge.ir.arith import simplify_expr
-from tensorforge.ir.expr import BufferLoad, Ramp
+from tensorforge.ir.expr import Buffer, BufferLoad, Ramp
 from tensorforge.ir.extern import AddressOf, WholeBuffer
+from tensorforge.ir.visit import walk
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
 from tensorforge.te.extern_call import ExternCall
@@ -23,8 +25,13 @@ WARP = 32
 # device functions of tensor intrinsics (ops/wgmma.py) that issue cp.async copies themselves: a
 # pipeline fill calling one arrives on its barrier when its copies land
 ASYNC_FILL_CALLS = ("tf_cp_async_sw128",)
+# ... those that fill a tile by bulk tensor copies (TMA) through a tensor map of a kernel argument
+TMA_LOADS = ("tf_tma_sw128",)
+TMA_CALLS = (*TMA_LOADS, "tf_tma_store")
 # ... and those that read or write 128B-swizzled shared tiles: shared memory aligned to 1024 bytes
-SWIZZLED_CALLS = ("tf_cp_async_sw128", "tf_wgmma_sync")
+SWIZZLED_CALLS = ("tf_cp_async_sw128", "tf_wgmma_sync", *TMA_CALLS)
+# ... and those that complete on the pipeline fill's "full" mbarrier (it is passed last)
+BULK_CALLS = ("tf_bulk_rows", *TMA_LOADS)
 
 
 def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:
@@ -35,8 +42,19 @@ def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:
         )
     if e.source and e.source not in printer.device_sources:
         printer.device_sources.append(e.source)
-    args = [printer(a, lane) for a in e.args]
-    if e.name.startswith("tf_bulk_rows"):  # completes on the pipeline fill's "full" mbarrier
+    if e.name.startswith(TMA_CALLS):  # the source is the kernel's tensor map of its buffer
+        dst, src, *rest = e.args  # (for a store: the accumulator, then D's address)
+        maps = getattr(printer, "tensor_maps", {})
+        if not isinstance(src, AddressOf) or src.load.buffer.name not in maps:
+            raise BuildError(
+                f"CUDA codegen: {e.name} copies from a kernel argument's buffer through its "
+                f"tensor map; got {src!r}"
+            )
+        args = [printer(dst, lane), maps[src.load.buffer.name]]
+        args += [printer(a, lane) for a in rest]
+    else:
+        args = [printer(a, lane) for a in e.args]
+    if e.name.startswith(BULK_CALLS):  # completes on the pipeline fill's "full" mbarrier
         bar = getattr(printer, "fill_barrier", None)
         if bar is None:
             raise BuildError(
@@ -45,6 +63,38 @@ def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:
             )
         args.append(bar)
     return f"{e.name}({', '.join(args)})"
+
+
+def tensor_maps(func: Any, body: Any) -> tuple[TensorMap, ...]:
+    """The tensor maps of `func`'s buffer arguments that bulk tensor copies (TMA_CALLS) in
+    `body` read, one a buffer: each seen as [all leading dims][last dim], boxes of the call's
+    ROWS x 64."""
+    params = {p.name: p for p in func.params if isinstance(p, Buffer)}
+    maps: dict[str, TensorMap] = {}
+    for n in walk(body):
+        if not (isinstance(n, ExternCall) and n.name.startswith(TMA_CALLS)):
+            continue
+        src = n.args[1]
+        buf = params.get(src.load.buffer.name) if isinstance(src, AddressOf) else None
+        shape = [
+            int(s.value) if isinstance(s, E.Const) else None for s in (buf.shape if buf else ())
+        ]
+        if buf is None or not shape or None in shape:
+            raise BuildError(
+                f"CUDA codegen: {n.name} reads through a tensor map, so its source must be a "
+                f"kernel argument of constant shape; got {src!r}"
+            )
+        rows = int(n.name.split("<", 1)[1].split(",", 1)[0])
+        lead = 1
+        for s in shape[:-1]:
+            lead *= s
+        spec = TensorMap(buf.name, buf.dtype, lead, shape[-1], rows, 64)
+        if maps.setdefault(buf.name, spec) != spec:
+            raise BuildError(
+                f"CUDA codegen: bulk tensor copies of '{buf.name}' in boxes of two sizes "
+                f"({maps[buf.name]} and {spec}); one tensor map a buffer"
+            )
+    return tuple(maps.values())
 
 
 def print_address(printer: Any, e: AddressOf | WholeBuffer) -> str:

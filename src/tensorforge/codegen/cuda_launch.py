@@ -89,6 +89,14 @@ def compute_launch(body: Stmt, scalar_params: dict[int, E.Var]) -> ThreadExtents
     extents: dict[str, int | E.Expr] = {}
     for tag, group in loops.items():
         extents[tag] = _tag_extent(tag, group, scalar_params)
+    lanes = {int(v) for n in walk(body) if isinstance(n, For) for k, v in n.pragmas if k == "block_lanes"}  # fmt: skip
+    if lanes:  # whole warps run statements no thread loop splits (tensor intrinsics' calls)
+        if len(lanes) > 1 or extents.get("threadIdx.x", min(lanes)) not in lanes:
+            raise BuildError(
+                f"pragma block_lanes {sorted(lanes)} disagrees with the threadIdx.x extent "
+                f"{extents.get('threadIdx.x')}"
+            )
+        extents["threadIdx.x"] = lanes.pop()
     for tag, ext in extents.items():
         axis = tag[-1]
         if isinstance(ext, int) and ext < 1:

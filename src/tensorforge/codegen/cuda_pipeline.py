@@ -9,11 +9,13 @@ import re
 from tensorforge.codegen.cuda_intrin import (
     ASYNC_COMMIT,
     ASYNC_WAIT,
+    BULK_CALLS,
     MBARRIER_SOURCE,
+    TMA_LOADS,
     async_wait_group,
 )
 from tensorforge.errors import BuildError
-from tensorforge.ir.stmt import Attr, For, Stmt, Sync
+from tensorforge.ir.stmt import Attr, BufferStore, For, Stmt, Sync
 from tensorforge.ir.visit import walk
 from tensorforge.te.extern_call import ExternCall
 
@@ -37,7 +39,7 @@ class PipelineWriter:
                 if self.async_copies:
                     self.line(ASYNC_COMMIT)
             case Attr(key="mbarrier_init", value=(name, stages), body=body):
-                self._mbarrier_init(name, int(stages), bulk_fills(body))
+                self._mbarrier_init(name, int(stages), *bulk_fills(body))
                 self._stmt(body)
                 if self.cluster > 1:  # no block leaves while its peers may still signal it
                     self.line("tf_cluster_sync();")
@@ -51,6 +53,8 @@ class PipelineWriter:
                 finally:
                     self.async_depth -= 1
                     self.printer.fill_barrier = None
+                if name in self.tma_pipelines:  # the copy engine's bytes alone complete it
+                    return True
                 # arrive when this thread's copies land (or now, for plain stores: release)
                 arrive = "tf_mbar_cp_arrive" if self.async_copy_count > before else "tf_mbar_arrive"
                 self.line(f"{arrive}(&{bars}[{self.printer(slot)}]);")
@@ -60,7 +64,10 @@ class PipelineWriter:
                     self.printer(slot) if which == "full" else f"{stages} + {self.printer(slot)}"
                 )
                 wait = "tf_mbar_wait_cluster" if self.cluster > 1 and which == "empty" else "tf_mbar_wait"  # fmt: skip
-                self.line(f"{wait}(&{bars}[{index}], {self.printer(parity)});")
+                wait = f"{wait}(&{bars}[{index}], {self.printer(parity)});"
+                if which == "empty" and name in self.tma_pipelines:  # only the copying thread
+                    wait = f"if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {wait}"
+                self.line(wait)
             case Attr(key="mbarrier_arrive", value=(name, _, slot)):
                 bars, stages = self.mbarriers[name]
                 bar = f"&{bars}[{stages} + {self.printer(slot)}]"
@@ -78,9 +85,11 @@ class PipelineWriter:
                 return False
         return True
 
-    def _mbarrier_init(self, name: str, stages: int, bulk: int = 0) -> None:
+    def _mbarrier_init(self, name: str, stages: int, bulk: int = 0, tma_only: bool = False) -> None:
         """Shared mbarriers of a pipeline (inject_double_buffer): full[s] completes when every
-        thread's copies into slot s have landed, empty[s] when every warp is done reading it."""
+        thread's copies into slot s have landed, empty[s] when every warp is done reading it.
+        A pipeline filled by bulk tensor copies alone (`tma_only`): full[s] counts only the
+        copying thread's arrivals (with their bytes), and only that thread waits for empty[s]."""
         if not has_mbarrier(self.target.arch):
             raise BuildError(
                 f"CUDA codegen: double_buffer(sync='mbarrier') of '{name}' needs sm_80 or newer, "
@@ -94,6 +103,9 @@ class PipelineWriter:
         threads = block[0] * block[1] * block[2]
         self.line(f"__shared__ __align__(8) unsigned long long {bars}[{2 * stages}];")
         full = f"{threads} + {bulk}" if bulk else f"{threads}"
+        if tma_only:
+            self.tma_pipelines.add(name)
+            full = f"{bulk}"
         empty = -(-threads // 32) * self.cluster
         with self.block("if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {"):
             with self.block(f"for (int s = 0; s < {stages}; ++s) {{"):
@@ -121,14 +133,15 @@ def cluster_size(body: Stmt) -> int:
     return found.pop() if found else 1
 
 
-def bulk_fills(body: Stmt) -> int:
-    """Bulk-copy fills (tf_bulk_rows calls) in one fill of a pipeline: each arms the full
-    barrier once, so it counts one arrival."""
+def bulk_fills(body: Stmt) -> tuple[int, bool]:
+    """Bulk-copy fills (tf_bulk_rows, tf_tma_sw128 calls) in one fill of a pipeline, each
+    arming the full barrier once (one arrival), and whether the fill is bulk tensor copies
+    alone (no other call, no store)."""
     for n in walk(body):
         if isinstance(n, Attr) and n.key == "mbarrier_fill":
-            return sum(
-                1
-                for c in walk(n.body)
-                if isinstance(c, ExternCall) and c.name.startswith("tf_bulk_rows")
-            )
-    return 0
+            inner = list(walk(n.body))
+            calls = [c for c in inner if isinstance(c, ExternCall)]
+            bulk = sum(1 for c in calls if c.name.startswith(BULK_CALLS))
+            tma_only = bool(calls) and all(c.name.startswith(TMA_LOADS) for c in calls)
+            return bulk, tma_only and not any(isinstance(c, BufferStore) for c in inner)
+    return 0, False

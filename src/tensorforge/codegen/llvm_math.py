@@ -6,11 +6,13 @@ helper per function and vector width (`__tf_exp_v8f32`). After inlining it is pl
 arithmetic; the scalar helper vectorizes inside LLVM's loop vectorizer too. float64 uses the
 `llvm.*` intrinsics or libm per lane; float16 computes in float32.
 
-Accuracy (float32, against a float64 reference, every 61st float32 bit pattern): exp 1.2 ulp,
-log 0.9, log2 1.5, tanh 1.3, erf 1.0, sigmoid 2.7. exp runs a short fast path when every lane is
-in [-86.5, 88] or below -104 (0, as for -inf) and branches to an exact path (denormals, overflow, NaN) otherwise. exp overflows
-to inf and underflows to 0 (through denormals), log(0) = -inf, log(x < 0) = NaN, NaN
-propagates; tanh, sigmoid and erf saturate.
+Accuracy (float32, against a float64 reference, every 97th float32 bit pattern and a dense sweep:
+benchmarks/math_accuracy.py): exp 1.2 ulp, log 0.9, log2 1.5, tanh 2.7 (1.7e-7 relative), erf 2.6
+(1.8e-7 relative), sigmoid 2.6. erf and tanh are one branch-free odd rational each on a clamped
+range. exp is branch-free where AVX-512's scalef applies 2**n; elsewhere it runs a short fast
+path when every lane is in [-86.5, 88] or below -104 (0, as for -inf) and branches to an exact
+path (denormals, overflow, NaN) otherwise. exp overflows to inf and underflows to 0 (through
+denormals), log(0) = -inf, log(x < 0) = NaN, NaN propagates; tanh, sigmoid and erf saturate.
 """
 
 from __future__ import annotations
@@ -146,6 +148,19 @@ class _Math:
             r = self.fma(r, self.fma(self.b.fneg(d), r, self.f(1.0)), r)
         return r
 
+    def divide(self, n, d):
+        """n / d for finite nonzero d, within an ulp. Where the CPU has a reciprocal estimate:
+        q = n * r, then one correction q += r * (n - d * q) with the exact residual of an FMA
+        (rcp14's 14 bits become ~28; rcpps' 12 get one Newton step on r first)."""
+        estimate = self._reciprocal_estimate(d)
+        if estimate is None:
+            return self.b.fdiv(n, d)
+        r, steps = estimate
+        for _ in range(steps - 1):
+            r = self.fma(r, self.fma(self.b.fneg(d), r, self.f(1.0)), r)
+        q = self.mul(n, r)
+        return self.fma(r, self.fma(self.b.fneg(d), q, n), q)
+
     def _reciprocal_estimate(self, d):
         """(estimate, Newton steps) from the widest x86 instruction that fits, else None."""
         for feature, width, name, steps in _RECIPROCAL_ESTIMATES:
@@ -164,6 +179,27 @@ class _Math:
             ]
             return concat(self.b, pieces), steps
         return None
+
+    def has_scalef(self) -> bool:
+        """Whether `scale_by_pow2` can be used: AVX-512 and whole 16-lane pieces."""
+        return "avx512f" in self.cpu_features and self.lanes >= 16 and self.lanes % 16 == 0
+
+    def scale_by_pow2(self, p, n):
+        """p * 2**n for integral float n by AVX-512's scalef: overflow gives inf, and a denormal
+        result is rounded once (needs `has_scalef`)."""
+        vty = ir.VectorType(F32, 16)
+        fn = intrinsic(
+            self.module,
+            "llvm.x86.avx512.mask.scalef.ps.512",
+            vty,
+            [vty, vty, vty, ir.IntType(16), I32],
+        )
+        tail = [ir.Constant(vty, None), ir.Constant(ir.IntType(16), -1), ir.Constant(I32, 4)]
+        pieces = [
+            self.b.call(fn, [lanes_of(self.b, p, k, 16), lanes_of(self.b, n, k, 16), *tail])
+            for k in range(0, self.lanes, 16)
+        ]
+        return concat(self.b, pieces)
 
     def pow2(self, n):
         """2**n as a float for integer n in [-126, 127]: the exponent field built directly."""
@@ -193,10 +229,20 @@ _EXP_POLY = (
 
 
 def _exp(m: _Math, x):
-    """exp: the fast path below where every lane is in range or underflows to 0, else the exact
-    one (a branch that typical data never takes: softmax, sigmoid and tanh arguments sit well
-    inside the range). Lanes past the underflow edge (-inf: a causal mask's softmax, half its
-    lanes) take 0 on the fast path: sent to the exact one, a masked softmax ran 5x slower."""
+    """exp. With AVX-512: one branch-free path, 2**n applied by scalef (which overflows to inf
+    and rounds denormals itself), so x only needs clamping. Elsewhere: the fast path below
+    where every lane is in range or underflows to 0, else the exact one (a branch that typical
+    data never takes: softmax, sigmoid and tanh arguments sit well inside the range). Lanes past
+    the underflow edge (-inf: a causal mask's softmax, half its lanes) take 0 on the fast path:
+    sent to the exact one, a masked softmax ran 5x slower."""
+    # NOTE: measured in L2, 1 thread, 64-lane vectors: the scalef form 1.24x the fast path with
+    # its range check on AVX-512; without scalef a branch-free form (2**n in two halves, as the
+    # exact path) ran 0.88-0.91x the branching one, so the branch stays there
+    if m.has_scalef():
+        x = m.select(m.cmp(">", x, m.f(89.0)), m.f(89.0), x)  # NaN passes the selects
+        x = m.select(m.cmp("<", x, m.f(_EXP_ZERO_BELOW)), m.f(_EXP_ZERO_BELOW), x)
+        _, n, p = _exp_reduce(m, x)
+        return m.scale_by_pow2(p, n)
     underflow = m.cmp("<", x, m.f(_EXP_ZERO_BELOW))
     fast = m.select(underflow, m.f(0.0), _exp_in_range(m, x))
     low_ok = m.b.or_(m.cmp(">=", x, m.f(_EXP_FAST_LO)), underflow)
@@ -232,9 +278,17 @@ _EXP_TAYLORISH = (1.0, 1.0) + tuple(reversed(_EXP_POLY))
 
 
 def _exp_in_range(m: _Math, x):
+    shifted, _, p = _exp_reduce(m, x)
+    # shifted's bits are magic + n; shifting left by 23 keeps n's low 9 bits in the exponent field
+    scale = m.b.shl(m.as_int(shifted), m.i(23))
+    return m.as_float(m.b.add(m.as_int(p), scale))
+
+
+def _exp_reduce(m: _Math, x):
+    """x = n ln 2 + r: (magic + n as a float, n, e**r)."""
     # NOTE: a short dependency chain matters as much as the operation count: a vectorized loop
     # of exps is limited by how many of them the out-of-order window overlaps. Estrin's scheme
-    # (depth 3) instead of Horner's (depth 7), and 2**n added to the exponent bits directly.
+    # (depth 3) instead of Horner's (depth 7).
     shifted = m.fma(x, m.f(_LOG2E), m.f(_ROUND_MAGIC))  # low bits hold round(x log2 e)
     n = m.sub(shifted, m.f(_ROUND_MAGIC))
     r = m.fma(n, m.f(-_LN2_HI), x)
@@ -245,9 +299,7 @@ def _exp_in_range(m: _Math, x):
     low = m.fma(m.fma(m.f(c[3]), r, m.f(c[2])), r2, r)
     high = m.fma(m.fma(m.f(c[7]), r, m.f(c[6])), r2, m.fma(m.f(c[5]), r, m.f(c[4])))
     p = m.add(m.fma(high, r4, low), m.f(1.0))  # the 1 added last: one rounding of the sum
-    # shifted's bits are magic + n; shifting left by 23 keeps n's low 9 bits in the exponent field
-    scale = m.b.shl(m.as_int(shifted), m.i(23))
-    return m.as_float(m.b.add(m.as_int(p), scale))
+    return shifted, n, p
 
 
 def _exp_exact(m: _Math, x):
@@ -324,27 +376,53 @@ def _log2(m: _Math, x):
 
 
 # -- tanh, sigmoid --------------------------------------------------------------------------------
-_TANH_POLY = (
-    -5.70498872745e-3,
-    2.06390887954e-2,
-    -5.37397155531e-2,
-    1.33314422036e-1,
-    -3.33332819422e-1,
-)  # Cephes tanhf for |x| < 0.625
+# tanh(x) = x / 8 + x N(x^2) / Q(x^2) on |x| <= 9.02, as erf below: tanh(x) / x = P / Q a (6, 6)
+# rational fitted here (4.7e-9 in exact arithmetic with these float32 coefficients), N = P - Q / 8
+# (the rounding errors of N / Q scaled by at most 0.88, by 0.1 near the clamp: 1.8e-7 relative in
+# all, against 2.5e-6 computed as x P / Q whole). Q stays above 1 on the range.
+_TANH_CLAMP = 9.02  # tanh(x) rounds to 1 in float32 from |x| = 9.01 on
+_TANH_Q = (
+    -2.9013756674967084e-11,
+    -2.151548450513019e-08,
+    -1.9598433027567808e-06,
+    2.3918063379824162e-04,
+    2.498018741607666e-02,
+    4.6543610095977783e-01,
+    1.0,
+)
+_TANH_N = tuple(  # P - Q / 8, P's coefficients listed highest degree first
+    p - q / 8
+    for p, q in zip(
+        (
+            -3.7099725960602903e-13,
+            -1.0300622577119611e-09,
+            -2.7924701839765476e-07,
+            2.3417621832777513e-06,
+            3.168160328641534e-03,
+            1.3210275769233704e-01,
+            1.0,
+        ),
+        _TANH_Q,
+        strict=True,
+    )
+)
+
+
+def _odd_rational(m: _Math, x, clamp: float, numerator, denominator, part: float):
+    """x * part + x * N(x^2) / Q(x^2) for x clamped to [-clamp, clamp]: one branch-free path.
+    The clamps keep NaN (a comparison with NaN is false: the select passes x through) and take
+    +-inf to +-clamp; -0 stays -0."""
+    x = m.select(m.cmp(">", x, m.f(clamp)), m.f(clamp), x)
+    x = m.select(m.cmp("<", x, m.f(-clamp)), m.f(-clamp), x)
+    t = m.mul(x, x)
+    ratio = m.divide(m.poly(t, numerator), m.poly(t, denominator))
+    return m.fma(x, ratio, m.mul(x, m.f(part)))
 
 
 def _tanh(m: _Math, x):
-    a = m.call("llvm.fabs", x)
-    z = m.mul(x, x)
-    small = m.fma(m.mul(m.poly(z, _TANH_POLY), z), x, x)
-    # |x| >= 0.625: 1 - 2 / (exp(2|x|) + 1), saturating to 1 as exp overflows
-    # (|x| capped at 9, where tanh is 1 in float32 already: exp stays finite for the reciprocal)
-    capped = m.select(m.cmp(">", a, m.f(9.0)), m.f(9.0), a)  # (NaN stays NaN)
-    large = m.sub(
-        m.f(1.0), m.mul(m.f(2.0), m.reciprocal(m.add(_exp(m, m.add(capped, capped)), m.f(1.0))))
-    )
-    # tanh is odd: the sign from x also keeps tanh(-0) == -0
-    return m.call("llvm.copysign", m.select(m.cmp("<", a, m.f(0.625)), small, large), x)
+    # NOTE: ~21 vector operations; the form before it (a polynomial below |x| = 0.625, else
+    # 1 - 2 / (exp(2|x|) + 1), both computed, exp with its range check and branch) took ~40
+    return _odd_rational(m, x, _TANH_CLAMP, _TANH_N, _TANH_Q, 0.125)
 
 
 def _sigmoid(m: _Math, x):
@@ -356,38 +434,44 @@ def _sigmoid(m: _Math, x):
 
 
 # -- erf ------------------------------------------------------------------------------------------
-# After N. Juffa's erff: |x| <= 0.921875: x + x * P(x^2); else 1 - exp(Q(|x|)), copysign.
-_ERF_SMALL = (
-    -5.96761703e-4,
-    4.99119423e-3,
-    -2.67681349e-2,
-    1.12819925e-1,
-    -3.76125336e-1,
-    1.28379166e-1,
+# erf(x) = x / 4 + x N(x^2) / Q(x^2) on |x| <= 3.925: erf(x) / x = P / Q is a (5, 5) rational
+# fitted here for minimal relative error (Lawson-weighted least squares against mpmath, the
+# coefficients then rounded to float32 one at a time, refitting the rest: 2.6e-8 in exact
+# arithmetic), and N = P - Q / 4. Taking x / 4 out (exactly) scales the rounding errors of
+# N / Q by |N / Q| / (P / Q): at most 0.78, and 0.02 near |x| = 3.9 where erf is within 1e-7
+# of 1. Computed whole, P / Q was off by up to 3.2e-7 (erf = x / 2 + ...: 2.5e-7); now 1.8e-7.
+# (A (5, 6) rational, 7.5e-9 exact, was as accurate in float32 and 1.07x slower in GELU.)
+_ERF_CLAMP = 3.925  # erf(x) rounds to 1 in float32 from |x| = 3.919 on
+_ERF_Q = (
+    3.805708183790557e-05,
+    1.1582056758925319e-03,
+    1.493773702532053e-02,
+    1.1396415531635284e-01,
+    5.017749667167664e-01,
+    1.0000041723251343,
 )
-_ERF_LARGE = (
-    -1.72853470e-5,
-    3.83197126e-4,
-    -3.88396438e-3,
-    2.42546219e-2,
-    -1.06777877e-1,
-    -6.34846687e-1,
-    -1.28717512e-1,
+_ERF_N = tuple(  # P - Q / 4, P's coefficients listed highest degree first
+    p - q / 4
+    for p, q in zip(
+        (
+            2.0497477635217365e-06,
+            2.8428997029550374e-04,
+            3.7496290169656277e-03,
+            5.269956216216087e-02,
+            1.9006489217281342e-01,
+            1.1283838748931885,
+        ),
+        _ERF_Q,
+        strict=True,
+    )
 )
 
 
 def _erf(m: _Math, x):
-    a = m.call("llvm.fabs", x)
-    s = m.mul(x, x)
-    small = m.fma(m.poly(s, _ERF_SMALL), x, x)
-    # erf(x) rounds to 1 in float32 from |x| = 3.92 on: clamped at 4, exp's argument stays in
-    # [-18, -1], inside its fast path's range, so no branch to the exact path is needed (clamped
-    # at 10 it reached -117, and every vector with a lane past |x| = 8.3 took the exact path:
-    # GELU of GEMM outputs ran ~3x slower). NaN takes the small path and stays NaN.
-    t = m.select(m.cmp(">", a, m.f(4.0)), m.f(4.0), a)
-    q = m.fma(m.poly(t, _ERF_LARGE), t, m.b.fneg(t))
-    large = m.call("llvm.copysign", m.sub(m.f(1.0), _exp_in_range(m, q)), x)
-    return m.select(m.cmp(">", a, m.f(0.921875)), large, small)
+    # NOTE: 20 vector operations (AVX-512). The two-piece form before it (a polynomial below |x| = 0.92
+    # and 1 - exp(poly) above, both computed and one selected) took ~35, and GELU's separate
+    # pass was compute-bound on it.
+    return _odd_rational(m, x, _ERF_CLAMP, _ERF_N, _ERF_Q, 0.25)
 
 
 _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {

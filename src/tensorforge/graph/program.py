@@ -19,8 +19,8 @@ import torch
 
 from tensorforge import build as tf_build
 from tensorforge.errors import TensorForgeError
+from tensorforge.graph import call_plan, tuning
 from tensorforge.graph import symbols as sym
-from tensorforge.graph import tuning
 from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.schedules import schedule_kernel
 
@@ -172,6 +172,9 @@ class CompiledGraph:
         self.timings: list[float] | None = None
         self.cache_key: str | None = None  # its kernels' entry in the graph cache (cache.py)
         self.reuse = True
+        self.lean = True  # calls through a CallPlan where the kernels allow (call_plan.py)
+        self._plans: dict[tuple, call_plan.CallPlan] = {}
+        self._binds = bool(self._shape_symbols) or any(isinstance(b, str) for b in program.inputs)
         self._constants: dict | None = None
         # a CUDA graph of the kernels: where every step is a kernel and the sizes are static
         self._graph = None
@@ -219,6 +222,10 @@ class CompiledGraph:
 
     # -- running ----------------------------------------------------------------------------
     def __call__(self, args: list) -> list:
+        if self.timings is None and self.lean:
+            plan = self._lean_plan(args)
+            if plan is not None:
+                return plan(self, args)
         args = list(args)
         bindings = self._bind(args)
         key = tuple(sorted(bindings.items()))
@@ -253,6 +260,24 @@ class CompiledGraph:
                 timings.append(time.perf_counter() - start)
         self.last_tensors = tensors if timings is not None else None
         return [self._result(v, tensors, bindings) for v in self.program.outputs]
+
+    def _lean_plan(self, args: list):
+        """The CallPlan (call_plan.py) of these arguments' sizes; None where the graph's kernels
+        are not CPU kernels (then every call takes the general path)."""
+        bindings = self._bind(args) if self._binds else {}
+        key = tuple(sorted(bindings.items())) if bindings else ()
+        plan = self._plans.get(key)
+        if plan is None:
+            if not call_plan.usable(self):
+                self.lean = False
+                return None
+            temps = self._arenas.get(key)
+            if temps is None:
+                temps = self._arenas[key] = self._plan(bindings)
+            if self._constants is None:
+                self._constants = {b: t.to(self.device) for b, t in self.program.constants.items()}
+            plan = self._plans[key] = call_plan.CallPlan(self, bindings, temps, self._constants)
+        return plan
 
     def _launch_graph(self, tensors: dict, bindings: dict) -> bool:
         """Run the kernels as one CUDA graph (built on the second call, once the kernels are

@@ -29,7 +29,7 @@ from tensorforge.ops.tensor_core import (
     mma_store,
     mma_sync,
 )
-from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
+from tensorforge.ops.wgmma import swizzled_fill, tma_fill, tma_store, wgmma_sync
 from tensorforge.target import Target, as_target
 
 WARP = 32
@@ -57,6 +57,8 @@ class TensorCoreTiles:
     sync: str = "mbarrier"  # the pipeline's: "mbarrier" (warps drift apart) or "barrier"
     cluster: int = 1  # 2: pairs of blocks down a column share B's tile (bulk copies, multicast)
     mma: str = "mma_sync"  # or "wgmma" (sm_90a): warpgroups on 128B-swizzled tiles (ops/wgmma.py)
+    fill: str = "cp_async"  # wgmma's tiles: per-thread cp.async, or "tma" (bulk tensor copies)
+    store: str = "direct"  # D: each lane's stores, or "tma" (staged in shared, bulk tensor stores)
 
     @property
     def warps(self) -> int:
@@ -80,14 +82,17 @@ class TensorCoreTiles:
         """The largest of the usual tiles that divide the problem (tensorize needs whole tiles).
         Problems of a wave of 128 x 256 blocks or more get them, k steps of 64: on sm_90 two
         warpgroups of wgmma (64 x 256 each, a k step's multiplies in flight while the next
-        starts; H100 fp16 4096^3 544 TFLOP/s, 8192^3 531), elsewhere 8 warps of 64 x 64
+        starts; tiles filled by bulk tensor copies, one thread's: H100 fp16 4096^3 623 TFLOP/s,
+        8192^3 631, vs 549 and 531 by every thread's cp.async; D staged in shared memory and
+        written by bulk tensor stores: 4096^3 681, 8192x3072x768 490 vs 355 by each lane's
+        stores), elsewhere 8 warps of 64 x 64
         mma.sync (350-413; 128 x 128: 300-320, a third more L2 traffic a flop; groups of 16
         block rows: 8192^3 413 vs 406 with 8, 372 with 4)."""
         blocks = (m // 128) * (n // 256) * (batch or 1)
         if m % 128 == 0 and n % 256 == 0 and k % 64 == 0 and blocks >= 128:
             if (arch or "").startswith("sm_90") and k >= 3 * 64:
                 stages = min(4, k // 64)
-                return TensorCoreTiles(128, 256, 64, 16, 256, stages, 16, "mbarrier_lag", mma="wgmma")  # fmt: skip
+                return TensorCoreTiles(128, 256, 64, 16, 256, stages, 16, "mbarrier_lag", mma="wgmma", fill="tma", store="tma")  # fmt: skip
             return TensorCoreTiles(128, 256, 64, 64, 64, min(4, k // 64), 16)
         block_m = _largest_divisor(m, (128, 64, 32, 16))
         block_n = _largest_divisor(n, (128, 64, 32, 16))
@@ -105,7 +110,9 @@ class TensorCoreTiles:
         if base.mma == "wgmma":  # warp tiles are fixed by the warpgroups; blocks of 128 x 256
             stages = choose(cfg, "stages", base.stages, [s for s in (3, 4) if s <= k // 64])
             group_m = choose(cfg, "group_m", base.group_m, [4, 8, 16])
-            return replace(base, stages=stages, group_m=group_m)
+            fill = choose(cfg, "fill", base.fill, ["tma", "cp_async"])
+            store = choose(cfg, "store", base.store, ["tma", "direct"])
+            return replace(base, stages=stages, group_m=group_m, fill=fill, store=store)
         block_m = choose(cfg, "block_m", base.block_m, [b for b in (64, 128, 256) if m % b == 0])
         block_n = choose(cfg, "block_n", base.block_n, [b for b in (64, 128, 256) if n % b == 0])
         block_k = choose(cfg, "block_k", base.block_k, [b for b in (16, 32, 64) if k % b == 0])
@@ -131,7 +138,8 @@ class TensorCoreTiles:
             raise ScheduleError(f"gemm_fp16: stages must be 1 to 8, got {self.stages}")
         if self.cluster not in (1, 2):
             raise ScheduleError(f"gemm_fp16: cluster must be 1 or 2, got {self.cluster}")
-        if self.cluster > 1 and (self.sync != "mbarrier" or self.stages < 2):
+        shared_sync = ("mbarrier", "mbarrier_lag") if self.fill == "tma" else ("mbarrier",)
+        if self.cluster > 1 and (self.sync not in shared_sync or self.stages < 2):
             raise ScheduleError(
                 f"gemm_fp16: cluster {self.cluster} shares B's tile through an mbarrier pipeline "
                 f"(sync='mbarrier', 2+ stages), got {self}"
@@ -146,12 +154,23 @@ class TensorCoreTiles:
         if self.mma == "wgmma" and (
             self.warp_m != 16 or self.warp_n != self.block_n or self.block_k != 64
             or self.block_m % 64 or self.block_n not in (64, 128, 192, 256)
-            or self.stages < 2 or not self.sync.startswith("mbarrier") or self.cluster != 1
+            or self.stages < 2 or not self.sync.startswith("mbarrier")
+            or (self.cluster != 1 and self.fill != "tma")
         ):  # fmt: skip
             raise ScheduleError(
                 f"gemm_fp16: wgmma takes warp tiles of 16 rows x the whole block_n (64-256), "
                 f"block_m a multiple of 64 (warpgroups of 4 warps), k steps of 64 and an "
-                f"mbarrier pipeline of 2+ stages without clusters; got {self}"
+                f"mbarrier pipeline of 2+ stages, clusters only with TMA fills; got {self}"
+            )
+        if self.fill not in ("cp_async", "tma") or (self.fill == "tma" and self.mma != "wgmma"):
+            raise ScheduleError(
+                f"gemm_fp16: fill must be 'cp_async' or 'tma' (wgmma's swizzled tiles only), "
+                f"got {self.fill!r} with mma {self.mma!r}"
+            )
+        if self.store not in ("direct", "tma") or (self.store == "tma" and self.mma != "wgmma"):
+            raise ScheduleError(
+                f"gemm_fp16: store must be 'direct' or 'tma' (after wgmma), got {self.store!r} "
+                f"with mma {self.mma!r}"
             )
         if self.sync == "mbarrier_lag" and (self.mma != "wgmma" or self.stages < 3):
             raise ScheduleError(
@@ -266,12 +285,17 @@ def schedule_gemm_fp16(
     # fragments of the next k step in flight (without it, 128x256 tiles got 164 registers and
     # every ldmatrix waited right before its mma)
     s[D].pragma(block, "launch_min_blocks", 1)
+    if tiles.fill == "tma":  # no fill splits tiles over lanes now: whole warps all the same
+        s[D].pragma(block, "block_lanes", WARP)
     if tiles.cluster > 1:  # consecutive blocks (two block rows of a group) share B's tile
         s[D].pragma(block, "cluster_dims", tiles.cluster)
     warp = s[D].fuse(wi, wj)
     s[D].bind(warp, ty)  # one warp per fragment: all 32 lanes run the intrinsics' calls
     lag = tiles.sync == "mbarrier_lag"  # wgmma keeps a step in flight: the store drains it
-    store = mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype, drain=lag)
+    if tiles.store == "tma":  # staged in the pipeline's shared tiles, then bulk tensor stores
+        store = tma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype)
+    else:
+        store = mma_store(tiles.warp_m, tiles.warp_n, out_dtype, epilogue, dtype, drain=lag)
     s[D].tensorize(ii, store)
 
     s[C].compute_at(s[D], warp)
@@ -281,7 +305,8 @@ def schedule_gemm_fp16(
     s[C].reorder(ko, ci, cj, ki)
     wgmma = tiles.mma == "wgmma"
     if wgmma:
-        mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, pending=int(lag))
+        fence = tiles.fill != "tma"  # the copy engine's writes need no proxy fence
+        mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, int(lag), fence)
     else:
         mma = mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype)
     s[C].tensorize(ci, mma)
@@ -291,6 +316,12 @@ def schedule_gemm_fp16(
         rows = s[stage].op.axis[-2]
         if not wgmma:
             s[stage].storage_align(rows, row_len, PAD)  # row stride = row_len + PAD halves
+        if tiles.fill == "tma":  # the whole tile by one thread's bulk tensor copies (B's shared)
+            n_rows = tiles.block_m if stage is AS else tiles.block_k
+            share = tiles.cluster if stage is BS else 1
+            s[stage].tensorize(rows, tma_fill(n_rows, row_len, dtype, share))
+            s[stage].double_buffer(tiles.stages, tiles.sync)
+            continue
         if stage is BS and tiles.cluster > 1:  # bulk row copies, each block half of them
             s[stage].tensorize(rows, bulk_rows(tiles.block_k, tiles.block_n, dtype, tiles.cluster))
             s[stage].double_buffer(tiles.stages, tiles.sync)

@@ -19,7 +19,7 @@ from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch
 from tensorforge.errors import AllocationError, ArgumentError, BuildError, DeviceError
-from tensorforge.runtime import cuda_driver
+from tensorforge.runtime import cuda_driver, cuda_tensor_map
 
 # NOTE: no --use_fast_math: results must match numpy; the code asks for fast intrinsics itself.
 COMPILE_OPTIONS = ("-O3", "-lineinfo")
@@ -114,9 +114,11 @@ class CUDAExecutable:
         params = source.params
         self._scalar_index = {p.name: i for i, p in enumerate(params) if p.kind == "scalar"}
         self._grid = [_grid_entry(g, self._scalar_index, source.entry) for g in self.launch.grid]
-        self._format = "".join(
+        self._format = "P" * len(source.tensor_maps) + "".join(
             "P" if p.kind == "buffer" else _STRUCT_CHARS[p.dtype] for p in params
         )
+        index = {p.name: i for i, p in enumerate(params)}
+        self._maps = [(m, index[m.param]) for m in source.tensor_maps]
         alignment = dict(source.vector_alignment)
         self._aligned = [
             (i, p.name, alignment[p.name]) for i, p in enumerate(params) if p.name in alignment
@@ -198,6 +200,9 @@ class CUDAExecutable:
         cuda = cuda_driver.driver()
         cuda_driver.activate(self.device_id)
         block = self.launch.block
+        if self._maps:  # the bulk tensor copies' descriptors (in device memory) go first
+            maps = [cuda_tensor_map.device_map(m, int(raw_args[i]), self.device_id) for m, i in self._maps]  # fmt: skip
+            raw_args = [*maps, *raw_args]
         try:
             if self._prepared:
                 self._function.prepared_call(
@@ -218,8 +223,8 @@ class CUDAExecutable:
     def _numpy_args(self, raw_args: Sequence[Any]) -> list[Any]:
         import numpy as np
 
-        out = []
-        for p, arg in zip(self.source.params, raw_args):
+        out = [np.uintp(int(m)) for m in raw_args[: len(self._maps)]]
+        for p, arg in zip(self.source.params, raw_args[len(self._maps) :]):
             out.append(np.uintp(int(arg)) if p.kind == "buffer" else np.dtype(p.dtype).type(arg))
         return out
 

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from tensorforge.codegen.base import KernelSource, Launch, Param
+from tensorforge.codegen.base import KernelSource, Launch, Param, TensorMap
 from tensorforge.errors import ArgumentError, BuildError
 
 FORMAT = "tensorforge-library"
@@ -151,6 +151,7 @@ def source_to_json(source: KernelSource) -> dict:
         "symbol": source.symbol,
         "kernels": [source_to_json(k) for k in source.kernels],
         "intermediates": [dataclasses.asdict(p) for p in source.intermediates],
+        "tensor_maps": [dataclasses.asdict(m) for m in source.tensor_maps],
     }
 
 
@@ -177,6 +178,7 @@ def source_from_json(data: dict, text: str) -> KernelSource:
             symbol=str(data.get("symbol", "")),
             kernels=tuple(source_from_json(k, text) for k in data.get("kernels", ())),
             intermediates=_params_from_json(data.get("intermediates", ())),
+            tensor_maps=tuple(TensorMap(**m) for m in data.get("tensor_maps", ())),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ArgumentError(f"load_module: a function's metadata is incomplete ({err!r})") from None

@@ -298,6 +298,7 @@ class Stage:
             "async_copy",  # CUDA: fill a double-buffered shared tile with cp.async (sm_80+)
             "launch_min_blocks",  # CUDA: __launch_bounds__(threads, value) on the kernel
             "cluster_dims",  # CUDA sm_90: blocks run in clusters of `value` along x
+            "block_lanes",  # CUDA: threadIdx.x extent `value` where no loop binds it (warps)
         )
         if name not in known:
             raise ScheduleError(

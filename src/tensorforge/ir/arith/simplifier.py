@@ -13,7 +13,14 @@ from collections.abc import Mapping
 
 from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
 from tensorforge.ir.arith.interval import Analyzer, Interval, _decide_compare
-from tensorforge.ir.arith.linear import LinearForm, fits, is_index_dtype, same_expr, to_expr
+from tensorforge.ir.arith.linear import (
+    LinearForm,
+    fits,
+    is_index_dtype,
+    same_expr,
+    term_key,
+    to_expr,
+)
 from tensorforge.ir.expr import Broadcast, BufferLoad
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import (
@@ -234,15 +241,57 @@ def _rebuilt(node: Expr, form: LinearForm, s: ExprSimplifier) -> Expr | None:
 
 
 def _merge_div_mod(form: LinearForm, s: ExprSimplifier) -> LinearForm:
-    """`k*c*(x // c) + k*(x % c)` -> `k*x`: the pair a split of a fused index leaves."""
-    for key, (term, k) in list(form.terms.items()):
-        if not (isinstance(term, FloorMod) and isinstance(term.b, Const) and term.b.value > 0):
-            continue
-        div_key = ("FloorDiv",) + key[1:]
-        div = form.terms.get(div_key)
-        if key in form.terms and div is not None and div[1] == k * term.b.value:
-            form = form.without(key).without(div_key).add(s.form(term.a), k)
+    """Fold the digits of a fused index back, for constants a, b > 0 and any integer x (floor
+    division and modulo make each an identity, negative x included), k a common coefficient:
+
+    k*a*(x // a) + k*(x % a)              -> k*x
+    k*a*(x // a % b) + k*(x % a)          -> k*(x % (a*b))
+    k*b*(x // (a*b)) + k*(x // a % b)     -> k*(x // a)
+
+    (x // a) * a + x % a is the pair a split of a fused index leaves; the other two are the
+    digits of a 4-d (n, c, h, w) flat index taken from one fused loop variable, folded one
+    digit at a time until the index is the variable again."""
+    changed = True
+    while changed:
+        changed = False
+        for key, (term, k) in list(form.terms.items()):
+            if key not in form.terms or not _is_const_op(term, FloorMod):
+                continue
+            merged = _merge_digit(form, key, term, k, s)
+            if merged is not None:
+                form, changed = merged, True
     return form
+
+
+def _is_const_op(term: Expr, kind: type) -> bool:
+    """`term` is `kind(x, c)` with a positive constant c."""
+    return isinstance(term, kind) and isinstance(term.b, Const) and term.b.value > 0
+
+
+def _merge_digit(form: LinearForm, key, term: FloorMod, k: int, s: ExprSimplifier):
+    """`form` with the digit `k * term` (term = y % b) merged with its neighbour, or None."""
+    y, b, dtype = term.a, term.b.value, term.dtype
+    div_key = ("FloorDiv",) + key[1:]  # y // b, next to y % b
+    div = form.terms.get(div_key)
+    if div is not None and div[1] == k * b:
+        return form.without(key).without(div_key).add(s.form(y), k)
+    if not _is_const_op(y, FloorDiv):
+        return None
+    x, a = y.a, y.b.value
+    if k % a == 0 and fits(LinearForm(const=a * b), dtype):  # k*(x // a % b) + (k/a)*(x % a)
+        low = FloorMod(x, Const(a, dtype))
+        low_key = term_key(low)
+        found = form.terms.get(low_key)
+        if found is not None and found[1] * a == k:
+            folded = _floormod_form(s.form(x), a * b, dtype, s)
+            return form.without(key).without(low_key).add(folded, found[1])
+    if fits(LinearForm(const=a * b), dtype):  # k*(x // a % b) + k*b*(x // (a*b))
+        high = FloorDiv(x, Const(a * b, dtype))
+        high_key = term_key(high)
+        found = form.terms.get(high_key)
+        if found is not None and found[1] == k * b:
+            return form.without(key).without(high_key).add(s.form(y), k)
+    return None
 
 
 def _split_multiples(form: LinearForm, c: int) -> tuple[LinearForm, LinearForm]:
