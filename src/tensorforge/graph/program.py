@@ -19,7 +19,7 @@ import torch
 
 from tensorforge import build as tf_build
 from tensorforge.errors import TensorForgeError
-from tensorforge.graph import call_plan, tuning
+from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
 from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.schedules import schedule_kernel
@@ -212,13 +212,25 @@ class CompiledGraph:
                     a = min(fits, key=lambda k: arenas[k].numel())
                     free.remove(a)
                 else:
-                    arenas.append(torch.empty(nbytes, dtype=torch.uint8, device=self.device))
+                    arenas.append(self._arena(nbytes))
                     a = len(arenas) - 1
                 views[buf] = (a, arenas[a][:nbytes].view(dtype).view(shape))
             for buf in _reads_of(step):
                 if self._last_use.get(buf) == t and buf in views:
                     free.append(views[buf][0])
         return {buf: view for buf, (_, view) in views.items()}
+
+    def _arena(self, nbytes: int) -> torch.Tensor:
+        if self.device.type == "cpu":
+            return huge_pages.empty_bytes(nbytes)
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    def _device_constants(self) -> dict:
+        """The constants on the kernels' device; on the CPU in one arena of huge pages (the
+        matmuls stream their weights with fewer TLB misses: huge_pages.py)."""
+        if self.device.type == "cpu":
+            return huge_pages.packed(self.program.constants)
+        return {b: t.to(self.device) for b, t in self.program.constants.items()}
 
     # -- running ----------------------------------------------------------------------------
     def __call__(self, args: list) -> list:
@@ -234,7 +246,7 @@ class CompiledGraph:
             temps = self._arenas[key] = self._plan(bindings)
         tensors = dict(temps)
         if self._constants is None:  # on the kernels' device, once
-            self._constants = {b: t.to(self.device) for b, t in self.program.constants.items()}
+            self._constants = self._device_constants()
         tensors.update(self._constants)
         for k, buf in enumerate(self.program.inputs):
             if buf is not None and not isinstance(buf, str):
@@ -275,7 +287,7 @@ class CompiledGraph:
             if temps is None:
                 temps = self._arenas[key] = self._plan(bindings)
             if self._constants is None:
-                self._constants = {b: t.to(self.device) for b, t in self.program.constants.items()}
+                self._constants = self._device_constants()
             plan = self._plans[key] = call_plan.CallPlan(self, bindings, temps, self._constants)
         return plan
 
