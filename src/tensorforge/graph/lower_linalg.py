@@ -64,7 +64,10 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         b_at = lambda kk, j: packed.at((j // nr, kk, j % nr))  # noqa: E731
         reads = a.reads | packed.reads
     else:
-        b = ctx.buffer(b)
+        # a right matrix whose rows lie contiguous in memory (attention's V, a view of the qkv
+        # projection) is read in place: its vector loads along j stay contiguous; a transposed
+        # one (K^T) is copied, else each vector would be a gather
+        b = ctx.view_of_memory(b) if _rows_contiguous(node.args[1]) else ctx.buffer(b)
         b_at = lambda kk, j, *bi: b.at((*bi, kk, j))  # noqa: E731
         reads = a.reads | b.reads
     shape = ctx.shape_of(node)
@@ -78,6 +81,42 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     anchor = Anchor("matmul", C, frozenset(reads), (node.name,), info)
     del lead, n, m
     return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)
+
+
+# ops a lazy value passes through without a copy of its own (clone: the copy bmm's
+# decomposition asks for, which the graph layer folds into the index expression)
+_VIEWS = {
+    aten.clone.default,
+    aten.expand.default,
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.transpose.int,
+    aten.permute.default,
+    aten.slice.Tensor,
+    aten.select.int,
+    aten.unsqueeze.default,
+    aten.squeeze.dim,
+}
+
+
+def _rows_contiguous(arg) -> bool:
+    """Whether the fx value `arg` and every view it is taken of (back through clones) have unit
+    stride along their last axis, as eager torch lays them out: its rows lie contiguous where
+    they are read."""
+    while isinstance(arg, torch.fx.Node):
+        val = arg.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.ndim == 0:
+            return False
+        try:
+            if int(val.stride()[-1]) != 1 and int(val.shape[-1]) != 1:
+                return False
+        except (TypeError, ValueError):  # a symbolic stride
+            return False
+        if arg.target not in _VIEWS or not arg.args:
+            return True
+        arg = arg.args[0]
+    return False
 
 
 @lowers(aten.mm.default)

@@ -284,6 +284,8 @@ def arange(ctx, node, *args, **kwargs):
 
     def at(idx):
         (i,) = idx
+        if isinstance(i, int):  # an axis of size 1 indexes with a plain 0 (a sequence of 1)
+            return te.const(i * step + start, dtype)
         value = (
             i * step + start
             if dtype.startswith("int")
