@@ -330,3 +330,15 @@ def test_kernels_of_the_same_structure_are_built_once():
     first, second = kernels[1], kernels[3]
     assert first.executable is second.executable and first.plan != second.plan
     assert kernels[5].executable is not first.executable
+
+
+@pytest.mark.parametrize("b, n, d, m", [(3, 7, 17, 33), (1, 1, 1, 5), (2, 16, 16, 32)])
+def test_a_transposed_right_matrix_is_copied_in_tiles(b, n, d, m):
+    # attention's q @ k^T: k^T is copied first, by the transpose's tiled schedule (tails too)
+    from tensorforge.graph.program import BuiltKernel
+    from tensorforge.graph.schedules import TRANSPOSE_SOURCE
+
+    q, k = rand(b, n, d, seed=b + n), rand(b, m, d, seed=d + m)
+    compiled = check(lambda q, k: q @ k.transpose(-2, -1), q, k)
+    sources = [s.source for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert sources.count(TRANSPOSE_SOURCE) == (1 if d > 1 else 0), sources  # d = 1: in place

@@ -42,6 +42,8 @@ def _hand_scheduled(spec, target) -> bool:
     kind = spec.anchor.kind if spec.anchor is not None else None
     if kind in HAND_SCHEDULED:
         return True
+    if kind is None:
+        return _transposed_axes(spec.out) is not None
     if kind != "softmax":
         return False
     m = getattr(spec.out.shape[-1], "value", None)
@@ -75,6 +77,9 @@ def schedule_kernel(spec, target, simple: bool = False, s=None, schedule: str = 
     if target.kind == "cuda":
         return s, schedules_cuda.schedule_cuda(s, out, anchor)
     if kind is None:
+        if _transposed_axes(out) is not None:
+            _transpose(s, out)
+            return s, TRANSPOSE_SOURCE
         _elementwise(s, out, target)
     elif kind == "matmul":
         _matmul(s, out, anchor, target)
@@ -116,6 +121,34 @@ def _worth_threads(tensor) -> bool:
     return size is None or size >= PARALLEL_MIN_ELEMENTS
 
 
+TRANSPOSE_TILE = 16  # a tile of a transposing copy: 16 x 16 elements, a cache line each way
+TRANSPOSE_SOURCE = "transpose: 16 x 16 tiles"
+
+
+def _transposed_axes(out) -> tuple[int, int] | None:
+    """(a, b): for a copy whose one read runs along output axis `a` (the second-last) in its
+    input's last axis, and not along the output's last axis `b`: a transpose, such as
+    attention's K^T. None for anything else."""
+    from tensorforge.te.expr import Cast, TensorRead, Var
+    from tensorforge.te.tensor import PlaceholderOp
+    from tensorforge.te.visit import walk
+
+    body = out.op.body[0] if out.op.body else None
+    while isinstance(body, Cast):
+        body = body.value
+    axes = out.op.axis
+    if len(axes) < 2 or not isinstance(body, TensorRead):
+        return None
+    if not isinstance(body.tensor.op, PlaceholderOp):
+        return None
+    if not all(isinstance(getattr(e, "value", None), int) for e in out.shape[-2:]):
+        return None
+    used = {n for n in walk(body.indices[-1]) if isinstance(n, Var)}
+    if axes[-1].var in used or axes[-2].var not in used:
+        return None
+    return len(axes) - 2, len(axes) - 1
+
+
 def _elementwise(s, out, target) -> None:
     axes = s[out].op.axis
     if not axes:
@@ -127,6 +160,21 @@ def _elementwise(s, out, target) -> None:
     s[out].vectorize(vector)
     if _worth_threads(out):
         s[out].parallel(chunk)
+
+
+def _transpose(s, out) -> None:
+    """A transposing copy in 16 x 16 tiles: the inner loop (unrolled) takes one element from
+    each of 16 input lines into one output line; the 16 lines are read whole over the tile's
+    16 steps along the output's second-last axis (GPT-2 block's K^T, 12 x 64 x 128, 1 thread,
+    in cache: 14 us; 32 us with vectors along the output, which gather, or the loops swapped)."""
+    *outer, a, b = s[out].op.axis
+    bo, bi = s[out].split(b, factor=TRANSPOSE_TILE)
+    ao, ai = s[out].split(a, factor=TRANSPOSE_TILE)
+    s[out].reorder(*outer, ao, bo, ai, bi)
+    s[out].unroll(bi)
+    tasks = s[out].fuse(*outer, ao) if outer else ao
+    if _worth_threads(out):
+        s[out].parallel(tasks)
 
 
 def _matmul(s, out, anchor, target) -> None:
