@@ -342,3 +342,21 @@ def test_a_transposed_right_matrix_is_copied_in_tiles(b, n, d, m):
     compiled = check(lambda q, k: q @ k.transpose(-2, -1), q, k)
     sources = [s.source for s in compiled.steps if isinstance(s, BuiltKernel)]
     assert sources.count(TRANSPOSE_SOURCE) == (1 if d > 1 else 0), sources  # d = 1: in place
+
+
+@pytest.mark.parametrize("n, k, m, fetched", [(40, 64, 165, True), (1, 64, 165, False)])
+def test_row_tiles_of_a_weight_panel_prefetch_the_next(n, k, m, fetched, monkeypatch):
+    # several row tiles of a packed panel (and more than 4 panels): the next panel is
+    # prefetched; one row tile (a matrix-vector product) streams the panels once and leaves it
+    # to the hardware
+    from tensorforge.graph.program import BuiltKernel
+
+    x, w = rand(n, k, seed=n), rand(k, m, seed=k)
+    compiled = check(lambda x, w: torch.relu(x @ w), x, w, constants=(1,))
+    (kernel,) = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert ("llvm.prefetch" in kernel.module.get_source()) == fetched
+    monkeypatch.setenv("TENSORFORGE_PANEL_PREFETCH", "0")
+    monkeypatch.setenv("TENSORFORGE_CACHE", "0")
+    compiled = check(lambda x, w: torch.relu(x @ w), x, w, constants=(1,))
+    (kernel,) = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert "llvm.prefetch" not in kernel.module.get_source()
