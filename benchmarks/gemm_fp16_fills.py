@@ -13,25 +13,10 @@ import sys
 from dataclasses import replace
 
 import numpy as np
+from gpu import torch_time  # benchmarks/gpu.py: CUDA-event medians of a torch call
 
 import tensorforge as tf
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles, schedule_gemm_fp16
-
-
-def torch_time(fn, repeat=30) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return float(np.median(times))
 
 
 def main() -> None:
@@ -62,8 +47,8 @@ def main() -> None:
         ref = torch.matmul(ta.float(), tb.float())
         ref_gelu = F.gelu(ref + tc.float())
         flops = 2.0 * m * n * k
-        cublas = torch_time(lambda x=ta, y=tb: torch.matmul(x, y))
-        cublas_gelu = torch_time(lambda x=ta, y=tb, c=tc: F.gelu(torch.addmm(c, x, y)))
+        cublas = torch_time(lambda x=ta, y=tb: torch.matmul(x, y), repeat=30)
+        cublas_gelu = torch_time(lambda x=ta, y=tb, c=tc: F.gelu(torch.addmm(c, x, y)), repeat=30)
         base = TensorCoreTiles.for_shape(m, n, k, arch="sm_90")
         variants = [("default", base)]
         if base.mma == "wgmma":

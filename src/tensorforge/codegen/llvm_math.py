@@ -144,9 +144,7 @@ class _Math:
         if estimate is None:
             return self.b.fdiv(self.f(1.0), d)
         r, steps = estimate
-        for _ in range(steps):
-            r = self.fma(r, self.fma(self.b.fneg(d), r, self.f(1.0)), r)
-        return r
+        return self._newton(r, d, steps)
 
     def divide(self, n, d):
         """n / d for finite nonzero d, within an ulp. Where the CPU has a reciprocal estimate:
@@ -156,10 +154,15 @@ class _Math:
         if estimate is None:
             return self.b.fdiv(n, d)
         r, steps = estimate
-        for _ in range(steps - 1):
-            r = self.fma(r, self.fma(self.b.fneg(d), r, self.f(1.0)), r)
+        r = self._newton(r, d, steps - 1)
         q = self.mul(n, r)
         return self.fma(r, self.fma(self.b.fneg(d), q, n), q)
+
+    def _newton(self, r, d, steps: int):
+        """`steps` Newton steps r += r * (1 - d * r) on an estimate r of 1 / d."""
+        for _ in range(steps):
+            r = self.fma(r, self.fma(self.b.fneg(d), r, self.f(1.0)), r)
+        return r
 
     def _reciprocal_estimate(self, d):
         """(estimate, Newton steps) from the widest x86 instruction that fits, else None."""
@@ -394,21 +397,26 @@ _TANH_Q = (
     4.6543610095977783e-01,
     1.0,
 )
-_TANH_N = tuple(  # P - Q / 8, P's coefficients listed highest degree first
-    p - q / 8
-    for p, q in zip(
-        (
-            -3.7099725960602903e-13,
-            -1.0300622577119611e-09,
-            -2.7924701839765476e-07,
-            2.3417621832777513e-06,
-            3.168160328641534e-03,
-            1.3210275769233704e-01,
-            1.0,
-        ),
-        _TANH_Q,
-        strict=True,
-    )
+
+
+def _less_part(numerator: tuple, denominator: tuple, part: float) -> tuple:
+    """N = P - Q * part, coefficient by coefficient (highest degree first): x P / Q computed as
+    x * part + x N / Q (see erf below)."""
+    return tuple(p - q * part for p, q in zip(numerator, denominator, strict=True))
+
+
+_TANH_N = _less_part(
+    (
+        -3.7099725960602903e-13,
+        -1.0300622577119611e-09,
+        -2.7924701839765476e-07,
+        2.3417621832777513e-06,
+        3.168160328641534e-03,
+        1.3210275769233704e-01,
+        1.0,
+    ),
+    _TANH_Q,
+    1 / 8,
 )
 
 
@@ -454,20 +462,17 @@ _ERF_Q = (
     5.017749667167664e-01,
     1.0000041723251343,
 )
-_ERF_N = tuple(  # P - Q / 4, P's coefficients listed highest degree first
-    p - q / 4
-    for p, q in zip(
-        (
-            2.0497477635217365e-06,
-            2.8428997029550374e-04,
-            3.7496290169656277e-03,
-            5.269956216216087e-02,
-            1.9006489217281342e-01,
-            1.1283838748931885,
-        ),
-        _ERF_Q,
-        strict=True,
-    )
+_ERF_N = _less_part(
+    (
+        2.0497477635217365e-06,
+        2.8428997029550374e-04,
+        3.7496290169656277e-03,
+        5.269956216216087e-02,
+        1.9006489217281342e-01,
+        1.1283838748931885,
+    ),
+    _ERF_Q,
+    1 / 4,
 )
 
 

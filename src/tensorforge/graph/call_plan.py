@@ -74,11 +74,7 @@ class _Segment:
             return
         for step, own in zip(self.steps, self.indices):
             step.executable._function(*[slots[k] for k in own])
-            alloc_error = step.executable._alloc_error
-            if alloc_error is not None and alloc_error.buffer:
-                from tensorforge.runtime.native_call import raise_alloc_error
-
-                raise_alloc_error(alloc_error, step.executable.source.entry)
+            step.executable.check_allocation()
 
 
 def _sequence(kernels: list, indices: list):

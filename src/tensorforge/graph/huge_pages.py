@@ -19,9 +19,8 @@ import os
 import torch
 
 HUGE_PAGE = 2 << 20
-MIN_BYTES = (
-    1 << 20
-)  # smaller than this, torch's allocator serves: a huge page would be mostly empty
+# smaller than this, torch's allocator serves: a huge page would be mostly empty
+MIN_BYTES = 1 << 20
 ALIGN = 64  # each tensor packed into an arena starts on a cache line
 
 

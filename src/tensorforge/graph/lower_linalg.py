@@ -60,7 +60,7 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
             # 8 independent FMA chains in flight (two would wait on each other's latency)
             nr = ctx.target.vector_lanes(dtype) * 8 // n
         packed = ctx.add_constant(pack_panels(constant, nr), f"{node.name}_packed")
-        info = {"mr": mr, "nr": nr}
+        info = {"mr": mr, "nr": nr, "panels": packed.source.name}  # the schedule prefetches it
         b_at = lambda kk, j: packed.at((j // nr, kk, j % nr))  # noqa: E731
         reads = a.reads | packed.reads
     else:

@@ -240,14 +240,8 @@ class CompiledGraph:
                 return plan(self, args)
         args = list(args)
         bindings = self._bind(args)
-        key = tuple(sorted(bindings.items()))
-        temps = self._arenas.get(key)
-        if temps is None:
-            temps = self._arenas[key] = self._plan(bindings)
-        tensors = dict(temps)
-        if self._constants is None:  # on the kernels' device, once
-            self._constants = self._device_constants()
-        tensors.update(self._constants)
+        temps, constants = self._memory(tuple(sorted(bindings.items())), bindings)
+        tensors = {**temps, **constants}
         for k, buf in enumerate(self.program.inputs):
             if buf is not None and not isinstance(buf, str):
                 tensors[buf] = args[k].contiguous()
@@ -283,13 +277,19 @@ class CompiledGraph:
             if not call_plan.usable(self):
                 self.lean = False
                 return None
-            temps = self._arenas.get(key)
-            if temps is None:
-                temps = self._arenas[key] = self._plan(bindings)
-            if self._constants is None:
-                self._constants = self._device_constants()
-            plan = self._plans[key] = call_plan.CallPlan(self, bindings, temps, self._constants)
+            temps, constants = self._memory(key, bindings)
+            plan = self._plans[key] = call_plan.CallPlan(self, bindings, temps, constants)
         return plan
+
+    def _memory(self, key: tuple, bindings: dict) -> tuple[dict, dict]:
+        """(intermediates, constants): the arenas of this set of sizes, made on its first call,
+        and the constants on the kernels' device, placed once."""
+        temps = self._arenas.get(key)
+        if temps is None:
+            temps = self._arenas[key] = self._plan(bindings)
+        if self._constants is None:
+            self._constants = self._device_constants()
+        return temps, self._constants
 
     def _launch_graph(self, tensors: dict, bindings: dict) -> bool:
         """Run the kernels as one CUDA graph (built on the second call, once the kernels are

@@ -218,7 +218,8 @@ def _matmul(s, out, anchor, target) -> None:
     s[C].unroll(ki)
     s[C].unroll(ci)
     s[C].vectorize(cj)
-    packed = _packed_panels(C) if not rows_outer else None
+    panels = anchor.info.get("panels")
+    packed = _read_of(C, panels) if panels is not None and not rows_outer else None
     k = anchor.info.get("k")
     if packed is not None and _prefetch_next_panel(anchor.info, packed):
         # the next column panel: [panels, k, nr] is contiguous, so the k rows one panel
@@ -243,16 +244,15 @@ def _prefetch_next_panel(info, packed) -> bool:
     return 4 * (2 * k * nr + n * k) <= PANEL_PREFETCH_BYTES
 
 
-def _packed_panels(C):
-    """The packed weight panels ([panels, k, nr], a placeholder) the matmul stage C reads."""
+def _read_of(C, name: str):
+    """The tensor named `name` that stage C reads (the matmul's packed weight panels,
+    [panels, k, nr], whose buffer the lowering names in its anchor's info); None if C does not."""
     from tensorforge.te.expr import TensorRead
-    from tensorforge.te.tensor import PlaceholderOp
     from tensorforge.te.visit import walk
 
     for node in walk(C.op.body[0]):
-        if isinstance(node, TensorRead) and isinstance(node.tensor.op, PlaceholderOp):
-            if len(node.tensor.shape) == 3 and "_packed" in node.tensor.op.name:
-                return node.tensor
+        if isinstance(node, TensorRead) and node.tensor.op.name == name:
+            return node.tensor
     return None
 
 

@@ -98,6 +98,10 @@ class NativeKernel:
         if self._threads is not None:
             self._threads.value = num_threads()
         self._function(*raw_args)
+        self.check_allocation()
+
+    def check_allocation(self) -> None:
+        """AllocationError if the last run's heap allocation failed (the slot is then cleared)."""
         if self._alloc_error is not None and self._alloc_error.buffer:
             raise_alloc_error(self._alloc_error, self.source.entry)
 

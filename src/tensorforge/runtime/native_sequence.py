@@ -115,8 +115,5 @@ class NativeSequence:
         self._errors = [k for k in self.kernels if k._alloc_error is not None]
 
     def raise_alloc_errors(self) -> None:
-        from tensorforge.runtime.native_call import raise_alloc_error
-
         for kernel in self._errors:
-            if kernel._alloc_error.buffer:
-                raise_alloc_error(kernel._alloc_error, kernel.source.entry)
+            kernel.check_allocation()

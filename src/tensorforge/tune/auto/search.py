@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from tensorforge.tune.auto.decisions import Decisions, mutate_tile
-from tensorforge.tune.auto.screening import build_report
+from tensorforge.tune.auto.screening import build_report, lower_candidate
 from tensorforge.tune.auto.task import ScheduleTrace, SearchTask
 from tensorforge.tune.measure import MeasureResult
 
@@ -352,11 +352,8 @@ class EvolutionarySearch:
             return None
 
     def lower(self, trace: ScheduleTrace) -> Any:
-        import tensorforge as tf
-
-        s, tensors = self.task.instantiate(trace)
-        with self.task.target_obj:
-            return tf.lower(s, tensors, name="main")
+        """The lowered IR of `trace`, as its build (and a screening process) lowers it."""
+        return lower_candidate(self.task, trace)
 
 
 def seconds(result: MeasureResult) -> float:
