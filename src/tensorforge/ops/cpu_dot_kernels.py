@@ -339,9 +339,14 @@ def tag(target: Target | None = None) -> str:
 def compile_options(target: Target | None = None) -> tuple[str, ...]:
     """Compiler flags for the micro-kernels: the target's CPU, each path's feature switched on
     or off as the target has it (whatever the CPU implies), and the symbols' tag."""
+    from tensorforge.runtime.shared_lib import march_options
+
+    target = target or Target("llvm")
     have = features_of(target)
     switches = tuple(f"-m{'' if f in have else 'no-'}{f}" for f in FEATURES)
-    return ("-O3", f"-march={march(target)}", *switches, f"-DTF_TAG={tag(target)}")
+    cpu = march(target)
+    arch = ["-march=native"] if cpu == "native" else march_options(cpu, target.cpu_features)
+    return ("-O3", *arch, *switches, f"-DTF_TAG={tag(target)}")
 
 
 @functools.cache

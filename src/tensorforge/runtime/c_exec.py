@@ -23,19 +23,18 @@ from tensorforge.runtime.native_call import (
     argtypes,
     make_gomp_fork_safe,
 )
-from tensorforge.runtime.shared_lib import dlopen_image, run_c_compiler
+from tensorforge.runtime.shared_lib import (
+    GCC_FEATURES,
+    dlopen_image,
+    march_options,
+    run_c_compiler,
+)
 from tensorforge.target import Target, as_target, host_cpu
 
 if TYPE_CHECKING:
     from tensorforge.runtime.module import Function
 
 COMPILE_TIMEOUT_S = 300
-# LLVM feature names GCC and Clang take as -m<name> / -mno-<name> (the ones that shape vector code)
-_GCC_FEATURES = frozenset(
-    "sse sse2 sse3 ssse3 sse4.1 sse4.2 sse4a avx avx2 fma fma4 f16c xop bmi bmi2 popcnt lzcnt "
-    "avx512f avx512vl avx512bw avx512dq avx512cd avx512vnni avx512bf16 avx512fp16 avx512ifma "
-    "avx512vbmi avx512vbmi2 avx512bitalg avx512vpopcntdq avxvnni".split()
-)
 
 
 def compiler_flags(target: Target, openmp: bool) -> list[str]:
@@ -51,9 +50,9 @@ def compiler_flags(target: Target, openmp: bool) -> list[str]:
     if target.mcpu == name and target.features == features:
         flags.append("-march=native")
     else:
-        flags.append(f"-march={target.mcpu}")
+        flags += march_options(target.mcpu, target.cpu_features)
         for feature in target.features.split(","):
-            if feature[1:] in _GCC_FEATURES:
+            if feature[1:] in GCC_FEATURES:
                 flags.append(f"-m{feature[1:]}" if feature[0] == "+" else f"-mno-{feature[1:]}")
     return flags + (["-fopenmp"] if openmp else [])
 

@@ -10,6 +10,7 @@ then the calling metadata of each function (params, symbol, thread-count global,
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import secrets
 import shlex
@@ -46,6 +47,55 @@ def c_compiler() -> list[str] | None:
         if found:
             return [found]
     return None
+
+
+# LLVM feature names GCC and Clang take as -m<name> / -mno-<name> (the ones that shape vector code)
+GCC_FEATURES = frozenset(
+    "sse sse2 sse3 ssse3 sse4.1 sse4.2 sse4a avx avx2 fma fma4 f16c xop bmi bmi2 popcnt lzcnt "
+    "avx512f avx512vl avx512bw avx512dq avx512cd avx512vnni avx512bf16 avx512fp16 avx512ifma "
+    "avx512vbmi avx512vbmi2 avx512bitalg avx512vpopcntdq avxvnni".split()
+)
+# the x86-64 micro-architecture levels, newest first, and the features each needs beyond the last
+_X86_LEVELS = (
+    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+    ("x86-64-v3", {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"}),
+    ("x86-64-v2", {"cx16", "popcnt", "sse3", "sse4.1", "sse4.2", "ssse3"}),
+)
+
+
+@functools.cache
+def compiler_knows_cpu(cpu: str) -> bool:
+    """Does the system C compiler take -march=`cpu`? (LLVM names CPUs an older GCC does not
+    know: GCC 12 has no znver4 or znver5.)"""
+    compiler = c_compiler()
+    if compiler is None:
+        return False
+    try:
+        result = subprocess.run(
+            [*compiler, f"-march={cpu}", "-x", "c", "-E", "-o", os.devnull, "-"],
+            input="",
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def march_options(cpu: str, features: frozenset[str]) -> list[str]:
+    """The C compiler's -march for LLVM CPU `cpu` having `features` (LLVM names): -march=`cpu`
+    where the compiler knows it; else the newest x86-64 level the features reach and an -m
+    switch for each feature beyond it, so the code still uses every vector instruction."""
+    if compiler_knows_cpu(cpu):
+        return [f"-march={cpu}"]
+    level = "x86-64"
+    for index, (name, _) in enumerate(_X86_LEVELS):
+        needs = set().union(*(needed for _, needed in _X86_LEVELS[index:]))
+        if needs <= features:
+            level = name
+            break
+    return [f"-march={level}", *sorted(f"-m{f}" for f in features & GCC_FEATURES)]
 
 
 def uses_gomp(ir_text: str) -> bool:
