@@ -34,6 +34,7 @@ KEPT_WHOLE = (
     aten.layer_norm,
     aten._softmax,
     aten.softmax,
+    aten._safe_softmax,
     aten._log_softmax,
     aten.log_softmax,
     aten.gelu,
