@@ -303,22 +303,37 @@ class Lowerer:
 
     def _derived_constant(self, node):
         """The node's value computed by torch from the graph's constants (weights, get_attr)
-        and literals, or None where it reads an input, a size or anything random."""
-        if node in self._derived:
-            return self._derived[node]
-        value = None
+        and literals, or None where it reads an input, a size or anything random (or torch
+        fails on it). Its inputs first, walked with a stack (graphs are deep)."""
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            if top in self._derived:
+                stack.pop()
+                continue
+            if top.op == "call_function" and self._deterministic(top):
+                pending = [n for n in top.all_input_nodes if n not in self._derived]
+                if pending:
+                    stack.extend(pending)
+                    continue
+            stack.pop()
+            self._derived[top] = self._evaluate(top)
+        return self._derived[node]
+
+    def _evaluate(self, node):
         if node.op == "get_attr":
-            value = getattr(self.gm, node.target)
-        elif node.op == "call_function" and self._deterministic(node):
-            inputs = node.all_input_nodes
-            known = [self._derived_constant(n) for n in inputs]
-            if all(v is not None for v in known):
-                table = dict(zip(inputs, known))
-                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), table.__getitem__)
-                with torch.no_grad():
-                    value = node.target(*args, **kwargs)
-        self._derived[node] = value
-        return value
+            return getattr(self.gm, node.target)
+        if node.op != "call_function" or not self._deterministic(node):
+            return None
+        table = {n: self._derived[n] for n in node.all_input_nodes}
+        if any(v is None for v in table.values()):
+            return None
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), table.__getitem__)
+        try:
+            with torch.no_grad():
+                return node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - then it runs eagerly, as it would have
+            return None
 
     @staticmethod
     def _deterministic(node) -> bool:
