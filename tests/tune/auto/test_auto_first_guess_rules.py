@@ -1,6 +1,7 @@
-"""The first guess's rules for fused epilogues and row streams: an identity padding inlined, a
-fused epilogue at an odd register-tile width, rows streamed a cache line a step with the inputs
-of an inlined residual add fetched a row ahead. Each against NumPy on odd shapes (primes, 1s)."""
+"""The first guess's rules for fused epilogues and row streams: a padding of 0 read in place
+under rows of one register tile (copied under wider ones), a fused epilogue at an odd register
+tile width, rows streamed from memory a cache line a step. Each
+against NumPy on odd shapes (primes, 1s)."""
 
 import numpy as np
 import pytest
@@ -44,6 +45,22 @@ def test_first_guess_inlines_a_padding_of_zero(args):
     assert padded.decisions["inline:1.padded"] is False
 
 
+@pytest.mark.parametrize("target", ["llvm -mcpu=skylake-avx512", "llvm -mcpu=znver3"])
+def test_a_padding_of_zero_is_copied_for_rows_of_several_tiles(target):
+    """Rows wider than a register tile (4 vectors): the copy streams the data into cache for
+    the tiles' strided reads, so it stays (56 columns at AVX2's 8 lanes; read in place at
+    AVX-512's 16)."""
+    lanes = tf.Target(target).vector_lanes("float32")
+    task = SearchTask(conv2d, (1, 3, 2, 56, 5, 1, 0), target)
+    assert first_guess(task).decisions["inline:1.padded"] is (56 <= 4 * lanes)
+    wide = SearchTask(conv2d, (1, 3, 2, 4 * lanes + 3, 5, 1, 0), target)
+    trace = first_guess(wide)
+    assert trace.decisions["inline:1.padded"] is False
+    with tf.Target(target):
+        s, tensors = wide.instantiate(trace)
+    check(wide, s, tensors, lambda d, w: ref_conv2d(d, w, pad=0))
+
+
 def _odd_width(target: str) -> int:
     """A row of 3 vectors and a few lanes (53 floats of 16 lanes): one register tile, its
     width not a power of two."""
@@ -81,10 +98,11 @@ def test_lane_math_is_math_along_the_row():
 @pytest.mark.parametrize(
     "name, args", [("layer_norm", (5, 263)), ("add_layer_norm", (3, 521)), ("layer_norm", (1, 8))]
 )
-def test_rows_streamed_a_line_a_step_with_their_inputs_fetched_ahead(name, args):
+def test_rows_streamed_a_line_a_step_with_one_input_fetched_ahead(name, args):
     """Layer norm's normalization reads rows from memory with little arithmetic a lane: a
     cache line a step (ops' layer norm), the next row fetched ahead; after a residual add
-    inlined into it, both of the add's inputs are fetched (short rows: neither)."""
+    inlined into it, 4 vectors a step and nothing fetched (two streams: prefetching them cost
+    more than it brought); short rows (under 8 lines): nothing fetched."""
     func, _, reference = CASES[name]
     task = SearchTask(func, args, "llvm")
     trace = first_guess(task)
@@ -93,9 +111,11 @@ def test_rows_streamed_a_line_a_step_with_their_inputs_fetched_ahead(name, args)
     s, tensors = task.instantiate(trace)
     ir = str(tf.lower(s, tensors))
     fetched = {t for t in ("x", "a", "residual") if f"prefetch({t}[" in ir}
-    if args[1] >= 8 * line:
-        assert trace.decisions[key] == [[line]]
-        assert fetched == ({"a", "residual"} if name == "add_layer_norm" else {"x"})
+    lanes = task.target_obj.vector_lanes("float32")
+    if name == "add_layer_norm":
+        assert trace.decisions[key] == [[4 * lanes]] and not fetched
+    elif args[1] >= 8 * line:
+        assert trace.decisions[key] == [[line]] and fetched == {"x"}
     else:
         assert not fetched
     check(task, s, tensors, reference, seed=5)
