@@ -289,7 +289,7 @@ def test_ramp_as_value_and_broadcast_of_var():
     np.testing.assert_array_equal(b, np.arange(64) + 100)
 
 
-@pytest.mark.parametrize("width", [56, 24, 40])
+@pytest.mark.parametrize("width", [56, 24, 40, 58, 14])
 def test_odd_width_register_tile_epilogue_stays_in_vector_registers(width):
     """A register tile row of a width that is not a power of two (56 floats: 32 + 16 + 8),
     accumulated in a loop and then scaled, shifted and clamped (a fused BN + ReLU): right
@@ -324,6 +324,9 @@ def test_odd_width_register_tile_epilogue_stays_in_vector_registers(width):
     mod(tf.nd.array(a), tf.nd.array(b), tf.nd.array(sc), tf.nd.array(sh), out)
     want = np.maximum((a @ b) * sc[:, None] + sh[:, None], 0.0)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
-    asm = mod.get_source("asm")
-    assert "vinsertps" not in asm
-    assert f"<{width} x float> @llvm.maximum" not in mod.get_source("ll")
+    # in pieces over several registers, no lane assembled alone; whole within one register
+    # (14 of 16 lanes: one FMA a row, not 8 + 4 + 2 lanes in 3)
+    whole = f"<{width} x float> @llvm.maximum" in mod.get_source("ll")
+    assert whole == (width < 16)
+    if not whole:
+        assert "vinsertps" not in mod.get_source("asm")

@@ -88,6 +88,23 @@ def power_of_two_pieces(lanes: int) -> list[tuple[int, int]]:
     return pieces
 
 
+def register_pieces(lanes: int, native: int) -> list[tuple[int, int]]:
+    """(first lane, lane count) pieces of `lanes` for arithmetic on registers of `native`
+    lanes: the whole registers in power-of-two pieces, the rest (under a register) as one
+    piece: 56 of 16 -> 32 + 16 + 8, 58 -> 32 + 16 + 10."""
+    whole = lanes - lanes % native
+    pieces = power_of_two_pieces(whole) if whole else []
+    if lanes > whole:
+        pieces.append((whole, lanes - whole))
+    return pieces
+
+
+def _element_bits(ty: ir.Type) -> int:
+    if isinstance(ty, ir.IntType):
+        return ty.width
+    return {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}.get(type(ty), 32)
+
+
 class ExprEmitter(CallEmitter, ExternEmitter):
     """Emits expressions at the builder's position. Subclasses add statements.
 
@@ -176,21 +193,29 @@ class ExprEmitter(CallEmitter, ExternEmitter):
 
     # -- arithmetic -------------------------------------------------------------------------------
     def lanewise(self, emit: Callable[..., ir.Value], *values: ir.Value) -> ir.Value:
-        """`emit(*values)`; where the vectors' lane count is not a power of two (a register
-        tile row of 56 floats), `emit` on each power-of-two piece of them, the results joined.
+        """`emit(*values)`; where the vectors' lane count is not a power of two and spans
+        several registers (a register tile row of 56 floats), `emit` on register pieces of
+        them (`register_pieces`: 32 + 16 + 8), the results joined.
 
         NOTE: LLVM widens a <56 x float> to <64 x float>. Such a value live from one basic block
         into another (a register tile's accumulators, read after the reduction loop by a fused
         epilogue: conv + BN + ReLU at 56 columns) was rebuilt lane by lane, ~100 inserts a
-        tile row, where its power-of-two pieces cross as registers: the epilogue cost 0.12 ms
-        more than a copy-out, twice the separate BN + ReLU pass. Operands that are not vectors
-        of that count (a scalar condition) go to every piece whole.
+        tile row, where its pieces cross as registers: the epilogue cost 0.12 ms more than a
+        copy-out, twice the separate BN + ReLU pass. Under one register (14 floats of 16
+        lanes) the value is kept whole: one widened register, where power-of-two pieces
+        (8 + 4 + 2) tripled a 14-column tile's FMAs. Operands that are not vectors of that
+        count (a scalar condition) go to every piece whole.
         """
-        count = next((v.type.count for v in values if isinstance(v.type, ir.VectorType)), 1)
+        vectors = [v.type for v in values if isinstance(v.type, ir.VectorType)]
+        count = vectors[0].count if vectors else 1
         if count & (count - 1) == 0:
             return emit(*values)
+        bits = max(_element_bits(t.element) for t in vectors)
+        native = max(1, self.register_bits() // bits)
+        if count <= native:
+            return emit(*values)
         parts = []
-        for start, lanes in power_of_two_pieces(count):
+        for start, lanes in register_pieces(count, native):
             args = [
                 lanes_of(self.builder, v, start, lanes)
                 if isinstance(v.type, ir.VectorType) and v.type.count == count
@@ -199,6 +224,11 @@ class ExprEmitter(CallEmitter, ExternEmitter):
             ]
             parts.append(emit(*args))
         return concat(self.builder, parts)
+
+    def register_bits(self) -> int:
+        """The target's vector register width (AVX-512, AVX, else 128-bit registers)."""
+        features = self.cpu_features
+        return 512 if "avx512f" in features else 256 if "avx" in features else 128
 
     def _arith(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         if dt.is_float(dtype):
