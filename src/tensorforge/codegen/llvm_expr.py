@@ -88,17 +88,6 @@ def power_of_two_pieces(lanes: int) -> list[tuple[int, int]]:
     return pieces
 
 
-def register_pieces(lanes: int, native: int) -> list[tuple[int, int]]:
-    """(first lane, lane count) pieces of `lanes` for arithmetic on registers of `native`
-    lanes: the whole registers in power-of-two pieces, the rest (under a register) as one
-    piece: 56 of 16 -> 32 + 16 + 8, 58 -> 32 + 16 + 10."""
-    whole = lanes - lanes % native
-    pieces = power_of_two_pieces(whole) if whole else []
-    if lanes > whole:
-        pieces.append((whole, lanes - whole))
-    return pieces
-
-
 def _element_bits(ty: ir.Type) -> int:
     if isinstance(ty, ir.IntType):
         return ty.width
@@ -194,8 +183,8 @@ class ExprEmitter(CallEmitter, ExternEmitter):
     # -- arithmetic -------------------------------------------------------------------------------
     def lanewise(self, emit: Callable[..., ir.Value], *values: ir.Value) -> ir.Value:
         """`emit(*values)`; where the vectors' lane count is not a power of two and spans
-        several registers (a register tile row of 56 floats), `emit` on register pieces of
-        them (`register_pieces`: 32 + 16 + 8), the results joined.
+        several registers (a register tile row of 56 floats), `emit` on power-of-two pieces
+        of them (32 + 16 + 8), the results joined.
 
         NOTE: LLVM widens a <56 x float> to <64 x float>. Such a value live from one basic block
         into another (a register tile's accumulators, read after the reduction loop by a fused
@@ -203,8 +192,10 @@ class ExprEmitter(CallEmitter, ExternEmitter):
         tile row, where its pieces cross as registers: the epilogue cost 0.12 ms more than a
         copy-out, twice the separate BN + ReLU pass. Under one register (14 floats of 16
         lanes) the value is kept whole: one widened register, where power-of-two pieces
-        (8 + 4 + 2) tripled a 14-column tile's FMAs. Operands that are not vectors of that
-        count (a scalar condition) go to every piece whole.
+        (8 + 4 + 2) tripled a 14-column tile's FMAs. (A remainder under a register kept as
+        one piece, 58 -> 32 + 16 + 10, made conv 3x3 64 -> 64 at 56² 1.15 -> 1.50 ms: its
+        58-column padding rows.) Operands that are not vectors of that count (a scalar
+        condition) go to every piece whole.
         """
         vectors = [v.type for v in values if isinstance(v.type, ir.VectorType)]
         count = vectors[0].count if vectors else 1
@@ -215,7 +206,7 @@ class ExprEmitter(CallEmitter, ExternEmitter):
         if count <= native:
             return emit(*values)
         parts = []
-        for start, lanes in register_pieces(count, native):
+        for start, lanes in power_of_two_pieces(count):
             args = [
                 lanes_of(self.builder, v, start, lanes)
                 if isinstance(v.type, ir.VectorType) and v.type.count == count
