@@ -441,3 +441,14 @@ def test_an_operator_without_a_lowering_on_constants_is_computed_at_compile_time
     assert [reason for _, _, reason in compiled.program.fallbacks] == [
         "no lowering for this operator"
     ]  # flip reads the input: eager each call
+
+
+def test_prims_convert_element_type_is_a_cast():
+    # what decompositions leave in graphs of symbolic sizes (arange positions in float)
+    x = rand(3, 5, seed=54) * 4
+
+    def fn(x):
+        convert = torch.ops.prims.convert_element_type.default
+        return convert(x, torch.int32), convert(x, torch.float64) * 2
+
+    check(fn, x)

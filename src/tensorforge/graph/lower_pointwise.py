@@ -217,7 +217,7 @@ def _mixed(ctx, fn, ops, dtypes):
     return ctx.pointwise(fn, wrapped, compute=NATIVE)
 
 
-@lowers(aten._to_copy.default, aten.to.dtype)
+@lowers(aten._to_copy.default, aten.to.dtype, torch.ops.prims.convert_element_type.default)
 def to_copy(ctx, node, x, *args, **kwargs):
     val = node.meta["val"]
     x = ctx.lazy(x)
