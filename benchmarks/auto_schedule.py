@@ -453,6 +453,8 @@ SEARCH_QUALITY_MODES = {  # name -> tune() options
     "guided_ir": {"model": True, "first_guess": True, "lower_shortlist": True},
     "cold_ir15": {"model": True, "first_guess": False, "shortlist": 1.5},
     "cold_ir_small": {"model": True, "first_guess": False, "population": 48, "generations": 3},
+    "cold_ir64": {"model": True, "first_guess": False, "lower_shortlist": 64},
+    "cold_local": {"model": True, "first_guess": False, "local": 0.25},
 }
 
 
