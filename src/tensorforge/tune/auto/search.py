@@ -65,7 +65,7 @@ class EvolutionarySearch:
       the IR model, when lowering (`lower_shortlist`);
     - `first_guess`: the analytic first guess (and mutants of it) in the first batch;
     - `lower_shortlist`: lower the shortlist to rank it by the IR model: True always, False
-      never, a number for the first that many trials, None (default) see the module notes;
+      (default) never, a number for the first that many trials (see the module notes);
     - `lower_in_workers`: where the shortlist is lowered: True (default), each candidate in
       its own measurement process, which then builds it from that IR if it is chosen (the
       search's process only ranks; a candidate that crashes while lowering ends alone);
@@ -88,7 +88,7 @@ class EvolutionarySearch:
         local: float = 0.0,
         shortlist: float = 2,
         first_guess: bool = True,
-        lower_shortlist: bool | int | None = None,
+        lower_shortlist: bool | int = False,
         lower_in_workers: bool = True,
         prior_samples: int = 16,
     ):
@@ -102,7 +102,7 @@ class EvolutionarySearch:
         self.local = local
         self.shortlist = shortlist
         self.first_guess = first_guess
-        self.lower_shortlist = (not first_guess) if lower_shortlist is None else lower_shortlist
+        self.lower_shortlist = lower_shortlist
         self.lower_in_workers = lower_in_workers
         self.prior_samples = prior_samples
         self.prior = Prior(task) if model else None
