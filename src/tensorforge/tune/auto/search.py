@@ -13,23 +13,27 @@ Each batch:
    equals one already measured or shortlisted, rank the rest by the IR model (`lower_shortlist`);
 4. measure the top of that ranking, plus `epsilon` of the batch drawn at random (and, with
    `local` > 0, that share of it unranked mutants of the 4 fastest measured).
-Step 3 is the search's main cost besides building and measuring (lowering in Python: ~0.02-0.1 s
-a candidate at GEMM 256³), and it pays only from a cold start: GEMM 256³, 3 seeds, 500 trials
-against 1000 random ones: without the first guess, 90% of random's best in 27, 22, 76 trials
-with it and in -, 85, 167 without; from the first guess both reach it at once, and without
-step 3 the search ended faster (0.164, 0.146, 0.147 ms vs 0.166, 0.160, 0.157). So
-`lower_shortlist=None` (the default) lowers only when the search starts without the first
-guess; True always, N for the first N trials, False never. The shortlist is lowered in the
-candidates' own measurement processes (screening.py; `lower_in_workers=False`: here), and the
-chosen ones compile from that IR: the parent only ranks. GEMM 256³ without the first guess, 500
-trials, 3 seeds, load 5-7: 86-90% of the wall time building and measuring (68-76% counting the
-lowering of candidates then not measured as the search's own), against 70-71% lowering here
-(64 trials, the same seed and load, in turns: 73% strict with the workers); 90% of random's
-best in 57, 54, 54 trials against random's 166, 358, 55 (seed 2 misses: random was lucky there,
-at p ~ 1% a trial of reaching that target).
-Before there is anything to learn from, batches are mutants of the first guess and random
-points. `model=False` keeps every batch random: the baseline the guided search is compared
-with.
+Before there is anything to learn from, a batch is the best of many random samples by the
+analytic prior (prior.py: the register tile against the vector registers, no lowering), best
+first, plus `epsilon` random, and from the first guess half of it mutants of the guess; after,
+the models take the prior as one more feature. That is the start Ansor and MetaSchedule give
+their search (random samples, ranked by a model: theirs pre-trained, here the target's model).
+Step 3 (lowering in Python: ~0.02-0.1 s a candidate at GEMM 256³) paid for a cold start
+without the prior: GEMM 256³, 3 seeds, 500 trials against 1000 random ones, without the first
+guess: 90% of random's best in 27, 22, 76 trials with it and in -, 85, 167 without. It is off
+by default (`lower_shortlist=False`; True always, N for the first N trials): with the prior the
+cold start needs it no more, and it cost a fifth of the wall time in candidates lowered and
+then not measured (this Zen 5, GEMM 256³ without the first guess, 192 trials, seeds 0-2, load
+4-8: 87-91% of the wall time building and measuring without it, 73-79% with it, counting the
+lowering of candidates not measured as the search's own). With it, the shortlist is lowered in
+the candidates' own measurement processes (screening.py; `lower_in_workers=False`: here), and
+the chosen ones compile from that IR: the parent only ranks.
+GEMM 256³, 500 trials against 1000 random ones, 3 seeds (benchmarks/auto_schedule.py
+--search-quality 1000; this Zen 5, 1 thread, kernels in thread CPU time, load 5-9): 90% of
+random's best in 1, 2, 1 trials from the first guess and 2, 6, 10 without it (before the
+prior: 20, 23, 17) against random's 23, 102, 209; 88-91% of the wall time building and
+measuring in both modes (before: 80-83% from the guess, 68-79% strict without it).
+`model=False` keeps every batch random: the baseline the guided search is compared with.
 """
 
 from __future__ import annotations
