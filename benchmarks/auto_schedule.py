@@ -5,17 +5,25 @@ schedules), NumPy where it has the operator, the analytic first guess (trials=0)
 schedule tuned so far (from a resumable log per case), all timed in this one process, as ratios.
 
 Fused rows and their sizes. Fusing an element-wise consumer into its anchor (GEMM, conv) saves
-the consumer's separate pass: a write and a read of the anchor's output. So the gain over the
-unfused pair is at most (anchor + pass) / (anchor + what the pass computes), and the sizes decide
-it. At GEMM 1024³ (the issue's size) the anchor is ~97% of the pair's time: a ceiling of ~1.03x,
-so that row shows that fusion costs nothing, not 1.2x. The rows labelled after it are shapes of
-real models where the pass is a larger share: a transformer MLP's up-projection (/mlp: BERT-base,
-128 tokens, 768 -> 3072), an MLP layer on few input features (/smallk: 4096 rows, k = 64, as in
-NeRF-style MLPs), a ResNet bottleneck's 1x1 expansion (/1x1: 64 -> 256 channels at 56²) and a
-3x3 at 14² x 256. GELU costs ~0.29 ns an element in registers on one core (AVX-512; erf one
-branch-free rational, benchmarks/math_throughput.py; 0.43 with the two-piece erf before), about
-what its separate pass costs from memory at 4096 x 1024, and fusion removes only the memory
-traffic, so GEMM + bias + GELU stays near 1.1x at these shapes (faster GELU speeds up both); BN + ReLU is nearly all memory traffic, so a cheap anchor (1x1 conv) gains most.
+the consumer's separate pass: a write and a read of the anchor's output, not its arithmetic. So
+the gain over the unfused pair is at most (anchor + pass) / anchor, and (anchor + pass) / (anchor
++ the pass's arithmetic) where that arithmetic is not free: columns 'ceiling' and 'w/ math', from
+the pair's parts timed alone ('math': the pass on rows that stay in cache); a MISS* row has a
+ceiling under its target, which only a faster anchor (or faster math) could pass. Measured on Zen
+5 ('znver5', AVX-512, 1 thread, load ~6, session 9): at GEMM 1024³ (the issue's size) and conv 64
+-> 64 3x3 at 56² the anchor is 98% of the pair (ceilings 1.02x), so those rows show that fusion
+costs nothing, not 1.2x; any ratio past that is the anchor's own. The rows labelled after them
+are shapes of real models where the pass is a larger share: a transformer MLP's up-projection
+(/mlp: BERT-base, 128 tokens, 768 -> 3072), an MLP layer on few input features (/smallk: 4096
+rows, k = 64, as in NeRF-style MLPs), a ResNet bottleneck's 1x1 expansion (/1x1: 64 -> 256
+channels at 56²) and a 3x3 at 14² x 256. GELU's arithmetic (erf one branch-free rational,
+benchmarks/math_throughput.py) costs ~0.17 ns an element on this core, as much as its whole
+separate pass from memory (0.18 of 0.19 ms at 4096 x 256): that pass is compute-bound, and
+fusing it saves ~nothing (/smallk: ceiling 1.35x, w/ math 1.01x; first guess 0.96-0.99x, within
+noise of it); faster GELU would speed up both. BN + ReLU is mostly memory traffic, so a cheap
+anchor gains most: /1x1 ceiling 1.13x (w/ math 1.07x), first guess 1.08-1.10x. Add + layer norm
+passes 1.2x by fusion (1.42x; the add is half its pair: ceiling 1.98x); conv + BN + ReLU at 14²
+by its anchor (ops' conv2d is weak there); the other fused rows cannot reach it by fusion here.
 The anchors' own rows at those shapes (gemm/mlp, conv2d/1x1, ...) show how much of a fused
 row's ratio is the anchor's (ops' conv2d is weak at 14² x 256: a 1-vector register tile).
 `--target 'llvm -mcpu=znver3'` compiles every schedule (hand and auto) for another CPU and runs
@@ -138,6 +146,63 @@ def _elementwise(shape, fcompute, n_inputs, name):
     return schedule_elementwise(out, parallel=False), [*ins, out]
 
 
+def pass_kernel(case: str, shape: tuple) -> tuple:
+    """The element-wise pass of a fused case's unfused pair at `shape` (its output's), as a
+    plain loop: (schedule, tensors)."""
+    case = case.split("/")[0]
+    if case == "gemm_bias_gelu":
+        bias = te.placeholder((shape[-1],), name="bias")
+        c = te.placeholder(shape, name="C")
+        d = te.compute(shape, lambda i, j: _gelu(c[i, j] + bias[j]), name="D")
+        return plain_elementwise(d), [c, bias, d]
+    if case == "conv_bn_relu":
+        x = te.placeholder(shape, name="conv")
+        scale = te.placeholder((shape[1],), name="scale")
+        shift = te.placeholder((shape[1],), name="shift")
+        y = _bn_relu(x, scale, shift)
+        return plain_elementwise(y), [x, scale, shift, y]
+    if case == "add_layer_norm":
+        a, r = te.placeholder(shape, name="a"), te.placeholder(shape, name="residual")
+        out = te.compute(shape, lambda i, j: a[i, j] + r[i, j], name="add")
+        return plain_elementwise(out), [a, r, out]
+    raise KeyError(case)
+
+
+def output_shape(case: str, args: tuple) -> tuple:
+    """The shape of a fused case's output (the element-wise pass's)."""
+    base = case.split("/")[0]
+    if base == "gemm_bias_gelu":
+        return (args[0], args[2])
+    if base == "conv_bn_relu":
+        b, c, h, w, f, kernel, pad = (*args, 3, 1)[:7]
+        return (b, f, h + 2 * pad - kernel + 1, w + 2 * pad - kernel + 1)
+    return tuple(args)
+
+
+def _shrunk(shape: tuple, elements: int) -> tuple:
+    """`shape` with its outer axes cut to about `elements` elements (the inner ones whole)."""
+    for d in range(len(shape)):
+        inner = math.prod(shape[d + 1 :])
+        if inner <= elements:
+            return (1,) * d + (max(1, elements // inner),) + tuple(shape[d + 1 :])
+    return shape
+
+
+def pass_math_seconds(case: str, args: tuple, number: int, rounds: int, clock: str) -> float:
+    """What the element-wise pass costs in arithmetic alone, from memory traffic aside: its
+    plain loop on rows that stay in cache (16 K and 32 K elements: 64 + 64 KiB and twice that,
+    in L2), the time per element of the difference (the call's fixed cost cancels) times the
+    output's elements. Fusion saves the pass's memory traffic, not this."""
+    shape = output_shape(case, args)
+    small, large = _shrunk(shape, 16384), _shrunk(shape, 32768)
+    if math.prod(large) <= math.prod(small):
+        return 0.0
+    kernels = {n: compile_kernels([pass_kernel(case, s)]) for n, s in (("s", small), ("l", large))}
+    t = time_interleaved(kernels, number * 20, rounds, clock)
+    per_element = max(0.0, (t["l"] - t["s"]) / (math.prod(large) - math.prod(small)))
+    return per_element * math.prod(shape)
+
+
 def hand(case: str, args: tuple) -> list[tuple]:
     """The ops schedules for `case`: a list of (schedule, tensors) run in sequence."""
     case = case.split("/")[0]  # "gemm_bias_gelu/mlp": the workload, at other sizes
@@ -218,9 +283,9 @@ def numpy_reference(case: str, arrays: list[np.ndarray]):
 
 # name -> (workload, full-size args, small args). A fused case's gain over the unfused pair is
 # at most (anchor + element-wise pass) / anchor: the pass it saves is a read and a write of the
-# output. At GEMM 1024³ and conv 64 -> 64 3x3 the anchor is ~95% of the pair's time (a ceiling
-# of ~1.05x); the rows after each label shapes of real models where the element-wise pass is a
-# larger share: a transformer MLP's up-projection (BERT-base: 128 tokens, 768 -> 3072), a small
+# output. At GEMM 1024³ and conv 64 -> 64 3x3 the anchor is ~98% of the pair's time (a ceiling
+# of ~1.02x on Zen 5); the rows after each label shapes of real models where the element-wise
+# pass is a larger share: a transformer MLP's up-projection (BERT-base: 128 tokens, 768 -> 3072), a small
 # reduction (an MLP on 64 input features, 4096 rows: NeRF-style), a ResNet bottleneck's 1x1
 # expansion convolution (64 -> 256 channels at 56x56) and its 3x3 at 14x14 (256 channels).
 CASES = {
@@ -368,11 +433,19 @@ def run_cases(opts) -> None:
         trials = len(tuning.task_records(task, log))
         row["trials"] = trials
         variants = {name: compile_kernels(k) for name, k in hand_variants(case, args).items()}
+        if "hand_plain" in variants:  # a fused case: its anchor and its passes, timed alone too
+            e = 1 if not case.startswith("add_layer_norm") else 0
+            variants["anchor"] = [variants["hand"][1 - e]]
+            variants["pass_ops"] = [variants["hand"][e]]
+            variants["pass_plain"] = [variants["hand_plain"][e]]
         variants["first_guess"] = compile_kernels([task.instantiate(guess)])
         if trials:
             variants["tuned"] = compile_kernels([task.apply_best(log)])
         row.update(time_interleaved(variants, opts.number, opts.repeat, opts.clock))
         row["hand"] = min(row["hand"], row.pop("hand_plain", math.inf))
+        if "anchor" in row:
+            row["pass"] = min(row.pop("pass_ops"), row.pop("pass_plain"))
+            row["pass_math"] = pass_math_seconds(case, args, opts.number, opts.repeat, opts.clock)
         # the first guess is a candidate too: the tuned result is never slower than it
         row["tuned"] = min(row.get("tuned", math.inf), row["first_guess"])
         tensors = task.fresh()[1]
@@ -410,28 +483,52 @@ TARGETS = {  # hand/tuned wanted (issue 16); fused cases: against the best unfus
 }
 
 
+def ceilings(r: dict) -> tuple[float, float] | None:
+    """A fused row's best possible ratio over its unfused pair, from its parts timed alone:
+    (anchor + pass) / anchor (fusion removes the whole pass) and (anchor + pass) / (anchor +
+    the pass's arithmetic, timed in cache: what fusion cannot remove). The row's ratio passes
+    them only where its anchor beats the hand's."""
+    if "anchor" not in r:
+        return None
+    pair = r["anchor"] + r["pass"]
+    return pair / r["anchor"], pair / (r["anchor"] + r["pass_math"])
+
+
 def print_table(rows: list[dict], clock: str = "cpu", target: str = "llvm") -> None:
     print(
         f"\n{'case':<22}{'trials':>7}{'hand ms':>10}{'guess ms':>10}{'tuned ms':>10}"
         f"{'hand/tuned':>11}{'hand/guess':>11}{'guess/tuned':>12}{'numpy/tuned':>12}{'guess s':>8}"
-        f"{'target':>12}"
+        f"{'target':>13}{'anchor ms':>10}{'pass ms':>9}{'math ms':>9}{'ceiling':>8}{'w/ math':>8}"
     )
     for r in rows:
         tuned = r["tuned"] or r["first_guess"]
         want = TARGETS.get(r["case"].split("/")[0])
+        caps = ceilings(r)
         verdict = "" if want is None else ("hit" if r["hand"] / tuned >= want else "MISS")
+        if verdict == "MISS" and caps and caps[1] < want:
+            verdict = "MISS*"  # the fusion ceiling is under the target
+        parts = ""
+        if caps:
+            parts = (
+                f"{r['anchor'] * 1e3:>10.3f}{r['pass'] * 1e3:>9.3f}{r['pass_math'] * 1e3:>9.3f}"
+                f"{caps[0]:>8.2f}{caps[1]:>8.2f}"
+            )
         print(
             f"{r['case']:<22}{r['trials']:>7}{r['hand'] * 1e3:>10.3f}{r['first_guess'] * 1e3:>10.3f}"
             f"{tuned * 1e3:>10.3f}{_ratio(r['hand'], tuned):>11}{_ratio(r['hand'], r['first_guess']):>11}"
             f"{_ratio(tuned, r['first_guess']):>12}{_ratio(r['numpy'], tuned):>12}{r['guess_seconds']:>8.2f}"
-            f"{f'>={want} {verdict}' if want else '':>12}"
+            f"{f'>={want} {verdict}' if want else '':>13}{parts}"
         )
     load = os.getloadavg()
     print(
         "(ratios > 1: the auto schedule is faster; guess/tuned: the first guess's share of the tuned"
-        " speed; fused cases: 'hand' is the best unfused pair of ops schedules, and where the"
-        " anchor (GEMM, conv) is ~95% of the pair's time, 1.2x needs an anchor 1.2x faster than"
-        f" the hand's; {'thread CPU' if clock == 'cpu' else 'wall-clock'} time, 1 thread;"
+        " speed; fused cases: 'hand' is the best unfused pair of ops schedules: its anchor and"
+        " its element-wise pass, each also timed alone ('math': the pass's arithmetic alone, in"
+        " cache); 'ceiling' = (anchor + pass) / anchor, what fusion could give with an anchor"
+        " as fast as the hand's, 'w/ math' = (anchor + pass) / (anchor + math), the arithmetic"
+        " being still done in the fused kernel; MISS*: a ceiling is under the target, which"
+        " only a faster anchor (or faster math) can reach;"
+        f" {'thread CPU' if clock == 'cpu' else 'wall-clock'} time, 1 thread;"
         f" target {target!r};"
         f" load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})"
     )

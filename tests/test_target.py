@@ -106,3 +106,14 @@ def test_build_without_target_uses_the_target_in_scope():
         mod = tf.build(s, [A, B])
     assert mod.type_key == "cuda" and "sm_80" in str(mod.target)
     assert tf.build(s, [A, B]).type_key == "llvm"  # no target in scope: the host CPU
+
+
+def test_cache_sizes_of_named_cpus_and_this_host():
+    assert tf.Target("llvm -mcpu=znver5").cache_bytes == (48 * 1024, 1024 * 1024)
+    assert tf.Target("llvm -mcpu=znver3").cache_bytes == (32 * 1024, 512 * 1024)
+    # an unnamed CPU: the smallest of its vector width's
+    assert tf.Target("llvm -mcpu=x86-64-v4").cache_bytes == (32 * 1024, 1024 * 1024)
+    l1, l2 = tf.Target("llvm").cache_bytes
+    assert 16 * 1024 <= l1 <= 256 * 1024 and l1 < l2
+    with pytest.raises(tf.TargetError, match="CPU target"):
+        _ = tf.Target("cuda -arch=sm_90").cache_bytes

@@ -83,6 +83,44 @@ _VECTOR_FEATURES = {
 }
 
 
+# per-core L1 data cache and L2 of named CPUs, in KiB (this host's are read from the OS)
+_CACHE_KIB = {
+    **dict.fromkeys(("haswell", "broadwell", "skylake"), (32, 256)),
+    **dict.fromkeys(("skylake-avx512", "cascadelake", "cooperlake"), (32, 1024)),
+    **dict.fromkeys(("icelake-client", "rocketlake"), (48, 512)),
+    **dict.fromkeys(("icelake-server", "tigerlake", "alderlake", "raptorlake"), (48, 1280)),
+    **dict.fromkeys(("sapphirerapids", "emeraldrapids", "graniterapids"), (48, 2048)),
+    **dict.fromkeys(("znver1", "znver2", "znver3"), (32, 512)),
+    "znver4": (32, 1024),
+    "znver5": (48, 1024),
+}
+
+
+@functools.cache
+def host_cache_bytes() -> tuple[int, int] | None:
+    """(L1 data, L2) bytes of one core of this machine, from Linux's sysfs; None elsewhere."""
+    import glob
+    import os
+
+    sizes: dict[str, int] = {}
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(os.path.join(index, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(index, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(index, "size")) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1:], 1)
+        if text.rstrip("KM").isdigit() and kind in ("Data", "Unified"):
+            sizes[level] = int(text.rstrip("KM")) * scale
+    if "1" not in sizes or "2" not in sizes:
+        return None
+    return sizes["1"], sizes["2"]
+
+
 def enabled_features(features: str) -> frozenset[str]:
     """The features an LLVM feature string turns on: "+avx2,-avx512f,+fma" -> {avx2, fma}."""
     return frozenset(f[1:] for f in features.split(",") if f.startswith("+"))
@@ -239,6 +277,20 @@ class Target:
     def cpu_features(self) -> frozenset[str]:
         """The CPU features the code may use, by LLVM's names ("avx512f"); empty for GPUs."""
         return enabled_features(self.features)
+
+    @property
+    def cache_bytes(self) -> tuple[int, int]:
+        """(L1 data, L2) bytes of one core: this host's as the OS reports them, a named CPU's
+        from a table, else the smallest of its vector width's CPUs (32 KiB; L2 1 MiB with
+        AVX-512, 512 KiB below). Schedules size their blocks by them."""
+        if self.is_gpu:
+            raise TargetError(f"Target {self}: cache sizes are facts of a CPU target")
+        if (self.mcpu, self.features) == host_cpu():
+            measured = host_cache_bytes()
+            if measured:
+                return measured
+        l1, l2 = _CACHE_KIB.get(self.mcpu, (32, 1024 if self.vector_bits >= 512 else 512))
+        return l1 * 1024, l2 * 1024
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         from tensorforge.te.dtype import bits_of

@@ -287,3 +287,46 @@ def test_ramp_as_value_and_broadcast_of_var():
     b = aligned(np.zeros(64, np.int32))
     run(PrimFunc("iota", (B, s), loop(i, 8, store(B, ramp(i * c(8), 8), value))), b, 100)
     np.testing.assert_array_equal(b, np.arange(64) + 100)
+
+
+@pytest.mark.parametrize("width", [56, 24, 40, 58, 14])
+def test_odd_width_register_tile_epilogue_stays_in_vector_registers(width):
+    """A register tile row of a width that is not a power of two (56 floats: 32 + 16 + 8),
+    accumulated in a loop and then scaled, shifted and clamped (a fused BN + ReLU): right
+    against NumPy, and its arithmetic done in power-of-two pieces. As whole <56 x float>
+    values, the accumulators read after the reduction loop were rebuilt lane by lane (one
+    vinsertps per lane: the epilogue cost twice a separate pass)."""
+    import tensorforge as tf
+    from tensorforge import te
+
+    n, k = 8, 16
+    A = te.placeholder((n, k), name="A")
+    B = te.placeholder((k, width), name="B")
+    scale = te.placeholder((n,), name="scale")
+    shift = te.placeholder((n,), name="shift")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((n, width), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    D = te.compute((n, width), lambda i, j: te.max(C[i, j] * scale[i] + shift[i], 0.0), name="D")
+    s = te.create_schedule(D.op)
+    rows, row = s[D].split(D.op.axis[0], factor=4)
+    s[D].vectorize(D.op.axis[1])
+    s[C].compute_at(s[D], rows)
+    ci, cj = s[C].op.axis
+    s[C].reorder(s[C].op.reduce_axis[0], ci, cj)
+    s[C].unroll(ci)
+    s[C].vectorize(cj)
+    target = tf.Target("llvm -mattr=+avx512f,+avx2,+fma,+avx")
+    mod = tf.build(s, [A, B, scale, shift, D], target=target)
+    rng = np.random.default_rng(width)
+    a, b = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, width), np.float32)
+    sc, sh = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+    out = tf.nd.array(np.zeros((n, width), np.float32))
+    mod(tf.nd.array(a), tf.nd.array(b), tf.nd.array(sc), tf.nd.array(sh), out)
+    want = np.maximum((a @ b) * sc[:, None] + sh[:, None], 0.0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    # in pieces over several registers, no lane assembled alone; whole within one register
+    # (14 of 16 lanes: one FMA a row, not 8 + 4 + 2 lanes in 3)
+    whole = f"<{width} x float> @llvm.maximum" in mod.get_source("ll")
+    assert whole == (width < 16)
+    if not whole:
+        assert "vinsertps" not in mod.get_source("asm")

@@ -177,3 +177,27 @@ def test_plans_are_not_used_while_reporting():
     compiled.timings = None
     compiled(list(inputs))
     assert isinstance(next(iter(compiled._plans.values())), CallPlan)
+
+
+def test_a_graph_keeps_only_the_constants_its_kernels_read():
+    # linear: the weight is transposed, then packed for the matmul, at lowering; only the
+    # packed panels (and the bias) are read by a kernel, so only they are kept, once
+    def linear(x, w, b):
+        return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b))
+
+    inputs = [rand(5, 96, seed=0), rand(160, 96, seed=1), rand(160, seed=2)]
+    compiled = compiled_of(linear, inputs, constants=(1, 2))
+    expected = linear(*inputs)
+    assert relative_error(compiled(list(inputs))[0], expected) < 1e-5
+    read = {b for step in compiled.steps for b in program_reads(step) if b.kind == "constant"}
+    kept = compiled.program.constants
+    assert set(kept) <= read and kept
+    weight_bytes = sum(t.numel() * t.element_size() for t in inputs[1:])
+    assert sum(t.numel() * t.element_size() for t in kept.values()) < 2 * weight_bytes
+    assert relative_error(compiled(list(inputs))[0], expected) < 1e-5  # and it runs again
+
+
+def program_reads(step):
+    from tensorforge.graph.program import _reads_of
+
+    return _reads_of(step)

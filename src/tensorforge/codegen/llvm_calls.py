@@ -43,7 +43,12 @@ class CallEmitter:
             wide = dt.with_lanes("float32", dt.lanes_of(dtype))
             result = self._float_call(name, [self.cast(a, dtype, wide) for a in args], wide)
             return self.cast(result, wide, dtype)
-        return self._float_call(name, args, dtype)
+
+        def piece(*xs: ir.Value) -> ir.Value:  # a power-of-two piece of the lanes (lanewise)
+            lanes = xs[0].type.count if isinstance(xs[0].type, ir.VectorType) else 1
+            return self._float_call(name, list(xs), dt.with_lanes(dtype, lanes))
+
+        return self.lanewise(piece, *args)
 
     def _float_call(self, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
         b, x = self.builder, args[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llvmlite import ir
 
 from tensorforge.codegen import llvm_math
@@ -86,6 +88,12 @@ def power_of_two_pieces(lanes: int) -> list[tuple[int, int]]:
     return pieces
 
 
+def _element_bits(ty: ir.Type) -> int:
+    if isinstance(ty, ir.IntType):
+        return ty.width
+    return {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}.get(type(ty), 32)
+
+
 class ExprEmitter(CallEmitter, ExternEmitter):
     """Emits expressions at the builder's position. Subclasses add statements.
 
@@ -121,7 +129,7 @@ class ExprEmitter(CallEmitter, ExternEmitter):
             case Div(a, x):
                 if not dt.is_float(e.dtype):
                     raise self.fail(f"Div of integers ({e}) should be FloorDiv after lowering")
-                return b.fdiv(self.expr(a), self.expr(x))
+                return self.lanewise(b.fdiv, self.expr(a), self.expr(x))
             case FloorDiv(a, x) | FloorMod(a, x):
                 return self._floor_div_mod(e, self.expr(a), self.expr(x))
             case Min(a, x) | Max(a, x):
@@ -131,9 +139,11 @@ class ExprEmitter(CallEmitter, ExternEmitter):
                     # maxnum, which drops NaN and whose reductions LLVM's -O3 miscompiled; nor a
                     # compare + select written out, on which -O3 could loop forever
                     name = "llvm.minimum" if isinstance(e, Min) else "llvm.maximum"
-                    return self.call_overloaded(name, lhs, rhs)
+                    return self.lanewise(lambda p, q: self.call_overloaded(name, p, q), lhs, rhs)
                 op = "<" if isinstance(e, Min) else ">"
-                return b.select(self._compare(op, a.dtype, lhs, rhs), lhs, rhs)
+                return self.lanewise(
+                    lambda p, q: b.select(self._compare(op, a.dtype, p, q), p, q), lhs, rhs
+                )
             case LT(a, x) | LE(a, x) | GT(a, x) | GE(a, x) | EQ(a, x) | NE(a, x):
                 return self._compare(_CMP[type(e)], a.dtype, self.expr(a), self.expr(x))
             case And(a, x):
@@ -143,7 +153,7 @@ class ExprEmitter(CallEmitter, ExternEmitter):
             case Not(a):
                 return b.not_(self.expr(a))
             case Select(cond, then, other):
-                return b.select(self.expr(cond), self.expr(then), self.expr(other))
+                return self.lanewise(b.select, self.expr(cond), self.expr(then), self.expr(other))
             case Cast(dtype=dtype, value=value):
                 return self.cast(self.expr(value), value.dtype, dtype)
             case Call():
@@ -171,13 +181,55 @@ class ExprEmitter(CallEmitter, ExternEmitter):
         return _Binding(self.buffers, buffer, ptr)
 
     # -- arithmetic -------------------------------------------------------------------------------
+    def lanewise(self, emit: Callable[..., ir.Value], *values: ir.Value) -> ir.Value:
+        """`emit(*values)`; where the vectors' lane count is not a power of two and spans
+        several registers (a register tile row of 56 floats), `emit` on power-of-two pieces
+        of them (32 + 16 + 8), the results joined.
+
+        NOTE: LLVM widens a <56 x float> to <64 x float>. Such a value live from one basic block
+        into another (a register tile's accumulators, read after the reduction loop by a fused
+        epilogue: conv + BN + ReLU at 56 columns) was rebuilt lane by lane, ~100 inserts a
+        tile row, where its pieces cross as registers: the epilogue cost 0.12 ms more than a
+        copy-out, twice the separate BN + ReLU pass. Under one register (14 floats of 16
+        lanes) the value is kept whole: one widened register, where power-of-two pieces
+        (8 + 4 + 2) tripled a 14-column tile's FMAs. (A remainder under a register kept as
+        one piece, 58 -> 32 + 16 + 10, made conv 3x3 64 -> 64 at 56² 1.15 -> 1.50 ms: its
+        58-column padding rows.) Operands that are not vectors of that count (a scalar
+        condition) go to every piece whole.
+        """
+        vectors = [v.type for v in values if isinstance(v.type, ir.VectorType)]
+        count = vectors[0].count if vectors else 1
+        if count & (count - 1) == 0:
+            return emit(*values)
+        bits = max(_element_bits(t.element) for t in vectors)
+        native = max(1, self.register_bits() // bits)
+        if count <= native:
+            return emit(*values)
+        parts = []
+        for start, lanes in power_of_two_pieces(count):
+            args = [
+                lanes_of(self.builder, v, start, lanes)
+                if isinstance(v.type, ir.VectorType) and v.type.count == count
+                else v
+                for v in values
+            ]
+            parts.append(emit(*args))
+        return concat(self.builder, parts)
+
+    def register_bits(self) -> int:
+        """The target's vector register width (AVX-512, AVX, else 128-bit registers)."""
+        features = self.cpu_features
+        return 512 if "avx512f" in features else 256 if "avx" in features else 128
+
     def _arith(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         if dt.is_float(dtype):
-            return getattr(self.builder, "f" + op)(a, b, flags=FLOAT)
+            fn = getattr(self.builder, "f" + op)
+            return self.lanewise(lambda p, q: fn(p, q, flags=FLOAT), a, b)
         # NOTE: nsw (no signed wrap) only on the index-sized types: int8/int16 code may rely
         # on wrapping like numpy does, and unsigned arithmetic wraps by definition.
         flags = ("nsw",) if dt.element_of(dtype) in ("int32", "int64") else ()
-        return getattr(self.builder, op)(a, b, flags=flags)
+        fn = getattr(self.builder, op)
+        return self.lanewise(lambda p, q: fn(p, q, flags=flags), a, b)
 
     def _floor_div_mod(self, e: FloorDiv | FloorMod, a: ir.Value, d: ir.Value) -> ir.Value:
         b, dtype, is_div = self.builder, e.dtype, isinstance(e, FloorDiv)

@@ -40,8 +40,8 @@ class MatmulTiles:
     pack_a: bool | None = None
     pack_b_per_block: bool | None = None
     a_prefetch_bytes: int = 1536
+    l1_bytes: int = 32 * 1024  # the target's L1 data cache (for_target fills it in)
 
-    L1_BYTES = 32 * 1024
     COLUMN_BLOCKS_TO_SHARE = 8  # fewer column blocks than this: parallel over all blocks
 
     @staticmethod
@@ -52,8 +52,10 @@ class MatmulTiles:
             # measured within 2% on a 2 MB-L2 Xeon once A is fetched ahead). Narrower blocks,
             # longer k blocks than for AVX2: B micro-panels stream from L2 fast enough there
             # (2048³: 0.88x -> 1.05x OpenBLAS).
-            return MatmulTiles(mr=8, nr=2 * lanes, mb=48, nb=2 * 2 * lanes, kc=2048)
-        return MatmulTiles(mr=6, nr=2 * lanes)  # 16 ymm registers: 6 x 2
+            tiles = MatmulTiles(mr=8, nr=2 * lanes, mb=48, nb=2 * 2 * lanes, kc=2048)
+        else:
+            tiles = MatmulTiles(mr=6, nr=2 * lanes)  # 16 ymm registers: 6 x 2
+        return replace(tiles, l1_bytes=target.cache_bytes[0])
 
     def needs_k_blocks(self, k: int, itemsize: int) -> bool:
         """Does an `mr` x k sliver of A overflow L1 (with room left for the B stream)?
@@ -61,7 +63,7 @@ class MatmulTiles:
         Up to there the simpler schedule streams A straight from its rows and is as fast;
         beyond it, A is packed and k is blocked by `kc` (measured: 2048³ 0.88x -> 0.99x numpy).
         """
-        return self.mr * k * itemsize > self.L1_BYTES * 3 // 4
+        return self.mr * k * itemsize > self.l1_bytes * 3 // 4
 
     def fitted(self, n: int, m: int, k: int, itemsize: int = 4) -> MatmulTiles:
         """The same tiles with blocks no larger than the (padded) problem, and the packing
@@ -95,7 +97,7 @@ class MatmulTiles:
         pack_a = choose(cfg, "pack_a", heuristic.pack_a, (False, True))
         per_block = choose(cfg, "pack_b_per_block", heuristic.pack_b_per_block, (False, True))
         ahead = choose(cfg, "a_prefetch_bytes", base.a_prefetch_bytes, (0, 768, 1536, 3072))
-        return MatmulTiles(mr, nr, k_unroll, mb, nb, kc, pack_a, per_block, ahead)
+        return MatmulTiles(mr, nr, k_unroll, mb, nb, kc, pack_a, per_block, ahead, base.l1_bytes)
 
 
 def product(

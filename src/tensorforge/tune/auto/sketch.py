@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Call, TensorRead
 from tensorforge.te.tensor import ComputeOp, IterKind, PlaceholderOp
 from tensorforge.te.visit import walk
@@ -75,6 +76,38 @@ def reduces_columns(op: Any, lanes: int) -> bool:
         if not any(n is j for n in inner) or any(n in reduce for n in inner):
             return False
     return bool(reads)
+
+
+def is_identity_copy(op: Any) -> bool:
+    """An injective stage that, on its own domain, is one input read at its own indices (a
+    convolution's padding of 0: `padded = data` once the bounds tests fold): inlining it costs
+    nothing, computing it copies the input (1x1 conv 64 -> 256 at 56²: 4% of the kernel)."""
+    from tensorforge.ir.arith import Interval
+    from tensorforge.ir.arith.simplifier import simplify_expr
+
+    if not is_injective(op) or len(op.body) != 1:
+        return False
+    extents = [getattr(iv.dom.extent, "value", None) for iv in op.axis]
+    if not all(isinstance(e, int) for e in extents):
+        return False
+    ranges = {iv.var: Interval.from_range(0, e) for iv, e in zip(op.axis, extents)}
+    body = simplify_expr(op.body[0], ranges)
+    if not isinstance(body, TensorRead) or len(body.indices) != len(op.axis):
+        return False
+    shape = [getattr(e, "value", None) for e in body.tensor.shape]
+    own = all(index is iv.var for index, iv in zip(body.indices, op.axis))
+    return own and shape == extents
+
+
+def has_lane_math(op: Any) -> bool:
+    """Calls a math function on values that vary along the last axis (exp(x[i, j]), not the
+    rsqrt of a row statistic): each vector then runs a long dependent chain."""
+    if not isinstance(op, ComputeOp) or not op.axis:
+        return False
+    last = op.axis[-1].var
+    return any(
+        isinstance(n, Call) and any(m is last for m in walk(n)) for b in op.body for n in walk(b)
+    )
 
 
 def is_costly(op: Any) -> bool:
@@ -131,7 +164,9 @@ def _plan(s: Any, d: Decisions, gpu: bool = False) -> Plan:
         # NOTE: on GPU every injective stage is inlined: a stage kept at root would be a kernel
         # of its own, writing an intermediate the build cannot yet allocate between kernels
         if not gpu and ((is_costly(op) and len(readers[id(op)]) > 1) or feeds_tiling):
-            if d.choice(f"inline:{key}", [True, False], {"op": op}):
+            rows = [_extent(r.axis[-1]) for r in readers[id(op)] if has_reuse(r) and r.axis]
+            hint = {"op": op, "identity": is_identity_copy(op), "reader_row": max(rows, default=0)}
+            if d.choice(f"inline:{key}", [True, False], hint):
                 plan.inline.add(id(op))
         else:
             plan.inline.add(id(op))
@@ -173,24 +208,28 @@ def _plan(s: Any, d: Decisions, gpu: bool = False) -> Plan:
     return plan
 
 
-def _reads_through(stage: Any, tensor: Any) -> list[TensorRead]:
-    """`stage`'s reads of `tensor`, directly or in the stages inlined into it (indices as the
-    inlined stage writes them: enough to see which axis walks the last dimension)."""
-    out, pending, seen = [], [stage.op], set()
-    while pending:
-        op = pending.pop()
-        if id(op) in seen or not isinstance(op, ComputeOp):
+def _reads_along_last_axis(inline: set[int], op: Any, tensor: Any) -> bool:
+    """Does `op` read `tensor`, and every read of it, directly or through the stages inlined
+    into `op` (ids in `inline`), have a last index that walks `op`'s last axis (through each
+    inlined stage's own last axis)?"""
+    last = op.axis[-1].var if op.axis else None
+    found = False
+    for r in _reads(op):
+        producer = r.tensor.op
+        inlined = (
+            producer is not tensor.op
+            and isinstance(producer, ComputeOp)
+            and id(producer) in inline
+            and _depends_on(producer, tensor.op)
+        )
+        if producer is not tensor.op and not inlined:
             continue
-        seen.add(id(op))
-        for r in _reads(op):
-            if r.tensor.op is tensor.op:
-                out.append(r)
-            elif (
-                r.tensor.op in stage.schedule
-                and stage.schedule[r.tensor.op].attach_type == "inline"
-            ):
-                pending.append(r.tensor.op)
-    return out
+        if not r.indices or not any(n is last for n in walk(r.indices[-1])):
+            return False
+        if inlined and not _reads_along_last_axis(inline, producer, tensor):
+            return False
+        found = True
+    return found
 
 
 def _depends_on(op: Any, producer: Any) -> bool:
@@ -318,7 +357,14 @@ class SketchBuilder:
             return
         lanes = self.lanes(stage)
         extent = _extent(axes[-1])
-        ((vec,),) = self.d.tile(f"vec:{key}", [extent], 2, {"role": "vector", "lanes": lanes})
+        hint = {
+            "role": "vector",
+            "lanes": lanes,
+            "bytes": max(1, dt.bits_of(stage.op.output(0).dtype) // 8),
+            "streams": bool(self.row_inputs(stage)),
+            "lane_math": has_lane_math(stage.op),
+        }
+        ((vec,),) = self.d.tile(f"vec:{key}", [extent], 2, hint)
         if vec > 1:
             outer, inner = self.rec.split(stage, axes[-1], vec)
             self.rec.annotate("vectorize", stage, inner)
@@ -329,17 +375,7 @@ class SketchBuilder:
     def prefetch_next_row(self, stage: Any, key: str, loop: Any, steps: int) -> None:
         """Fetch the inputs this stage walks row by row one row ahead (a decision): the next
         row's reads then overlap this row's arithmetic (the ops softmax does it by hand)."""
-        if len(stage.op.axis) < 2:
-            return
-        last = stage.op.axis[-1].var
-        inputs = []
-        for t in stage.reads():
-            home = self.s[t]
-            if not isinstance(home.op, PlaceholderOp) or len(t.shape) < 2:
-                continue
-            reads = [r for r in _reads_through(stage, t) if r.indices]
-            if reads and all(any(n is last for n in walk(r.indices[-1])) for r in reads):
-                inputs.append(home)
+        inputs = self.row_inputs(stage)
         # and the output rows this stage's values are written to, element for element, fetched
         # writable as they are computed: the stores then find their lines in cache instead of
         # stalling on each read-for-ownership (as ops/softmax; 4096², AVX2: 0.77x -> ~0.9x it)
@@ -353,6 +389,26 @@ class SketchBuilder:
                 self.rec.prefetch(stage, home, loop, steps)
             for out in outputs:
                 self.rec.prefetch(stage, out, loop, 0)
+
+    def row_inputs(self, stage: Any) -> list[Any]:
+        """The stages of the inputs (placeholders of 2 or more dimensions) `stage` reads and
+        walks row by row: every read of them, directly or through stages inlined into it, runs
+        along its last axis.
+
+        NOTE: not the inputs of a stage inlined into this one (a residual add's a and r): with
+        two streams, prefetching them cost more than it brought (add + layer norm 4096²,
+        AVX-512 6.59 -> 6.84 ms, AVX2 code 6.67 -> 7.29; with one stream, layer norm, 4% gained).
+        """
+        if len(stage.op.axis) < 2:
+            return []
+        direct = {id(t.op): t for t in stage.op.input_tensors}
+        return [
+            self.s[t]
+            for t in direct.values()
+            if isinstance(self.s[t].op, PlaceholderOp)
+            and len(t.shape) >= 2
+            and _reads_along_last_axis(self.plan.inline, stage.op, t)
+        ]
 
     def parallel_outer(self, stage: Any, key: str, axes: list[Any]) -> None:
         """Fuse the leading `n` of `axes` (a decision) and run that loop in parallel."""

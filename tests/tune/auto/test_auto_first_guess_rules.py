@@ -1,0 +1,148 @@
+"""The first guess's rules for fused epilogues and row streams: a padding of 0 read in place
+under rows of one register tile (copied under wider ones), a fused epilogue at an odd register
+tile width, rows streamed from memory a cache line a step. Each
+against NumPy on odd shapes (primes, 1s)."""
+
+import numpy as np
+import pytest
+from auto_workloads import CASES, check, conv2d, ref_conv2d
+
+import tensorforge as tf
+from tensorforge import te
+from tensorforge.tune.auto import SearchTask
+from tensorforge.tune.auto.analytic import first_guess
+from tensorforge.tune.auto.sketch import has_lane_math, is_identity_copy
+
+
+def test_identity_copy_is_a_padding_of_zero_only():
+    x = te.placeholder((3, 5), name="x")
+    assert is_identity_copy(te.compute((3, 5), lambda i, j: x[i, j], name="copy").op)
+    for name, tensor in [
+        ("padded", conv2d(1, 2, 3, 5, 2, kh=1, pad=0)[-1].op.input_tensors[0]),
+        ("padded1", conv2d(1, 2, 3, 5, 2, kh=3, pad=1)[-1].op.input_tensors[0]),
+    ]:
+        assert is_identity_copy(tensor.op) == (name == "padded")
+    square = te.placeholder((4, 4), name="square")
+    transposed = te.compute((4, 4), lambda i, j: square[j, i], name="t")
+    cropped = te.compute((3, 5), lambda i, j: square[i, j % 4], name="crop")
+    scaled = te.compute((3, 5), lambda i, j: x[i, j] * 2.0, name="scaled")
+    part = te.compute((2, 5), lambda i, j: x[i, j], name="part")  # 2 of the 3 rows
+    for op in (transposed.op, cropped.op, scaled.op, part.op):
+        assert not is_identity_copy(op)
+
+
+@pytest.mark.parametrize("args", [(1, 5, 7, 13, 3), (2, 3, 1, 1, 1), (1, 1, 11, 2, 17)])
+def test_first_guess_inlines_a_padding_of_zero(args):
+    """A 1x1 convolution's padding of 0 is the data itself: read in place, not copied first
+    (a 3x3 convolution's padding is still computed once)."""
+    task = SearchTask(conv2d, (*args, 1, 0), "llvm")
+    trace = first_guess(task)
+    assert trace.decisions["inline:1.padded"] is True
+    s, tensors = task.instantiate(trace)
+    assert "padded" not in str(tf.lower(s, tensors))
+    check(task, s, tensors, lambda d, w: ref_conv2d(d, w, pad=0))
+    padded = first_guess(SearchTask(conv2d, (1, 3, 5, 7, 2), "llvm"))
+    assert padded.decisions["inline:1.padded"] is False
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=skylake-avx512", "llvm -mcpu=znver3"])
+def test_a_padding_of_zero_is_copied_for_rows_of_several_tiles(target):
+    """Rows wider than a register tile (4 vectors): the copy streams the data into cache for
+    the tiles' strided reads, so it stays (56 columns at AVX2's 8 lanes; read in place at
+    AVX-512's 16)."""
+    lanes = tf.Target(target).vector_lanes("float32")
+    task = SearchTask(conv2d, (1, 3, 2, 56, 5, 1, 0), target)
+    assert first_guess(task).decisions["inline:1.padded"] is (56 <= 4 * lanes)
+    wide = SearchTask(conv2d, (1, 3, 2, 4 * lanes + 3, 5, 1, 0), target)
+    trace = first_guess(wide)
+    assert trace.decisions["inline:1.padded"] is False
+    with tf.Target(target):
+        s, tensors = wide.instantiate(trace)
+    check(wide, s, tensors, lambda d, w: ref_conv2d(d, w, pad=0))
+
+
+def _odd_width(target: str) -> int:
+    """A row of 3 vectors and a few lanes (53 floats of 16 lanes): one register tile, its
+    width not a power of two."""
+    return 3 * tf.Target(target).vector_lanes("float32") + 5
+
+
+@pytest.mark.parametrize("args", [(1, 3, 2, None, 5), (2, 1, 1, None, 1)])
+def test_fused_epilogue_at_an_odd_tile_width_matches_numpy(args):
+    """conv + BN + ReLU whose output row (53 floats) is one register tile: the epilogue, fused
+    at the tile, computes the same as NumPy (its vectors in power-of-two pieces)."""
+    func, _, reference = CASES["conv_bn_relu"]
+    args = tuple(_odd_width("llvm") if a is None else a for a in args)
+    task = SearchTask(func, args, "llvm")
+    trace = first_guess(task)
+    assert trace.decisions["tile:3.conv"][-1][-1] == args[3]  # the whole row, one tile
+    s, tensors = task.instantiate(trace)
+    check(task, s, tensors, reference, seed=3)
+
+
+def test_fused_gelu_at_an_odd_tile_width_matches_numpy():
+    func, _, reference = CASES["matmul_bias_gelu"]
+    task = SearchTask(func, (7, 3, _odd_width("llvm")), "llvm")
+    s, tensors = task.default_schedule()
+    check(task, s, tensors, reference, seed=4)
+
+
+def test_lane_math_is_math_along_the_row():
+    x = te.placeholder((3, 5), name="x")
+    stat = te.placeholder((3,), name="stat")
+    assert has_lane_math(te.compute((3, 5), lambda i, j: te.exp(x[i, j]), name="e").op)
+    plain = te.compute((3, 5), lambda i, j: x[i, j] * te.rsqrt(stat[i] + 1.0), name="n")
+    assert not has_lane_math(plain.op)
+
+
+@pytest.mark.parametrize(
+    "name, args", [("layer_norm", (5, 263)), ("add_layer_norm", (3, 521)), ("layer_norm", (1, 8))]
+)
+def test_rows_streamed_a_line_a_step_with_one_input_fetched_ahead(name, args):
+    """Layer norm's normalization reads rows from memory with little arithmetic a lane: a
+    cache line a step (ops' layer norm), the next row fetched ahead; after a residual add
+    inlined into it, 4 vectors a step and nothing fetched (two streams: prefetching them cost
+    more than it brought); short rows (under 8 lines): nothing fetched."""
+    func, _, reference = CASES[name]
+    task = SearchTask(func, args, "llvm")
+    trace = first_guess(task)
+    line = max(task.target_obj.vector_lanes("float32"), 16)
+    key = next(k for k in trace.decisions if k.startswith("vec:") and k.endswith(".y"))
+    s, tensors = task.instantiate(trace)
+    ir = str(tf.lower(s, tensors))
+    fetched = {t for t in ("x", "a", "residual") if f"prefetch({t}[" in ir}
+    lanes = task.target_obj.vector_lanes("float32")
+    if name == "add_layer_norm":
+        assert trace.decisions[key] == [[4 * lanes]] and not fetched
+    elif args[1] >= 8 * line:
+        assert trace.decisions[key] == [[line]] and fetched == {"x"}
+    else:
+        assert not fetched
+    check(task, s, tensors, reference, seed=5)
+
+
+def test_softmax_keeps_four_vectors_a_step_for_its_exp():
+    """exp along the row: 4 vectors a step (independent chains), not a line."""
+    func, _, reference = CASES["softmax"]
+    task = SearchTask(func, (3, 1031), "llvm")
+    trace = first_guess(task)
+    lanes = task.target_obj.vector_lanes("float32")
+    assert trace.decisions["vec:2.exp"] == [[4 * lanes]]
+    check(task, *task.instantiate(trace), reference, seed=6)
+
+
+def test_identity_padding_in_place_of_a_copy_reads_the_same():
+    """The inlined padding of 0 inside a conv + BN + ReLU at a 1x1 kernel: as NumPy."""
+    from tensorforge.tune.auto.analytic import first_guess_schedule
+
+    data, weight, conv = conv2d(1, 3, 5, 7, 4, kh=1, pad=0)
+    out = te.compute(conv.shape, lambda n, f, y, x: te.max(conv[n, f, y, x], 0.0), name="relu")
+    s, _ = first_guess_schedule(out, "llvm")
+    assert "padded" not in str(tf.lower(s, [data, weight, out]))
+    mod = tf.build(s, [data, weight, out], target="llvm")
+    rng = np.random.default_rng(7)
+    d = rng.uniform(-1, 1, (1, 3, 5, 7)).astype("float32")
+    w = rng.uniform(-1, 1, (4, 3, 1, 1)).astype("float32")
+    result = tf.nd.array(np.full((1, 4, 5, 7), np.nan, "float32"))
+    mod(tf.nd.array(d), tf.nd.array(w), result)
+    np.testing.assert_allclose(result.numpy(), np.maximum(ref_conv2d(d, w, pad=0), 0), 2e-5, 2e-5)
