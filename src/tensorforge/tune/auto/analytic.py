@@ -41,8 +41,8 @@ class Machine:
     @staticmethod
     def of(target: Any) -> Machine:
         """From the target's facts, not this host's: a first guess for `llvm -mcpu=X` is the
-        same wherever it is made. Caches: 32 KiB L1 data per core on every x86 core of the
-        last decade; L2 512 KiB (Zen 2/3, AVX2) or 1 MiB and more (Skylake-X, Zen 4: AVX-512).
+        same wherever it is made. Caches: the target's (Target.cache_bytes: a named CPU's
+        from its table, this host's from the OS, else 32 KiB L1 and 512 KiB / 1 MiB L2).
         Cores: TF_NUM_THREADS at build time, else this host's count. A kernel planned for
         one thread has no parallel loop (planned for 8 cores whatever the build, the loops
         fused for parallelism kept tail-block guards LLVM could not hoist: 1x1 conv 64 -> 256
@@ -53,8 +53,8 @@ class Machine:
             regs, shared = target.registers_per_thread, target.max_shared_memory_per_block
             return Machine(128, regs, shared, 256 * 1024, target.sm_count, gpu=True)
         bits = target.vector_bits
-        l2 = 1024 * 1024 if bits >= 512 else 512 * 1024
-        return Machine(bits, 32 if bits >= 512 else 16, 32 * 1024, l2, num_threads())
+        l1, l2 = target.cache_bytes
+        return Machine(bits, 32 if bits >= 512 else 16, l1, l2, num_threads())
 
 
 class AnalyticPolicy:
