@@ -360,3 +360,84 @@ def test_row_tiles_of_a_weight_panel_prefetch_the_next(n, k, m, fetched, monkeyp
     compiled = check(lambda x, w: torch.relu(x @ w), x, w, constants=(1,))
     (kernel,) = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
     assert "llvm.prefetch" not in kernel.module.get_source()
+
+
+def test_group_norm_is_a_row_operator():
+    x, w, b = rand(2, 6, 7, 5, seed=40), rand(6, seed=41), rand(6, seed=42)
+    y = rand(3, 8, 13, seed=43)
+
+    def fn(x, w, b, y):
+        return (
+            F.silu(F.group_norm(x, 3, w, b)),  # the activation is its epilogue
+            F.group_norm(x, 6, w, b),  # a group per channel
+            F.group_norm(y * 3 + 1, 2),  # no affine, 1-d positions, a prologue
+        )
+
+    compiled = check(fn, x, w, b, y, constants=(1, 2))
+    kernels = [s.spec for s in compiled.steps if hasattr(s, "spec")]
+    assert len(kernels) == 3 and all(k.anchor.kind == "layer_norm" for k in kernels)
+
+
+@pytest.mark.parametrize(
+    "kernel, stride, padding, output_padding, groups, dilation",
+    [
+        (2, 2, 0, 0, 1, 1),  # UNet's: a matrix product, the s x s blocks read back
+        (3, 2, 1, 1, 1, 1),  # overlapping, output padding
+        (3, 1, 1, 0, 2, 1),  # groups
+        (3, 2, 0, 0, 3, 2),  # dilated, groups
+    ],
+)
+def test_transposed_convolutions(kernel, stride, padding, output_padding, groups, dilation):
+    x = rand(2, 6, 7, 9, seed=44)
+    w, b = rand(6, 4 // groups if groups == 2 else 2, kernel, kernel, seed=45), rand(8, seed=46)
+    b = b[: w.shape[1] * groups]
+
+    def fn(x, w, b):
+        y = F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)
+        return F.relu(y)
+
+    check(fn, x, w, b, constants=(1, 2))
+
+
+def test_nearest_upsample_and_integer_indexing_gather():
+    x, i = rand(2, 3, 5, 7, seed=47), torch.tensor([[0, -1], [2, 4]])
+
+    def fn(x, i):
+        return (
+            F.interpolate(x, scale_factor=2, mode="nearest"),
+            F.interpolate(x, size=(11, 9), mode="nearest"),  # not a whole factor
+            x[:, :, i] * 2,  # negative and broadcast indices, in the middle
+        )
+
+    check(fn, x, i)
+
+
+def test_attention_masks_and_fully_masked_rows():
+    q, k, v = rand(2, 3, 7, 8, seed=48), rand(2, 3, 7, 8, seed=49), rand(2, 3, 7, 8, seed=50)
+    mask = rand(2, 1, 7, 7, seed=51) > 0
+    mask[:, :, 3] = False  # a row that sees nothing: zeros (SDPA's safe softmax), not NaN
+
+    def fn(q, k, v, mask, bias):
+        return (
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=bias),
+            F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        )
+
+    compiled = check(fn, q, k, v, mask, rand(1, 1, 7, 7, seed=52))
+    assert not any("_safe_softmax" in s for s in compiled.program.folded)
+
+
+def test_an_operator_without_a_lowering_on_constants_is_computed_at_compile_time():
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8)
+
+    def fn(x, inv_freq):
+        freqs = torch.outer(torch.arange(x.shape[1], dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return x * emb.cos() + x.flip(-1) * emb.sin()  # rotary embeddings' tables; flip: eager
+
+    compiled = check(fn, rand(2, 7, 8, seed=53), inv_freq, constants=(1,), fallbacks=1)
+    assert {"cos", "sin"} <= set(compiled.program.folded)
+    assert [reason for _, _, reason in compiled.program.fallbacks] == [
+        "no lowering for this operator"
+    ]  # flip reads the input: eager each call

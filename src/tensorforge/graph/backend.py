@@ -2,10 +2,11 @@
 
 `torch.compile(model, backend="tensorforge")` finds `backend` through the `torch_dynamo_backends`
 entry point. Dynamo hands over a torch-level graph; aot_autograd turns it into core ATen (with
-the composites tensorforge fuses better kept whole: layer norm, softmax, log-softmax, GELU, SiLU)
-for inference, and calls `compile_aten` on it. Parameters and buffers of the model are constants:
-their values are read once, at compile time (weights are packed, batch norms folded), as
-Inductor's freezing does; a model whose weights change afterwards must be compiled again.
+the composites tensorforge fuses better kept whole: layer norm, softmax, SDPA's safe softmax,
+log-softmax, GELU, SiLU) for inference, and calls `compile_aten` on it. Parameters and buffers
+of the model are constants: their values are read once, at compile time (weights are packed,
+batch norms folded), as Inductor's freezing does; a model whose weights change afterwards must
+be compiled again.
 Compiled graphs are kept on disk (cache.py): compiling the same graph again, in any process,
 lowers it (folding the live weights) and loads its kernels instead of building them; where
 Dynamo's graph itself has an entry (front_cache.py), AOTAutograd is skipped too.
@@ -34,6 +35,7 @@ KEPT_WHOLE = (
     aten.layer_norm,
     aten._softmax,
     aten.softmax,
+    aten._safe_softmax,
     aten._log_softmax,
     aten.log_softmax,
     aten.gelu,

@@ -162,13 +162,18 @@ def _folded_batch_norm(ctx, node):
 def convolution(
     ctx, node, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups
 ):
-    if transposed:
-        raise Unsupported("transposed convolution")
     x = ctx.lazy(x)
     if x.ndim != 4:
         raise Unsupported(f"a {x.ndim - 2}-d convolution")
     dtype = ctx.dtype_of(node)
     w = ctx.constant(weight)
+    if transposed:
+        if w is None:
+            raise Unsupported("a transposed convolution whose weights are not constants")
+        if _transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, groups):
+            return _conv_transpose_as_matmul(ctx, node, x, w, bias, dtype)
+        x, w = _dilated_input(ctx, node, x, w, stride, padding, dilation, output_padding, groups)
+        stride, padding = (1, 1), (0, 0)
     b = ctx.constant(bias) if bias is not None else None
     folded = (
         _folded_batch_norm(ctx, node) if w is not None and (bias is None or b is not None) else None
@@ -216,6 +221,72 @@ def convolution(
     anchor = Anchor("conv2d", conv, frozenset(x.reads | weight.reads), (node.name,), info)
     out = ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype)
     return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+
+
+def _transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, groups) -> bool:
+    """A transposed convolution whose kernel equals its stride (UNet's 2 x 2, stride 2): each
+    input pixel writes its own s x s output block, a matrix product (no overlap, no zeros)."""
+    KH, KW = w.shape[2:]
+    return (
+        ctx.target.kind == "llvm"
+        and groups == 1
+        and tuple(stride) == (KH, KW)
+        and not any(padding)
+        and not any(output_padding)
+        and tuple(dilation) == (1, 1)
+    )
+
+
+def _conv_transpose_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, bias, dtype) -> Lazy:
+    """out[n, f, y, x] = sum_c in[n, c, y / s, x / s] * w[c, f, y % s, x % s]: a 1 x 1
+    convolution to F * s * s channels (f, ky, kx), read back as the s x s blocks."""
+    C, F, KH, KW = w.shape
+    N, _, H, W = x.shape
+    blocks = w.permute(1, 2, 3, 0).reshape(F * KH * KW, C, 1, 1)
+    shape = (N, F * KH * KW, H, W)
+    product = _conv_as_matmul(ctx, node, x, blocks, shape, (1, 1), (0, 0), (1, 1), dtype)
+    product = ctx.buffer(product)
+
+    def at(idx):
+        n, f, y, xx = idx
+        return product.at((n, (f * KH + y % KH) * KW + xx % KW, y // KH, xx // KW))
+
+    out = Lazy(ctx.shape_of(node), dtype, at, product.reads, product.nodes, 3)
+    bias_value = ctx.lazy(bias) if bias is not None else None
+    return _conv_epilogue(ctx, node, out, bias_value, None, ctx.shape_of(node), dtype)
+
+
+def _dilated_input(ctx, node, x: Lazy, w: torch.Tensor, stride, padding, dilation, extra, groups):
+    """A transposed convolution as a direct one of stride 1: the input with stride - 1 zeros
+    between its pixels, padded by dilation * (K - 1) - padding (and output_padding after), and
+    the weights flipped, their in and out channels swapped within each group."""
+    N, C, H, W = x.shape
+    _, fg, KH, KW = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    py, px = dh * (KH - 1) - padding[0], dw * (KW - 1) - padding[1]
+    if py < 0 or px < 0:
+        raise Unsupported("a transposed convolution padded past its kernel")
+    flipped = w.reshape(groups, C // groups, fg, KH, KW).transpose(1, 2)
+    flipped = flipped.reshape(groups * fg, C // groups, KH, KW).flip(2, 3).contiguous()
+    shape = (N, C, (H - 1) * sh + 1 + 2 * py + extra[0], (W - 1) * sw + 1 + 2 * px + extra[1])
+    src = ctx.no_anchor(x)
+
+    def at(idx):
+        n, c, y, xx = idx
+        iy, ix = y - py, xx - px
+        inside = te.all(
+            iy >= 0,
+            iy % sh == 0,
+            iy < (H - 1) * sh + 1,
+            ix >= 0,
+            ix % sw == 0,
+            ix < (W - 1) * sw + 1,
+        )
+        v = src.at((n, c, te.max(te.min(iy // sh, H - 1), 0), te.max(te.min(ix // sw, W - 1), 0)))
+        return te.if_then_else(inside, v, te.const(0, v.dtype))
+
+    dilated = Lazy(shape, x.dtype, at, src.reads, src.nodes, 3 + src.cost)
+    return ctx.materialize(dilated, node=f"{node.name}_dilated"), flipped
 
 
 def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype) -> Lazy:

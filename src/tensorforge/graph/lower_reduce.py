@@ -142,6 +142,16 @@ def _last_dim(x: Lazy, dim: int) -> None:
 
 @lowers(aten._softmax.default, aten.softmax.int)
 def softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
+    return _softmax(ctx, node, x, dim, safe=False)
+
+
+@lowers(aten._safe_softmax.default)
+def safe_softmax(ctx, node, x, dim, dtype=None):
+    """SDPA's softmax: a row that is all -inf (masked out entirely) gives zeros, not NaN."""
+    return _softmax(ctx, node, x, dim, safe=True)
+
+
+def _softmax(ctx, node, x, dim, safe: bool):
     x = ctx.no_anchor(x)
     _last_dim(x, dim)
     out = ctx.dtype_of(node)
@@ -153,7 +163,15 @@ def softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
     e = te.compute(x.shape, lambda *i: te.exp(xv(i) - mx[i[:-1]]), name=ctx.unique("exp"))
     sm = te.compute(rows, lambda *i: te.sum(e[i + (k2.var,)], axis=k2), name=ctx.unique("row_sum"))
     anchor = _anchor(ctx, "softmax", [mx, e, sm], x.reads, x.shape, x.nodes + (node.name,))
-    return ctx.anchored(anchor, lambda ia: e[tuple(ia)] * (1.0 / sm[tuple(ia[:-1])]), out)
+
+    def at(ia):
+        v = e[tuple(ia)] * (1.0 / sm[tuple(ia[:-1])])
+        if not safe:
+            return v
+        masked = mx[tuple(ia[:-1])] == te.const(float("-inf"), out)  # the row's max is -inf
+        return te.if_then_else(masked, te.const(0.0, out), v)
+
+    return ctx.anchored(anchor, at, out)
 
 
 @lowers(aten._log_softmax.default, aten.log_softmax.int)
@@ -214,6 +232,70 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     reads = _reads(x, w, b)
     anchor = _anchor(ctx, "layer_norm", [total, squares], reads, x.shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, at, out), None, None
+
+
+@lowers(aten.native_group_norm.default)
+def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
+    """Layer norm over the rows of x viewed as [N, groups, C / groups * H * W] (a group's
+    channels and positions are contiguous): one kernel, a row per task, the same row schedule;
+    consumers read it back at the NCHW index the row element lands on."""
+    _only_first_used(node)
+    x = ctx.no_anchor(x)
+    if x.cost > 4:  # NOTE: the three passes recompute it: a gather or concatenation is stored once
+        x = ctx.materialize(x)
+    out = ctx.dtype_of(node, 0)
+    dims = tuple(x.shape[1:])
+    if not all(isinstance(d, int) for d in dims) or dims[0] % group:
+        raise Unsupported("group norm channels or positions that are not static")
+    per_group, spatial = dims[0] // group, dims[1:]
+    positions = numel(spatial)
+    m = per_group * positions
+    n = _float_size(m, out)
+
+    def logical(ia):  # (sample, group, row element) -> (sample, channel, *position)
+        sample, g, j = ia
+        index, rest = [], j % positions
+        for size in reversed(spatial):
+            index.append(rest % size)
+            rest = rest // size
+        return (sample, g * per_group + j // positions, *reversed(index))
+
+    xv = lambda ia: x.at(logical(ia)).astype(out)  # noqa: E731
+    rows = (x.shape[0], group)
+    k1 = te.reduce_axis((0, m), name="k1")
+    k2 = te.reduce_axis((0, m), name="k2")
+    total = te.compute(
+        rows, lambda *i: te.sum(xv(i + (k1.var,)), axis=k1), name=ctx.unique("gn_sum")
+    )
+    squares = te.compute(
+        rows,
+        lambda *i: te.sum(_sq(xv(i + (k2.var,)) - total[i] / n), axis=k2),
+        name=ctx.unique("gn_sq"),
+    )
+    w = ctx.no_anchor(ctx.lazy(weight)) if weight is not None else None
+    b = ctx.no_anchor(ctx.lazy(bias)) if bias is not None else None
+
+    def at_anchor(ia):
+        r = tuple(ia[:-1])
+        v = (xv(ia) - total[r] / n) * te.rsqrt(squares[r] / n + float(eps))
+        channel = (ia[1] * per_group + ia[2] // positions,)
+        if w is not None:
+            v = v * w.at(channel).astype(out)
+        if b is not None:
+            v = v + b.at(channel).astype(out)
+        return v
+
+    shape = (*rows, m)
+    reads = _reads(x, w, b)
+    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, shape, x.nodes + (node.name,))
+    value = Lazy(
+        x.shape, out, _no_logical, frozenset(), anchor.nodes, 4, anchor, at_anchor, logical
+    )
+    return value, None, None
+
+
+def _no_logical(idx):
+    raise AssertionError("an anchored value is read through its anchor")
 
 
 @lowers(aten.native_batch_norm.default)

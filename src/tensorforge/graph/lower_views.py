@@ -183,3 +183,34 @@ def cat(ctx, node, tensors, dim=0):
     reads = frozenset().union(*[p.reads for p in parts])
     nodes = tuple(n for p in parts for n in p.nodes) + (node.name,)
     return Lazy(out, dtype, at, reads, nodes, 1 + sum(p.cost for p in parts))
+
+
+@lowers(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index(ctx, node, x, indices):
+    """x[..., i0, i1, ...] with integer index tensors (broadcast together) on consecutive
+    dimensions: a gather, each index read at the output's position (a nearest upsample's
+    `arange * scale` indices are expressions, no memory). Out-of-range indices are clamped."""
+    x = ctx.no_anchor(x)
+    dims = [d for d, t in enumerate(indices) if t is not None]
+    if not dims or dims != list(range(dims[0], dims[-1] + 1)):
+        raise Unsupported("index tensors on dimensions that are not consecutive")
+    tensors = [ctx.no_anchor(indices[d]) for d in dims]
+    if any(t.dtype not in ("int64", "int32") for t in tensors):
+        raise Unsupported("boolean or non-integer index tensors")
+    out = ctx.shape_of(node)
+    first, rank = dims[0], len(out) - (x.ndim - len(dims))  # rank: of the broadcast indices
+    bshape = out[first : first + rank]
+
+    def at(idx):
+        inner = list(idx[:first])
+        for d, t in zip(dims, tensors):
+            i = t.at(broadcast_index(idx[first : first + rank], t.shape, bshape)).astype("int32")
+            size = x.shape[d]
+            i = te.if_then_else(i < 0, i + size, i)  # torch's negative indices count from the end
+            inner.append(te.max(te.min(i, size - 1), 0))
+        inner.extend(idx[first + rank :])
+        return x.at(tuple(inner))
+
+    reads = frozenset().union(x.reads, *[t.reads for t in tensors])
+    nodes = tuple(n for t in (x, *tensors) for n in t.nodes) + (node.name,)
+    return Lazy(out, x.dtype, at, reads, nodes, 2 + x.cost + sum(t.cost for t in tensors))

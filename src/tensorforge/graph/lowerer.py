@@ -108,6 +108,7 @@ class Lowerer:
         self.strict = os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0")
         self.node: torch.fx.Node | None = None
         self.replaced: dict[torch.fx.Node, object] = {}  # nodes a neighbour's lowering absorbed
+        self._derived: dict[torch.fx.Node, object] = {}  # node -> its value, if constant-derived
 
     # -- the walk ---------------------------------------------------------------------------
     def run(self) -> Program:
@@ -115,6 +116,7 @@ class Lowerer:
         for node in self.gm.graph.nodes:
             self.node = node
             if node.op == "placeholder":
+                self._derived[node] = self.constant_inputs.get(placeholders)
                 self.env[node] = self._placeholder(node, placeholders)
                 placeholders += 1
             elif node.op == "get_attr":
@@ -159,11 +161,11 @@ class Lowerer:
             return folded
         lowering = lowering_for(node.target)
         if lowering is None:
-            return self.eager(node, args, kwargs, "no lowering for this operator")
+            return self._fold_or_eager(node, args, kwargs, "no lowering for this operator")
         try:
             value = lowering(self, node, *args, **kwargs)
         except Unsupported as why:
-            return self.eager(node, args, kwargs, str(why))
+            return self._fold_or_eager(node, args, kwargs, str(why))
         except Exception as err:  # a lowering bug must not break the user's model
             if self.strict:
                 raise
@@ -289,6 +291,63 @@ class Lowerer:
             result = node.target(*real_args, **real_kwargs)
         self.program.folded.append(node.name)
         return self.add_constant(result, node.name)
+
+    def _fold_or_eager(self, node: torch.fx.Node, args, kwargs, reason: str):
+        """An operator with no kernel: computed once now where its value derives from constants
+        alone (rotary embeddings' cos/sin of `arange` positions), else run eagerly each call."""
+        value = self._derived_constant(node)
+        if isinstance(value, torch.Tensor) and value.dtype in TORCH_TO_TE:
+            self.program.folded.append(node.name)
+            return self.add_constant(value, node.name)
+        return self.eager(node, args, kwargs, reason)
+
+    def _derived_constant(self, node):
+        """The node's value computed by torch from the graph's constants (weights, get_attr)
+        and literals, or None where it reads an input, a size or anything random (or torch
+        fails on it). Its inputs first, walked with a stack (graphs are deep)."""
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            if top in self._derived:
+                stack.pop()
+                continue
+            if top.op == "call_function" and self._deterministic(top):
+                pending = [n for n in top.all_input_nodes if n not in self._derived]
+                if pending:
+                    stack.extend(pending)
+                    continue
+            stack.pop()
+            self._derived[top] = self._evaluate(top)
+        return self._derived[node]
+
+    def _evaluate(self, node):
+        if node.op == "get_attr":
+            return getattr(self.gm, node.target)
+        if node.op != "call_function" or not self._deterministic(node):
+            return None
+        table = {n: self._derived[n] for n in node.all_input_nodes}
+        if any(v is None for v in table.values()):
+            return None
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), table.__getitem__)
+        try:
+            with torch.no_grad():
+                return node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - then it runs eagerly, as it would have
+            return None
+
+    @staticmethod
+    def _deterministic(node) -> bool:
+        target, val = node.target, node.meta.get("val")
+        if not (isinstance(target, torch._ops.OpOverload) or target is operator.getitem):
+            return False
+        if isinstance(target, torch._ops.OpOverload):
+            if torch.Tag.nondeterministic_seeded in target.tags:
+                return False
+        leaves = torch.utils._pytree.tree_leaves(val)
+        small = sum(v.numel() for v in leaves if isinstance(v, torch.Tensor)) <= 1 << 22
+        sizes = [s for v in leaves if isinstance(v, torch.Tensor) for s in v.shape]
+        sizes += [v for v in leaves if isinstance(v, (torch.SymInt, torch.SymFloat))]
+        return small and not any(sym.is_symbolic(s) for s in sizes)
 
     # -- element-wise -----------------------------------------------------------------------
     def pointwise(self, fn, operands, shape=None, dtype: str | None = None, compute=None) -> Lazy:

@@ -38,8 +38,8 @@ HAND_SCHEDULED = ("matmul",)
 
 
 def _hand_scheduled(spec, target) -> bool:
-    """Whether "auto" keeps the rules' schedule: HAND_SCHEDULED anchors, and softmax rows of
-    whole vectors (the rules' vector accumulators; the first guess combines 64 partials a
+    """Whether "auto" keeps the rules' schedule: HAND_SCHEDULED anchors, layer norms of gathered
+    rows, and softmax rows of whole vectors (the rules' vector accumulators; the first guess combines 64 partials a
     row one after another: 12 x 128 x 128 at 1 thread, 441 -> 128 us; rows with a tail keep
     the first guess, 64 x 1000: 109 vs 362 us)."""
     kind = spec.anchor.kind if spec.anchor is not None else None
@@ -47,6 +47,12 @@ def _hand_scheduled(spec, target) -> bool:
         return True
     if kind is None:
         return _transposed_axes(spec.out) is not None
+    if kind == "layer_norm" and any(b.dtype.startswith(("int", "uint")) for b in spec.reads):
+        # rows gathered by indices (embeddings + layer norm): the first guess's loads of them
+        # do not vectorize; rows of whole vectors keep the rules' (8 x 128 x 256, 1 thread:
+        # 382 -> 120 us)
+        m = getattr(spec.out.shape[-1], "value", None)
+        return _row_accumulators(m, target.vector_lanes(spec.out.dtype)) > 0
     if kind != "softmax":
         return False
     m = getattr(spec.out.shape[-1], "value", None)

@@ -1,0 +1,154 @@
+"""Common model blocks, float32 inference on CPU: eager vs torch.compile(inductor) vs tensorforge.
+
+    python benchmarks/torch_zoo.py [--models mbv2,vit,bert_mask,llama,unet,embed,lstm]
+                                   [--threads 1] [--repeats 7] [--json out.jsonl]
+
+The blocks (tests/graph/zoo_models.py, plain torch) at modest sizes: MobileNetV2 inverted
+residuals, a ViT encoder block and a BERT one with an additive attention mask (SDPA), a LLaMA
+block (RMSNorm, rotary embeddings, causal SDPA, SiLU-gated MLP), a UNet block (GroupNorm,
+nearest upsample, cat, transposed conv), an embedding classifier, an LSTM. Same process,
+interleaved: each repeat times every backend in turn, the median over repeats is reported;
+`tf/eager` and `tf/ind` > 1: tensorforge is faster. `fallbacks`: nodes tensorforge ran in eager
+torch inside its graphs (its `report`), `graphs`: the graphs Dynamo handed it (0: Dynamo ran the
+model itself, as it does an LSTM's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tensorforge.graph import backend as tf_backend  # noqa: E402
+from tests.graph import zoo_models as zoo  # noqa: E402
+
+
+def cases() -> dict:
+    """name -> (model maker, input maker)."""
+    return {
+        "mbv2": (lambda: zoo.MobileNetV2Blocks(32), lambda: (torch.randn(1, 32, 56, 56),)),
+        "vit": (lambda: zoo.EncoderBlock(384, 6), lambda: (torch.randn(1, 197, 384),)),
+        "bert_mask": (
+            lambda: zoo.EncoderBlock(384, 6, approximate="tanh"),
+            lambda: (torch.randn(1, 128, 384), torch.randn(1, 1, 128, 128)),
+        ),
+        "llama": (lambda: zoo.LlamaBlock(512, 8, 1376), lambda: (torch.randn(1, 128, 512),)),
+        "unet": (
+            lambda: zoo.UNetBlock(64, 8),
+            lambda: (torch.randn(1, 64, 32, 32), torch.randn(1, 64, 64, 64)),
+        ),
+        "embed": (
+            lambda: zoo.EmbeddingClassifier(1000, 256, 512, 10),
+            lambda: (torch.randint(0, 1000, (8, 128)),),
+        ),
+        "lstm": (lambda: zoo.RecurrentClassifier(64, 128), lambda: (torch.randn(4, 32, 64),)),
+    }
+
+
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((got - expected).abs().max() / expected.abs().max()).item()
+
+
+def time_calls(fn, args, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    return (time.perf_counter() - start) / calls
+
+
+def fallbacks_of(model, args) -> tuple[int, int]:
+    """(graphs, fallbacks) of tensorforge's compile of the model, from its report."""
+    report = io.StringIO()
+    with contextlib.redirect_stderr(report):
+        torch.compile(copy.deepcopy(model), backend=tf_backend, options={"report": True})(*args)
+    text = report.getvalue()
+    counts = [int(n) for n in re.findall(r"^  fallbacks: (\d+)", text, flags=re.M)]
+    return len(counts), sum(counts)
+
+
+def run_case(name, make, inputs, repeats: int, threads: int) -> dict:
+    torch.manual_seed(0)
+    model = zoo.randomize_norms(make()).eval()
+    args = inputs()
+    backends = ("eager", "inductor", "tensorforge")
+    fns, errors, compile_s = {}, {}, {}
+    torch._dynamo.reset()
+    with torch.no_grad():
+        expected = model(*args)
+        for b in backends:
+            start = time.perf_counter()
+            if b == "eager":
+                fn = model
+            else:  # NOTE: a copy each, no reset between: a reset would make the earlier
+                # compiled functions compile again on their next call, inside the timing
+                chosen = tf_backend if b == "tensorforge" else b
+                fn = torch.compile(copy.deepcopy(model), backend=chosen)
+            got = fn(*args)
+            compile_s[b] = time.perf_counter() - start
+            errors[b] = relative_error(got, expected)
+            fns[b] = fn
+            fn(*args)
+        once = time_calls(fns["eager"], args, 1)
+        calls = max(1, min(50, int(0.05 / max(once, 1e-6))))
+        samples = {b: [] for b in backends}
+        for _ in range(repeats):
+            for b in backends:
+                samples[b].append(time_calls(fns[b], args, calls))
+        graphs, fallbacks = fallbacks_of(model, args)
+    median = {b: statistics.median(s) for b, s in samples.items()}
+    row = {"model": name, "threads": threads, "graphs": graphs, "fallbacks": fallbacks}
+    for b in backends:
+        row[f"{b}_ms"] = round(median[b] * 1e3, 3)
+        row[f"{b}_error"] = errors[b]
+        row[f"{b}_compile_s"] = round(compile_s[b], 2)
+    row["tf_vs_eager"] = round(median["eager"] / median["tensorforge"], 3)
+    row["tf_vs_inductor"] = round(median["inductor"] / median["tensorforge"], 3)
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    table = cases()
+    parser.add_argument("--models", default=",".join(table))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", default=None, help="append one JSON line per model here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.environ["TF_NUM_THREADS"] = str(args.threads)
+    rows = []
+    for name in args.models.split(","):
+        make, inputs = table[name]
+        row = run_case(name, make, inputs, args.repeats, args.threads)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    print()
+    print(
+        f"{'model':10} {'eager ms':>9} {'ind ms':>9} {'tf ms':>9} {'tf/eager':>8} {'tf/ind':>7}"
+        f" {'tf err':>8} {'graphs':>6} {'fallbacks':>9}"
+    )
+    for r in rows:
+        print(
+            f"{r['model']:10} {r['eager_ms']:9.3f} {r['inductor_ms']:9.3f} "
+            f"{r['tensorforge_ms']:9.3f} {r['tf_vs_eager']:8.2f} {r['tf_vs_inductor']:7.2f} "
+            f"{r['tensorforge_error']:8.1e} {r['graphs']:6d} {r['fallbacks']:9d}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
