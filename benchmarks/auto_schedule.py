@@ -538,18 +538,27 @@ def print_table(rows: list[dict], clock: str = "cpu", target: str = "llvm") -> N
 
 SEARCH_QUALITY_MODES = {  # name -> tune() options
     "guided": {"model": True, "first_guess": True},  # what task.tune does
-    "guided_cold": {"model": True, "first_guess": False},  # the model alone, no first guess
+    # no first guess: the first batch the best of random samples by the analytic prior
+    "guided_cold": {"model": True, "first_guess": False},
     "random": {"model": False, "first_guess": False},
-    # variants of the cold start measured (not in the default modes): the decision model alone
-    # (no lowering in the parent), with more random draws, with local mutants, with IR ranking
-    # for the first 128 trials only, a shorter shortlist, a smaller population
-    "cold_decisions": {"model": True, "first_guess": False, "lower_shortlist": False},
-    "cold_eps25": {"model": True, "first_guess": False, "lower_shortlist": False, "epsilon": 0.25},
-    "cold_local25": {"model": True, "first_guess": False, "lower_shortlist": False, "local": 0.25},
+    # variants of the cold start (not in the default modes): the shortlist lowered (in the
+    # measurement processes) and ranked by the IR model too, always (the default before the
+    # prior), for the first 128 or 64 trials, with a shorter shortlist, a smaller population;
+    # more random draws; local mutants of the fastest
+    "cold_ir": {"model": True, "first_guess": False, "lower_shortlist": True},
     "cold_ir128": {"model": True, "first_guess": False, "lower_shortlist": 128},
+    "cold_ir64": {"model": True, "first_guess": False, "lower_shortlist": 64},
     "guided_ir": {"model": True, "first_guess": True, "lower_shortlist": True},
-    "cold_ir15": {"model": True, "first_guess": False, "shortlist": 1.5},
-    "cold_ir_small": {"model": True, "first_guess": False, "population": 48, "generations": 3},
+    "cold_ir15": {"model": True, "first_guess": False, "lower_shortlist": True, "shortlist": 1.5},
+    "cold_ir_small": {
+        "model": True,
+        "first_guess": False,
+        "lower_shortlist": True,
+        "population": 48,
+        "generations": 3,
+    },
+    "cold_eps25": {"model": True, "first_guess": False, "epsilon": 0.25},
+    "cold_local25": {"model": True, "first_guess": False, "local": 0.25},
 }
 
 

@@ -158,20 +158,25 @@ def lowered(monkeypatch):
 
 
 def test_guided_search_without_lowering_in_the_parent(tmp_path, lowered):
-    """lower_shortlist=False: the model ranks candidates by their decisions (the builds report
-    IR hashes and features); True lowers the shortlist and ranks it by IR too; the default
-    lowers only when the search starts without the first guess, in the measurement processes
-    (lower_in_workers=False: in this one)."""
+    """lower_shortlist=False (the default, with or without the first guess): the model ranks
+    candidates by their decisions (the builds report IR hashes and features); True lowers the
+    shortlist and ranks it by IR too, in the measurement processes (lower_in_workers=False: in
+    this one)."""
     task = _task()
     guided = task.tune(16, seed=3, **SMALL)  # the default, from the first guess
     assert not lowered and guided.trials == 16
     assert guided.search._models is not None and guided.search._models[1] is None
-    cold = task.tune(16, seed=3, first_guess=False, **SMALL)  # the default without the guess
-    assert not lowered and cold.trials == 16 and cold.search.lower_shortlist is True
-    assert cold.time_screen_dropped > 0 and cold.measure_fraction_strict < cold.measure_fraction
-    indices = [t.index for t, _ in cold.search.history]
+    cold = task.tune(16, seed=3, first_guess=False, **SMALL)
+    assert not lowered and cold.search.lower_shortlist is False and cold.time_screen_dropped == 0
+    screened = task.tune(16, seed=3, first_guess=False, lower_shortlist=True, **SMALL)
+    assert not lowered and screened.trials == 16
+    assert screened.time_screen_dropped > 0
+    assert screened.measure_fraction_strict < screened.measure_fraction
+    indices = [t.index for t, _ in screened.search.history]
     assert len(set(indices)) == len(indices)
-    here = task.tune(16, seed=3, first_guess=False, lower_in_workers=False, **SMALL)
+    here = task.tune(
+        16, seed=3, first_guess=False, lower_shortlist=True, lower_in_workers=False, **SMALL
+    )
     assert lowered and here.trials == 16
 
 
@@ -201,7 +206,9 @@ def test_each_candidate_is_lowered_once(lowered):
     """A candidate shortlisted in one batch and proposed again is not lowered again (its IR,
     shortlisted once, keeps it out)."""
     task = _task()
-    tuner = task.tune(40, seed=6, first_guess=False, lower_in_workers=False, **SMALL)
+    tuner = task.tune(
+        40, seed=6, first_guess=False, lower_shortlist=True, lower_in_workers=False, **SMALL
+    )
     assert len(lowered) > 16 and len(set(lowered)) == len(lowered)
     search = tuner.search
     assert {r[0] for r in search.reports.values() if r} <= search.ir_seen

@@ -35,6 +35,7 @@ class Decisions:
         self.fixed = dict(fixed or {})
         self.policy = policy
         self.used: dict[str, Any] = {}
+        self.draws = 0  # values drawn from rng (0: the schedule is a function of `fixed`)
 
     def choice(self, key: str, options: Sequence[Any], hint: dict | None = None) -> Any:
         """One of `options` (JSON values)."""
@@ -46,6 +47,7 @@ class Decisions:
                 value = self.policy.choice(key, options, hint or {})
             if value is None or value not in options:
                 value = options[int(self.rng.integers(len(options)))]
+                self.draws += 1
         self.used[key] = value
         return value
 
@@ -61,6 +63,7 @@ class Decisions:
                 value = self.policy.tile(key, extents, levels, hint or {})
             if not _valid_tiles(value, extents, levels):
                 value = [sample_tile(self.rng, e, levels) for e in extents]
+                self.draws += 1
         value = [[int(f) for f in factors] for factors in value]
         self.used[key] = value
         return value

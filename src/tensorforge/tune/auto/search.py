@@ -13,27 +13,32 @@ Each batch:
    equals one already measured or shortlisted, rank the rest by the IR model (`lower_shortlist`);
 4. measure the top of that ranking, plus `epsilon` of the batch drawn at random (and, with
    `local` > 0, that share of it unranked mutants of the 4 fastest measured).
-Step 3 is the search's main cost besides building and measuring (lowering in Python: ~0.02-0.1 s
-a candidate at GEMM 256³), and it pays only from a cold start: GEMM 256³, 3 seeds, 500 trials
-against 1000 random ones: without the first guess, 90% of random's best in 27, 22, 76 trials
-with it and in -, 85, 167 without; from the first guess both reach it at once, and without
-step 3 the search ended faster (0.164, 0.146, 0.147 ms vs 0.166, 0.160, 0.157). So
-`lower_shortlist=None` (the default) lowers only when the search starts without the first
-guess; True always, N for the first N trials, False never. The shortlist is lowered in the
-candidates' own measurement processes (screening.py; `lower_in_workers=False`: here), and the
-chosen ones compile from that IR: the parent only ranks. GEMM 256³ without the first guess, 500
-trials, 3 seeds, load 5-7: 86-90% of the wall time building and measuring (68-76% counting the
-lowering of candidates then not measured as the search's own), against 70-71% lowering here
-(64 trials, the same seed and load, in turns: 73% strict with the workers); 90% of random's
-best in 57, 54, 54 trials against random's 166, 358, 55 (seed 2 misses: random was lucky there,
-at p ~ 1% a trial of reaching that target).
-Before there is anything to learn from, batches are mutants of the first guess and random
-points. `model=False` keeps every batch random: the baseline the guided search is compared
-with.
+Before there is anything to learn from, a batch is the best of many random samples by the
+analytic prior (prior.py: the register tile against the vector registers, no lowering), best
+first, plus `epsilon` random, and from the first guess half of it mutants of the guess; after,
+the models take the prior as one more feature. That is the start Ansor and MetaSchedule give
+their search (random samples, ranked by a model: theirs pre-trained, here the target's model).
+Step 3 (lowering in Python: ~0.02-0.1 s a candidate at GEMM 256³) paid for a cold start
+without the prior: GEMM 256³, 3 seeds, 500 trials against 1000 random ones, without the first
+guess: 90% of random's best in 27, 22, 76 trials with it and in -, 85, 167 without. It is off
+by default (`lower_shortlist=False`; True always, N for the first N trials): with the prior the
+cold start needs it no more, and it cost a fifth of the wall time in candidates lowered and
+then not measured (this Zen 5, GEMM 256³ without the first guess, 192 trials, seeds 0-2, load
+4-8: 87-91% of the wall time building and measuring without it, 73-79% with it, counting the
+lowering of candidates not measured as the search's own). With it, the shortlist is lowered in
+the candidates' own measurement processes (screening.py; `lower_in_workers=False`: here), and
+the chosen ones compile from that IR: the parent only ranks.
+GEMM 256³, 500 trials against 1000 random ones, 3 seeds (benchmarks/auto_schedule.py
+--search-quality 1000; this Zen 5, 1 thread, kernels in thread CPU time, load 5-9): 90% of
+random's best in 1, 2, 1 trials from the first guess and 2, 6, 10 without it (before the
+prior: 20, 23, 17) against random's 23, 102, 209; 88-91% of the wall time building and
+measuring in both modes (before: 80-83% from the guess, 68-79% strict without it).
+`model=False` keeps every batch random: the baseline the guided search is compared with.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,15 +46,40 @@ from typing import Any
 import numpy as np
 
 from tensorforge.tune.auto.decisions import Decisions, mutate_tile
+from tensorforge.tune.auto.prior import Prior
 from tensorforge.tune.auto.screening import build_report, lower_candidate
 from tensorforge.tune.auto.task import ScheduleTrace, SearchTask
 from tensorforge.tune.measure import MeasureResult
+
+MAX_MADE = 50_000  # generated candidates kept by their decisions
 
 # lowers traces elsewhere: trace index -> (IR hash, IR features), or None where it failed
 Screen = Callable[[Sequence[ScheduleTrace]], dict]
 
 
 class EvolutionarySearch:
+    """The search of one task; its options are `SearchTask.tune`'s `**search_options`:
+
+    - `model`: rank by the cost models (False: every batch random, the baseline);
+    - `population`, `generations`, `mutation_prob`: the evolution run each batch (its size, how
+      many generations, the share of children made by mutation rather than crossover);
+    - `epsilon`: the share of each batch drawn at random (exploration);
+    - `local`: the share of each batch made of unranked mutants of the 4 fastest measured;
+    - `shortlist`: how many candidates (x the batch's model share) are lowered and ranked by
+      the IR model, when lowering (`lower_shortlist`);
+    - `first_guess`: the analytic first guess (and mutants of it) in the first batch;
+    - `lower_shortlist`: lower the shortlist to rank it by the IR model: True always, False
+      (default) never, a number for the first that many trials (see the module notes);
+    - `lower_in_workers`: where the shortlist is lowered: True (default), each candidate in
+      its own measurement process, which then builds it from that IR if it is chosen (the
+      search's process only ranks; a candidate that crashes while lowering ends alone);
+      False, in the search's own process (each candidate lowered once, then built again
+      from its trace if chosen). The search is the same either way;
+    - `prior_samples`: before the models have measurements to learn from, each batch's model
+      share is the best by the analytic prior (prior.py) of that many random samples per
+      place (x the share).
+    """
+
     def __init__(
         self,
         task: SearchTask,
@@ -62,8 +92,9 @@ class EvolutionarySearch:
         local: float = 0.0,
         shortlist: float = 2,
         first_guess: bool = True,
-        lower_shortlist: bool | int | None = None,
+        lower_shortlist: bool | int = False,
         lower_in_workers: bool = True,
+        prior_samples: int = 16,
     ):
         self.task = task
         self.rng = np.random.default_rng(seed)
@@ -75,8 +106,10 @@ class EvolutionarySearch:
         self.local = local
         self.shortlist = shortlist
         self.first_guess = first_guess
-        self.lower_shortlist = (not first_guess) if lower_shortlist is None else lower_shortlist
+        self.lower_shortlist = lower_shortlist
         self.lower_in_workers = lower_in_workers
+        self.prior_samples = prior_samples
+        self.prior = Prior(task) if model else None
         self.measured: dict[int, float] = {}  # trace index -> seconds (inf for failures)
         self.ir_seen: set[str] = set()  # lowered-IR hashes measured or shortlisted
         self.reports: dict[int, tuple[str, Any] | None] = {}  # trace index -> IR hash, features
@@ -88,6 +121,8 @@ class EvolutionarySearch:
         self._fitted_on = 0
         self._fit_width = 0
         self._extents: dict[str, list[int] | None] = {}  # tile decision key -> loop extents
+        self._made: dict[str, ScheduleTrace | None] = {}  # fixed decisions (JSON) -> trace
+        self.n_made = 0  # candidates generated (not counting those kept in _made)
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def update(self, traces: Sequence[ScheduleTrace], results: Sequence[MeasureResult]) -> None:
@@ -106,16 +141,28 @@ class EvolutionarySearch:
 
     # -- candidates -----------------------------------------------------------------------------
     def _make(self, fixed: dict | None) -> ScheduleTrace | None:
-        """The rules' schedule for `fixed` decisions, the rest drawn (None if a rule fails)."""
+        """The rules' schedule for `fixed` decisions, the rest drawn (None if a rule fails).
+        One that drew nothing (every decision given and legal: most mutants and crossovers)
+        is kept by its decisions and not generated again: the same trace, and the generator
+        untouched either way."""
+        key = json.dumps(fixed, sort_keys=True) if fixed else None
+        if key is not None and key in self._made:
+            return self._made[key]
+        decisions = Decisions(self.rng, fixed)
+        self.n_made += 1
         try:
-            trace, _, _ = self.task.generate(Decisions(self.rng, fixed))
+            trace, _, _ = self.task.generate(decisions)
         except Exception:  # noqa: BLE001 - a rule that cannot apply: drop the candidate
-            return None
+            trace = None
+        if key is not None and decisions.draws == 0 and len(self._made) < MAX_MADE:
+            self._made[key] = trace
         return trace
 
-    def random_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
+    def random_batch(
+        self, n: int, taken: set[int], first_guess: bool = True
+    ) -> list[ScheduleTrace]:
         out: list[ScheduleTrace] = []
-        if self.first_guess and not self.history and not taken:
+        if first_guess and self.first_guess and not self.history and not taken:
             from tensorforge.tune.auto.analytic import first_guess
 
             guess = first_guess(self.task)
@@ -132,8 +179,10 @@ class EvolutionarySearch:
 
     def warm_up_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
         """Before the models can rank anything: half the batch mutants of the best schedule so
-        far (the first guess, at first), half random: a start near a good point, and spread."""
-        out = self.random_batch(1, taken) if not self.history else []
+        far (the first guess, at first, if the search starts from it), the rest the best of
+        many random samples by the analytic prior (prior.py), best first, and `epsilon` of
+        the batch plain random: a start near a good point, and spread."""
+        out = self.random_batch(1, taken) if self.first_guess and not self.history else []
         best = self.best[1] or (out[0] if out else None)
         for _ in range(10 * n):
             if best is None or len(out) >= n // 2:
@@ -142,7 +191,19 @@ class EvolutionarySearch:
             if child is not None and child.index not in taken:
                 out.append(child)
                 taken.add(child.index)
+        n_random = max(1, int(round(self.epsilon * n))) if self.epsilon > 0 and n >= 4 else 0
+        out += self.prior_batch(n - len(out) - n_random, taken)
         return out + self.random_batch(n - len(out), taken)
+
+    def prior_batch(self, n: int, taken: set[int]) -> list[ScheduleTrace]:
+        """The `n` best by the analytic prior of `prior_samples` x n random samples."""
+        if n <= 0 or self.prior is None:
+            return self.random_batch(n, taken) if n > 0 else []
+        pool = self.random_batch(self.prior_samples * n, set(taken), first_guess=False)
+        scores = np.array([self.prior.score(t) for t in pool])
+        out = [pool[k] for k in np.argsort(-scores, kind="stable")[:n]]
+        taken.update(t.index for t in out)
+        return out
 
     def mutate(self, trace: ScheduleTrace) -> ScheduleTrace | None:
         decisions = dict(trace.decisions)
@@ -194,10 +255,17 @@ class EvolutionarySearch:
         out = (out + [math.nan] * width)[:width]
         return np.asarray(out, dtype=np.float64)
 
+    def decision_matrix(self, traces: Sequence[ScheduleTrace]) -> np.ndarray:
+        """The decision vectors of `traces` (fit width), and the analytic prior's score (a
+        feature the models rank by until measurements say otherwise)."""
+        xs = np.stack([self.decision_vector(t, self._fit_width) for t in traces])
+        if self.prior is None:
+            return xs
+        prior = np.array([[math.log(self.prior.score(t))] for t in traces])
+        return np.concatenate([xs, prior], axis=1)
+
     def _full_vector(self, trace: ScheduleTrace) -> np.ndarray:
-        return np.concatenate(
-            [self.decision_vector(trace, self._fit_width), self.ir_features[trace.index]]
-        )
+        return np.concatenate([self.decision_matrix([trace])[0], self.ir_features[trace.index]])
 
     def _fit(self) -> bool:
         if not self.use_model:
@@ -217,8 +285,7 @@ class EvolutionarySearch:
         self._fit_width = sum(self.schema.values())
         seed = int(self.rng.integers(2**31))
         decision_model = XGBCostModel(seed=seed, num_boost_round=40)
-        xs = np.stack([self.decision_vector(t, self._fit_width) for t, _ in self.history])
-        decision_model.fit(xs, ys)
+        decision_model.fit(self.decision_matrix([t for t, _ in self.history]), ys)
         ir_model = None
         with_ir = [(t, y) for (t, _), y in zip(self.history, ys) if t.index in self.ir_features]
         if self._lowering() and len(with_ir) >= 8 and len({y for _, y in with_ir}) > 1:
@@ -233,8 +300,7 @@ class EvolutionarySearch:
 
     def _score(self, traces: Sequence[ScheduleTrace]) -> np.ndarray:
         assert self._models is not None
-        xs = np.stack([self.decision_vector(t, self._fit_width) for t in traces])
-        return self._models[0].predict(xs)
+        return self._models[0].predict(self.decision_matrix(traces))
 
     # -- proposing ------------------------------------------------------------------------------
     def next_batch(self, n: int, screen: Screen | None = None) -> list[ScheduleTrace]:

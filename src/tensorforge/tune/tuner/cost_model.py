@@ -53,7 +53,10 @@ class XGBCostModel:
 
     def fit(self, xs: np.ndarray, ys: np.ndarray) -> None:
         dtrain = self.xgb.DMatrix(
-            np.asarray(xs, dtype=np.float32), label=np.asarray(ys, dtype=np.float32), missing=np.nan
+            np.asarray(xs, dtype=np.float32),
+            label=np.asarray(ys, dtype=np.float32),
+            missing=np.nan,
+            nthread=1,  # else one per core, spinning: 8-50 ms per matrix on a busy machine
         )
         if self.params["objective"].startswith("rank:"):
             dtrain.set_group([len(ys)])
@@ -66,5 +69,5 @@ class XGBCostModel:
     def predict(self, xs: np.ndarray) -> np.ndarray:
         if self.booster is None:
             return np.zeros(len(xs))
-        dtest = self.xgb.DMatrix(np.asarray(xs, dtype=np.float32), missing=np.nan)
+        dtest = self.xgb.DMatrix(np.asarray(xs, dtype=np.float32), missing=np.nan, nthread=1)
         return self.booster.predict(dtest)
