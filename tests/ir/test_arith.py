@@ -246,8 +246,35 @@ def test_vectors_keep_their_shape():
     assert out.dtype == "float32x8"
     summed = simplify_expr(Add(Broadcast(const(1.0), 8), Broadcast(const(2.0), 8)))
     assert same(summed, Broadcast(const(3.0), 8))
-    mixed = Add(Ramp(i, const(1), 4), Broadcast(const(0), 4))
-    assert simplify_expr(mixed) is mixed  # no vector identities
+    mixed = Add(Ramp(i, const(1), 4), Broadcast(const(3), 4))
+    assert same(simplify_expr(mixed), Ramp(i + 3, const(1), 4))
+
+
+def test_vector_index_arithmetic_folds_into_one_ramp_or_broadcast():
+    t = Var("t")
+    sixteen = Ramp(t * 16, const(1), 16)
+    # the lanes of ramp(16t, 1, 16) lie in one block of 64: one quotient, a ramp of remainders
+    assert same(
+        simplify_expr(FloorDiv(sixteen, Broadcast(const(64), 16))),
+        Broadcast(simplify_expr((t * 16) // 64), 16),
+    )
+    assert same(
+        simplify_expr(FloorMod(sixteen, Broadcast(const(64), 16))),
+        Ramp(simplify_expr((t * 16) % 64), const(1), 16),
+    )
+    # ramp(16t + 8, 1, 16) straddles a multiple of 64 when 16t % 64 == 48: kept
+    straddles = FloorDiv(Ramp(t * 16 + 8, const(1), 16), Broadcast(const(64), 16))
+    assert isinstance(simplify_expr(straddles), FloorDiv)
+    assert isinstance(
+        simplify_expr(FloorMod(Ramp(t * 4, const(1), 8), Broadcast(const(8), 8))), FloorMod
+    )
+    # broadcast arithmetic and a ramp: one ramp
+    index = Add(Mul(Broadcast(t, 8), Broadcast(const(64), 8)), Ramp(const(5), const(1), 8))
+    assert same(simplify_expr(index), Ramp(simplify_expr(t * 64 + 5), const(1), 8))
+    assert same(
+        simplify_expr(Mul(Ramp(t, const(2), 4), Broadcast(const(3), 4))),
+        Ramp(simplify_expr(t * 3), const(6), 4),
+    )
 
 
 # -- bounds -----------------------------------------------------------------------------------

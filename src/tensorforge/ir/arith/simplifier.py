@@ -21,7 +21,7 @@ from tensorforge.ir.arith.linear import (
     term_key,
     to_expr,
 )
-from tensorforge.ir.expr import Broadcast, BufferLoad
+from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import (
     EQ,
@@ -167,7 +167,7 @@ def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
             folded = fold_binary(type(node)(a, b))  # broadcast(2) + broadcast(3) -> broadcast(5)
             return None if folded is None else Broadcast(folded, n)
         case _ if dt.lanes_of(node.dtype) != 1:
-            return None  # vectors: their scalar children were simplified; the shape stays
+            return _vector_index(node, s)  # vectors: only index arithmetic of ramps/broadcasts
         case BinaryOp(Const(), Const()):
             return fold_binary(node)  # 2 + 3 -> 5, 7 // -2 -> -4, 1.5 < 2.0 -> True
         case Cast(dtype=d, value=v) if d == v.dtype:
@@ -205,6 +205,47 @@ def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
         case CompareOp(a, b) if is_index_dtype(a.dtype):
             return _compare(node, s)
     return _identity(node)
+
+
+def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
+    """Index arithmetic on ramps and broadcasts, as one ramp or broadcast of scalar arithmetic:
+    broadcast(a) + ramp(b, 1, n) -> ramp(a + b, 1, n); ramp(16t, 1, 16) // 64 ->
+    broadcast(16t // 64) (no two lanes straddle a multiple of 64). A vectorized index through
+    a split and a fuse (`(k // 64) * 4096 + k % 64` of a ramp) then reads contiguous lanes
+    again instead of gathering them."""
+    if not is_index_dtype(dt.element_of(node.dtype)):
+        return None
+    match node:
+        case FloorDiv(Ramp() as r, Broadcast(Const() as c)) if _ramp_in_one_block(r, c.value, s):
+            return Broadcast(s.visit(FloorDiv(r.base, c)), r.lanes)
+        case FloorMod(Ramp() as r, Broadcast(Const() as c)) if _ramp_in_one_block(r, c.value, s):
+            return Ramp(s.visit(FloorMod(r.base, c)), r.stride, r.lanes)
+        case (
+            Add(Broadcast(a), Broadcast(b))
+            | Sub(Broadcast(a), Broadcast(b))
+            | Mul(Broadcast(a), Broadcast(b))
+        ):
+            return Broadcast(s.visit(type(node)(a, b)), dt.lanes_of(node.dtype))
+        case Add(Broadcast(a), Ramp(base, stride, n)) | Add(Ramp(base, stride, n), Broadcast(a)):
+            return Ramp(s.visit(Add(base, a)), stride, n)
+        case Sub(Ramp(base, stride, n), Broadcast(a)):
+            return Ramp(s.visit(Sub(base, a)), stride, n)
+        case Add(Ramp(b1, Const() as s1, n), Ramp(b2, Const() as s2)):
+            return Ramp(s.visit(Add(b1, b2)), fold_binary(Add(s1, s2)), n)
+        case Mul(Ramp(base, Const() as stride, n), Broadcast(Const() as c)):
+            return Ramp(s.visit(Mul(base, c)), fold_binary(Mul(stride, c)), n)
+    return None
+
+
+def _ramp_in_one_block(r: Ramp, divisor: int, s: ExprSimplifier) -> bool:
+    """Do the lanes of the unit-stride ramp `r` all lie in one block of `divisor`? They do
+    where its base is provably a multiple of some g dividing `divisor` with lanes <= g: the
+    base's remainder is then a multiple of g, at most divisor - g."""
+    if not (isinstance(r.stride, Const) and r.stride.value == 1) or divisor <= 0:
+        return False
+    form = s.form(r.base)
+    g = math.gcd(divisor, form.const, *form.coefficients())
+    return r.lanes <= g
 
 
 def _identity(node: Expr) -> Expr | None:
