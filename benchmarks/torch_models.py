@@ -122,6 +122,14 @@ def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
     return ((got - expected).abs().max() / expected.abs().max()).item()
 
 
+def emit(row: dict, json_path: str | None) -> None:
+    """One result as a JSON line: printed as it lands, and appended to `json_path` if given."""
+    print(json.dumps(row), flush=True)
+    if json_path:
+        with open(json_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def time_calls(fn, x, calls: int) -> float:
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     sync()
@@ -201,10 +209,7 @@ def main(argv=None) -> int:
             make, shape = table[name]
             row = run_model(name, make, shape, backends, args.repeats, threads, args.device)
             rows.append(row)
-            print(json.dumps(row), flush=True)
-            if args.json:
-                with open(args.json, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            emit(row, args.json)
     print()
     header = f"{'model':10} {'thr':>3} " + " ".join(f"{b + ' ms':>15}" for b in backends)
     header += f" {'tf/eager':>9} {'tf/ind':>7} {'tf err':>8} {'eager err':>9} {'tf compile s':>12}"

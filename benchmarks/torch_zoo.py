@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import copy
 import io
-import json
 import os
 import re
 import statistics
@@ -27,6 +26,7 @@ import sys
 import time
 
 import torch
+from torch_models import emit, relative_error  # benchmarks/: the script's folder
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -54,10 +54,6 @@ def cases() -> dict:
         ),
         "lstm": (lambda: zoo.RecurrentClassifier(64, 128), lambda: (torch.randn(4, 32, 64),)),
     }
-
-
-def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((got - expected).abs().max() / expected.abs().max()).item()
 
 
 def time_calls(fn, args, calls: int) -> float:
@@ -132,10 +128,7 @@ def main(argv=None) -> int:
         make, inputs = table[name]
         row = run_case(name, make, inputs, args.repeats, args.threads)
         rows.append(row)
-        print(json.dumps(row), flush=True)
-        if args.json:
-            with open(args.json, "a") as f:
-                f.write(json.dumps(row) + "\n")
+        emit(row, args.json)
     print()
     print(
         f"{'model':10} {'eager ms':>9} {'ind ms':>9} {'tf ms':>9} {'tf/eager':>8} {'tf/ind':>7}"

@@ -121,6 +121,15 @@ def host_cache_bytes() -> tuple[int, int] | None:
     return sizes["1"], sizes["2"]
 
 
+def vector_bits_of(features: frozenset[str]) -> int:
+    """The widest float vector register of an x86 CPU with `features` (LLVM names)."""
+    if "avx512f" in features:
+        return 512
+    if "avx" in features or "avx2" in features:
+        return 256
+    return 128
+
+
 def enabled_features(features: str) -> frozenset[str]:
     """The features an LLVM feature string turns on: "+avx2,-avx512f,+fma" -> {avx2, fma}."""
     return frozenset(f[1:] for f in features.split(",") if f.startswith("+"))
@@ -264,14 +273,7 @@ class Target:
     @property
     def vector_bits(self) -> int:
         """Width of the widest float vector register (512 with AVX-512, 256 with AVX2, ...)."""
-        if self.is_gpu:
-            return 128
-        feats = self.cpu_features
-        if "avx512f" in feats:
-            return 512
-        if "avx" in feats or "avx2" in feats:
-            return 256
-        return 128
+        return 128 if self.is_gpu else vector_bits_of(self.cpu_features)
 
     @property
     def cpu_features(self) -> frozenset[str]:

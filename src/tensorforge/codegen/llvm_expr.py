@@ -27,6 +27,7 @@ from tensorforge.codegen.llvm_types import (  # noqa: F401  (re-exported for llv
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
 from tensorforge.ir.extern import AddressOf, WholeBuffer
+from tensorforge.target import vector_bits_of
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import (
     EQ,
@@ -202,7 +203,7 @@ class ExprEmitter(CallEmitter, ExternEmitter):
         if count & (count - 1) == 0:
             return emit(*values)
         bits = max(_element_bits(t.element) for t in vectors)
-        native = max(1, self.register_bits() // bits)
+        native = max(1, vector_bits_of(self.cpu_features) // bits)
         if count <= native:
             return emit(*values)
         parts = []
@@ -215,11 +216,6 @@ class ExprEmitter(CallEmitter, ExternEmitter):
             ]
             parts.append(emit(*args))
         return concat(self.builder, parts)
-
-    def register_bits(self) -> int:
-        """The target's vector register width (AVX-512, AVX, else 128-bit registers)."""
-        features = self.cpu_features
-        return 512 if "avx512f" in features else 256 if "avx" in features else 128
 
     def _arith(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
         if dt.is_float(dtype):

@@ -195,6 +195,27 @@ def log_softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
     )
 
 
+def _row_moments(ctx, xv, rows, m: int, n, prefix: str):
+    """Each row's sum, and its sum of squared deviations from the mean (a second pass, as torch
+    computes the variance), of the `m` values `xv(row + (k,))`; `n`: m as a float."""
+    k1 = te.reduce_axis((0, m), name="k1")
+    k2 = te.reduce_axis((0, m), name="k2")
+    total = te.compute(
+        rows, lambda *i: te.sum(xv(i + (k1.var,)), axis=k1), name=ctx.unique(f"{prefix}_sum")
+    )
+    squares = te.compute(
+        rows,
+        lambda *i: te.sum(_sq(xv(i + (k2.var,)) - total[i] / n), axis=k2),
+        name=ctx.unique(f"{prefix}_sq"),
+    )
+    return total, squares
+
+
+def _normalized(value, total, squares, row: tuple, n, eps):
+    """`value` of `row` less the row's mean, over its standard deviation (+ eps)."""
+    return (value - total[row] / n) * te.rsqrt(squares[row] / n + float(eps))
+
+
 @lowers(aten.native_layer_norm.default)
 def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     _only_first_used(node)
@@ -205,24 +226,14 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     rows, m = x.shape[:-1], x.shape[-1]
     n = _float_size(m, out)
     xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
-    k1 = te.reduce_axis((0, m), name="k1")
-    k2 = te.reduce_axis((0, m), name="k2")
-    total = te.compute(
-        rows, lambda *i: te.sum(xv(i + (k1.var,)), axis=k1), name=ctx.unique("ln_sum")
-    )
-    squares = te.compute(
-        rows,
-        lambda *i: te.sum(_sq(xv(i + (k2.var,)) - total[i] / n), axis=k2),
-        name=ctx.unique("ln_sq"),
-    )
+    total, squares = _row_moments(ctx, xv, rows, m, n, "ln")
     w = ctx.lazy(weight) if weight is not None else None
     b = ctx.lazy(bias) if bias is not None else None
     w = ctx.no_anchor(w) if w is not None else None
     b = ctx.no_anchor(b) if b is not None else None
 
     def at(ia):
-        r = tuple(ia[:-1])
-        v = (xv(ia) - total[r] / n) * te.rsqrt(squares[r] / n + float(eps))
+        v = _normalized(xv(ia), total, squares, tuple(ia[:-1]), n, eps)
         if w is not None:
             v = v * w.at((ia[-1],)).astype(out)
         if b is not None:
@@ -262,22 +273,12 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
 
     xv = lambda ia: x.at(logical(ia)).astype(out)  # noqa: E731
     rows = (x.shape[0], group)
-    k1 = te.reduce_axis((0, m), name="k1")
-    k2 = te.reduce_axis((0, m), name="k2")
-    total = te.compute(
-        rows, lambda *i: te.sum(xv(i + (k1.var,)), axis=k1), name=ctx.unique("gn_sum")
-    )
-    squares = te.compute(
-        rows,
-        lambda *i: te.sum(_sq(xv(i + (k2.var,)) - total[i] / n), axis=k2),
-        name=ctx.unique("gn_sq"),
-    )
+    total, squares = _row_moments(ctx, xv, rows, m, n, "gn")
     w = ctx.no_anchor(ctx.lazy(weight)) if weight is not None else None
     b = ctx.no_anchor(ctx.lazy(bias)) if bias is not None else None
 
     def at_anchor(ia):
-        r = tuple(ia[:-1])
-        v = (xv(ia) - total[r] / n) * te.rsqrt(squares[r] / n + float(eps))
+        v = _normalized(xv(ia), total, squares, tuple(ia[:-1]), n, eps)
         channel = (ia[1] * per_group + ia[2] // positions,)
         if w is not None:
             v = v * w.at(channel).astype(out)

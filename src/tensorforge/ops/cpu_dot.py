@@ -110,11 +110,6 @@ class DotTiles:
     amx: bool = False
     order: str = "rows"
 
-    # NOTE: the Target carries no cache sizes: these are the smallest of the AVX-512 CPUs
-    # measured (Skylake-SP .. Emerald Rapids, Zen 4): 32 KiB L1d; AMX CPUs have 2 MiB L2.
-    L1_BYTES = 32 * 1024
-    L2_BYTES = 2 * 1024 * 1024
-
     @staticmethod
     def for_target(kind: str, target: Target | None = None, amx: bool | None = None) -> DotTiles:
         """AMX (where the target has it, unless `amx` is False): 128 x 64 tiles (32 x 32 blocks
@@ -125,10 +120,11 @@ class DotTiles:
         (1024^3 on Sapphire Rapids-class: rows order 1.2-1.4x panels; kc 512 vs 256 int8 +5%.)"""
         spec = _kind(kind, "DotTiles.for_target")
         itemsize = 1 if spec.a_dtype == "uint8" else 2
+        l1, l2 = (target or Target("llvm")).cache_bytes
         if has_amx(kind, target) if amx is None else amx:
-            kc = _power_of_two_below(DotTiles.L2_BYTES // 8 // (itemsize * (32 + 64)))
+            kc = _power_of_two_below(l2 // 8 // (itemsize * (32 + 64)))
             return DotTiles(mr=128, nr=64, kc=max(spec.amx_k, kc), amx=True)
-        kc = _power_of_two_below(DotTiles.L1_BYTES * 3 // 4 // (itemsize * 48))
+        kc = _power_of_two_below(l1 * 3 // 4 // (itemsize * 48))
         return DotTiles(mr=48, nr=64, kc=max(spec.step, kc))
 
     def fitted(self, m: int, n: int, k: int, kind: str) -> DotTiles:
