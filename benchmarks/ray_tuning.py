@@ -3,10 +3,16 @@
     python benchmarks/ray_tuning.py                       # CPU: builtin/matmul, 2 Ray workers
     python benchmarks/ray_tuning.py --target cuda --trials 256 --workers 15
     python benchmarks/ray_tuning.py --only ray ...        # one side (to split a long run)
+    python benchmarks/ray_tuning.py --target cuda --gpus 1,2 --trials 512 --workers 30
+                                                          # 1 GPU vs 2 GPUs of this host
 
 Both sides tune the same task with a RandomTuner of the same seed, so they measure the same
 configs; the table gives trials per second, the speed-up, and each side's best re-measured in
 this process on the same device (so the two bests compare fairly). One JSON line per side.
+With --gpus each side is a local Ray cluster offering that many of this host's GPUs (one
+measurement actor each); the table adds trials per second per GPU against the first count, and
+which GPUs measured (name, clocks) from the records. --remeasure-only re-times the bests of the
+logs already in --logdir (to split the sides over several runs and compare them in one).
 """
 
 from __future__ import annotations
@@ -35,20 +41,45 @@ def tune_once(task, trials: int, seed: int, option, log: str) -> dict:
     return {"wall_s": wall, "trials": len(measured), "ok": ok, "trials_per_s": len(measured) / wall}
 
 
-def remeasure_best(task, log: str, repeats: int = 15) -> float:
-    """Seconds per call of the log's best config, timed here (median of `repeats`)."""
-    (record,) = best_by_workload(load_records(log)).values()
-    s, args = task.instantiate(record.config)
-    mod = tf.build(s, args, target=task.target)
+def remeasure_bests(task, logs: dict[str, str], rounds: int = 3, repeats: int = 15) -> dict:
+    """Seconds per call of each log's best config, timed here on one device: every round times
+    each best once (median of `repeats`), interleaved, and each keeps its fastest round."""
     dev = tf.cuda(0) if task.target_kind == "cuda" else tf.cpu(0)
     rng = np.random.default_rng(0)
     arrays = [
         tf.nd.array(rng.uniform(-1, 1, spec.shape).astype(spec.dtype), dev)
         for spec in task.arg_specs
     ]
-    timer = mod.time_evaluator(mod.entry_name, dev, number=10, repeat=repeats)
-    timer(*arrays)
-    return float(np.median(timer(*arrays).results))
+    timers = {}
+    for side, log in logs.items():
+        (record,) = best_by_workload(load_records(log)).values()
+        s, args = task.instantiate(record.config)
+        mod = tf.build(s, args, target=task.target)
+        timers[side] = mod.time_evaluator(mod.entry_name, dev, number=10, repeat=repeats)
+        timers[side](*arrays)  # warm: first-call costs stay out of the rounds
+    best = {side: float("inf") for side in logs}
+    for _ in range(rounds):
+        for side, timer in timers.items():
+            best[side] = min(best[side], float(np.median(timer(*arrays).results)))
+    return best
+
+
+def devices_seen(log: str) -> list[str]:
+    """Which devices measured a log's trials: name, GPU index, trials and SM clock range."""
+    seen: dict[tuple, list[float]] = {}
+    counts: dict[tuple, int] = {}
+    for record in load_records(log):
+        meta = record.result.meta
+        key = (meta.get("host", "?"), meta.get("device", "?"), meta.get("gpu_index", "-"))
+        counts[key] = counts.get(key, 0) + 1
+        clocks = seen.setdefault(key, [])
+        if "clock_sm_mhz" in meta:
+            clocks.append(meta["clock_sm_mhz"])
+    lines = []
+    for (host, device, index), clocks in sorted(seen.items()):
+        clock = f", SM clock {min(clocks):.0f}-{max(clocks):.0f} MHz" if clocks else ""
+        lines.append(f"{device} #{index} on {host}: {counts[host, device, index]} records{clock}")
+    return lines
 
 
 def main() -> int:
@@ -58,7 +89,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="Ray build slots (CPUs)")
     parser.add_argument("--shape", type=int, nargs=3, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", choices=["local", "ray"], default=None)
+    parser.add_argument("--only", default=None, help="one side: local, ray, or a GPU count")
+    parser.add_argument("--gpus", default=None, help="GPU counts to compare, e.g. 1,2 (cuda)")
+    parser.add_argument("--remeasure-only", action="store_true")
     parser.add_argument("--logdir", default=None)
     options = parser.parse_args()
 
@@ -71,38 +104,71 @@ def main() -> int:
     logdir = options.logdir or tempfile.mkdtemp(prefix="tf-ray-bench-")
     os.makedirs(logdir, exist_ok=True)
     common = {"number": 5 if cuda else 3, "repeat": 3, "timeout": 60 if cuda else 20}
-    rows = []
-    sides = [options.only] if options.only else ["local", "ray"]
+    if options.gpus:
+        sides = [f"{int(n)}gpu" for n in options.gpus.split(",")]
+    else:
+        sides = ["local", "ray"]
+    if options.only:
+        only = options.only if options.only in ("local", "ray") else f"{int(options.only)}gpu"
+        sides = [only]
+    rows = {}
     for side in sides:
         log = os.path.join(logdir, f"{side}.jsonl")
+        row = {"side": side, "task": name, "shape": shape, "target": options.target.split()[0]}
+        if options.remeasure_only:
+            rows[side] = row
+            continue
         if os.path.exists(log):
             os.remove(log)
+        runner = None
         if side == "local":
             option = tune.measure_option(n_parallel=1, **common)
         else:
-            runner = tune.RayRunner(address=None, num_cpus=options.workers, max_repeat=10)
+            gpus = int(side[:-3]) if side.endswith("gpu") else None
+            runner = tune.RayRunner(
+                address=None, num_cpus=options.workers, max_repeat=10, num_gpus=gpus
+            )
             runner.connect(task.target)  # a standing cluster: its start-up is not tuning time
             option = tune.measure_option(runner=runner, **common)
-        row = {"side": side, "task": name, "shape": shape, "target": options.target.split()[0]}
         row.update(tune_once(task, options.trials, options.seed, option, log))
-        if side == "ray":
+        if runner is not None:
             runner.shutdown()
-        best = remeasure_best(task, log)
-        row["best_ms"] = best * 1e3
-        row["best_gflops"] = task.flop / best / 1e9
-        rows.append(row)
+        rows[side] = row
         print(json.dumps(row), flush=True)
-    print(f"\n{'side':>6} {'trials':>7} {'wall s':>8} {'trials/s':>9} {'best GFLOP/s':>13}")
-    for row in rows:
+    logs = {side: os.path.join(logdir, f"{side}.jsonl") for side in rows}
+    logs = {side: log for side, log in logs.items() if os.path.exists(log)}
+    # Every side's best re-timed in this one process on one device, after all tuning.
+    for side, seconds in remeasure_bests(task, logs).items():
+        rows[side]["best_ms"] = seconds * 1e3
+        rows[side]["best_gflops"] = task.flop / seconds / 1e9
+        print(json.dumps({"side": side, "best_ms": seconds * 1e3}), flush=True)
+    for side, log in logs.items():
+        for line in devices_seen(log):
+            print(f"{side}: {line}")
+    first = next((row for row in rows.values() if "trials_per_s" in row), None)
+    print(
+        f"\n{'side':>6} {'trials':>7} {'wall s':>8} {'trials/s':>9} {'scaling':>8} "
+        f"{'best GFLOP/s':>13} {'vs first':>9}"
+    )
+    for side, row in rows.items():
+        if "best_gflops" not in row:
+            continue
+        per_s = row.get("trials_per_s")
+        scaling = ""
+        if per_s and first and side.endswith("gpu"):
+            # against the ideal: N GPUs at N times the first count's per-GPU rate
+            n, n0 = int(side[:-3]), int(first["side"][:-3])
+            scaling = f"{per_s / (first['trials_per_s'] * n / n0):.2f}"
+        base = rows[sides[0]].get("best_gflops")
+        gap = f"{(row['best_gflops'] / base - 1) * 100:+.1f}%" if base else ""
         print(
-            f"{row['side']:>6} {row['trials']:>7} {row['wall_s']:>8.1f} "
-            f"{row['trials_per_s']:>9.3f} {row['best_gflops']:>13.1f}"
+            f"{side:>6} {row.get('trials', '-'):>7} {row.get('wall_s', float('nan')):>8.1f} "
+            f"{per_s or float('nan'):>9.3f} {scaling:>8} {row['best_gflops']:>13.1f} {gap:>9}"
         )
-    if len(rows) == 2:
-        local, ray_row = rows
+    if first and not options.gpus and len(rows) == 2:
+        local, ray_row = rows.values()
         speedup = ray_row["trials_per_s"] / local["trials_per_s"]
-        gap = ray_row["best_gflops"] / local["best_gflops"] - 1
-        print(f"Ray / local trials per second: {speedup:.2f}x; best differs by {gap * 100:+.1f}%")
+        print(f"Ray / local trials per second: {speedup:.2f}x")
     return 0
 
 

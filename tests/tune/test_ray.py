@@ -223,3 +223,21 @@ def test_auto_scheduler_tasks_tune_on_the_cluster(cluster, tmp_path):
     mod(x, y)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_num_gpus_is_checked_before_a_cluster_starts(monkeypatch):
+    from tensorforge.tune import ray_runner
+    from tensorforge.tune.template import TuneError
+
+    with pytest.raises(ValueError, match="num_gpus"):
+        tune.RayRunner(address=None, num_gpus=0)
+    monkeypatch.setattr(ray_runner, "_local_gpu_count", lambda: 1)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    started = []
+    monkeypatch.setattr(ray, "init", lambda *a, **k: started.append(k))
+    with pytest.raises(TuneError, match="num_gpus=2, but this host shows 1 GPU"):
+        tune.RayRunner(address=None, num_gpus=2).connect("cuda")
+    assert not started
+    tune.RayRunner(address=None, num_gpus=1).connect("cuda")
+    (kwargs,) = started
+    assert kwargs["num_gpus"] == 1 and kwargs["resources"] == {target_resource("cuda"): 1}

@@ -60,7 +60,8 @@ class RayRunner:
     "host:6379" (that cluster), or None / "local" (always a local one). `num_cpus` caps a local
     cluster's build slots (default: every core). `cv_threshold`, `max_repeat`: each measurement
     repeats until the coefficient of variation of its repeats is under the threshold, or the cap.
-    `top_k` best candidates are re-measured `confirm_rounds` times, interleaved on one device,
+    `num_gpus` caps how many of this host's GPUs a local cluster measures on (default: every
+    visible one; one measurement actor each). `top_k` best candidates are re-measured `confirm_rounds` times, interleaved on one device,
     before one is declared best. `retries`: how often a trial whose worker died is tried again.
     """
 
@@ -75,11 +76,14 @@ class RayRunner:
         confirm_rounds: int = 3,
         retries: int = 1,
         measure_cpus: float = 0,
+        num_gpus: int | None = None,
     ):
         if not 0 < cv_threshold < 1:
             raise ValueError(f"RayRunner: cv_threshold must be in (0, 1), got {cv_threshold}")
         if max_repeat < 1 or top_k < 0 or confirm_rounds < 1 or retries < 0:
             raise ValueError("RayRunner: max_repeat, confirm_rounds >= 1; top_k, retries >= 0")
+        if num_gpus is not None and num_gpus < 1:
+            raise ValueError(f"RayRunner: num_gpus must be >= 1 (or None for all), got {num_gpus}")
         self.address = address
         self.num_cpus = num_cpus
         self.cv_threshold = cv_threshold
@@ -88,6 +92,7 @@ class RayRunner:
         self.confirm_rounds = confirm_rounds
         self.retries = retries
         self.measure_cpus = measure_cpus
+        self.num_gpus = num_gpus
         self.started_local = False
 
     def __repr__(self) -> str:
@@ -118,12 +123,24 @@ class RayRunner:
                     ) from None
         kind = target.split()[0]
         devices = _local_gpu_count() if kind == "cuda" else 1
+        gpus = {}
+        if kind == "cuda":
+            if self.num_gpus is not None:
+                if self.num_gpus > devices:
+                    raise TuneError(
+                        f"RayRunner: num_gpus={self.num_gpus}, but this host shows {devices} "
+                        "GPU(s) (CUDA_VISIBLE_DEVICES and the driver decide which)"
+                    )
+                devices = self.num_gpus
+            # Ray hands each measurement actor its own GPU (CUDA_VISIBLE_DEVICES) out of these.
+            gpus = {"num_gpus": devices}
         # Workers are started from this process's environment: they import this tensorforge.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         ray.init(
             num_cpus=self.num_cpus or os.cpu_count() or 1,
             resources={target_resource(target): max(devices, 0)},
             include_dashboard=False,
+            **gpus,
             **quiet,
         )
         self.started_local = True
