@@ -56,6 +56,28 @@ def test_masked_vector_load_and_store(rng):
     assert exe is not None
 
 
+@pytest.mark.parametrize(
+    "target, pieces",
+    [("llvm -mcpu=skylake-avx512", ["v16f32"]), ("llvm -mcpu=znver3", ["v8f32", "v8f32"])],
+)
+def test_masked_accesses_come_in_register_sized_pieces(target, pieces):
+    """A 16-lane masked load and store: one zmm piece with AVX-512 (halves cut each access in
+    two, each with its own mask test and branch: softmax rows of 197 took 1.7x as long), two
+    ymm pieces with AVX2 (a wider masked access read whole all-false registers there)."""
+    import tensorforge as tf
+
+    n, i = Var("n"), Var("i")
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
+    idx = ramp(i * c(16), 16)
+    mask = LT(idx, Broadcast(n, 16))
+    body = loop(i, FloorDiv(Add(n, c(15)), c(16)), store(B, idx, load(A, idx, mask), mask))
+    text = LLVMCodegen().generate(PrimFunc("masked", (A, B, n), body), tf.Target(target)).text
+    calls = [line for line in text.splitlines() if " call " in line]
+    for kind in ("load", "store"):
+        used = [t for line in calls for t in ("v16f32", "v8f32") if f"masked.{kind}.{t}." in line]
+        assert used == pieces, (kind, used)
+
+
 def test_masked_scalar_store_and_load():
     n, i = Var("n"), Var("i")
     A, B = Buffer("A", (n,), "int32"), Buffer("B", (n,), "int32")

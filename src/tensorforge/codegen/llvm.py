@@ -299,7 +299,7 @@ class _FunctionEmitter(ExprEmitter):
                 b.store(b.extract_element(value, i), b.extract_element(ptr, i), align=align)
         elif kind == "contiguous":  # register-sized pieces: see llvm_expr.masked_chunks
             elem = value.type.element
-            for start, count in masked_chunks(lanes, align):
+            for start, count in masked_chunks(lanes, align, self.register_bytes):
                 part = self.lanes_of(value, start, count)
                 part_mask = self.lanes_of(mask, start, count)
                 part_ptr = (
