@@ -41,6 +41,19 @@ def tune_once(task, trials: int, seed: int, option, log: str) -> dict:
     return {"wall_s": wall, "trials": len(measured), "ok": ok, "trials_per_s": len(measured) / wall}
 
 
+def warm_workers(count: int) -> None:
+    """Start every build worker and import tensorforge there, as in a cluster left standing."""
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def imported() -> int:
+        import tensorforge.tune.ray_remote  # noqa: F401
+
+        return os.getpid()
+
+    ray.get([imported.remote() for _ in range(count)])
+
+
 def remeasure_bests(task, logs: dict[str, str], rounds: int = 3, repeats: int = 15) -> dict:
     """Seconds per call of each log's best config, timed here on one device: every round times
     each best once (median of `repeats`), interleaved, and each keeps its fastest round."""
@@ -93,6 +106,12 @@ def main() -> int:
     parser.add_argument("--gpus", default=None, help="GPU counts to compare, e.g. 1,2 (cuda)")
     parser.add_argument("--remeasure-only", action="store_true")
     parser.add_argument("--logdir", default=None)
+    parser.add_argument(
+        "--min-repeat-ms",
+        type=float,
+        default=0.0,
+        help="each repeat runs at least this long (TVM's GPU practice: 100-150 ms)",
+    )
     options = parser.parse_args()
 
     import tensorforge.tune.builtin  # noqa: F401 - registers the built-in templates
@@ -103,7 +122,12 @@ def main() -> int:
     task = tune.create_task(name, (*shape, "float32"), options.target)
     logdir = options.logdir or tempfile.mkdtemp(prefix="tf-ray-bench-")
     os.makedirs(logdir, exist_ok=True)
-    common = {"number": 5 if cuda else 3, "repeat": 3, "timeout": 60 if cuda else 20}
+    common = {
+        "number": 5 if cuda else 3,
+        "repeat": 3,
+        "timeout": 60 if cuda else 20,
+        "min_repeat_ms": options.min_repeat_ms,
+    }
     if options.gpus:
         sides = [f"{int(n)}gpu" for n in options.gpus.split(",")]
     else:
@@ -129,6 +153,7 @@ def main() -> int:
                 address=None, num_cpus=options.workers, max_repeat=10, num_gpus=gpus
             )
             runner.connect(task.target)  # a standing cluster: its start-up is not tuning time
+            warm_workers(options.workers)
             option = tune.measure_option(runner=runner, **common)
         row.update(tune_once(task, options.trials, options.seed, option, log))
         if runner is not None:
