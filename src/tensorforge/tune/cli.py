@@ -111,6 +111,13 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         help="measure on a Ray cluster: 'auto', 'host:6379', 'ray://host:10001' or 'local'",
     )
     parser.add_argument(
+        "--ray-gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a local Ray cluster measures on N of this host's GPUs (default: all)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue the run in --log (an existing log always is)",
@@ -171,7 +178,7 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         timeout=options.timeout,
         n_parallel=options.n_parallel,
         check_correctness=options.check_correctness,
-        runner=tune.RayRunner(address=options.ray) if options.ray else None,
+        runner=ray_runner(options),
     )
     try:
         if remaining:
@@ -402,3 +409,14 @@ def _plot(workloads: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def ray_runner(options: Any) -> Any:
+    """The RayRunner that `--ray` / `--ray-gpus` ask for, or None (local measurement)."""
+    if getattr(options, "ray_gpus", None) is not None and not getattr(options, "ray", None):
+        raise SystemExit("tensorforge tune: --ray-gpus needs --ray (e.g. --ray local)")
+    if not getattr(options, "ray", None):
+        return None
+    from tensorforge import tune
+
+    return tune.RayRunner(address=options.ray, num_gpus=options.ray_gpus)

@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+from tensorforge.tune.cli import ray_runner
 from tensorforge.tune.template import TuneError
 from tensorforge.tune.user_file import load_user_file
 
@@ -49,7 +50,7 @@ def auto_main(options: Any) -> int:
         timeout=options.timeout,
         n_parallel=options.n_parallel,
         check_correctness=options.check_correctness,
-        runner=tune.RayRunner(address=options.ray) if getattr(options, "ray", None) else None,
+        runner=ray_runner(options),
     )
     seed = 0 if options.seed is None else options.seed
     tuner = task.tune(
