@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from tensorforge.tune.cli import ray_runner
+from tensorforge.tune.cli import missing_local_device, ray_runner
 from tensorforge.tune.template import TuneError
 from tensorforge.tune.user_file import load_user_file
 
@@ -34,6 +34,10 @@ def auto_main(options: Any) -> int:
         task = SearchTask(func, args, options.target)
     except (TuneError, ValueError, json.JSONDecodeError) as e:
         print(f"tensorforge tune: {e}", file=sys.stderr)
+        return 2
+    no_device = missing_local_device(task.target_kind, options) if options.trials else None
+    if no_device:
+        print(f"tensorforge tune: {no_device}", file=sys.stderr)
         return 2
     log = options.log or f"{task.workload_name}.auto.jsonl"
     print(f"task: {task.name} args={task.args_json} target={task.target.split(' -mattr=')[0]}")
