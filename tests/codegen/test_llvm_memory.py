@@ -135,6 +135,28 @@ def test_gather_with_stride_2_and_scatter(rng):
     np.testing.assert_array_equal(cc[1::2], 0)
 
 
+@pytest.mark.parametrize("stride, lanes", [(2, 8), (3, 4), (4, 16)])
+def test_a_strided_load_is_contiguous_loads_and_one_shuffle(stride, lanes, rng):
+    # B[i*lanes + l] = A[(i*lanes + l) * stride]: the last vector ends on A's last element,
+    # which a load of whole `stride * lanes` spans would pass
+    n = 3 * lanes
+    A = Buffer("A", (c((n - 1) * stride + 1),), "float32")
+    B = Buffer("B", (c(n),), "float32")
+    i = Var("i")
+    body = loop(
+        i,
+        3,
+        store(B, ramp(i * c(lanes), lanes), load(A, ramp(i * c(lanes * stride), lanes, stride))),
+    )
+    func = PrimFunc("strided", (A, B), body)
+    text = LLVMCodegen().generate(func, TARGET).text
+    assert "shufflevector" in text and "extractelement" not in text  # no lane-by-lane gather
+    a = aligned(rng.standard_normal((n - 1) * stride + 1).astype(np.float32))
+    b = aligned(np.zeros(n, np.float32))
+    run(func, a, b)
+    np.testing.assert_array_equal(b, a[::stride])
+
+
 def test_masked_gather_and_scatter():
     A, B = Buffer("A", (c(16),), "int32"), Buffer("B", (c(16),), "int32")
     i = Var("i")

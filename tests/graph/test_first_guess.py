@@ -153,3 +153,35 @@ def test_model_blocks_for_other_cpus_match_eager(target, monkeypatch):
     compiled = compile_aten(gm, args, {4: args[4]}, Options.of({"target": target}))
     for k, (got, expected) in enumerate(zip(compiled(list(args)), blocks(*args))):
         assert relative_error(got, expected) <= 1e-5, f"output {k}: {relative_error(got, expected)}"
+
+
+def pools(x):
+    """Window reductions over odd sizes, whose vectors of output columns have tails and whose
+    first and last windows reach into the padding."""
+    return (
+        F.max_pool2d(x, 3, 2, 1),
+        F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+        F.max_pool2d(x, 3, 1, 1, dilation=2),
+        F.max_pool2d(x, 2),
+        F.avg_pool2d(x, 3, 2, 1),
+        F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+    )
+
+
+@pytest.mark.parametrize("target", ["llvm", *OTHER_CPUS])
+@pytest.mark.parametrize("width", [9, 37])  # one vector with a tail; several of them
+def test_pools_propagate_nan_and_keep_infinities_as_eager(target, width, monkeypatch):
+    monkeypatch.setenv("TF_NUM_THREADS", "1")
+    x = rand(1, 3, 7, width, seed=8)
+    x[0, 0, 0, 0] = float("nan")  # the first window, which holds padding
+    x[0, 0, 3, 4] = float("nan")
+    x[0, 1, 6, width - 1] = float("nan")  # the last column: a clamped lane
+    x[0, 1, 2, :] = float("-inf")
+    x[0, 2] = float("-inf")  # a whole plane of -inf: padding must not show as 0
+    gm = make_fx(pools, decomposition_table=decompositions())(x)
+    compiled = compile_aten(gm, [x], {}, Options.of({"target": target}))
+    for k, (got, expected) in enumerate(zip(compiled([x]), pools(x))):
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=f"output {k}")
+    steps = getattr(compiled, "steps", None) or compiled.compiled.steps
+    windows = [k for k in steps if isinstance(k, BuiltKernel) and kind(k) == "window"]
+    assert windows and all(k.source == FIRST_GUESS for k in windows)

@@ -102,6 +102,16 @@ def known_mask_pieces(on: list[bool]) -> list[tuple[int, int, bool]]:
     return pieces
 
 
+STRIDED_LOADS = (2, 3, 4)  # ramp strides loaded as contiguous vectors and one shuffle
+
+
+def _stride_of(index: Expr) -> int | None:
+    """The constant stride of a ramp of 2 or more lanes, else None."""
+    if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.lanes > 1:
+        return int(index.stride.value)
+    return None
+
+
 def power_of_two_pieces(lanes: int) -> list[tuple[int, int]]:
     """(first lane, lane count) pieces of power-of-two sizes, largest first: 48 -> 32 + 16.
 
@@ -445,6 +455,8 @@ class ExprEmitter(CallEmitter, ExternEmitter):
                 f"load of '{e.buffer.name}' has {len(e.indices)} indices, expected one flat index"
             )
         b, buffer = self.builder, e.buffer
+        if e.predicate is None and _stride_of(e.indices[0]) in STRIDED_LOADS:
+            return self._strided_load(e)
         kind, ptr, lanes = self.access(buffer, e.indices[0])
         elem, align = memory_type(buffer.dtype), element_bytes(buffer.dtype)
         vty = ir.VectorType(elem, lanes) if lanes > 1 else elem
@@ -517,6 +529,37 @@ class ExprEmitter(CallEmitter, ExternEmitter):
             )
             value = b.call(fn, [ptr, ir.Constant(I32, align), mask, ir.Constant(vty, None)])
         if dt.is_bool(buffer.dtype):
+            value = b.icmp_unsigned("!=", value, splat_constant(value.type, 0))
+        return value
+
+    def _strided_load(self, e: BufferLoad) -> ir.Value:
+        """`A[ramp(b, s, n)]` for a small stride s (a window's step: pools): the span's
+        elements b .. b + s(n - 1) as s contiguous n-lane loads (the last one ending on the
+        span's last element, so nothing past it is touched), then one shuffle of their every
+        s-th lane. A gather would load the n lanes one by one."""
+        b, index = self.builder, e.indices[0]
+        stride, lanes = index.stride.value, index.lanes
+        elem, align = memory_type(e.buffer.dtype), element_bytes(e.buffer.dtype)
+        span = stride * (lanes - 1) + 1
+        starts = [min(k * lanes, span - lanes) for k in range(stride)]
+        base = self.element_ptr(e.buffer, self.index64(index.base))
+        chunks = [
+            b.load(
+                b.gep(base, [ir.Constant(I64, start)], source_etype=elem) if start else base,
+                typ=ir.VectorType(elem, lanes),
+                align=align,
+            )
+            for start in starts
+        ]
+        picks = []
+        for lane in range(lanes):
+            k = min(lane * stride // lanes, len(starts) - 1)
+            picks.append(k * lanes + lane * stride - starts[k])
+        whole = self.concat(chunks)
+        value = b.shuffle_vector(
+            whole, ir.Constant(whole.type, None), ir.Constant(ir.VectorType(I32, lanes), picks)
+        )
+        if dt.is_bool(e.buffer.dtype):
             value = b.icmp_unsigned("!=", value, splat_constant(value.type, 0))
         return value
 

@@ -15,7 +15,7 @@ from tensorforge.ir.stmt import (
     Seq,
     Sync,
 )
-from tensorforge.te.expr import GE, GT, LT, Add, Const, FloorDiv, FloorMod, Var, const
+from tensorforge.te.expr import GE, GT, LT, Add, Const, FloorDiv, FloorMod, Max, Min, Var, const
 
 A = Buffer("A", (const(1024),), "float32")
 B = Buffer("B", (const(1024),), "float32")
@@ -151,6 +151,32 @@ def test_vector_stores_keep_their_predicates():
     assert simplify(vector) is vector
     messy = BufferStore(A, (Ramp(i * 8 + 0, const(1), 8),), Broadcast(const(1.0), 8))
     assert simplify(messy) == BufferStore(A, (Ramp(i * 8, const(1), 8),), Broadcast(const(1.0), 8))
+
+
+def test_clamps_no_lane_reaches_go():
+    # a pool's padding clamp of a vector of window columns: max(ramp(16j + 1, 2, 8), 0) holds
+    # no clamp for j >= 0; min(ramp(16j, 2, 8), 111) none for j <= 6, one lane's for j = 7
+    j = Var("j")
+    ramp = Ramp(j * 16 + 1, const(2), 8)
+    low = For(
+        j,
+        const(0),
+        const(7),
+        store(Ramp(j * 8, const(1), 8), BufferLoad(B, (Max(ramp, Broadcast(const(0), 8)),))),
+    )
+    assert simplify(low) == For(
+        j, const(0), const(7), store(Ramp(j * 8, const(1), 8), BufferLoad(B, (ramp,)))
+    )
+    below = Max(Ramp(j * 16 - 1, const(2), 8), Broadcast(const(0), 8))
+    kept = For(j, const(0), const(7), store(Ramp(j * 8, const(1), 8), BufferLoad(B, (below,))))
+    assert simplify(kept) == kept
+    high = Min(Ramp(j * 16, const(2), 8), Broadcast(const(111), 8))
+    for extent, folds in [(7, True), (8, False)]:
+        loop = For(
+            j, const(0), const(extent), store(Ramp(j * 8, const(1), 8), BufferLoad(B, (high,)))
+        )
+        index = simplify(loop).body.value.indices[0]
+        assert isinstance(index, Ramp) is folds  # else the min stays
 
 
 def test_evaluate_of_a_constant_goes():

@@ -290,3 +290,47 @@ def test_a_reduction_across_rows_reduces_vectors_of_outputs(rows, columns):
     for t in (trace, task.sample(0, {"cols:1.total": False}), task.sample(1)):
         s, tensors = task.instantiate(t)
         check(task, s, tensors, lambda x: x.sum(0))
+
+
+@pytest.mark.parametrize(
+    "target, width, vector",
+    [("llvm -mcpu=skylake-avx512", 56, 8), ("llvm -mcpu=znver3", 56, 8), ("llvm", 13, 8)],
+)
+def test_a_window_reduction_reduces_vectors_of_outputs(target, width, vector):
+    """A 3 x 3 stride-2 max pool with clamped padding: the first guess vectorizes the output
+    columns (the widest vector that divides the row, else the widest that fits it: 13 columns
+    take 8 lanes and a clamped tail), the window loops outside the lanes and unrolled; with the decision
+    off it stays scalar; each way matches NumPy."""
+    import numpy as np
+
+    from tensorforge import te
+    from tensorforge.tune.auto import register_workload
+
+    @register_workload(name="test/max_pool_3x3s2")
+    def max_pool(h, w):
+        x = te.placeholder((2, h, w), name="x")
+        ry, rx = te.reduce_axis((0, 3), name="ry"), te.reduce_axis((0, 3), name="rx")
+
+        def body(c, y, j):
+            row = te.max(te.min(y * 2 - 1 + ry.var, h - 1), 0)
+            column = te.max(te.min(j * 2 - 1 + rx.var, w - 1), 0)
+            return te.max(x[c, row, column], axis=[ry, rx])
+
+        oh, ow = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+        return [x, te.compute((2, oh, ow), body, name="pool")]
+
+    def reference(x):
+        padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        oh, ow = (x.shape[1] - 1) // 2 + 1, (x.shape[2] - 1) // 2 + 1
+        windows = [
+            padded[:, a : a + 2 * oh : 2, b : b + 2 * ow : 2] for a in range(3) for b in range(3)
+        ]
+        return np.max(windows, axis=0)
+
+    task = SearchTask(max_pool, (9, 2 * width - 1), target)
+    trace = first_guess(task)
+    assert trace.decisions["win:1.pool"] == vector
+    assert [step.kind for step in trace.steps].count("unroll") == 2
+    for t in (trace, task.sample(0, {"win:1.pool": 0})):
+        s, tensors = task.instantiate(t)
+        check(task, s, tensors, reference)

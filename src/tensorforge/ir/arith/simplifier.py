@@ -234,7 +234,21 @@ def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
             return Ramp(s.visit(Add(b1, b2)), fold_binary(Add(s1, s2)), n)
         case Mul(Ramp(base, Const() as stride, n), Broadcast(Const() as c)):
             return Ramp(s.visit(Mul(base, c)), fold_binary(Mul(stride, c)), n)
+        case Max(Ramp(base, Const(value=st), n) as r, Broadcast(c)) if st >= 0 and _at_least(
+            s, base, c
+        ):
+            return r  # max(ramp(2j, 2, 8), broadcast(0)) -> ramp(2j, 2, 8): no lane clamps
+        case Min(Ramp(base, Const(value=st), n) as r, Broadcast(c)) if st >= 0 and _at_least(
+            s, c, Add(base, Const(st * (n - 1), base.dtype))
+        ):
+            return r  # min(ramp(16j, 2, 8), broadcast(111)) -> the ramp, for j <= 6
     return None
+
+
+def _at_least(s: ExprSimplifier, a: Expr, b: Expr) -> bool:
+    """Is a >= b provable?"""
+    lo, _ = s.analyzer.form_bounds(s.form(a).add(s.form(b), -1))
+    return lo >= 0
 
 
 def _ramp_in_one_block(r: Ramp, divisor: int, s: ExprSimplifier) -> bool:

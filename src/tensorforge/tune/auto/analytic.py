@@ -93,6 +93,12 @@ class AnalyticPolicy:
                 if width in options and extent >= 2 * width:
                     return width
             return 0
+        if kind == "win":  # the widest vector of window outputs that divides the row, else
+            # the widest that fits it (56 outputs: 7 x 8 lanes, not 4 x 16 with a clamped tail)
+            extent, widths = hint.get("extent", 1), [w for w in options if w]
+            whole = [w for w in widths if extent % w == 0 and w >= 4]
+            fits = [w for w in widths if w <= extent]
+            return max(whole or fits or [0])
         if kind == "par":
             if self.machine.cores == 1:  # a parallel loop on one thread only costs
                 return 0
