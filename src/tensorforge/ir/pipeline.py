@@ -11,6 +11,7 @@ from tensorforge.ir.passes.fold_lane_masks import fold_lane_masks
 from tensorforge.ir.passes.guard_select_loads import guard_select_loads
 from tensorforge.ir.passes.inject_virtual_threads import inject_virtual_threads
 from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
+from tensorforge.ir.passes.peel_vector_bounds import peel_vector_bounds
 from tensorforge.ir.passes.simplify import simplify
 from tensorforge.ir.passes.unroll_loops import unroll_loops
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
@@ -50,6 +51,7 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
         fold_lane_masks,  # masks that unrolling made constant: dropped (or the store is)
         *gpu_only,
         simplify,
+        peel_vector_bounds,  # iterations whose lanes alone are clamped or masked: peeled
         *legalize,
     ]
 

@@ -146,9 +146,23 @@ def test_scalar_predicates():
 
 def test_vector_stores_keep_their_predicates():
     i = Var("i")
-    mask = Broadcast(const(True), 8)
+    mask = LT(Ramp(i * 8, const(1), 8), Broadcast(const(1000), 8))  # i unbounded: lanes differ
     vector = BufferStore(A, (Ramp(i * 8, const(1), 8),), Broadcast(const(1.0), 8), mask)
     assert simplify(vector) is vector
+    on = BufferStore(
+        A, (Ramp(i * 8, const(1), 8),), Broadcast(const(1.0), 8), Broadcast(const(True), 8)
+    )
+    assert simplify(on) == BufferStore(A, (Ramp(i * 8, const(1), 8),), Broadcast(const(1.0), 8))
+
+
+def test_a_uniform_vector_mask_is_a_branch():
+    # A[v] = B[w if broadcast(c)] if broadcast(c) -> if c: A[v] = B[w]
+    i = Var("i")
+    uniform = Broadcast(GE(i, const(1)), 8)
+    load = BufferLoad(B, (Ramp(i * 8, const(1), 8),), uniform)
+    out = simplify(BufferStore(A, (Ramp(i * 8, const(1), 8),), load, uniform))
+    assert isinstance(out, IfThenElse) and out.then_case.predicate is None
+    assert out.then_case.value.predicate is None
     messy = BufferStore(A, (Ramp(i * 8 + 0, const(1), 8),), Broadcast(const(1.0), 8))
     assert simplify(messy) == BufferStore(A, (Ramp(i * 8, const(1), 8),), Broadcast(const(1.0), 8))
 

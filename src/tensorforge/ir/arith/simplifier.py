@@ -163,9 +163,13 @@ def _zero(dtype: str) -> Const:
 def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
     """One rewrite of `node`, whose children are already simplified; None keeps it."""
     match node:
+        case BufferLoad(predicate=Const(value=True) | Broadcast(value=Const(value=True))):
+            return dataclasses.replace(node, predicate=None)  # A[i if True] -> A[i]
         case BinaryOp(Broadcast(Const() as a, lanes=n), Broadcast(Const() as b, lanes=m)) if n == m:
             folded = fold_binary(type(node)(a, b))  # broadcast(2) + broadcast(3) -> broadcast(5)
             return None if folded is None else Broadcast(folded, n)
+        case _ if dt.lanes_of(node.dtype) != 1 and dt.is_bool(node.dtype):
+            return _vector_mask(node, s)  # masks: ramp bounds every lane meets, uniform logic
         case _ if dt.lanes_of(node.dtype) != 1:
             return _vector_index(node, s)  # vectors: only index arithmetic of ramps/broadcasts
         case BinaryOp(Const(), Const()):
@@ -192,8 +196,6 @@ def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
             return a  # select(c, a, a) -> a
         case Let(var=v, value=Const() | Var() as value, body=body):
             return s.visit(substitute(body, {v: value}))  # let v = 3 in v + 1 -> 4
-        case BufferLoad(predicate=Const(value=True)):
-            return dataclasses.replace(node, predicate=None)  # A[i if True] -> A[i]
         case Add() | Sub() | Mul() if is_index_dtype(node.dtype):
             return s._canonical_sum(node)  # a sum some other rule just built
         case FloorDiv(x, Const(value=c)) if is_index_dtype(node.dtype) and c > 0:
@@ -242,6 +244,35 @@ def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
             s, c, Add(base, Const(st * (n - 1), base.dtype))
         ):
             return r  # min(ramp(16j, 2, 8), broadcast(111)) -> the ramp, for j <= 6
+    return None
+
+
+def _vector_mask(node: Expr, s: ExprSimplifier) -> Expr | None:
+    """Masks of window positions (a pool's padding test, vectorized): a bound every lane of a
+    ramp meets, and logic of uniform masks, as a broadcast: `ramp(16j, 2, 8) >= broadcast(0)`
+    -> broadcast(True); `broadcast(a) and broadcast(b)` -> broadcast(a and b)."""
+    n = dt.lanes_of(node.dtype)
+    match node:
+        case And(Broadcast(a), Broadcast(b)) | Or(Broadcast(a), Broadcast(b)):
+            return Broadcast(s.visit(type(node)(a, b)), n)
+        case And(Broadcast(Const(value=v)), x) | And(x, Broadcast(Const(value=v))):
+            return x if v else Broadcast(Const(False, "bool"), n)  # all on and x -> x
+        case Or(Broadcast(Const(value=v)), x) | Or(x, Broadcast(Const(value=v))):
+            return Broadcast(Const(True, "bool"), n) if v else x
+        case GE(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0 and _at_least(s, base, c):
+            return Broadcast(Const(True, "bool"), n)  # the first lane meets it: all do
+        case GT(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0 and _at_least(
+            s, base, Add(c, Const(1, c.dtype))
+        ):
+            return Broadcast(Const(True, "bool"), n)
+        case LT(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0 and _at_least(
+            s, c, Add(base, Const(st * (n - 1) + 1, base.dtype))
+        ):
+            return Broadcast(Const(True, "bool"), n)  # the last lane meets it: all do
+        case LE(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0 and _at_least(
+            s, c, Add(base, Const(st * (n - 1), base.dtype))
+        ):
+            return Broadcast(Const(True, "bool"), n)
     return None
 
 

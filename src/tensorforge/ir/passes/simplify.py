@@ -7,8 +7,9 @@ import dataclasses
 from typing import Any
 
 from tensorforge.ir.arith.interval import Interval
-from tensorforge.ir.arith.linear import is_index_dtype
+from tensorforge.ir.arith.linear import is_index_dtype, same_expr
 from tensorforge.ir.arith.simplifier import ExprSimplifier
+from tensorforge.ir.expr import Broadcast, BufferLoad
 from tensorforge.ir.stmt import (
     Allocate,
     BufferStore,
@@ -20,7 +21,7 @@ from tensorforge.ir.stmt import (
     Seq,
     Stmt,
 )
-from tensorforge.ir.visit import map_children, substitute
+from tensorforge.ir.visit import map_children, rewrite, substitute
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Const, Expr, Not, Var
 
@@ -115,6 +116,14 @@ def _simplify_stmt(s: Stmt, scope: _Scope) -> Stmt:
             if isinstance(s.predicate, Const) and dt.lanes_of(s.predicate.dtype) == 1:
                 # A[i] = x if True -> A[i] = x; A[i] = x if False -> nothing
                 return _replace(s, predicate=None) if s.predicate.value else _EMPTY
+            match s.predicate:
+                case Broadcast(value=Const(value=on)):  # every lane on (off): no mask (no store)
+                    return _replace(s, predicate=None) if on else _EMPTY
+                case Broadcast(value=uniform) as mask:
+                    # A[v] = B[w if broadcast(c)] if broadcast(c) -> if c: A[v] = B[w]: one
+                    # branch on a scalar, not masked accesses (a pool's padding row)
+                    value = rewrite(s.value, lambda e: _unmasked_under(e, mask))
+                    return IfThenElse(uniform, _replace(s, value=value, predicate=None))
             return s
         case Evaluate(value=value):
             value = scope.expr(value)
@@ -123,6 +132,13 @@ def _simplify_stmt(s: Stmt, scope: _Scope) -> Stmt:
             s = map_children(s, scope.visit)
             return _EMPTY if _is_empty(s.body) else s  # storage nobody uses
     return map_children(s, scope.visit)  # Attr, Realize, Sync, ...: ranges pass through
+
+
+def _unmasked_under(e: Any, mask: Broadcast) -> Any:
+    """A load masked by `mask` itself, inside a branch taken only where `mask` holds: unmasked."""
+    if isinstance(e, BufferLoad) and e.predicate is not None and same_expr(e.predicate, mask):
+        return dataclasses.replace(e, predicate=None)
+    return None
 
 
 def _flatten(s: Seq, stmts: list[Stmt]) -> Stmt:

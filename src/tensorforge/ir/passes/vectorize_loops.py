@@ -77,6 +77,8 @@ _COMPARE = {
 
 def _constant_lanes(cond: Expr) -> list[bool] | None:
     """Each lane's truth for a lane-constant condition (`ramp(48, 1, 8) < broadcast(56, 8)`)."""
+    if isinstance(cond, Broadcast) and isinstance(cond.value, E.Const):
+        return [bool(cond.value.value)] * cond.lanes  # broadcast(True, 8): a folded one
     if type(cond) in _COMPARE:
         a, b = _lane_values(cond.a), _lane_values(cond.b)
         if a is None or b is None:
