@@ -121,6 +121,19 @@ def test_rows_streamed_a_line_a_step_with_one_input_fetched_ahead(name, args):
     check(task, s, tensors, reference, seed=5)
 
 
+def test_rows_past_l1_are_not_fetched_ahead():
+    """A row longer than L1 (a group norm's group of 64 x 64 planes is 256 KB) would not stay
+    there until it is read: nothing fetched, and the rows still match NumPy."""
+    func, _, reference = CASES["layer_norm"]
+    l1 = tf.Target("llvm").cache_bytes[0]
+    task = SearchTask(func, (2, l1 // 4 + 7), "llvm")
+    trace = first_guess(task)
+    assert not any(v for k, v in trace.decisions.items() if k.startswith("prefetch:"))
+    s, tensors = task.instantiate(trace)
+    assert "prefetch(" not in str(tf.lower(s, tensors))
+    check(task, s, tensors, reference, seed=6)
+
+
 def test_softmax_keeps_four_vectors_a_step_for_its_exp():
     """exp along the row: 4 vectors a step (independent chains), not a line."""
     func, _, reference = CASES["softmax"]

@@ -368,11 +368,14 @@ class SketchBuilder:
         if vec > 1:
             outer, inner = self.rec.split(stage, axes[-1], vec)
             self.rec.annotate("vectorize", stage, inner)
-            self.prefetch_next_row(stage, key, outer, -(-extent // vec))
+            row_bytes = extent * hint["bytes"] if isinstance(extent, int) else None
+            self.prefetch_next_row(stage, key, outer, -(-extent // vec), row_bytes)
         if not attached:
             self.parallel_outer(stage, key, axes[:-1] if len(axes) > 1 else [])
 
-    def prefetch_next_row(self, stage: Any, key: str, loop: Any, steps: int) -> None:
+    def prefetch_next_row(
+        self, stage: Any, key: str, loop: Any, steps: int, row_bytes: int | None = None
+    ) -> None:
         """Fetch the inputs this stage walks row by row one row ahead (a decision): the next
         row's reads then overlap this row's arithmetic (the ops softmax does it by hand)."""
         inputs = self.row_inputs(stage)
@@ -384,7 +387,8 @@ class SketchBuilder:
             for c in self.s.consumers_of(stage)
             if c.is_output and c.attach_type == "root" and reads_elementwise(c.op, stage.op)
         ]
-        if inputs and self.d.choice(f"prefetch:{key}", [False, True], {"row": steps}):
+        hint = {"row": steps, "row_bytes": row_bytes}
+        if inputs and self.d.choice(f"prefetch:{key}", [False, True], hint):
             for home in inputs:
                 self.rec.prefetch(stage, home, loop, steps)
             for out in outputs:
