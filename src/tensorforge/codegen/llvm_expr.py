@@ -418,6 +418,11 @@ class ExprEmitter(CallEmitter, ExternEmitter):
                 f"load of '{e.buffer.name}' has {len(e.indices)} indices, expected one flat index"
             )
         b, buffer = self.builder, e.buffer
+        if isinstance(e.predicate, Broadcast) and not dt.is_bool(buffer.dtype):
+            # one lane's condition for all: a branch around the unmasked load (windows, one
+            # contiguous load, or a gather) instead of a masked access of every piece
+            unmasked = BufferLoad(buffer, e.indices)
+            return self._load_if(self.expr(e.predicate.value), lambda: self._load(unmasked))
         if e.predicate is None:
             windows = self._windowed(buffer, e.indices[0])
             if windows is not None:

@@ -225,3 +225,8 @@ def test_load_predicates_stay_on_scalar_loads_and_symbolic_buffers():
     guarded = BufferLoad(symbolic, (index,), mask)
     loop = For(i, const(0), const(8), store(Ramp(i * 8, const(1), 8), guarded))
     assert simplify(loop).body.value.predicate is not None
+    # one condition for every lane: kept (the backend branches around the load and skips it)
+    P = Buffer("P", (const(64),), "float32")
+    uniform = BufferLoad(P, (index,), Broadcast(GE(i, const(1)), 8))
+    loop = For(i, const(0), const(8), store(Ramp(i * 8, const(1), 8), uniform))
+    assert simplify(loop).body.value.predicate is not None

@@ -247,13 +247,17 @@ def _inside_buffer(load: BufferLoad, s: ExprSimplifier) -> bool:
     vectorized tail); their values are never used. Where every lane's address is inside the
     buffer anyway (the graph layer clamps a pad's index into the input), the mask only costs:
     a pad's edge row read as a masked gather instead of loads (llvm_windows.py).
-    NOTE: vector loads whose lanes sit at constant offsets only. A scalar load keeps its
+    NOTE: vector loads whose lanes sit at constant offsets, under a lane-dependent mask only
+    (a uniform one is a branch around the load, which skips it; llama's rotate_half read its
+    halves by two unmasked gathers without it, 162 -> 192 us). A scalar load keeps its
     predicate: vectorized later, an unmasked clamped index (`B[min(p*32 + x, 95)]`) would be
     a gather lane by lane where the masked one is one vgather (a matmul's packing of B).
     """
     buffer = load.buffer
     if len(load.indices) != 1 or buffer.strides is not None or dt.lanes_of(load.dtype) == 1:
         return False
+    if isinstance(load.predicate, Broadcast):
+        return False  # one condition for every lane: a branch that skips the load, kept
     if not all(isinstance(d, Const) for d in buffer.shape):
         return False
     parts = lane_offsets(load.indices[0])
