@@ -13,6 +13,9 @@ With --gpus each side is a local Ray cluster offering that many of this host's G
 measurement actor each); the table adds trials per second per GPU against the first count, and
 which GPUs measured (name, clocks) from the records. --remeasure-only re-times the bests of the
 logs already in --logdir (to split the sides over several runs and compare them in one).
+With --auto the task is the auto-scheduler's GEMM (tune.auto, no template: a space far past 512
+schedules, where builtin/matmul_cuda has 144 configs), searched at random (model=False, so every
+side measures the same schedules for a seed).
 """
 
 from __future__ import annotations
@@ -27,18 +30,44 @@ import time
 import numpy as np
 
 import tensorforge as tf
-from tensorforge import tune
+from tensorforge import te, tune
+from tensorforge.tune import auto
 from tensorforge.tune.records import best_by_workload, load_records
 
 
+@auto.register_workload
+def ray_bench_gemm(n, m, k):
+    A = te.placeholder((n, k), name="A")
+    B = te.placeholder((k, m), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return [A, B, C]
+
+
 def tune_once(task, trials: int, seed: int, option, log: str) -> dict:
-    tuner = tune.RandomTuner(task, seed=seed)
     start = time.perf_counter()
-    tuner.tune(trials, option, callbacks=[tune.log_to_file(log)])
+    if isinstance(task, auto.SearchTask):
+        task.tune(trials, log, seed, option, progress=False, model=False)
+    else:
+        tuner = tune.RandomTuner(task, seed=seed)
+        tuner.tune(trials, option, callbacks=[tune.log_to_file(log)])
     wall = time.perf_counter() - start
     measured = [r for r in load_records(log) if not r.result.meta.get("confirmed")]
     ok = sum(r.result.ok for r in measured)
     return {"wall_s": wall, "trials": len(measured), "ok": ok, "trials_per_s": len(measured) / wall}
+
+
+def warm_workers(count: int) -> None:
+    """Start every build worker and import tensorforge there, as in a cluster left standing."""
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def imported() -> int:
+        import tensorforge.tune.ray_remote  # noqa: F401
+
+        return os.getpid()
+
+    ray.get([imported.remote() for _ in range(count)])
 
 
 def remeasure_bests(task, logs: dict[str, str], rounds: int = 3, repeats: int = 15) -> dict:
@@ -52,8 +81,11 @@ def remeasure_bests(task, logs: dict[str, str], rounds: int = 3, repeats: int = 
     ]
     timers = {}
     for side, log in logs.items():
-        (record,) = best_by_workload(load_records(log)).values()
-        s, args = task.instantiate(record.config)
+        if isinstance(task, auto.SearchTask):
+            s, args = task.apply_best(log)
+        else:
+            (record,) = best_by_workload(load_records(log)).values()
+            s, args = task.instantiate(record.config)
         mod = tf.build(s, args, target=task.target)
         timers[side] = mod.time_evaluator(mod.entry_name, dev, number=10, repeat=repeats)
         timers[side](*arrays)  # warm: first-call costs stay out of the rounds
@@ -92,18 +124,34 @@ def main() -> int:
     parser.add_argument("--only", default=None, help="one side: local, ray, or a GPU count")
     parser.add_argument("--gpus", default=None, help="GPU counts to compare, e.g. 1,2 (cuda)")
     parser.add_argument("--remeasure-only", action="store_true")
+    parser.add_argument("--auto", action="store_true", help="the auto-scheduler's GEMM task")
     parser.add_argument("--logdir", default=None)
+    parser.add_argument(
+        "--min-repeat-ms",
+        type=float,
+        default=0.0,
+        help="each repeat runs at least this long (TVM's GPU practice: 100-150 ms)",
+    )
     options = parser.parse_args()
 
     import tensorforge.tune.builtin  # noqa: F401 - registers the built-in templates
 
     cuda = options.target.split()[0] == "cuda"
-    name = "builtin/matmul_cuda" if cuda else "builtin/matmul"
     shape = options.shape or ([4096] * 3 if cuda else [256] * 3)
-    task = tune.create_task(name, (*shape, "float32"), options.target)
+    if options.auto:
+        name = "auto/ray_bench_gemm"
+        task = auto.SearchTask(func=ray_bench_gemm, args=tuple(shape), target=options.target)
+    else:
+        name = "builtin/matmul_cuda" if cuda else "builtin/matmul"
+        task = tune.create_task(name, (*shape, "float32"), options.target)
     logdir = options.logdir or tempfile.mkdtemp(prefix="tf-ray-bench-")
     os.makedirs(logdir, exist_ok=True)
-    common = {"number": 5 if cuda else 3, "repeat": 3, "timeout": 60 if cuda else 20}
+    common = {
+        "number": 5 if cuda else 3,
+        "repeat": 3,
+        "timeout": 60 if cuda else 20,
+        "min_repeat_ms": options.min_repeat_ms,
+    }
     if options.gpus:
         sides = [f"{int(n)}gpu" for n in options.gpus.split(",")]
     else:
@@ -129,6 +177,7 @@ def main() -> int:
                 address=None, num_cpus=options.workers, max_repeat=10, num_gpus=gpus
             )
             runner.connect(task.target)  # a standing cluster: its start-up is not tuning time
+            warm_workers(options.workers)
             option = tune.measure_option(runner=runner, **common)
         row.update(tune_once(task, options.trials, options.seed, option, log))
         if runner is not None:

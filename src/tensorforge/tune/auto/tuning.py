@@ -114,11 +114,16 @@ class TaskTuner:
         make_measurer = getattr(option.runner, "create_measurer", None) or ScreeningMeasurer
         measurer = make_measurer(self.task, option, build_report)
         screen = getattr(measurer, "screen", None) if self.search.lower_in_workers else None
+        # A measurer that spreads over many workers (tune.RayRunner) asks for larger batches so
+        # builds stay in flight while the devices measure; a guided search still re-ranks every
+        # 64 (Ansor's measures per round), a random one needs no ranking between batches.
+        wanted = getattr(measurer, "batch_size", 0)
+        batch_size = max(self.batch_size, min(wanted, 64) if self.search.use_model else wanted)
         done = 0
         start = time.perf_counter()
         try:
             while done < trials:
-                batch = self.search.next_batch(min(self.batch_size, trials - done), screen)
+                batch = self.search.next_batch(min(batch_size, trials - done), screen)
                 if not batch:
                     break
                 inputs = [MeasureInput(self.task, t) for t in batch]
