@@ -77,18 +77,3 @@ def test_place_values_that_overflow_the_dtype_are_left_alone():
     big = Const(1 << 20, "int32")
     e = (x // big % big) * big + x % big  # x % 2**40 does not fit int32
     assert "1099511627776" not in str(simplify_expr(e))
-
-
-def test_a_constant_below_the_coefficients_gcd_never_carries():
-    # (x*4 + 3) // 256 -> x // 64 and (x*4 + 3) % 256 -> (x % 64)*4 + 3: an rfactor's unrolled
-    # accumulator k*4 + 3 through a split of 64 x 64 planes, folding back to x*64 + 48
-    assert same(simplify_expr((x * 4 + 3) // 256), x // 64)
-    assert same(simplify_expr((x * 4 + 3) % 256), (x % 64) * 4 + 3)
-    plane = (x * 4 + 3) // 256 * 4096 + (x * 4 + 3) % 256 // 4 * 64 + 48
-    assert same(simplify_expr(plane), x * 64 + 48)
-    assert same(simplify_expr((x * 4 - 1) // 8), (x - 1) // 2)  # negative constants floor too
-    for value in range(-40, 40):  # each an identity for every x, negative ones too
-        for before in ((x * 4 - 1) // 8, (x * 4 - 1) % 8, (x * 6 + y * 12 + 5) % 24):
-            after = simplify_expr(before)
-            env = {id(x): value, id(y): value // 3 - 2}
-            assert evaluate(after, env) == evaluate(before, env)

@@ -394,26 +394,11 @@ def _one_block(rest: LinearForm, c: int, s: ExprSimplifier) -> int | None:
     return int(lo) // c
 
 
-def _below_gcd(form: LinearForm, c: int) -> tuple[LinearForm, int, int, int] | None:
-    """(y, c / g, g, r) with form == g*y + r and 0 <= r < g, for g > 1 the gcd of c and the
-    coefficients (not the constant); None where g is 1."""
-    g = math.gcd(c, *form.coefficients())
-    if g <= 1 or g == c and not form.terms:
-        return None
-    r = form.const % g
-    terms = {key: (t, k // g) for key, (t, k) in form.terms.items()}
-    return LinearForm(terms, (form.const - r) // g), c // g, g, r
-
-
 def _floordiv_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> LinearForm:
     """The form of `x // c` for a constant c > 0 (floor division: exact for negatives too)."""
     x, c, _ = _divide_gcd(x, c)  # (i*4 + 2) // 8 -> (i*2 + 1) // 4
     if c == 1:
         return x
-    below = _below_gcd(x, c)
-    if below is not None:  # (i*4 + 3) // 256 -> i // 64: the 3 never carries past a multiple of 4
-        y, c, _, _ = below
-        return _floordiv_form(y, c, dtype, s)
     quotient, rest = _split_multiples(x, c)  # (a*c + b) // c -> a + b // c
     block = _one_block(rest, c, s)
     if block is not None:
@@ -432,10 +417,6 @@ def _floormod_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> Line
         return _floormod_form(x, c, dtype, s).scaled(g)
     if c == 1:
         return LinearForm()
-    below = _below_gcd(x, c)
-    if below is not None:  # (i*4 + 3) % 256 -> (i % 64)*4 + 3
-        y, c, g, r = below
-        return _floormod_form(y, c, dtype, s).scaled(g).plus_const(r)
     _, rest = _split_multiples(x, c)  # (a*c + b) % c -> b % c
     rest = LinearForm(rest.terms, rest.const % c)
     if rest.is_const:
