@@ -2,13 +2,16 @@
 panels, beside the project's own float32 GEMM (ops.schedule_matmul), in one process, on one
 thread (TF_NUM_THREADS, default 1).
 
-    python benchmarks/cpu_dot.py [size] [--repeat R]
+    python benchmarks/cpu_dot.py [size] [--repeat R] [--target "llvm -mcpu=znver3"]
+
+--target: what every kernel (and the micro-kernels' C) is built for, default "llvm" (this CPU).
 
 Each row: min and median of R repeats (of 5 calls each), packing included; the fp32 GEMM is
 timed first and again last (the machine may be shared: ratios use the faster of the two,
 min to min and median to median). Rows for the AVX-512 micro-kernels (vpdpbusd / vdpbf16ps)
 and, where the CPU has them, the AMX ones (tdpbusd / tdpbf16ps); without the features the
-micro-kernels are plain C (the row says so).
+micro-kernels widen to int16 multiply-adds / float FMAs on AVX2, else are plain C (the row
+says which).
 
 Measured 2026-11-25 on a 2-core KVM Xeon with AVX512-VNNI/BF16 and AMX (LLVM: "rocketlake"),
 1 thread, the machine shared with other jobs (load average as printed). Peaks of this core,
@@ -37,9 +40,9 @@ cores, no AMX exposed) that kernel gave int8 1.77-2.06x, bf16 0.42-0.53x.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
-import sys
 
 import numpy as np
 
@@ -68,10 +71,17 @@ def inputs(kind: str, size: int, rng):
 
 def main() -> None:
     os.environ.setdefault("TF_NUM_THREADS", "1")
-    args = sys.argv[1:]
-    repeat = int(args[args.index("--repeat") + 1]) if "--repeat" in args else 7
-    sizes = [a for a in args if a.isdigit() and (args.index(a) == 0 or args[args.index(a) - 1] != "--repeat")]  # fmt: skip
-    size = int(sizes[0]) if sizes else 1024
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("size", type=int, nargs="?", default=1024)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--target", default="llvm", help='e.g. "llvm -mcpu=znver3" (AVX2)')
+    args = parser.parse_args()
+    with tf.Target(args.target):
+        run(args.size, args.repeat)
+
+
+def run(size: int, repeat: int) -> None:
+    """The table for one size, built for the current target."""
     rng = np.random.default_rng(0)
     cpu_dot.load_microkernels()
     flops = 2.0 * size**3
@@ -97,14 +107,14 @@ def main() -> None:
         if amx:
             how = spec.amx_feature if cpu_dot_kernels.amx_runs(kind) else "AMX denied: AVX-512"
         else:
-            how = spec.feature if cpu_dot.has_feature(kind) else "plain C"
+            how = cpu_dot_kernels.vector_path(kind)
         tile = f"{tiles.mr}x{tiles.nr}x{tiles.kc}"
         rows.append((f"{kind} {how} {tile}", *timed(f, arrays, repeat)))
     rows.append(("float32 (ops.matmul), last", *timed(fp32, fp32_arrays, repeat)))
     # the faster of the two fp32 runs (min of mins, min of medians): the ratios err low
     ref_min, ref_median = min(rows[0][1], rows[-1][1]), min(rows[0][2], rows[-1][2])
 
-    print(f"GEMM {size}^3, {os.environ['TF_NUM_THREADS']} thread(s), {tf.target.Target('llvm').mcpu}; load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(f"GEMM {size}^3, {os.environ['TF_NUM_THREADS']} thread(s), {tf.target.Target.current().mcpu}; load {os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"{'impl':<38} {'min ms':>8} {'med ms':>8} {'GOP/s max':>10} {'GOP/s med':>10} {'vs fp32 min/med':>16}")  # fmt: skip
     for name, best, median in rows:
         vs = "" if name.startswith("float32") else f"{ref_min / best:.2f}x / {ref_median / median:.2f}x"  # fmt: skip

@@ -44,7 +44,8 @@ def ray_bench_gemm(n, m, k):
     return [A, B, C]
 
 
-def tune_once(task, trials: int, seed: int, option, log: str) -> dict:
+def tune_once(task, trials: int, seed: int, option, log: str, before: int = 0) -> dict:
+    """Tune `trials` more; the rate counts this run's trials (`before` were in the log)."""
     start = time.perf_counter()
     if isinstance(task, auto.SearchTask):
         task.tune(trials, log, seed, option, progress=False, model=False)
@@ -54,7 +55,8 @@ def tune_once(task, trials: int, seed: int, option, log: str) -> dict:
     wall = time.perf_counter() - start
     measured = [r for r in load_records(log) if not r.result.meta.get("confirmed")]
     ok = sum(r.result.ok for r in measured)
-    return {"wall_s": wall, "trials": len(measured), "ok": ok, "trials_per_s": len(measured) / wall}
+    new = len(measured) - before
+    return {"wall_s": wall, "trials": len(measured), "ok": ok, "trials_per_s": new / wall}
 
 
 def warm_workers(count: int) -> None:
@@ -124,6 +126,9 @@ def main() -> int:
     parser.add_argument("--only", default=None, help="one side: local, ray, or a GPU count")
     parser.add_argument("--gpus", default=None, help="GPU counts to compare, e.g. 1,2 (cuda)")
     parser.add_argument("--remeasure-only", action="store_true")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep a side's log and tune up to --trials in all"
+    )
     parser.add_argument("--auto", action="store_true", help="the auto-scheduler's GEMM task")
     parser.add_argument("--logdir", default=None)
     parser.add_argument(
@@ -166,7 +171,12 @@ def main() -> int:
         if options.remeasure_only:
             rows[side] = row
             continue
-        if os.path.exists(log):
+        trials, before = options.trials, 0
+        if options.resume and os.path.exists(log):
+            done = [r for r in load_records(log) if not r.result.meta.get("confirmed")]
+            trials -= len(done)
+            row["resumed_from"] = before = len(done)
+        elif os.path.exists(log):
             os.remove(log)
         runner = None
         if side == "local":
@@ -179,7 +189,7 @@ def main() -> int:
             runner.connect(task.target)  # a standing cluster: its start-up is not tuning time
             warm_workers(options.workers)
             option = tune.measure_option(runner=runner, **common)
-        row.update(tune_once(task, options.trials, options.seed, option, log))
+        row.update(tune_once(task, trials, options.seed, option, log, before))
         if runner is not None:
             runner.shutdown()
         rows[side] = row

@@ -3,6 +3,7 @@
     python benchmarks/torch_models.py [--models mlp1,mlp64,resnet18,gpt2] [--threads 1,2]
                                       [--backends eager,inductor,tensorforge] [--repeats 5]
                                       [--small] [--json out.jsonl]
+                                      [--target "llvm -mcpu=znver3" ...]
 
 Same process, interleaved: each repeat times every backend in turn (a few calls each), and the
 median over repeats is reported, with each backend's ratio to eager and tensorforge's to
@@ -10,7 +11,10 @@ inductor (> 1: tensorforge is faster). Each model's output is checked against ea
 float32 (relative error = max abs error / max abs value; `_error`), with TF32 off: on CUDA,
 eager's cuDNN convolutions use TF32 by default (10-bit mantissas), so eager as timed is itself
 that far from float32 (its `eager_error`); `_error64` is each one's against eager in float64.
-Models are written in plain torch below.
+Models are written in plain torch below. `--target` (repeatable) compiles tensorforge for each
+CPU target given (options={"target": ...}), each its own column `tensorforge@<mcpu>`, timed in
+the same interleaved rounds (AVX2 code on an AVX-512 host: `--target llvm --target "llvm
+-mcpu=znver3"`).
 """
 
 from __future__ import annotations
@@ -140,23 +144,36 @@ def time_calls(fn, x, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def run_model(name, make, shape, backends, repeats, threads, device="cpu") -> dict:
+def tensorforge_backends(targets: list[str] | None) -> dict[str, str | None]:
+    """Backend column name -> tensorforge's target option: "tensorforge" alone without
+    `targets`, else "tensorforge@<mcpu>" per target ("tensorforge@znver3")."""
+    if not targets:
+        return {"tensorforge": None}
+    from tensorforge.target import Target
+
+    return {f"tensorforge@{Target(t).mcpu}": t for t in targets}
+
+
+def run_model(name, make, shape, backends, repeats, threads, device="cpu", targets=None) -> dict:
     torch.manual_seed(0)
     model = make().eval().to(device)
     x = torch.randn(*shape).to(device)
     fns, compile_s, errors = {}, {}, {}
+    tf_targets = tensorforge_backends(targets)
     with torch.no_grad():
         expected, exact = references(model, x)
         for b in backends:
-            torch._dynamo.reset()
             start = time.perf_counter()
-            chosen = tf_backend if b == "tensorforge" else b  # (the entry point names the same)
             if b == "eager":
                 fn = model
             elif b == "inductor-ro":  # Inductor with CUDA graphs
-                fn = torch.compile(model, mode="reduce-overhead")
-            else:
-                fn = torch.compile(model, backend=chosen)
+                fn = torch.compile(copy.deepcopy(model), mode="reduce-overhead")
+            elif b in tf_targets:
+                options = {"target": tf_targets[b]} if tf_targets[b] else None
+                fn = torch.compile(copy.deepcopy(model), backend=tf_backend, options=options)
+            else:  # NOTE: a copy each, no Dynamo reset between: a reset would make the earlier
+                # compiled functions compile again on their next call, inside the timing
+                fn = torch.compile(copy.deepcopy(model), backend=b)
             got = fn(x)  # compiles
             compile_s[b] = time.perf_counter() - start
             errors[b] = relative_error(got, expected), relative_error(got.double(), exact)
@@ -175,8 +192,9 @@ def run_model(name, make, shape, backends, repeats, threads, device="cpu") -> di
         row[f"{b}_compile_s"] = round(compile_s[b], 2)
         row[f"{b}_error"], row[f"{b}_error64"] = errors[b]
         row[f"{b}_vs_eager"] = round(median["eager"] / median[b], 3)
-    if "inductor" in backends and "tensorforge" in backends:
-        row["tensorforge_vs_inductor"] = round(median["inductor"] / median["tensorforge"], 3)
+    for b in tf_targets:
+        if "inductor" in backends and b in backends:
+            row[f"{b}_vs_inductor"] = round(median["inductor"] / median[b], 3)
     return row
 
 
@@ -193,8 +211,16 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--small", action="store_true", help="quarter-size models (a smoke run)")
     parser.add_argument("--json", default=None, help="append one JSON line per case here")
+    parser.add_argument(
+        "--target",
+        action="append",
+        help='a CPU target for tensorforge (repeatable: a column each), e.g. "llvm -mcpu=znver3"',
+    )
     args = parser.parse_args(argv)
     backends = args.backends.split(",")
+    if "tensorforge" in backends:  # one column per --target
+        at = backends.index("tensorforge")
+        backends[at : at + 1] = list(tensorforge_backends(args.target))
     if "eager" not in backends:
         backends.insert(0, "eager")
     table = models(args.small)
@@ -207,22 +233,28 @@ def main(argv=None) -> int:
         os.environ["TF_NUM_THREADS"] = str(threads)
         for name in args.models.split(","):
             make, shape = table[name]
-            row = run_model(name, make, shape, backends, args.repeats, threads, args.device)
+            row = run_model(
+                name, make, shape, backends, args.repeats, threads, args.device, args.target
+            )
             rows.append(row)
             emit(row, args.json)
     print()
-    header = f"{'model':10} {'thr':>3} " + " ".join(f"{b + ' ms':>15}" for b in backends)
-    header += f" {'tf/eager':>9} {'tf/ind':>7} {'tf err':>8} {'eager err':>9} {'tf compile s':>12}"
-    print(header)
-    for r in rows:
-        line = f"{r['model']:10} {r['threads']:>3} " + " ".join(
-            f"{r[b + '_ms']:>15.3f}" for b in backends
+    nan = float("nan")
+    for tf in [b for b in backends if b.startswith("tensorforge")] or ["tensorforge"]:
+        print(f"{tf}:")
+        header = f"{'model':10} {'thr':>3} " + " ".join(f"{b + ' ms':>15}" for b in backends)
+        header += (
+            f" {'tf/eager':>9} {'tf/ind':>7} {'tf err':>8} {'eager err':>9} {'tf compile s':>12}"
         )
-        tf = "tensorforge"
-        line += f" {r.get(tf + '_vs_eager', float('nan')):>9.2f} {r.get('tensorforge_vs_inductor', float('nan')):>7.2f}"
-        line += f" {r.get(tf + '_error', float('nan')):>8.1e} {r['eager_error']:>9.1e}"
-        line += f" {r.get(tf + '_compile_s', float('nan')):>12.1f}"
-        print(line)
+        print(header)
+        for r in rows:
+            line = f"{r['model']:10} {r['threads']:>3} " + " ".join(
+                f"{r[b + '_ms']:>15.3f}" for b in backends
+            )
+            line += f" {r.get(tf + '_vs_eager', nan):>9.2f} {r.get(tf + '_vs_inductor', nan):>7.2f}"
+            line += f" {r.get(tf + '_error', nan):>8.1e} {r['eager_error']:>9.1e}"
+            line += f" {r.get(tf + '_compile_s', nan):>12.1f}"
+            print(line)
     return 0
 
 

@@ -2,6 +2,7 @@
 
     python benchmarks/torch_zoo.py [--models mbv2,vit,bert_mask,llama,unet,embed,lstm]
                                    [--threads 1] [--repeats 7] [--json out.jsonl]
+                                   [--target "llvm -mcpu=znver3" ...]
 
 The blocks (tests/graph/zoo_models.py, plain torch) at modest sizes: MobileNetV2 inverted
 residuals, a ViT encoder block and a BERT one with an additive attention mask (SDPA), a LLaMA
@@ -10,7 +11,8 @@ nearest upsample, cat, transposed conv), an embedding classifier, an LSTM. Same 
 interleaved: each repeat times every backend in turn, the median over repeats is reported;
 `tf/eager` and `tf/ind` > 1: tensorforge is faster. `fallbacks`: nodes tensorforge ran in eager
 torch inside its graphs (its `report`), `graphs`: the graphs Dynamo handed it (0: Dynamo ran the
-model itself, as it does an LSTM's).
+model itself, as it does an LSTM's). `--target` (repeatable): tensorforge compiled for each CPU
+target given, a column `tensorforge@<mcpu>` each, timed in the same rounds (torch_models.py's).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import sys
 import time
 
 import torch
-from torch_models import emit, relative_error  # benchmarks/: the script's folder
+from torch_models import emit, relative_error, tensorforge_backends  # benchmarks/: the folder
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -63,21 +65,23 @@ def time_calls(fn, args, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def fallbacks_of(model, args) -> tuple[int, int]:
+def fallbacks_of(model, args, target: str | None = None) -> tuple[int, int]:
     """(graphs, fallbacks) of tensorforge's compile of the model, from its report."""
     report = io.StringIO()
+    options = {"report": True, **({"target": target} if target else {})}
     with contextlib.redirect_stderr(report):
-        torch.compile(copy.deepcopy(model), backend=tf_backend, options={"report": True})(*args)
+        torch.compile(copy.deepcopy(model), backend=tf_backend, options=options)(*args)
     text = report.getvalue()
     counts = [int(n) for n in re.findall(r"^  fallbacks: (\d+)", text, flags=re.M)]
     return len(counts), sum(counts)
 
 
-def run_case(name, make, inputs, repeats: int, threads: int) -> dict:
+def run_case(name, make, inputs, repeats: int, threads: int, targets=None) -> dict:
     torch.manual_seed(0)
     model = zoo.randomize_norms(make()).eval()
     args = inputs()
-    backends = ("eager", "inductor", "tensorforge")
+    tf_targets = tensorforge_backends(targets)
+    backends = ("eager", "inductor", *tf_targets)
     fns, errors, compile_s = {}, {}, {}
     torch._dynamo.reset()
     with torch.no_grad():
@@ -88,8 +92,9 @@ def run_case(name, make, inputs, repeats: int, threads: int) -> dict:
                 fn = model
             else:  # NOTE: a copy each, no reset between: a reset would make the earlier
                 # compiled functions compile again on their next call, inside the timing
-                chosen = tf_backend if b == "tensorforge" else b
-                fn = torch.compile(copy.deepcopy(model), backend=chosen)
+                chosen = tf_backend if b in tf_targets else b
+                options = {"target": tf_targets[b]} if tf_targets.get(b) else None
+                fn = torch.compile(copy.deepcopy(model), backend=chosen, options=options)
             got = fn(*args)
             compile_s[b] = time.perf_counter() - start
             errors[b] = relative_error(got, expected)
@@ -101,15 +106,17 @@ def run_case(name, make, inputs, repeats: int, threads: int) -> dict:
         for _ in range(repeats):
             for b in backends:
                 samples[b].append(time_calls(fns[b], args, calls))
-        graphs, fallbacks = fallbacks_of(model, args)
+        graphs, fallbacks = fallbacks_of(model, args, next(iter(tf_targets.values())))
     median = {b: statistics.median(s) for b, s in samples.items()}
     row = {"model": name, "threads": threads, "graphs": graphs, "fallbacks": fallbacks}
     for b in backends:
         row[f"{b}_ms"] = round(median[b] * 1e3, 3)
         row[f"{b}_error"] = errors[b]
         row[f"{b}_compile_s"] = round(compile_s[b], 2)
-    row["tf_vs_eager"] = round(median["eager"] / median["tensorforge"], 3)
-    row["tf_vs_inductor"] = round(median["inductor"] / median["tensorforge"], 3)
+    for b in tf_targets:
+        suffix = "" if b == "tensorforge" else b.removeprefix("tensorforge")
+        row[f"tf{suffix}_vs_eager"] = round(median["eager"] / median[b], 3)
+        row[f"tf{suffix}_vs_inductor"] = round(median["inductor"] / median[b], 3)
     return row
 
 
@@ -120,26 +127,34 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", default=None, help="append one JSON line per model here")
+    parser.add_argument(
+        "--target",
+        action="append",
+        help='a CPU target for tensorforge (repeatable: a column each), e.g. "llvm -mcpu=znver3"',
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ["TF_NUM_THREADS"] = str(args.threads)
     rows = []
     for name in args.models.split(","):
         make, inputs = table[name]
-        row = run_case(name, make, inputs, args.repeats, args.threads)
+        row = run_case(name, make, inputs, args.repeats, args.threads, args.target)
         rows.append(row)
         emit(row, args.json)
-    print()
-    print(
-        f"{'model':10} {'eager ms':>9} {'ind ms':>9} {'tf ms':>9} {'tf/eager':>8} {'tf/ind':>7}"
-        f" {'tf err':>8} {'graphs':>6} {'fallbacks':>9}"
-    )
-    for r in rows:
+    for b in tensorforge_backends(args.target):
+        suffix = "" if b == "tensorforge" else b.removeprefix("tensorforge")
+        print(f"\n{b}:")
         print(
-            f"{r['model']:10} {r['eager_ms']:9.3f} {r['inductor_ms']:9.3f} "
-            f"{r['tensorforge_ms']:9.3f} {r['tf_vs_eager']:8.2f} {r['tf_vs_inductor']:7.2f} "
-            f"{r['tensorforge_error']:8.1e} {r['graphs']:6d} {r['fallbacks']:9d}"
+            f"{'model':10} {'eager ms':>9} {'ind ms':>9} {'tf ms':>9} {'tf/eager':>8} {'tf/ind':>7}"
+            f" {'tf err':>8} {'graphs':>6} {'fallbacks':>9}"
         )
+        for r in rows:
+            print(
+                f"{r['model']:10} {r['eager_ms']:9.3f} {r['inductor_ms']:9.3f} "
+                f"{r[b + '_ms']:9.3f} {r[f'tf{suffix}_vs_eager']:8.2f} "
+                f"{r[f'tf{suffix}_vs_inductor']:7.2f} "
+                f"{r[b + '_error']:8.1e} {r['graphs']:6d} {r['fallbacks']:9d}"
+            )
     return 0
 
 

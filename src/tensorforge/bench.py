@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from tensorforge.target import Target, as_target
+
 CASES = (
     "peak",
     "copy",
@@ -87,10 +89,9 @@ def _arrays(*shapes_and_data):
 
 def bench_peak(threads: int) -> Row:
     """Peak FLOP/s: independent FMA chains on vector registers (acc = acc * c + x), no memory."""
-    import tensorforge as tf
     from tensorforge import te
 
-    target = tf.Target("llvm")
+    target = as_target(None)  # the benchmark's --target, else this CPU
     lanes = target.vector_lanes("float32")
     chains = (
         10 * lanes
@@ -122,11 +123,10 @@ def bench_peak(threads: int) -> Row:
 
 def bench_copy(threads: int) -> Row:
     """Bandwidth: a 64 MiB copy (bytes read + bytes written), vectorized and parallel."""
-    import tensorforge as tf
     from tensorforge import te
 
     n = 16 * 1024 * 1024
-    lanes = tf.Target("llvm").vector_lanes("float32")
+    lanes = as_target(None).vector_lanes("float32")
     a = te.placeholder((n,), name="a")
     b = te.compute((n,), lambda i: a[i], name="b")
     s = te.create_schedule(b.op)
@@ -338,6 +338,12 @@ def bench_main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cases", default=",".join(CASES), help=f"subset of {','.join(CASES)}")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON lines")
+    parser.add_argument(
+        "--target",
+        default="llvm",
+        help='the CPU target every kernel is built for (default "llvm", this CPU; e.g. '
+        '"llvm -mcpu=znver3" for AVX2 code on an AVX-512 host)',
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
@@ -345,8 +351,9 @@ def bench_main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
     if args.child:  # one thread count, rows as JSON on stdout
-        for row in run_cases(cases, int(os.environ.get("TF_NUM_THREADS", "1"))):
-            print("ROW " + json.dumps(asdict(row)), flush=True)
+        with Target(args.target):
+            for row in run_cases(cases, int(os.environ.get("TF_NUM_THREADS", "1"))):
+                print("ROW " + json.dumps(asdict(row)), flush=True)
         return 0
     rows: list[Row] = []
     for threads in [int(t) for t in args.threads.split(",")]:
@@ -365,6 +372,8 @@ def bench_main(argv: list[str] | None = None) -> int:
             "--child",
             "--cases",
             ",".join(cases),
+            "--target",
+            args.target,
         ]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -375,6 +384,7 @@ def bench_main(argv: list[str] | None = None) -> int:
             for line in proc.stdout.splitlines()
             if line.startswith("ROW ")
         ]
+    print(f"target: {Target(args.target)}")
     print_table(rows)
     if args.json:
         with open(args.json, "w") as fh:

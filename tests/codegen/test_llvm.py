@@ -289,13 +289,16 @@ def test_ramp_as_value_and_broadcast_of_var():
     np.testing.assert_array_equal(b, np.arange(64) + 100)
 
 
-@pytest.mark.parametrize("width", [56, 24, 40, 58, 14])
-def test_odd_width_register_tile_epilogue_stays_in_vector_registers(width):
+@pytest.mark.parametrize("width", [56, 24, 40, 58, 14, 6, 12])
+@pytest.mark.parametrize(
+    "target, lanes", [("llvm -mattr=+avx512f,+avx2,+fma,+avx", 16), ("llvm -mcpu=znver3", 8)]
+)
+def test_odd_width_register_tile_epilogue_stays_in_vector_registers(width, target, lanes):
     """A register tile row of a width that is not a power of two (56 floats: 32 + 16 + 8),
     accumulated in a loop and then scaled, shifted and clamped (a fused BN + ReLU): right
     against NumPy, and its arithmetic done in power-of-two pieces. As whole <56 x float>
     values, the accumulators read after the reduction loop were rebuilt lane by lane (one
-    vinsertps per lane: the epilogue cost twice a separate pass)."""
+    vinsertps per lane: the epilogue cost twice a separate pass). AVX-512 and AVX2 registers."""
     import tensorforge as tf
     from tensorforge import te
 
@@ -315,8 +318,7 @@ def test_odd_width_register_tile_epilogue_stays_in_vector_registers(width):
     s[C].reorder(s[C].op.reduce_axis[0], ci, cj)
     s[C].unroll(ci)
     s[C].vectorize(cj)
-    target = tf.Target("llvm -mattr=+avx512f,+avx2,+fma,+avx")
-    mod = tf.build(s, [A, B, scale, shift, D], target=target)
+    mod = tf.build(s, [A, B, scale, shift, D], target=tf.Target(target))
     rng = np.random.default_rng(width)
     a, b = rng.standard_normal((n, k), np.float32), rng.standard_normal((k, width), np.float32)
     sc, sh = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
@@ -327,6 +329,6 @@ def test_odd_width_register_tile_epilogue_stays_in_vector_registers(width):
     # in pieces over several registers, no lane assembled alone; whole within one register
     # (14 of 16 lanes: one FMA a row, not 8 + 4 + 2 lanes in 3)
     whole = f"<{width} x float> @llvm.maximum" in mod.get_source("ll")
-    assert whole == (width < 16)
+    assert whole == (width < lanes)
     if not whole:
         assert "vinsertps" not in mod.get_source("asm")

@@ -56,6 +56,51 @@ def test_masked_vector_load_and_store(rng):
     assert exe is not None
 
 
+@pytest.mark.parametrize(
+    "target, pieces",
+    [("llvm -mcpu=skylake-avx512", ["v16f32"]), ("llvm -mcpu=znver3", ["v8f32", "v8f32"])],
+)
+def test_masked_accesses_come_in_register_sized_pieces(target, pieces):
+    """A 16-lane masked load and store: one zmm piece with AVX-512 (halves cut each access in
+    two, each with its own mask test and branch: softmax rows of 197 took 1.7x as long), two
+    ymm pieces with AVX2 (a wider masked access read whole all-false registers there)."""
+    import tensorforge as tf
+
+    n, i = Var("n"), Var("i")
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
+    idx = ramp(i * c(16), 16)
+    mask = LT(idx, Broadcast(n, 16))
+    body = loop(i, FloorDiv(Add(n, c(15)), c(16)), store(B, idx, load(A, idx, mask), mask))
+    text = LLVMCodegen().generate(PrimFunc("masked", (A, B, n), body), tf.Target(target)).text
+    calls = [line for line in text.splitlines() if " call " in line]
+    for kind in ("load", "store"):
+        used = [t for line in calls for t in ("v16f32", "v8f32") if f"masked.{kind}.{t}." in line]
+        assert used == pieces, (kind, used)
+
+
+def test_a_mask_known_lane_by_lane_is_plain_accesses_of_its_lanes(rng):
+    """A register tile's tail row, `B[ramp(48, 1, 16)] = A[...] if ramp(48, 1, 16) < 56`: a
+    plain 8-lane load and store, no masked intrinsic (one on a stack tile kept it out of
+    registers: conv2d at 56 columns 2.5x slower on AVX-512); lanes off are not touched."""
+    import tensorforge as tf
+    from tensorforge.codegen.llvm_expr import known_mask_pieces
+
+    assert known_mask_pieces([True] * 8 + [False] * 8) == [(0, 8, True), (8, 8, False)]
+    on = [False, True, True, True, True, True, False, False]
+    assert known_mask_pieces(on) == [(0, 1, False), (1, 4, True), (5, 1, True), (6, 2, False)]
+    A, B = Buffer("A", (c(64),), "float32"), Buffer("B", (c(64),), "float32")
+    idx, mask = ramp(c(48), 16), LT(ramp(c(48), 16), Broadcast(c(56), 16))
+    body = store(B, idx, Mul(load(A, idx, mask), Broadcast(c(2.0, "float32"), 16)), mask)
+    func = PrimFunc("tail", (A, B), body)
+    for target in ("llvm -mcpu=skylake-avx512", "llvm -mcpu=znver3"):
+        assert "llvm.masked" not in LLVMCodegen().generate(func, tf.Target(target)).text
+    a = aligned(rng.standard_normal(64).astype(np.float32))
+    b = aligned(np.full(64, -7.0, np.float32))
+    run(func, a, b)
+    np.testing.assert_array_equal(b[48:56], a[48:56] * 2)
+    np.testing.assert_array_equal(np.delete(b, range(48, 56)), -7.0)
+
+
 def test_masked_scalar_store_and_load():
     n, i = Var("n"), Var("i")
     A, B = Buffer("A", (n,), "int32"), Buffer("B", (n,), "int32")

@@ -121,3 +121,35 @@ def test_auto_keeps_the_row_schedule_for_softmax_rows_of_whole_vectors():
         assert relative_error(got, expected) <= 1e-5
     sources = [k.source for k in compiled.steps if kind(k) == "softmax"]
     assert sources == [SOURCES["softmax"], FIRST_GUESS], sources
+
+
+OTHER_CPUS = ["llvm -mcpu=znver3", "llvm -mcpu=skylake-avx512"]  # AVX2 (8 lanes), AVX-512
+
+
+@pytest.mark.parametrize("target", OTHER_CPUS)
+def test_kernels_for_other_cpus_match_eager(target):
+    """Every kernel of the model built for another CPU's facts (run here: this host runs both)."""
+    compile_with({"target": target})
+
+
+def blocks(x, img, gn_w, gn_b, cw):
+    """Model-block pieces whose index arithmetic and vector splits depend on the lane count:
+    group norm + SiLU over odd groups (the simplifier's ramp quotients), softmax over batched
+    rows with a tail (the row location, partial combines), a 3x3 conv of 14-column rows (the
+    lanewise pieces: 8 + 4 + 2 at 8 lanes) with a BN-like epilogue, and a max pool."""
+    gn = F.silu(F.group_norm(img, 3, gn_w, gn_b))
+    soft = torch.softmax(x, -1)
+    conv = F.relu(F.conv2d(img, cw, padding=1) * 0.75 + 0.1)
+    pool = F.max_pool2d(img, 3, 2, 1)
+    return gn, soft, conv, pool
+
+
+@pytest.mark.parametrize("target", ["llvm", *OTHER_CPUS])
+def test_model_blocks_for_other_cpus_match_eager(target, monkeypatch):
+    monkeypatch.setenv("TF_NUM_THREADS", "1")  # no loops fused for threads: the rows as they are
+    args = [rand(1, 2, 5, 19, seed=1), rand(1, 6, 7, 14, seed=2), rand(6, seed=3)]
+    args += [rand(6, seed=4), rand(5, 6, 3, 3, seed=5)]
+    gm = make_fx(blocks, decomposition_table=decompositions())(*args)
+    compiled = compile_aten(gm, args, {4: args[4]}, Options.of({"target": target}))
+    for k, (got, expected) in enumerate(zip(compiled(list(args)), blocks(*args))):
+        assert relative_error(got, expected) <= 1e-5, f"output {k}: {relative_error(got, expected)}"

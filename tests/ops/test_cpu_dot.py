@@ -1,7 +1,7 @@
 """int8 / bfloat16 GEMMs through tensorize (ops/cpu_dot.py) against NumPy, on the host's paths
-(AVX-512 vpdpbusd / vdpbf16ps, AMX where present) and on targets without the features (plain
-C); the micro-kernels compile to the dot instructions for a CPU that has them (checked in the
-assembly) and to none of them without."""
+(AVX-512 vpdpbusd / vdpbf16ps, AMX where present) and on targets without the features (AVX2
+multiply-adds, plain C without AVX2); the micro-kernels compile to the dot instructions for a
+CPU that has them (checked in the assembly) and to none of them without."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tensorforge as tf
 from tensorforge.ops import cpu_dot, cpu_dot_kernels
 from tensorforge.te.dtype import from_bfloat16, to_bfloat16
 
-# a CPU LLVM knows with AVX-512 but none of the dot features: the micro-kernels are plain C
+# a CPU LLVM knows with AVX-512 but none of the dot features: the micro-kernels' AVX2 path
 NO_DOT = "llvm -mcpu=skylake-avx512"
 
 
@@ -77,15 +77,30 @@ def test_default_tiles_match_numpy(kind, rng):
 
 
 @pytest.mark.parametrize("kind", ["int8", "bfloat16"])
-@pytest.mark.parametrize("shape", [(37, 71, 131), (5, 16, 8)])
-@pytest.mark.parametrize("target", [NO_DOT, "llvm -mcpu=x86-64"])
-def test_without_the_features_the_gemm_is_plain_c(kind, shape, target, rng):
+@pytest.mark.parametrize("shape", [(37, 71, 131), (5, 16, 8), (13, 80, 260)])
+@pytest.mark.parametrize(
+    "target, path",
+    [(NO_DOT, "avx2"), ("llvm -mcpu=znver3", "avx2"), ("llvm -mcpu=x86-64", "plain C")],
+)
+def test_without_the_features_the_gemm_is_avx2_or_plain_c(kind, shape, target, path, rng):
     t = tf.Target(target)
     assert not cpu_dot.has_feature(kind, t) and not cpu_dot.has_amx(kind, t)
+    assert cpu_dot_kernels.vector_path(kind, t) == path
     tiles = cpu_dot.DotTiles.for_target(kind, t)
     assert not tiles.amx
     s, args = run_gemm(*shape, kind, tiles, rng, target=target)
     assert cpu_dot_kernels.tag(t) in str(tf.lower(s, args))
+    # k in blocks: every tile but the first accumulates onto C (the init = 0 calls)
+    run_gemm(*shape, kind, cpu_dot.DotTiles(mr=48, nr=64, kc=64), rng, target=target)
+
+
+def test_a_gemm_in_a_target_scope_takes_that_targets_kernels():
+    """schedule_dot_gemm without `target` inside `with Target(...)` names that target's
+    micro-kernels (not the host's, whose AVX-512 code the AVX2 target may not run)."""
+    with tf.Target("llvm -mcpu=znver3") as t:
+        s, args = cpu_dot.schedule_dot_gemm(37, 71, 131, "int8")
+        assert cpu_dot_kernels.tag() == cpu_dot_kernels.tag(t) == "_znver3"
+    assert cpu_dot_kernels.tag(t) in str(tf.lower(s, args, target=t))
 
 
 @pytest.mark.skipif(not cpu_dot.has_feature("int8"), reason="the host has no AVX512-VNNI")
@@ -133,6 +148,13 @@ def test_microkernels_use_the_dot_instructions(tmp_path):
     text = assembly("sapphirerapids", tmp_path=tmp_path)
     for instruction in DOT_INSTRUCTIONS:
         assert instruction in text
+
+
+def test_microkernels_for_avx2_use_widened_multiply_adds(tmp_path):
+    text = assembly("znver3", tmp_path=tmp_path)
+    assert "vpmaddwd" in text and "vfmadd" in text and "zmm" not in text
+    for instruction in DOT_INSTRUCTIONS:
+        assert instruction not in text
 
 
 def test_microkernels_without_the_features_use_none(tmp_path):

@@ -1,5 +1,6 @@
 """Tuning real kernels: the compiler builds and runs each candidate in its own process."""
 
+import argparse
 import importlib.util
 import os
 import textwrap
@@ -215,3 +216,21 @@ def test_tutorial_runs_small(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "numpy" in proc.stdout and "tuned" in proc.stdout
+
+
+def test_cli_gpu_builtins_default_to_cuda_and_need_a_device_or_ray(monkeypatch, capsys):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "pycuda" else real_find_spec(name, *a),
+    )
+    for op in ("matmul_cuda", "gemm_tensorcore"):
+        assert cli.tune_main([op, "--trials", "2", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert "cuda target is measured on a GPU" in err and "--ray ADDRESS" in err, err
+    # a CPU target is not affected, and --ray sends the measuring elsewhere
+    assert cli.missing_local_device("llvm", argparse.Namespace(ray=None)) is None
+    assert cli.missing_local_device("cuda", argparse.Namespace(ray="auto")) is None

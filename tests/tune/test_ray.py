@@ -241,3 +241,15 @@ def test_num_gpus_is_checked_before_a_cluster_starts(monkeypatch):
     tune.RayRunner(address=None, num_gpus=1).connect("cuda")
     (kwargs,) = started
     assert kwargs["num_gpus"] == 1 and kwargs["resources"] == {target_resource("cuda"): 1}
+
+
+def test_cli_ray_gpus_makes_a_runner_with_that_many_gpus():
+    import argparse
+
+    from tensorforge.tune.cli import ray_runner
+
+    runner = ray_runner(argparse.Namespace(ray="local", ray_gpus=2))
+    assert isinstance(runner, tune.RayRunner) and runner.num_gpus == 2
+    assert ray_runner(argparse.Namespace(ray=None, ray_gpus=None)) is None
+    with pytest.raises(SystemExit, match="--ray-gpus needs --ray"):
+        ray_runner(argparse.Namespace(ray=None, ray_gpus=1))

@@ -29,6 +29,7 @@ from tensorforge.codegen.llvm_expr import (
     PTR,
     ExprEmitter,
     element_bytes,
+    known_mask_pieces,
     masked_chunks,
     memory_type,
     power_of_two_pieces,
@@ -36,6 +37,7 @@ from tensorforge.codegen.llvm_expr import (
 )
 from tensorforge.codegen.llvm_math import mangle
 from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.passes.fold_lane_masks import constant_lanes
 from tensorforge.ir.passes.unroll_loops import partial_unroll
 from tensorforge.ir.stmt import (
     Allocate,
@@ -297,9 +299,14 @@ class _FunctionEmitter(ExprEmitter):
             for lane in range(lanes):
                 i = ir.Constant(I32, lane)
                 b.store(b.extract_element(value, i), b.extract_element(ptr, i), align=align)
+        elif kind == "contiguous" and constant_lanes(s.predicate) is not None:
+            for start, count, on in known_mask_pieces(constant_lanes(s.predicate)):
+                if on:  # see llvm_expr.known_mask_pieces
+                    at = b.gep(ptr, [ir.Constant(I64, start)], source_etype=value.type.element)
+                    b.store(self.lanes_of(value, start, count), at if start else ptr, align=align)
         elif kind == "contiguous":  # register-sized pieces: see llvm_expr.masked_chunks
             elem = value.type.element
-            for start, count in masked_chunks(lanes, align):
+            for start, count in masked_chunks(lanes, align, self.register_bytes):
                 part = self.lanes_of(value, start, count)
                 part_mask = self.lanes_of(mask, start, count)
                 part_ptr = (

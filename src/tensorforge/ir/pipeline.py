@@ -14,6 +14,7 @@ from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
 from tensorforge.ir.passes.simplify import simplify
 from tensorforge.ir.passes.unroll_loops import unroll_loops
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
+from tensorforge.ir.passes.vectorize_partial_combines import vectorize_partial_combines
 from tensorforge.ir.passes.verify import verify_func
 from tensorforge.ir.stmt import PrimFunc, Stmt
 from tensorforge.target import Target
@@ -43,6 +44,7 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
         inject_virtual_threads,  # vthread loops -> interleaved copies, local storage per copy
         guard_select_loads,  # a load in an untaken select arm never touches memory
         simplify,  # canonical indices, guards proven away, peeled tails folded
+        vectorize_partial_combines,  # a serial combine of contiguous partials -> one reduction
         vectorize_loops,  # vectorized loops -> Ramp / Broadcast vector code
         unroll_loops,  # unrolled loops -> copies of their body
         fold_lane_masks,  # masks that unrolling made constant: dropped (or the store is)

@@ -10,6 +10,7 @@ from tensorforge.ops.batch_matmul import (
 from tensorforge.ops.conv2d import conv2d_nchw, conv2d_template, schedule_conv2d
 from tensorforge.ops.cuda import matmul_cuda_template, schedule_matmul_cuda
 from tensorforge.ops.elementwise import elementwise_template, fused_chain, schedule_elementwise
+from tensorforge.ops.gemm_fp16 import gemm_tensorcore_template, schedule_gemm_fp16
 from tensorforge.ops.layer_norm import layer_norm, layer_norm_template, schedule_layer_norm
 from tensorforge.ops.matmul import MatmulTiles, matmul, matmul_template, product, schedule_matmul
 from tensorforge.ops.reduction import row_reduce, row_reduce_template, schedule_row_reduce
@@ -23,6 +24,7 @@ __all__ = [
     "conv2d_template",
     "elementwise_template",
     "fused_chain",
+    "gemm_tensorcore_template",
     "layer_norm",
     "layer_norm_template",
     "matmul",
@@ -34,6 +36,7 @@ __all__ = [
     "schedule_batch_matmul",
     "schedule_conv2d",
     "schedule_elementwise",
+    "schedule_gemm_fp16",
     "schedule_layer_norm",
     "schedule_matmul",
     "schedule_matmul_cuda",

@@ -8,7 +8,7 @@ panel is the micro-kernel's B vector (and an AMX B tile row) as it is. The produ
 panels and is tensorized with `dot_intrin`, whose micro-kernel (ops/cpu_dot_kernels.py) keeps
 its tile of C in registers (AVX-512) or tiles (AMX). Sizes that are not whole tiles are zero-
 padded (A's rows and k, B's columns and k) and the padded product copied out. Hosts without the
-features run the same functions in plain C.
+features run the same functions on AVX2 (int16 multiply-adds, float FMAs), else in plain C.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from tensorforge import te, tir
 from tensorforge.errors import ScheduleError
 from tensorforge.ops import cpu_dot_kernels
-from tensorforge.target import Target
+from tensorforge.target import Target, as_target
 
 
 @dataclass(frozen=True)
@@ -72,14 +72,16 @@ def _kind(kind: str, where: str) -> DotKind:
 
 
 def has_feature(kind: str, target: Target | None = None) -> bool:
-    """Does `target` (default: this host) have the AVX-512 instruction `kind` uses?"""
-    return KINDS[kind].feature in (target or Target("llvm")).cpu_features
+    """Does `target` (default: the current one, else this host) have the AVX-512 instruction
+    `kind` uses?"""
+    return KINDS[kind].feature in as_target(target).cpu_features
 
 
 def has_amx(kind: str, target: Target | None = None) -> bool:
-    """Does `target` (default: this host) have AMX tiles for `kind`? (The OS must also grant
-    them at run time; where it does not, the micro-kernel takes the AVX-512 or C path.)"""
-    features = (target or Target("llvm")).cpu_features
+    """Does `target` (default: the current one, else this host) have AMX tiles for `kind`?
+    (The OS must also grant them at run time; where it does not, the micro-kernel takes its
+    register-tile path.)"""
+    features = as_target(target).cpu_features
     return "amx-tile" in features and KINDS[kind].amx_feature in features
 
 
@@ -120,7 +122,7 @@ class DotTiles:
         (1024^3 on Sapphire Rapids-class: rows order 1.2-1.4x panels; kc 512 vs 256 int8 +5%.)"""
         spec = _kind(kind, "DotTiles.for_target")
         itemsize = 1 if spec.a_dtype == "uint8" else 2
-        l1, l2 = (target or Target("llvm")).cache_bytes
+        l1, l2 = as_target(target).cache_bytes
         if has_amx(kind, target) if amx is None else amx:
             kc = _power_of_two_below(l2 // 8 // (itemsize * (32 + 64)))
             return DotTiles(mr=128, nr=64, kc=max(spec.amx_k, kc), amx=True)

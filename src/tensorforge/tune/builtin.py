@@ -16,7 +16,11 @@ DEFAULT_ARGS = {
     "layer_norm": [4096, 4096, "float32"],
     "elementwise": [4096, 4096, 2.0, "float32"],  # sigmoid(relu(x) * scale + 1)
     "row_reduce": [4096, 4096, "sum", "float32"],  # rows, columns, sum | max | min
+    "matmul_cuda": [4096, 4096, 4096, "float32"],  # n, m, k, dtype: CUDA cores
+    "gemm_tensorcore": [4096, 4096, 4096, "float16"],  # m, n, k, dtype: tensor cores
 }
+# Built-ins that only schedule for a GPU: their default target.
+GPU_ONLY = {"matmul_cuda": "cuda", "gemm_tensorcore": "cuda"}
 
 
 def register_builtins() -> None:

@@ -55,7 +55,7 @@ def _make_tuner(kind: str, task: Any, seed: int | None) -> Any:
 def tune_main(argv: Sequence[str] | None = None) -> int:
     """`tensorforge tune [matmul|conv2d] [--template FILE.py:NAME] [--args JSON] ...`"""
     from tensorforge import tune
-    from tensorforge.tune.builtin import DEFAULT_ARGS
+    from tensorforge.tune.builtin import DEFAULT_ARGS, GPU_ONLY
 
     parser = argparse.ArgumentParser(
         prog="tensorforge tune",
@@ -78,7 +78,11 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         help="the leading integer arguments of a built-in (e.g. 256 256 256)",
     )
-    parser.add_argument("--target", default="llvm", help="target string (default: llvm, this CPU)")
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="target string (default: llvm, this CPU; cuda for the GPU-only built-ins)",
+    )
     parser.add_argument(
         "--trials",
         type=int,
@@ -111,11 +115,20 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         help="measure on a Ray cluster: 'auto', 'host:6379', 'ray://host:10001' or 'local'",
     )
     parser.add_argument(
+        "--ray-gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a local Ray cluster measures on N of this host's GPUs (default: all)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue the run in --log (an existing log always is)",
     )
     options = parser.parse_args(argv)
+    if options.target is None:
+        options.target = GPU_ONLY.get(options.op or "", "llvm")
     if options.auto:
         from tensorforge.tune.auto.cli import auto_main
 
@@ -140,6 +153,10 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         _check_arity(tmpl, args)
         task = tune.create_task(tmpl, args, options.target)
         tuner = _make_tuner(options.tuner, task, options.seed)
+        no_device = missing_local_device(task.target_kind, options)
+        if no_device:
+            print(f"tensorforge tune: {no_device}", file=sys.stderr)
+            return 2
         log = options.log or task.name.replace("/", "_") + ".jsonl"
         _check_log_writable(log)
     except KeyboardInterrupt:
@@ -171,7 +188,7 @@ def tune_main(argv: Sequence[str] | None = None) -> int:
         timeout=options.timeout,
         n_parallel=options.n_parallel,
         check_correctness=options.check_correctness,
-        runner=tune.RayRunner(address=options.ray) if options.ray else None,
+        runner=ray_runner(options),
     )
     try:
         if remaining:
@@ -402,3 +419,33 @@ def _plot(workloads: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def ray_runner(options: Any) -> Any:
+    """The RayRunner that `--ray` / `--ray-gpus` ask for, or None (local measurement)."""
+    if getattr(options, "ray_gpus", None) is not None and not getattr(options, "ray", None):
+        raise SystemExit("tensorforge tune: --ray-gpus needs --ray (e.g. --ray local)")
+    if not getattr(options, "ray", None):
+        return None
+    from tensorforge import tune
+
+    return tune.RayRunner(address=options.ray, num_gpus=options.ray_gpus)
+
+
+def missing_local_device(target_kind: str, options: Any) -> str | None:
+    """Why a GPU target cannot be measured on this machine, or None. Checked without opening a
+    CUDA context (the measuring processes open their own)."""
+    import importlib.util
+
+    if target_kind != "cuda" or getattr(options, "ray", None):
+        return None
+    if importlib.util.find_spec("pycuda") is None:
+        why = "pycuda is not installed (pip install 'tensorforge[cuda]')"
+    elif not os.path.exists("/dev/nvidiactl") and not os.environ.get("CUDA_VISIBLE_DEVICES"):
+        why = "no NVIDIA driver device here"
+    else:
+        return None
+    return (
+        f"a cuda target is measured on a GPU, and {why}: tune on the GPU machine, or add "
+        "--ray ADDRESS to measure on a Ray cluster that has one"
+    )

@@ -20,14 +20,15 @@ def fold_lane_masks(stmt: Stmt) -> Stmt:
     return rewrite(stmt, _fold)
 
 
-def _lanes(predicate: Any) -> list[bool] | None:
+def constant_lanes(predicate: Any) -> list[bool] | None:
+    """Each lane's truth of a vector mask known lane by lane (`ramp(48, 1, 16) < 56`), else None."""
     return _constant_lanes(simplify_expr(predicate))
 
 
 def _fold(node: Any) -> Any:
     match node:
         case BufferStore(predicate=p) if p is not None:
-            lanes = _lanes(p)
+            lanes = constant_lanes(p)
             if lanes is not None and not any(lanes):
                 return Seq(())  # no lane is stored
             if lanes is not None and all(lanes):
@@ -35,7 +36,7 @@ def _fold(node: Any) -> Any:
         case BufferLoad(indices=(Broadcast(value=index, lanes=n),), predicate=None):
             return Broadcast(BufferLoad(node.buffer, (index,)), n)  # one scalar load, not a gather
         case BufferLoad(predicate=p) if p is not None:
-            lanes = _lanes(p)
+            lanes = constant_lanes(p)
             if lanes is not None and all(lanes):
                 unmasked = BufferLoad(node.buffer, node.indices, None)
                 folded = _fold(unmasked)

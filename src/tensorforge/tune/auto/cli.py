@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+from tensorforge.tune.cli import missing_local_device, ray_runner
 from tensorforge.tune.template import TuneError
 from tensorforge.tune.user_file import load_user_file
 
@@ -34,6 +35,10 @@ def auto_main(options: Any) -> int:
     except (TuneError, ValueError, json.JSONDecodeError) as e:
         print(f"tensorforge tune: {e}", file=sys.stderr)
         return 2
+    no_device = missing_local_device(task.target_kind, options) if options.trials else None
+    if no_device:
+        print(f"tensorforge tune: {no_device}", file=sys.stderr)
+        return 2
     log = options.log or f"{task.workload_name}.auto.jsonl"
     print(f"task: {task.name} args={task.args_json} target={task.target.split(' -mattr=')[0]}")
     if options.trials <= 0:
@@ -49,7 +54,7 @@ def auto_main(options: Any) -> int:
         timeout=options.timeout,
         n_parallel=options.n_parallel,
         check_correctness=options.check_correctness,
-        runner=tune.RayRunner(address=options.ray) if getattr(options, "ray", None) else None,
+        runner=ray_runner(options),
     )
     seed = 0 if options.seed is None else options.seed
     tuner = task.tune(

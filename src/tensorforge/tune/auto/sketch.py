@@ -134,6 +134,21 @@ def _extent_of_dim(t: Any, dim: int) -> int:
     return value if isinstance(value, int) else 1
 
 
+def _row_loops(stage: Any, options: list[tuple[Any, Any]]) -> int:
+    """How many leading location `options` are whole axes of their stage that run over
+    `stage`'s own leading dimensions (the same extents, in order). Computed at the deepest of
+    them, the stage makes one of its rows at a time: a softmax's row max over (1, 6, 197)
+    rows at the row, not all of them at the batch loop of extent 1."""
+    out = stage.op.output(0)
+    count = 0
+    for d, (target, iv) in enumerate(options[: len(out.shape)]):
+        whole = target is options[0][0] and any(iv is axis for axis in target.op.axis)
+        if not whole or _extent(iv) != _extent_of_dim(out, d):
+            break
+        count += 1
+    return count
+
+
 # -- the plan: which rule each stage gets ----------------------------------------------------------
 
 
@@ -296,6 +311,7 @@ class SketchBuilder:
             "options": options,
             "reduction": main.op.is_reduction,
             "feeds_tiling": any(has_reuse(c.op) for c in self.s.consumers_of(main)),
+            "rows": _row_loops(main, options),
         }
         choice = self.d.choice(f"loc:{key}", list(range(-1, len(options))), hint)
         if choice < 0:
