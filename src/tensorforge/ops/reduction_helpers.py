@@ -17,9 +17,8 @@ def vectorized_row_reduction(
 
     The partial stage keeps `accumulators` independent vector registers of `lanes` partials: one
     accumulator would wait a whole add (or compare) latency per vector, several keep the vector
-    units busy. The final stage combines the partials by a tree of vector operations (pragma
-    reduce_tree), not a chain of `accumulators x lanes` dependent adds. Both are computed inside
-    `parent`'s row loop so a row stays in cache.
+    units busy. The final stage combines the partials. Both are computed inside `parent`'s row
+    loop so a row stays in cache.
     """
     (k,) = s[out].op.reduce_axis
     ko, ki = s[out].split(k, factor=lanes * accumulators)
@@ -30,7 +29,6 @@ def vectorized_row_reduction(
     s[partial].reorder(*data, ro, acc, vec)
     s[partial].unroll(acc)
     s[partial].vectorize(vec)
-    s[out].pragma(s[out].op.reduce_axis[0], "reduce_tree")  # the partials combined by a tree
     s[out].compute_at(parent, row)
     s[partial].compute_at(parent, row)
     return partial

@@ -295,7 +295,6 @@ class Stage:
             "parallel_launch_point",
             "vectorize",
             "unroll",
-            "reduce_tree",  # a sum/max/min reduction loop combined by a tree (vector ops)
             "async_copy",  # CUDA: fill a double-buffered shared tile with cp.async (sm_80+)
             "launch_min_blocks",  # CUDA: __launch_bounds__(threads, value) on the kernel
             "cluster_dims",  # CUDA sm_90: blocks run in clusters of `value` along x

@@ -1,11 +1,9 @@
 """vectorize_loops: a VECTORIZED loop of constant extent becomes Ramp / Broadcast vector code."""
 
-import dataclasses
-
-from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp, VectorReduce
+from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
 from tensorforge.ir.stmt import Allocate, BufferStore, For, IfThenElse, LoopKind
-from tensorforge.te.expr import LT, Add, Max, Min, Mul, Var
+from tensorforge.te.expr import LT, Add, Mul, Var
 from tests.ir.builders import buf, c, f32, load, loop, store
 
 A, C = buf("A", 64), buf("C", 64)
@@ -69,28 +67,3 @@ def test_symbolic_extent_and_serial_loops_are_left_alone():
     serial = loop(v, 4, store(C, v, f32(0.0)))
     assert vectorize_loops(symbolic) is symbolic
     assert vectorize_loops(serial) is serial
-
-
-def test_reduce_tree_pragma_combines_the_iterations_by_a_vector_reduction():
-    # for k in range(8) (reduce_tree): S[i] = S[i] + A[i*8 + k] -> S[i] + reduce_add(A[ramp])
-    i, k = Var("i"), Var("k")
-    S = buf("S", 8)
-    for op, name in ((Add, "add"), (Max, "max"), (Min, "min")):
-        body = store(S, i, op(load(S, i), load(A, i * 8 + k)))
-        before = dataclasses.replace(loop(k, 8, body), pragmas=(("reduce_tree", None),))
-        lanes = Ramp(Add(Mul(i, c(8)), c(0)), c(1), 8)
-        expected = store(S, i, op(load(S, i), VectorReduce(name, BufferLoad(A, (lanes,)))))
-        assert vectorize_loops(before) == expected
-
-
-def test_reduce_tree_pragma_keeps_a_loop_that_is_no_such_update():
-    i, k = Var("i"), Var("k")
-    S = buf("S", 8)
-    bodies = [
-        store(S, i, load(S, i) * load(A, k)),  # not add, max or min
-        store(S, i, load(S, i) + load(S, k)),  # the lanes would read each other's updates
-        store(S, k, load(S, k) + load(A, k)),  # a store per iteration: not a reduction
-    ]
-    for body in bodies:
-        before = dataclasses.replace(loop(k, 8, body), pragmas=(("reduce_tree", None),))
-        assert vectorize_loops(before) is before

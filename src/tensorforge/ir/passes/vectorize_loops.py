@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorforge.ir.arith.linear import same_expr
-from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp, VectorReduce
+from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.ir.stmt import (
     Attr,
     BufferStore,
@@ -24,7 +23,7 @@ from tensorforge.ir.stmt import (
     Seq,
     Stmt,
 )
-from tensorforge.ir.visit import map_children, walk
+from tensorforge.ir.visit import map_children
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
 from tensorforge.te.expr import Const, Expr, Var
@@ -117,28 +116,7 @@ def _visit(node: Any) -> Any:
             return _Vectorizer(node.var, node.min, lanes).stmt(node.body, None)
         except Unvectorizable:
             return node
-    if isinstance(node, For) and isinstance(node.extent, Const) and node.extent.value > 1:
-        if any(name == "reduce_tree" for name, _ in node.pragmas):
-            return _reduce_tree(node)
     return node
-
-
-def _reduce_tree(loop: For) -> Stmt:
-    """A loop marked `pragma(k, "reduce_tree")` whose body is `acc[i] = acc[i] + x[k]` (max and
-    min alike) -> `acc[i] = acc[i] + reduce_add(x[ramp])`: its iterations combined by a tree of
-    vector operations, not one after another. The final stage of a row reduction's rfactor sums
-    its 64 partials so: a serial chain of 64 float adds cost more than the row's loads.
-    NOTE: float sums come out in another order, as rfactor's partials already do (the pragma
-    asks for it); the loop stays as it was where the body is anything else."""
-    body = loop.body
-    if not (isinstance(body, BufferStore) and body.predicate is None and len(body.indices) == 1):
-        return loop
-    vectorizer = _Vectorizer(loop.var, loop.min, loop.extent.value)
-    try:
-        reduced = vectorizer.horizontal(body.buffer, body.indices[0], body.value)
-    except Unvectorizable:
-        return loop
-    return loop if reduced is None else reduced
 
 
 class _Vectorizer:
@@ -251,32 +229,6 @@ class _Vectorizer:
         if isinstance(a, Ramp) and isinstance(b, Ramp) and cls in (E.Add, E.Sub):
             return Ramp(cls(a.base, b.base), cls(a.stride, b.stride), a.lanes)
         return cls(self.bcast(a), self.bcast(b))
-
-    def horizontal(self, buf: Any, index: Expr, value: Expr) -> Stmt | None:
-        """`acc[i] = acc[i] + x[v]` over the lanes v -> `acc[i] = acc[i] + reduce_add(x[ramp])`
-        (max and min alike), or None where the store is not such an update."""
-        vi = self.expr(index, None)
-        if self.is_vec(vi):
-            return None
-        ops = {E.Add: "add", E.Max: "max", E.Min: "min"}
-        if type(value) not in ops:
-            return None
-        for own, rest in ((value.a, value.b), (value.b, value.a)):
-            if not (
-                isinstance(own, BufferLoad)
-                and own.buffer is buf
-                and own.predicate is None
-                and same_expr(own.indices, (index,))
-            ):
-                continue
-            if any(isinstance(n, BufferLoad) and n.buffer is buf for n in walk(rest)):
-                return None  # the lanes would read each other's updates
-            vector = self.expr(rest, None)
-            if not self.is_vec(vector):
-                return None
-            total = VectorReduce(ops[type(value)], vector)
-            return BufferStore(buf, (vi,), type(value)(BufferLoad(buf, (vi,)), total))
-        return None
 
     # -- statements ------------------------------------------------------------------------------
     def stmt(self, s: Stmt, pred: Expr | None) -> Stmt:
