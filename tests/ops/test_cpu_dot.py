@@ -79,13 +79,17 @@ def test_default_tiles_match_numpy(kind, rng):
 @pytest.mark.parametrize("kind", ["int8", "bfloat16"])
 @pytest.mark.parametrize("shape", [(37, 71, 131), (5, 16, 8), (13, 80, 260)])
 @pytest.mark.parametrize(
-    "target, path",
-    [(NO_DOT, "avx2"), ("llvm -mcpu=znver3", "avx2"), ("llvm -mcpu=x86-64", "plain C")],
+    "target, paths",
+    [
+        (NO_DOT, ("avx512bw", "avx512f")),
+        ("llvm -mcpu=znver3", ("avx2", "avx2")),
+        ("llvm -mcpu=x86-64", ("plain C", "plain C")),
+    ],
 )
-def test_without_the_features_the_gemm_is_avx2_or_plain_c(kind, shape, target, path, rng):
+def test_without_the_features_the_gemm_is_widened_or_plain_c(kind, shape, target, paths, rng):
     t = tf.Target(target)
     assert not cpu_dot.has_feature(kind, t) and not cpu_dot.has_amx(kind, t)
-    assert cpu_dot_kernels.vector_path(kind, t) == path
+    assert cpu_dot_kernels.vector_path(kind, t) == paths[kind != "int8"]
     tiles = cpu_dot.DotTiles.for_target(kind, t)
     assert not tiles.amx
     s, args = run_gemm(*shape, kind, tiles, rng, target=target)
@@ -150,9 +154,15 @@ def test_microkernels_use_the_dot_instructions(tmp_path):
         assert instruction in text
 
 
-def test_microkernels_for_avx2_use_widened_multiply_adds(tmp_path):
-    text = assembly("znver3", tmp_path=tmp_path)
-    assert "vpmaddwd" in text and "vfmadd" in text and "zmm" not in text
+@pytest.mark.parametrize("march, register", [("znver3", "ymm"), ("skylake-avx512", "zmm")])
+def test_microkernels_without_dot_instructions_widen_on_the_widest_registers(
+    march, register, tmp_path
+):
+    text = assembly(march, tmp_path=tmp_path)
+    madds = [line for line in text.splitlines() if "vpmaddwd" in line]
+    fmas = [line for line in text.splitlines() if "vfmadd" in line]
+    assert madds and fmas and all(register in line for line in madds + fmas)
+    assert ("zmm" in text) == (register == "zmm")
     for instruction in DOT_INSTRUCTIONS:
         assert instruction not in text
 

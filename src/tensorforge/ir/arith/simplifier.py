@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
 from tensorforge.ir.arith.interval import Analyzer, Interval, _decide_compare
+from tensorforge.ir.arith.lanes import lane_offsets
 from tensorforge.ir.arith.linear import (
     LinearForm,
     fits,
@@ -163,6 +164,8 @@ def _zero(dtype: str) -> Const:
 def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
     """One rewrite of `node`, whose children are already simplified; None keeps it."""
     match node:
+        case BufferLoad(predicate=p) if p is not None and _inside_buffer(node, s):
+            return dataclasses.replace(node, predicate=None)  # A[i if c] -> A[i]: i lies in A
         case BinaryOp(Broadcast(Const() as a, lanes=n), Broadcast(Const() as b, lanes=m)) if n == m:
             folded = fold_binary(type(node)(a, b))  # broadcast(2) + broadcast(3) -> broadcast(5)
             return None if folded is None else Broadcast(folded, n)
@@ -235,6 +238,34 @@ def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
         case Mul(Ramp(base, Const() as stride, n), Broadcast(Const() as c)):
             return Ramp(s.visit(Mul(base, c)), fold_binary(Mul(stride, c)), n)
     return None
+
+
+def _inside_buffer(load: BufferLoad, s: ExprSimplifier) -> bool:
+    """Does every lane of the vector load `load` provably lie inside its dense buffer?
+
+    A load's predicate keeps masked-off lanes from touching memory (a pad's select arm, a
+    vectorized tail); their values are never used. Where every lane's address is inside the
+    buffer anyway (the graph layer clamps a pad's index into the input), the mask only costs:
+    a pad's edge row read as a masked gather instead of loads (llvm_windows.py).
+    NOTE: vector loads whose lanes sit at constant offsets, under a lane-dependent mask only
+    (a uniform one is a branch around the load, which skips it; llama's rotate_half read its
+    halves by two unmasked gathers without it, 162 -> 192 us). A scalar load keeps its
+    predicate: vectorized later, an unmasked clamped index (`B[min(p*32 + x, 95)]`) would be
+    a gather lane by lane where the masked one is one vgather (a matmul's packing of B).
+    """
+    buffer = load.buffer
+    if len(load.indices) != 1 or buffer.strides is not None or dt.lanes_of(load.dtype) == 1:
+        return False
+    if isinstance(load.predicate, Broadcast):
+        return False  # one condition for every lane: a branch that skips the load, kept
+    if not all(isinstance(d, Const) for d in buffer.shape):
+        return False
+    parts = lane_offsets(load.indices[0])
+    if parts is None or not is_index_dtype(parts[0].dtype):
+        return False
+    base, offsets = parts
+    lo, hi = s.analyzer.bounds(base)
+    return lo + min(offsets) >= 0 and hi + max(offsets) < math.prod(d.value for d in buffer.shape)
 
 
 def _ramp_in_one_block(r: Ramp, divisor: int, s: ExprSimplifier) -> bool:
