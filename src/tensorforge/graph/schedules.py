@@ -54,11 +54,11 @@ def _hand_scheduled(spec, target) -> bool:
         # do not vectorize; rows of whole vectors keep the rules' (8 x 128 x 256, 1 thread:
         # 382 -> 120 us)
         m = getattr(spec.out.shape[-1], "value", None)
-        return _row_accumulators(m, target.vector_lanes(spec.out.dtype)) > 0
+        return _whole_vectors(m, target.vector_lanes(spec.out.dtype))
     if kind != "softmax":
         return False
     m = getattr(spec.out.shape[-1], "value", None)
-    return _row_accumulators(m, target.vector_lanes(spec.out.dtype)) > 0
+    return _whole_vectors(m, target.vector_lanes(spec.out.dtype))
 
 
 FIRST_GUESS = "first guess (auto-scheduler, no measurement)"
@@ -369,12 +369,20 @@ def _rows(s, out, anchor, target) -> None:
             s[stage].compute_at(s[out], row)
 
 
+def _whole_vectors(m, lanes: int) -> bool:
+    """Whether a row of `m` elements is whole vectors of `lanes` (no tail)."""
+    return isinstance(m, int) and m % lanes == 0
+
+
 def _row_accumulators(m, lanes: int) -> int:
     """Vector accumulators of a row reduction over `m` elements: as many as 4 whose lanes
-    divide the row (no tail), 0 where none does (then the reduction stays scalar)."""
+    divide the row where some do; else (a tail, or a size known only at run time) as many as
+    the row fills, the last step's lanes past the row masked off (they keep the identity);
+    0 for rows shorter than a vector (the reduction stays scalar)."""
     if not isinstance(m, int):
-        return 0
-    return next((a for a in (4, 2, 1) if m % (a * lanes) == 0), 0)
+        return 2
+    whole = next((a for a in (4, 2, 1) if m % (a * lanes) == 0), 0)
+    return whole or min(4, m // lanes)
 
 
 def _reduction(s, out, anchor, target, vectorize: bool = True) -> None:

@@ -219,6 +219,18 @@ def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
     if not is_index_dtype(dt.element_of(node.dtype)):
         return None
     match node:
+        case Cast(dtype=d, value=Ramp(base, stride, n) as r) if _widens(
+            dt.element_of(r.dtype), dt.element_of(d)
+        ):
+            # int64x16(ramp(b, 1, 16)) -> ramp(int64(b), 1, 16): exact, as a scalar widening
+            # of index arithmetic is (no overflow); a row at a symbolic offset then loads
+            # contiguous lanes instead of gathering them
+            wide = dt.element_of(d)
+            return Ramp(s.visit(Cast(wide, base)), s.visit(Cast(wide, stride)), n)
+        case Cast(dtype=d, value=Broadcast(x, n) as b) if _widens(
+            dt.element_of(b.dtype), dt.element_of(d)
+        ):
+            return Broadcast(s.visit(Cast(dt.element_of(d), x)), n)
         case FloorDiv(Ramp() as r, Broadcast(Const() as c)) if _ramp_in_one_block(r, c.value, s):
             return Broadcast(s.visit(FloorDiv(r.base, c)), r.lanes)
         case FloorMod(Ramp() as r, Broadcast(Const() as c)) if _ramp_in_one_block(r, c.value, s):
