@@ -170,6 +170,25 @@ def test_masked_gather_and_scatter():
     np.testing.assert_array_equal(b, want)
 
 
+@pytest.mark.parametrize("stride", [1, 3])
+def test_uniform_mask_is_a_branch_around_the_load(stride, rng):
+    # B[i*8 + l] = A[(i*8 + l) * stride] if i < 3 (one condition for every lane): the rows
+    # past 3 read as zeros, and no masked access is emitted (contiguous or gathered)
+    A, B = Buffer("A", (c(40 * stride),), "float32"), Buffer("B", (c(40),), "float32")
+    i = Var("i")
+    mask = Broadcast(LT(i, c(3)), 8)
+    body = loop(
+        i, 5, store(B, ramp(i * c(8), 8), load(A, ramp(i * c(8 * stride), 8, stride), mask))
+    )
+    func = PrimFunc("uniform", (A, B), body)
+    a = aligned(rng.standard_normal(40 * stride).astype(np.float32))
+    b = aligned(np.full(40, 7.0, np.float32))
+    run(func, a, b)
+    np.testing.assert_array_equal(b[:24], a[: 24 * stride : stride])
+    np.testing.assert_array_equal(b[24:], 0.0)
+    assert "llvm.masked" not in LLVMCodegen().generate(func, TARGET).text
+
+
 @pytest.mark.parametrize("op", ["add", "max", "min"])
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_vector_reduce(op, dtype, rng):

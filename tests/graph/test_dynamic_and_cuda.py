@@ -46,6 +46,22 @@ def test_a_new_batch_size_runs_without_recompiling(model, make):
     assert len(compiled) == 1
 
 
+def test_row_operators_of_a_symbolic_row_length_match_eager():
+    # rows known only at run time: vector accumulators with a masked last step (rows of 197,
+    # 37, 16 and 3 through the same kernel), NaN and -inf rows included
+    def fn(x):
+        return torch.softmax(x * 0.5, -1), F.layer_norm(x, x.shape[-1:]), x.amax(-1)
+
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend="tensorforge", dynamic=True)
+    for shape in [(2, 5, 197), (3, 4, 37), (1, 2, 16), (2, 3, 3)]:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(shape[-1])) * 3
+        x[0, -1, 1] = float("nan")
+        x[-1, 0] = float("-inf")
+        for got, expected in zip(fast(x), fn(x)):
+            assert torch.allclose(got, expected, atol=1e-5, equal_nan=True), shape
+
+
 def test_symbolic_sizes_become_kernel_arguments():
     torch.manual_seed(0)
     model = MLP().eval()

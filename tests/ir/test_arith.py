@@ -277,6 +277,25 @@ def test_vector_index_arithmetic_folds_into_one_ramp_or_broadcast():
     )
 
 
+def test_a_widened_ramp_is_a_ramp_of_the_widened_base():
+    t, n = Var("t"), Var("n")
+    # a row at a symbolic offset (int64) plus a vector loop's lanes (an int32 ramp, widened):
+    # one contiguous ramp, not a gather
+    lanes = Cast("int64x16", Ramp(t * 16, const(1), 16))
+    index = Add(Broadcast(Cast("int64", n) * const(197, "int64"), 16), lanes)
+    out = simplify_expr(index)
+    assert isinstance(out, Ramp) and out.dtype == "int64x16" and out.lanes == 16
+    assert same(out.stride, const(1, "int64"))
+    assert same(
+        simplify_expr(Cast("int64x8", Broadcast(t, 8))),
+        Broadcast(simplify_expr(Cast("int64", t)), 8),
+    )
+    # a narrowing cast is not index widening: kept
+    assert isinstance(
+        simplify_expr(Cast("int32x4", Ramp(Cast("int64", t), const(1, "int64"), 4))), Cast
+    )
+
+
 # -- bounds -----------------------------------------------------------------------------------
 
 

@@ -24,7 +24,9 @@ from tensorforge.codegen.llvm_types import (  # noqa: F401  (re-exported for llv
     splat_constant,
     value_type,
 )
+from tensorforge.codegen.llvm_windows import load_windows, window_plan
 from tensorforge.errors import BuildError
+from tensorforge.ir.arith.lanes import lane_offsets
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
 from tensorforge.ir.extern import AddressOf, WholeBuffer
 from tensorforge.ir.passes.fold_lane_masks import constant_lanes
@@ -455,8 +457,17 @@ class ExprEmitter(CallEmitter, ExternEmitter):
                 f"load of '{e.buffer.name}' has {len(e.indices)} indices, expected one flat index"
             )
         b, buffer = self.builder, e.buffer
+        if isinstance(e.predicate, Broadcast) and not dt.is_bool(buffer.dtype):
+            # one lane's condition for all: a branch around the unmasked load (windows, one
+            # contiguous load, or a gather) instead of a masked access of every piece
+            unmasked = BufferLoad(buffer, e.indices)
+            return self._load_if(self.expr(e.predicate.value), lambda: self._load(unmasked))
         if e.predicate is None and _stride_of(e.indices[0]) in STRIDED_LOADS:
             return self._strided_load(e)
+        if e.predicate is None:
+            windows = self._windowed(buffer, e.indices[0])
+            if windows is not None:
+                return windows
         kind, ptr, lanes = self.access(buffer, e.indices[0])
         elem, align = memory_type(buffer.dtype), element_bytes(buffer.dtype)
         vty = ir.VectorType(elem, lanes) if lanes > 1 else elem
@@ -562,6 +573,25 @@ class ExprEmitter(CallEmitter, ExternEmitter):
         if dt.is_bool(e.buffer.dtype):
             value = b.icmp_unsigned("!=", value, splat_constant(value.type, 0))
         return value
+
+    def _windowed(self, buffer: Buffer, index: Expr) -> ir.Value | None:
+        """An unmasked gather at constant lane offsets from one address, as contiguous window
+        loads and a shuffle (llvm_windows.py); None for any other access."""
+        if (
+            dt.lanes_of(index.dtype) == 1
+            or isinstance(index, Broadcast)
+            or dt.is_bool(buffer.dtype)
+        ):
+            return None
+        if isinstance(index, Ramp) and isinstance(index.stride, Const) and index.stride.value == 1:
+            return None  # contiguous: one load already
+        parts = lane_offsets(index)
+        plan = None if parts is None else window_plan(parts[1])
+        if plan is None:
+            return None
+        base = self.element_ptr(buffer, self.index64(parts[0]))
+        elem, align = memory_type(buffer.dtype), element_bytes(buffer.dtype)
+        return load_windows(self.builder, base, elem, align, parts[1], plan, power_of_two_pieces)
 
     @property
     def register_bytes(self) -> int:

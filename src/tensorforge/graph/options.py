@@ -15,8 +15,9 @@ class Options:
     tuning_log: a tuning log applied while the kernels are built; check: compare every kernel
     with eager torch and report the largest error; report: print the kernels (fused operators,
     schedule source, time) and the fallbacks after the first call; schedule: where a kernel
-    with no tuning record gets its schedule: "auto" (the auto-scheduler's first guess, except for
-    the anchors the ops library schedules better by hand: matmul), "rules"
+    with no tuning record gets its schedule: "auto" (the auto-scheduler's first guess, except
+    where the rules' schedule is better: matmul anchors, transposes, softmax over rows of whole
+    vectors, layer norms of gathered rows; schedules.py's _hand_scheduled), "rules"
     (the graph layer's rule-based schedules, schedules.py), "first_guess" (always the first
     guess, where it applies: CPU kernels with static sizes)."""
 

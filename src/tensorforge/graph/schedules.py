@@ -39,9 +39,11 @@ HAND_SCHEDULED = ("matmul",)
 
 def _hand_scheduled(spec, target) -> bool:
     """Whether "auto" keeps the rules' schedule: HAND_SCHEDULED anchors, layer norms of gathered
-    rows, and softmax rows of whole vectors (the rules' vector accumulators; the first guess combines 64 partials a
-    row one after another: 12 x 128 x 128 at 1 thread, 441 -> 128 us; rows with a tail keep
-    the first guess, 64 x 1000: 109 vs 362 us)."""
+    rows, and softmax rows of whole vectors (the rules' vector accumulators). The first guess
+    once combined 64 partials a row one after another there (12 x 128 x 128 at 1 thread, 441
+    against 128 us); since ir/passes/vectorize_partial_combines the two are even (96 and 98 us;
+    emb + layer norm 8 x 128 x 256: 49 and 51 us). Rows with a tail keep the first guess
+    (64 x 1000: 39 against 781 us)."""
     kind = spec.anchor.kind if spec.anchor is not None else None
     if kind in HAND_SCHEDULED:
         return True
@@ -52,11 +54,11 @@ def _hand_scheduled(spec, target) -> bool:
         # do not vectorize; rows of whole vectors keep the rules' (8 x 128 x 256, 1 thread:
         # 382 -> 120 us)
         m = getattr(spec.out.shape[-1], "value", None)
-        return _row_accumulators(m, target.vector_lanes(spec.out.dtype)) > 0
+        return _whole_vectors(m, target.vector_lanes(spec.out.dtype))
     if kind != "softmax":
         return False
     m = getattr(spec.out.shape[-1], "value", None)
-    return _row_accumulators(m, target.vector_lanes(spec.out.dtype)) > 0
+    return _whole_vectors(m, target.vector_lanes(spec.out.dtype))
 
 
 FIRST_GUESS = "first guess (auto-scheduler, no measurement)"
@@ -367,12 +369,20 @@ def _rows(s, out, anchor, target) -> None:
             s[stage].compute_at(s[out], row)
 
 
+def _whole_vectors(m, lanes: int) -> bool:
+    """Whether a row of `m` elements is whole vectors of `lanes` (no tail)."""
+    return isinstance(m, int) and m % lanes == 0
+
+
 def _row_accumulators(m, lanes: int) -> int:
     """Vector accumulators of a row reduction over `m` elements: as many as 4 whose lanes
-    divide the row (no tail), 0 where none does (then the reduction stays scalar)."""
+    divide the row where some do; else (a tail, or a size known only at run time) as many as
+    the row fills, the last step's lanes past the row masked off (they keep the identity);
+    0 for rows shorter than a vector (the reduction stays scalar)."""
     if not isinstance(m, int):
-        return 0
-    return next((a for a in (4, 2, 1) if m % (a * lanes) == 0), 0)
+        return 2
+    whole = next((a for a in (4, 2, 1) if m % (a * lanes) == 0), 0)
+    return whole or min(4, m // lanes)
 
 
 def _reduction(s, out, anchor, target, vectorize: bool = True) -> None:

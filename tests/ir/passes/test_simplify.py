@@ -227,3 +227,46 @@ def test_symbolic_extent_guard():
     assert out.body.extent == Min(n - io * 32, const(32))
     assert out.extent == FloorDiv(n + 31, const(32))
     assert isinstance(out.extent.b, Const)
+
+
+def test_load_predicates_go_where_every_lane_lies_inside_the_buffer():
+    # a pad's edge: the index is clamped into the 8 x 7 input; the mask only kept memory safe
+    i = Var("i")
+    P = Buffer("P", (const(8), const(7)), "float32")
+    rows = Broadcast(Max(Min(i - 1, const(7)), const(0)) * 7, 8)
+    index = Add(rows, Max(Ramp(const(-1), const(1), 8), Broadcast(const(0), 8)))
+    mask = GE(Ramp(const(-1), const(1), 8), Broadcast(const(0), 8))
+    before = For(
+        i, const(0), const(10), store(Ramp(i * 8, const(1), 8), BufferLoad(P, (index,), mask))
+    )
+    after = simplify(before)
+    assert after.body.value.predicate is None
+    # unclamped rows: row 7 reaches element 7*7 + 6 = 55 of 56, row 8 would not fit
+    for rows_end, kept in ((8, False), (9, True)):
+        index = Add(Broadcast(i * 7, 8), Max(Ramp(const(-1), const(1), 8), Broadcast(const(0), 8)))
+        loop = For(
+            i,
+            const(0),
+            const(rows_end),
+            store(Ramp(i * 8, const(1), 8), BufferLoad(P, (index,), mask)),
+        )
+        assert (simplify(loop).body.value.predicate is not None) == kept
+
+
+def test_load_predicates_stay_on_scalar_loads_and_symbolic_buffers():
+    # a scalar load keeps its predicate (vectorized later it would become a lane-by-lane gather)
+    i, n = Var("i"), Var("n")
+    clamped = BufferLoad(B, (Max(i - 1, const(0)),), GE(i, const(1)))
+    loop = For(i, const(0), const(1024), store(i, clamped))
+    assert simplify(loop) is loop
+    symbolic = Buffer("S", (n,), "float32")  # a size known only at run time
+    index = Add(Broadcast(i * 8, 8), Max(Ramp(const(-1), const(1), 8), Broadcast(const(0), 8)))
+    mask = GE(Ramp(const(-1), const(1), 8), Broadcast(const(0), 8))
+    guarded = BufferLoad(symbolic, (index,), mask)
+    loop = For(i, const(0), const(8), store(Ramp(i * 8, const(1), 8), guarded))
+    assert simplify(loop).body.value.predicate is not None
+    # one condition for every lane: kept (the backend branches around the load and skips it)
+    P = Buffer("P", (const(64),), "float32")
+    uniform = BufferLoad(P, (index,), Broadcast(GE(i, const(1)), 8))
+    loop = For(i, const(0), const(8), store(Ramp(i * 8, const(1), 8), uniform))
+    assert simplify(loop).body.value.predicate is not None

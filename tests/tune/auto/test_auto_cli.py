@@ -25,3 +25,31 @@ def test_auto_names_a_missing_function(tmp_path, capsys):
     path.write_text(WORKLOAD)
     assert tune_main(["--auto", f"{path}:nope", "--trials", "0"]) == 2
     assert "no function 'nope'" in capsys.readouterr().err
+
+
+def test_auto_trials_count_the_whole_run_and_resume_from_the_log(tmp_path, capsys):
+    from tensorforge.tune.records import load_records
+
+    path = tmp_path / "work.py"
+    path.write_text(WORKLOAD)
+    log = tmp_path / "auto.jsonl"
+    base = ["--auto", f"{path}:scale_rows", "--args", "[6, 35]", "--log", str(log)]
+    base += ["--no-progress", "--number", "1", "--repeat", "1", "--tuner", "random"]
+    assert tune_main([*base, "--trials", "3"]) == 0
+    assert len(load_records(log)) == 3
+    assert tune_main([*base, "--trials", "3"]) == 0  # already 3: nothing more to measure
+    out = capsys.readouterr().out
+    assert "resuming: 3 trials already" in out and "best:" in out
+    assert len(load_records(log)) == 3
+    assert tune_main([*base, "--trials", "5"]) == 0
+    assert len(load_records(log)) == 5
+
+
+def test_auto_refuses_template_only_options(tmp_path, capsys):
+    path = tmp_path / "work.py"
+    path.write_text(WORKLOAD)
+    base = ["--auto", f"{path}:scale_rows", "--args", "[6, 35]", "--trials", "2"]
+    assert tune_main([*base, "--tuner", "grid"]) == 2
+    assert "not on a grid" in capsys.readouterr().err
+    assert tune_main([*base, "--early-stopping", "4"]) == 2
+    assert "--early-stopping is for template tuners" in capsys.readouterr().err

@@ -121,6 +121,19 @@ def test_rows_streamed_a_line_a_step_with_one_input_fetched_ahead(name, args):
     check(task, s, tensors, reference, seed=5)
 
 
+def test_rows_past_l1_are_not_fetched_ahead():
+    """A row longer than L1 (a group norm's group of 64 x 64 planes is 256 KB) would not stay
+    there until it is read: nothing fetched, and the rows still match NumPy."""
+    func, _, reference = CASES["layer_norm"]
+    l1 = tf.Target("llvm").cache_bytes[0]
+    task = SearchTask(func, (2, l1 // 4 + 7), "llvm")
+    trace = first_guess(task)
+    assert not any(v for k, v in trace.decisions.items() if k.startswith("prefetch:"))
+    s, tensors = task.instantiate(trace)
+    assert "prefetch(" not in str(tf.lower(s, tensors))
+    check(task, s, tensors, reference, seed=6)
+
+
 def test_softmax_keeps_four_vectors_a_step_for_its_exp():
     """exp along the row: 4 vectors a step (independent chains), not a line."""
     func, _, reference = CASES["softmax"]
@@ -146,6 +159,26 @@ def test_identity_padding_in_place_of_a_copy_reads_the_same():
     result = tf.nd.array(np.full((1, 4, 5, 7), np.nan, "float32"))
     mod(tf.nd.array(d), tf.nd.array(w), result)
     np.testing.assert_allclose(result.numpy(), np.maximum(ref_conv2d(d, w, pad=0), 0), 2e-5, 2e-5)
+
+
+def column_sum(b, k, m):
+    x = te.placeholder((b, k, m), name="x")
+    r = te.reduce_axis((0, k), name="r")
+    return [x, te.compute((b, m), lambda i, j: te.sum(x[i, r, j], axis=r), name="colsum")]
+
+
+@pytest.mark.parametrize("vectors, chains", [(6, 6), (9, 3), (1, 1)])
+def test_column_sum_keeps_several_vector_chains(vectors, chains):
+    """A sum across rows (a sequence mean) walks up to 8 vectors of outputs a step, unrolled:
+    independent add chains instead of one as long as the reduction (9 vectors: 3 a step)."""
+    lanes = tf.Target("llvm").vector_lanes("float32")
+    task = SearchTask(column_sum, (2, 37, vectors * lanes), "llvm")
+    s, tensors = task.instantiate(first_guess(task))
+    ir = str(tf.lower(s, tensors))
+    inner = ir[ir.index("for r in range(37)") :].split("\n")[1:]
+    updates = [line for line in inner if "colsum" in line and "+ x[ramp(" in line]
+    assert len(updates) == chains
+    check(task, s, tensors, lambda x: x.astype(np.float64).sum(axis=1), seed=7)
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=znver3"])

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
 from tensorforge.ir.arith.interval import Analyzer, Interval, _decide_compare
+from tensorforge.ir.arith.lanes import lane_offsets
 from tensorforge.ir.arith.linear import (
     LinearForm,
     fits,
@@ -165,6 +166,8 @@ def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
     match node:
         case BufferLoad(predicate=Const(value=True) | Broadcast(value=Const(value=True))):
             return dataclasses.replace(node, predicate=None)  # A[i if True] -> A[i]
+        case BufferLoad(predicate=p) if p is not None and _inside_buffer(node, s):
+            return dataclasses.replace(node, predicate=None)  # A[i if c] -> A[i]: i lies in A
         case BinaryOp(Broadcast(Const() as a, lanes=n), Broadcast(Const() as b, lanes=m)) if n == m:
             folded = fold_binary(type(node)(a, b))  # broadcast(2) + broadcast(3) -> broadcast(5)
             return None if folded is None else Broadcast(folded, n)
@@ -218,6 +221,18 @@ def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
     if not is_index_dtype(dt.element_of(node.dtype)):
         return None
     match node:
+        case Cast(dtype=d, value=Ramp(base, stride, n) as r) if _widens(
+            dt.element_of(r.dtype), dt.element_of(d)
+        ):
+            # int64x16(ramp(b, 1, 16)) -> ramp(int64(b), 1, 16): exact, as a scalar widening
+            # of index arithmetic is (no overflow); a row at a symbolic offset then loads
+            # contiguous lanes instead of gathering them
+            wide = dt.element_of(d)
+            return Ramp(s.visit(Cast(wide, base)), s.visit(Cast(wide, stride)), n)
+        case Cast(dtype=d, value=Broadcast(x, n) as b) if _widens(
+            dt.element_of(b.dtype), dt.element_of(d)
+        ):
+            return Broadcast(s.visit(Cast(dt.element_of(d), x)), n)
         case FloorDiv(Ramp() as r, Broadcast(Const() as c)) if _ramp_in_one_block(r, c.value, s):
             return Broadcast(s.visit(FloorDiv(r.base, c)), r.lanes)
         case FloorMod(Ramp() as r, Broadcast(Const() as c)) if _ramp_in_one_block(r, c.value, s):
@@ -280,6 +295,34 @@ def _at_least(s: ExprSimplifier, a: Expr, b: Expr) -> bool:
     """Is a >= b provable?"""
     lo, _ = s.analyzer.form_bounds(s.form(a).add(s.form(b), -1))
     return lo >= 0
+
+
+def _inside_buffer(load: BufferLoad, s: ExprSimplifier) -> bool:
+    """Does every lane of the vector load `load` provably lie inside its dense buffer?
+
+    A load's predicate keeps masked-off lanes from touching memory (a pad's select arm, a
+    vectorized tail); their values are never used. Where every lane's address is inside the
+    buffer anyway (the graph layer clamps a pad's index into the input), the mask only costs:
+    a pad's edge row read as a masked gather instead of loads (llvm_windows.py).
+    NOTE: vector loads whose lanes sit at constant offsets, under a lane-dependent mask only
+    (a uniform one is a branch around the load, which skips it; llama's rotate_half read its
+    halves by two unmasked gathers without it, 162 -> 192 us). A scalar load keeps its
+    predicate: vectorized later, an unmasked clamped index (`B[min(p*32 + x, 95)]`) would be
+    a gather lane by lane where the masked one is one vgather (a matmul's packing of B).
+    """
+    buffer = load.buffer
+    if len(load.indices) != 1 or buffer.strides is not None or dt.lanes_of(load.dtype) == 1:
+        return False
+    if isinstance(load.predicate, Broadcast):
+        return False  # one condition for every lane: a branch that skips the load, kept
+    if not all(isinstance(d, Const) for d in buffer.shape):
+        return False
+    parts = lane_offsets(load.indices[0])
+    if parts is None or not is_index_dtype(parts[0].dtype):
+        return False
+    base, offsets = parts
+    lo, hi = s.analyzer.bounds(base)
+    return lo + min(offsets) >= 0 and hi + max(offsets) < math.prod(d.value for d in buffer.shape)
 
 
 def _ramp_in_one_block(r: Ramp, divisor: int, s: ExprSimplifier) -> bool:

@@ -73,7 +73,13 @@ class AnalyticPolicy:
         if kind in ("cw", "cols"):
             return True
         if kind == "prefetch":  # long rows: fetch the next while working on this one
-            return hint.get("row", 0) >= 8
+            # NOTE: not rows past L1: the next one would not stay there until it is read, and
+            # its prefetch region is no longer one line a step where the row is a reshape of
+            # several axes (group norm's 64 x 64 planes: the whole plane at every step, 256
+            # prefetches per vector; UNet block's group norm + SiLU 269 -> 160 us)
+            row_bytes = hint.get("row_bytes")
+            fits = row_bytes is None or row_bytes <= self.machine.l1
+            return hint.get("row", 0) >= 8 and fits
         if kind == "pack":  # rows 2 KiB or more apart alias in L1: copy the panel contiguous
             return hint.get("row_elements", 0) * 4 >= 2048
         if kind == "loc":  # rows next to their readers; a padded input whole, before its reader

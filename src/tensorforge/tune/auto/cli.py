@@ -27,6 +27,7 @@ def auto_main(options: Any) -> int:
     """Tune (or, with --trials 0, only take the first guess), then print the schedule."""
     from tensorforge import tune
     from tensorforge.tune.auto import SearchTask
+    from tensorforge.tune.auto.tuning import task_records
 
     try:
         func = load_workload(options.auto)
@@ -38,6 +39,20 @@ def auto_main(options: Any) -> int:
     no_device = missing_local_device(task.target_kind, options) if options.trials else None
     if no_device:
         print(f"tensorforge tune: {no_device}", file=sys.stderr)
+        return 2
+    if getattr(options, "tuner", "auto") == "grid":
+        print(
+            "tensorforge tune: --auto searches by model or at random (--tuner xgb or random), "
+            "not on a grid",
+            file=sys.stderr,
+        )
+        return 2
+    if getattr(options, "early_stopping", None) is not None:
+        print(
+            "tensorforge tune: --early-stopping is for template tuners; --auto stops after "
+            "--trials",
+            file=sys.stderr,
+        )
         return 2
     log = options.log or f"{task.workload_name}.auto.jsonl"
     print(f"task: {task.name} args={task.args_json} target={task.target.split(' -mattr=')[0]}")
@@ -57,8 +72,21 @@ def auto_main(options: Any) -> int:
         runner=ray_runner(options),
     )
     seed = 0 if options.seed is None else options.seed
+    # --trials counts the whole run, as for templates: a log's trials of this task count too.
+    resumed = len(task_records(task, log))
+    remaining = max(0, options.trials - resumed)
+    if resumed:
+        print(
+            f"resuming: {resumed} trials already in {log} count toward --trials {options.trials}; "
+            f"measuring up to {remaining} more"
+        )
     tuner = task.tune(
-        options.trials, log=log, seed=seed, measure_option=option, progress=not options.no_progress
+        remaining,
+        log=log,
+        seed=seed,
+        measure_option=option,
+        progress=not options.no_progress,
+        model=getattr(options, "tuner", "auto") != "random",
     )
     if tuner.best_trace is None:
         print(f"no schedule ran successfully; see the errors in {log}")
