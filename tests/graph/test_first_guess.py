@@ -168,9 +168,10 @@ def pools(x):
     )
 
 
+@pytest.mark.parametrize("schedule", ["auto", "rules"])
 @pytest.mark.parametrize("target", ["llvm", *OTHER_CPUS])
-@pytest.mark.parametrize("width", [9, 37])  # one vector with a tail; several of them
-def test_pools_propagate_nan_and_keep_infinities_as_eager(target, width, monkeypatch):
+@pytest.mark.parametrize("width", [9, 37, 56])  # a vector with a tail; several; whole vectors
+def test_pools_propagate_nan_and_keep_infinities_as_eager(target, width, schedule, monkeypatch):
     monkeypatch.setenv("TF_NUM_THREADS", "1")
     x = rand(1, 3, 7, width, seed=8)
     x[0, 0, 0, 0] = float("nan")  # the first window, which holds padding
@@ -179,9 +180,10 @@ def test_pools_propagate_nan_and_keep_infinities_as_eager(target, width, monkeyp
     x[0, 1, 2, :] = float("-inf")
     x[0, 2] = float("-inf")  # a whole plane of -inf: padding must not show as 0
     gm = make_fx(pools, decomposition_table=decompositions())(x)
-    compiled = compile_aten(gm, [x], {}, Options.of({"target": target}))
+    compiled = compile_aten(gm, [x], {}, Options.of({"target": target, "schedule": schedule}))
     for k, (got, expected) in enumerate(zip(compiled([x]), pools(x))):
         torch.testing.assert_close(got, expected, equal_nan=True, msg=f"output {k}")
     steps = getattr(compiled, "steps", None) or compiled.compiled.steps
     windows = [k for k in steps if isinstance(k, BuiltKernel) and kind(k) == "window"]
-    assert windows and all(k.source == FIRST_GUESS for k in windows)
+    source = FIRST_GUESS if schedule == "auto" else SOURCES["window"]
+    assert windows and all(k.source == source for k in windows)
