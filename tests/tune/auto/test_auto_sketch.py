@@ -294,12 +294,12 @@ def test_a_reduction_across_rows_reduces_vectors_of_outputs(rows, columns):
 
 @pytest.mark.parametrize(
     "target, width, vector",
-    [("llvm -mcpu=skylake-avx512", 56, 8), ("llvm -mcpu=znver3", 56, 8), ("llvm", 13, 8)],
+    [("llvm -mcpu=skylake-avx512", 56, 16), ("llvm -mcpu=znver3", 56, 8), ("llvm", 7, 4)],
 )
 def test_a_window_reduction_reduces_vectors_of_outputs(target, width, vector):
     """A 3 x 3 stride-2 max pool with clamped padding: the first guess vectorizes the output
-    columns (the widest vector that divides the row, else the widest that fits it: 13 columns
-    take 8 lanes and a clamped tail), the window loops outside the lanes and unrolled; with the decision
+    columns (the target's vector, its last one's lanes past the row clamped; a row shorter
+    than a vector: the widest that fits it, 7 columns 4 lanes), the window loops outside the lanes and unrolled; with the decision
     off it stays scalar; each way matches NumPy."""
     import numpy as np
 
