@@ -83,7 +83,7 @@ def test_a_mask_known_lane_by_lane_is_plain_accesses_of_its_lanes(rng):
     plain 8-lane load and store, no masked intrinsic (one on a stack tile kept it out of
     registers: conv2d at 56 columns 2.5x slower on AVX-512); lanes off are not touched."""
     import tensorforge as tf
-    from tensorforge.codegen.llvm_expr import known_mask_pieces
+    from tensorforge.codegen.llvm_memory import known_mask_pieces
 
     assert known_mask_pieces([True] * 8 + [False] * 8) == [(0, 8, True), (8, 8, False)]
     on = [False, True, True, True, True, True, False, False]

@@ -2,8 +2,8 @@
 
 The entry function takes one argument per PrimFunc param, in order: buffers as
 `ptr noalias align <element size>` (more with PARAM_ALIGN_ATTR), scalars by value. Statements are
-emitted here, expressions in llvm_expr.py (calls in llvm_calls.py, types in llvm_types.py), math
-helpers in llvm_math.py. A PARALLEL loop is outlined into an internal function run by libgomp's
+emitted here, expressions in llvm_expr.py (loads in llvm_memory.py, calls in llvm_calls.py,
+types in llvm_types.py), math helpers in llvm_math.py. A PARALLEL loop is outlined into an internal function run by libgomp's
 `GOMP_parallel`, with the thread count read from the module global `__tf_num_threads` (set by
 the runtime; 0 lets libgomp choose).
 """
@@ -29,13 +29,11 @@ from tensorforge.codegen.llvm_expr import (
     PTR,
     ExprEmitter,
     element_bytes,
-    known_mask_pieces,
-    masked_chunks,
     memory_type,
-    power_of_two_pieces,
     value_type,
 )
 from tensorforge.codegen.llvm_math import mangle
+from tensorforge.codegen.llvm_memory import known_mask_pieces, masked_chunks, power_of_two_pieces
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.passes.fold_lane_masks import constant_lanes
 from tensorforge.ir.passes.unroll_loops import partial_unroll
@@ -291,7 +289,7 @@ class _FunctionEmitter(ExprEmitter):
                 b.store(value, ptr, align=align)
         elif kind == "scalar":
             b.store(value, ptr, align=align)
-        elif kind == "contiguous" and mask is None:  # see llvm_expr.power_of_two_pieces
+        elif kind == "contiguous" and mask is None:  # see llvm_memory.power_of_two_pieces
             for start, count in power_of_two_pieces(lanes):
                 at = b.gep(ptr, [ir.Constant(I64, start)], source_etype=value.type.element)
                 b.store(self.lanes_of(value, start, count), at if start else ptr, align=align)
@@ -301,10 +299,10 @@ class _FunctionEmitter(ExprEmitter):
                 b.store(b.extract_element(value, i), b.extract_element(ptr, i), align=align)
         elif kind == "contiguous" and constant_lanes(s.predicate) is not None:
             for start, count, on in known_mask_pieces(constant_lanes(s.predicate)):
-                if on:  # see llvm_expr.known_mask_pieces
+                if on:  # see llvm_memory.known_mask_pieces
                     at = b.gep(ptr, [ir.Constant(I64, start)], source_etype=value.type.element)
                     b.store(self.lanes_of(value, start, count), at if start else ptr, align=align)
-        elif kind == "contiguous":  # register-sized pieces: see llvm_expr.masked_chunks
+        elif kind == "contiguous":  # register-sized pieces: see llvm_memory.masked_chunks
             elem = value.type.element
             for start, count in masked_chunks(lanes, align, self.register_bytes):
                 part = self.lanes_of(value, start, count)
