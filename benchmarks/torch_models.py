@@ -156,6 +156,10 @@ def tensorforge_backends(targets: list[str] | None) -> dict[str, str | None]:
 
 def run_model(name, make, shape, backends, repeats, threads, device="cpu", targets=None) -> dict:
     torch.manual_seed(0)
+    # NOTE: a reset per model: MLP b1 and b64 share one forward, and Dynamo compiles a forward
+    # it saw at another shape again with that size symbolic (automatic dynamic shapes), which
+    # would time MLP b64 through the symbolic-size kernels
+    torch._dynamo.reset()
     model = make().eval().to(device)
     x = torch.randn(*shape).to(device)
     fns, compile_s, errors = {}, {}, {}
