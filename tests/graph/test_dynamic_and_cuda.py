@@ -182,3 +182,20 @@ def test_cuda_models_match_eager(model, shape):
         expected = model(x)
     torch.cuda.synchronize()
     assert ((got - expected).abs().max() / expected.abs().max()).item() < 1e-4
+
+
+def test_a_matrix_product_of_a_run_time_row_count_matches_eager():
+    # full row tiles unguarded, the last partial tile peeled: row counts around a tile (12 on
+    # AVX-512, fewer elsewhere) and below it
+    lin = torch.nn.Linear(40, 70).eval()
+
+    def fn(x):
+        return F.gelu(lin(x))
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        fast = torch.compile(fn, backend="tensorforge", dynamic=True)
+        for rows in (64, 13, 12, 11, 1, 25):
+            x = torch.randn(rows, 40, generator=torch.Generator().manual_seed(rows))
+            got, expected = fast(x), fn(x)
+            assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5), rows

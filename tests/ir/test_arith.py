@@ -560,3 +560,15 @@ def test_an_int64_term_of_an_int32_sum_is_never_narrowed():
     e = Add(Const(0, "int32"), o)
     assert "int32(o)" not in str(simplify_expr(e)) and "int32(" not in repr(simplify_expr(e))
     assert str(simplify_expr(Add(Cast("int64", Var("i")), o))) == "int64(i) + o"  # widening: fine
+
+
+def test_a_multiple_of_a_quotient_is_the_dividend_less_its_remainder():
+    # the last full 12-row tile under a run-time row count n stays inside the rows:
+    # io <= n // 12 - 1 gives io*12 + 11 <= 12*(n // 12) - 1 = n - n % 12 - 1 < n
+    n, io = Var("n"), Var("io")
+    ranges = {io: Interval(const(0), n // 12 - 1)}
+    assert same(simplify_expr(LT(io * 12 + 11, n), ranges), const(True))
+    kept = simplify_expr(LT(io * 12 + 12, n), ranges)  # n % 12 == 0 breaks it: kept
+    assert not isinstance(kept, Const)
+    # a quotient whose dividend meets nothing else keeps its own bounds
+    assert prove(GE(n // 4 * 4, const(0)), {n: Interval(const(0), const(100))})

@@ -201,7 +201,13 @@ def _matmul(s, out, anchor, target) -> None:
     if isinstance(n, int):
         mr = max(1, min(mr, n))
     jo, ji = s[out].split(j, factor=nr)
-    io, ii = s[out].split(i, factor=mr)
+    # rows known only at run time (a dynamic batch): full row tiles in a loop of their own,
+    # unguarded, and the last partial tile after it; guarded, every FMA row of every tile
+    # tested its row against the count (MLP b64 under dynamic=True 2.6x slower than static)
+    if isinstance(n, int):
+        io, ii = s[out].split(i, factor=mr)
+    else:  # (a static kernel's calls are recorded as a trace, whose split has no tail mode)
+        io, ii = s[out].split(i, factor=mr, tail="peel")
     m = anchor.info["shape"][-1]
     rows_outer = isinstance(m, int) and m <= 4 * nr
     if rows_outer:

@@ -130,11 +130,34 @@ class Analyzer:
             if relaxed is None:
                 break
             form = relaxed
+        form = self._quotients_as_remainders(form)
         total: Bound = form.const
         for term, k in form.terms.values():
             lo, hi = self._atom_bounds(term)
             total += k * (hi if (k > 0) == upper else lo)
         return total
+
+    def _quotients_as_remainders(self, form: LinearForm) -> LinearForm:
+        """`k*(x // c)` (c > 0, c | k) as `(k/c)*(x - x % c)` where `x`'s terms meet the rest
+        of `form`: exact, and they cancel. The last of 12-row tiles under a run-time row count,
+        `12*(n // 12) - 1 - n`, is then `-1 - n % 12` <= -1: its rows are provably inside."""
+        for key, (term, k) in list(form.terms.items()):
+            if not (
+                isinstance(term, FloorDiv)
+                and isinstance(term.b, Const)
+                and is_index_dtype(term.dtype)
+                and term.b.value > 0
+                and k % term.b.value == 0
+            ):
+                continue
+            inner = self.form(term.a)
+            rest = form.without(key)
+            if not any(t in rest.terms for t in inner.terms):
+                continue
+            scale = k // term.b.value
+            remainder = LinearForm.of_term(FloorMod(term.a, term.b))
+            form = rest.add(inner, scale).add(remainder, -scale)
+        return form
 
     def _end(self, var: Var, upper: bool) -> Expr | None:
         interval = self.ranges[var]
