@@ -294,8 +294,8 @@ CASES = {
     "softmax": (softmax_workload, (4096, 4096), (256, 256)),
     "layer_norm": (layer_norm_workload, (4096, 4096), (256, 256)),
     # the anchors alone at the fused rows' other shapes: how much of a fused row's ratio is
-    # the anchor's (ops' conv2d at 14x14 x 256 tiles a row of 14 as 4 x 1 vector, 4
-    # accumulators: latency-bound)
+    # the anchor's (ops' conv2d at 14x14 x 256: 4 filters x a 16-lane vector whose last 2
+    # lanes are off, one FMA a row; the first guess's 14-lane tile is 8 + 4 + 2 pieces, 0.86x)
     "gemm/mlp": (gemm, (128, 768, 3072), (16, 96, 384)),
     "gemm/smallk": (gemm, (4096, 64, 256), (512, 16, 64)),
     "conv2d/1x1": (conv2d, (1, 64, 56, 56, 256, 1, 0), (1, 8, 14, 14, 32, 1, 0)),
