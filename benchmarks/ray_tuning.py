@@ -31,6 +31,7 @@ import numpy as np
 
 import tensorforge as tf
 from tensorforge import te, tune
+from tensorforge.ops.matmul import product
 from tensorforge.tune import auto
 from tensorforge.tune.records import best_by_workload, load_records
 
@@ -39,9 +40,7 @@ from tensorforge.tune.records import best_by_workload, load_records
 def ray_bench_gemm(n, m, k):
     A = te.placeholder((n, k), name="A")
     B = te.placeholder((k, m), name="B")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return [A, B, C]
+    return [A, B, product(n, m, k, lambda i, r: A[i, r], lambda r, j: B[r, j])]
 
 
 def tune_once(task, trials: int, seed: int, option, log: str, before: int = 0) -> dict:

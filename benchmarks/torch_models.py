@@ -144,6 +144,14 @@ def time_calls(fn, x, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
+def add_target_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        action="append",
+        help='a CPU target for tensorforge (repeatable: a column each), e.g. "llvm -mcpu=znver3"',
+    )
+
+
 def tensorforge_backends(targets: list[str] | None) -> dict[str, str | None]:
     """Backend column name -> tensorforge's target option: "tensorforge" alone without
     `targets`, else "tensorforge@<mcpu>" per target ("tensorforge@znver3")."""
@@ -215,11 +223,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--small", action="store_true", help="quarter-size models (a smoke run)")
     parser.add_argument("--json", default=None, help="append one JSON line per case here")
-    parser.add_argument(
-        "--target",
-        action="append",
-        help='a CPU target for tensorforge (repeatable: a column each), e.g. "llvm -mcpu=znver3"',
-    )
+    add_target_option(parser)
     args = parser.parse_args(argv)
     backends = args.backends.split(",")
     if "tensorforge" in backends:  # one column per --target

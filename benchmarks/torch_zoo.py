@@ -28,7 +28,12 @@ import sys
 import time
 
 import torch
-from torch_models import emit, relative_error, tensorforge_backends  # benchmarks/: the folder
+from torch_models import (  # benchmarks/: the folder
+    add_target_option,
+    emit,
+    relative_error,
+    tensorforge_backends,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -127,11 +132,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", default=None, help="append one JSON line per model here")
-    parser.add_argument(
-        "--target",
-        action="append",
-        help='a CPU target for tensorforge (repeatable: a column each), e.g. "llvm -mcpu=znver3"',
-    )
+    add_target_option(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ["TF_NUM_THREADS"] = str(args.threads)

@@ -22,18 +22,10 @@ from tensorforge.codegen.base import (
     generate_checked,
     kernel_params,
 )
-from tensorforge.codegen.llvm_expr import (
-    I1,
-    I32,
-    I64,
-    PTR,
-    ExprEmitter,
-    element_bytes,
-    memory_type,
-    value_type,
-)
+from tensorforge.codegen.llvm_expr import ExprEmitter
 from tensorforge.codegen.llvm_math import mangle
 from tensorforge.codegen.llvm_memory import known_mask_pieces, masked_chunks, power_of_two_pieces
+from tensorforge.codegen.llvm_types import I1, I32, I64, PTR, element_bytes, memory_type, value_type
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.passes.fold_lane_masks import constant_lanes
 from tensorforge.ir.passes.unroll_loops import partial_unroll

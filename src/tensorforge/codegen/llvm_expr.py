@@ -12,17 +12,11 @@ from tensorforge.codegen.llvm_calls import CallEmitter
 from tensorforge.codegen.llvm_extern import ExternEmitter
 from tensorforge.codegen.llvm_math import intrinsic
 from tensorforge.codegen.llvm_memory import LoadEmitter, power_of_two_pieces
-from tensorforge.codegen.llvm_types import (  # noqa: F401  (re-exported for llvm.py)
+from tensorforge.codegen.llvm_types import (
     FLOAT,
-    I1,
-    I8,
     I32,
-    I64,
-    PTR,
     concat,
-    element_bytes,
     lanes_of,
-    memory_type,
     splat_constant,
     value_type,
 )

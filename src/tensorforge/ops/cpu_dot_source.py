@@ -157,6 +157,34 @@ static void tf_amx_configure(void) {
     }                                                                                          \
   }
 
+/* TILE(args..., rows) with `rows` (1 .. MOST) a constant in each call, so a tile's accumulators
+   stay in registers; MOST is 4, 6, 8 or 12 */
+#define TF_UNDER_4(T, ...) \
+  case 1: T(__VA_ARGS__, 1); break; case 2: T(__VA_ARGS__, 2); break; case 3: T(__VA_ARGS__, 3); break;
+#define TF_UNDER_6(T, ...) \
+  TF_UNDER_4(T, __VA_ARGS__) case 4: T(__VA_ARGS__, 4); break; case 5: T(__VA_ARGS__, 5); break;
+#define TF_UNDER_8(T, ...) \
+  TF_UNDER_6(T, __VA_ARGS__) case 6: T(__VA_ARGS__, 6); break; case 7: T(__VA_ARGS__, 7); break;
+#define TF_UNDER_12(T, ...)                                                              \
+  TF_UNDER_8(T, __VA_ARGS__) case 8: T(__VA_ARGS__, 8); break; case 9: T(__VA_ARGS__, 9); break; \
+  case 10: T(__VA_ARGS__, 10); break; case 11: T(__VA_ARGS__, 11); break;
+#define TF_ROWS(MOST, T, ...) \
+  switch (rows) { TF_UNDER_##MOST(T, __VA_ARGS__) default: T(__VA_ARGS__, MOST); break; }
+/* C[mr, nr] (+)= A @ B in strips of COLS columns (a strip's kc x COLS slice of the panel serves
+   every row tile) and row tiles of up to MOST rows */
+#define TF_STRIP_GEMM(NAME, TILE, CT, AT, BT, STEP, COLS, MOST)                                 \
+  static void NAME(CT* c, const AT* a, const BT* b, int lda, int ldc, int mr, int nr, int kc,  \
+                   int init) {                                                                 \
+    for (int j0 = 0; j0 < nr; j0 += COLS)                                                      \
+      for (int i0 = 0; i0 < mr; i0 += MOST) {                                                  \
+        CT* ct = c + (long)i0 * ldc + j0;                                                      \
+        const AT* at = a + (long)i0 * lda;                                                     \
+        const BT* bt = b + (long)j0 * STEP;                                                    \
+        const int rows = mr - i0 < MOST ? mr - i0 : MOST;                                      \
+        TF_ROWS(MOST, TILE, ct, at, bt, lda, ldc, nr, kc, init)                                \
+      }                                                                                        \
+  }
+
 /* ---- int8: uint8 A x int8 B -> int32, step 4 ---- */
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define TF_LOAD_I32(p) _mm512_loadu_si512(p)
@@ -202,26 +230,7 @@ static inline __attribute__((always_inline)) void tf_avx512bw_int8_tile(
   }
 }
 
-#define TF_ROWS_12(CALL)                                                           \
-  switch (rows) {                                                                  \
-    case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break;       \
-    case 4: CALL(4); break; case 5: CALL(5); break; case 6: CALL(6); break;       \
-    case 7: CALL(7); break; case 8: CALL(8); break; case 9: CALL(9); break;       \
-    case 10: CALL(10); break; case 11: CALL(11); break; default: CALL(12); break; \
-  }
-static void tf_avx512bw_int8_gemm(int32_t* c, const uint8_t* a, const int8_t* b, int lda,
-                                  int ldc, int mr, int nr, int kc, int init) {
-  for (int j0 = 0; j0 < nr; j0 += 16)
-    for (int i0 = 0; i0 < mr; i0 += 12) {
-      int32_t* ct = c + (long)i0 * ldc + j0;
-      const uint8_t* at = a + (long)i0 * lda;
-      const int8_t* bt = b + (long)j0 * 4;
-      const int rows = mr - i0 < 12 ? mr - i0 : 12;
-#define TF_CALL(R) tf_avx512bw_int8_tile(ct, at, bt, lda, ldc, nr, kc, init, R)
-      TF_ROWS_12(TF_CALL)
-#undef TF_CALL
-    }
-}
+TF_STRIP_GEMM(tf_avx512bw_int8_gemm, tf_avx512bw_int8_tile, int32_t, uint8_t, int8_t, 4, 16, 12)
 #endif
 
 #if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
@@ -255,23 +264,7 @@ static inline __attribute__((always_inline)) void tf_avx2_int8_tile(
   }
 }
 
-static void tf_avx2_int8_gemm(int32_t* c, const uint8_t* a, const int8_t* b, int lda, int ldc,
-                              int mr, int nr, int kc, int init) {
-  for (int j0 = 0; j0 < nr; j0 += 8) /* each strip's kc x 8 panel slice serves every row tile */
-    for (int i0 = 0; i0 < mr; i0 += 6) {
-      int32_t* ct = c + (long)i0 * ldc + j0;
-      const uint8_t* at = a + (long)i0 * lda;
-      const int8_t* bt = b + (long)j0 * 4;
-      switch (mr - i0 < 6 ? mr - i0 : 6) {
-        case 1: tf_avx2_int8_tile(ct, at, bt, lda, ldc, nr, kc, init, 1); break;
-        case 2: tf_avx2_int8_tile(ct, at, bt, lda, ldc, nr, kc, init, 2); break;
-        case 3: tf_avx2_int8_tile(ct, at, bt, lda, ldc, nr, kc, init, 3); break;
-        case 4: tf_avx2_int8_tile(ct, at, bt, lda, ldc, nr, kc, init, 4); break;
-        case 5: tf_avx2_int8_tile(ct, at, bt, lda, ldc, nr, kc, init, 5); break;
-        default: tf_avx2_int8_tile(ct, at, bt, lda, ldc, nr, kc, init, 6); break;
-      }
-    }
-}
+TF_STRIP_GEMM(tf_avx2_int8_gemm, tf_avx2_int8_tile, int32_t, uint8_t, int8_t, 4, 8, 6)
 #endif
 
 /* C[mr, nr] += A[mr, kc] (uint8, row stride lda) @ B (int8, packed [kc / 4][nr][4]);
@@ -355,6 +348,8 @@ static inline __attribute__((always_inline)) void tf_avx512_bf16_tile(
     for (int v = 0; v < VECS; ++v) _mm512_storeu_ps(c + (long)i * ldc + 16 * v, acc[i][v]);
 }
 
+#define TF_BF16_TILE_1(...) tf_avx512_bf16_tile(__VA_ARGS__, 1)
+#define TF_BF16_TILE_2(...) tf_avx512_bf16_tile(__VA_ARGS__, 2)
 static void tf_avx512_bf16_gemm(float* c, const uint16_t* a, const uint16_t* b, int lda,
                                 int ldc, int mr, int nr, int kc, int init) {
   for (int j0 = 0; j0 < nr;) {
@@ -364,15 +359,8 @@ static void tf_avx512_bf16_gemm(float* c, const uint16_t* a, const uint16_t* b, 
       const uint16_t* at = a + (long)i0 * lda;
       const uint16_t* bt = b + (long)j0 * 2;
       const int rows = mr - i0 < 8 ? mr - i0 : 8;
-#define TF_CALL(R) \
-  if (vecs == 2) tf_avx512_bf16_tile(ct, at, bt, lda, ldc, nr, kc, init, R, 2); \
-  else tf_avx512_bf16_tile(ct, at, bt, lda, ldc, nr, kc, init, R, 1)
-      switch (rows) {
-        case 1: TF_CALL(1); break; case 2: TF_CALL(2); break; case 3: TF_CALL(3); break;
-        case 4: TF_CALL(4); break; case 5: TF_CALL(5); break; case 6: TF_CALL(6); break;
-        case 7: TF_CALL(7); break; default: TF_CALL(8); break;
-      }
-#undef TF_CALL
+      if (vecs == 2) { TF_ROWS(8, TF_BF16_TILE_2, ct, at, bt, lda, ldc, nr, kc, init) }
+      else { TF_ROWS(8, TF_BF16_TILE_1, ct, at, bt, lda, ldc, nr, kc, init) }
     }
     j0 += 16 * vecs;
   }
@@ -416,21 +404,7 @@ static inline __attribute__((always_inline)) void tf_avx2_bf16_tile(
     for (int v = 0; v < 2; ++v) _mm256_storeu_ps(c + (long)i * ldc + 8 * v, acc[i][v]);
 }
 
-static void tf_avx2_bf16_gemm(float* c, const uint16_t* a, const uint16_t* b, int lda, int ldc,
-                              int mr, int nr, int kc, int init) {
-  for (int j0 = 0; j0 < nr; j0 += 16)
-    for (int i0 = 0; i0 < mr; i0 += 4) {
-      float* ct = c + (long)i0 * ldc + j0;
-      const uint16_t* at = a + (long)i0 * lda;
-      const uint16_t* bt = b + (long)j0 * 2;
-      switch (mr - i0 < 4 ? mr - i0 : 4) {
-        case 1: tf_avx2_bf16_tile(ct, at, bt, lda, ldc, nr, kc, init, 1); break;
-        case 2: tf_avx2_bf16_tile(ct, at, bt, lda, ldc, nr, kc, init, 2); break;
-        case 3: tf_avx2_bf16_tile(ct, at, bt, lda, ldc, nr, kc, init, 3); break;
-        default: tf_avx2_bf16_tile(ct, at, bt, lda, ldc, nr, kc, init, 4); break;
-      }
-    }
-}
+TF_STRIP_GEMM(tf_avx2_bf16_gemm, tf_avx2_bf16_tile, float, uint16_t, uint16_t, 2, 16, 4)
 #endif
 
 /* C[mr, nr] += A[mr, kc] @ B (packed [kc / 2][nr][2]) on bfloat16 bits, float32;

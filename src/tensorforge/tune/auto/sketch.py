@@ -69,14 +69,7 @@ def reduces_columns(op: Any, lanes: int) -> bool:
     last = getattr(op.axis[-1].dom.extent, "value", None)
     if not isinstance(last, int) or last < lanes or last % lanes:
         return False
-    j = op.axis[-1].var
-    reduce = {iv.var for iv in op.reduce_axis}
-    reads = [r for r in _reads(op) if r.indices]
-    for read in reads:
-        inner = list(walk(read.indices[-1]))
-        if not any(n is j for n in inner) or any(n in reduce for n in inner):
-            return False
-    return bool(reads)
+    return _last_indices_walk(op, reduction=False)
 
 
 def slides_windows(op: Any) -> bool:
@@ -88,12 +81,18 @@ def slides_windows(op: Any) -> bool:
         return False
     if not isinstance(getattr(op.axis[-1].dom.extent, "value", None), int):
         return False
+    return _last_indices_walk(op, reduction=True)
+
+
+def _last_indices_walk(op: Any, reduction: bool) -> bool:
+    """Whether `op` reads something and every read's last index walks its last spatial axis,
+    and a reduction axis too (`reduction`) or none (not)."""
     j = op.axis[-1].var
     reduce = {iv.var for iv in op.reduce_axis}
     reads = [r for r in _reads(op) if r.indices]
     for read in reads:
         inner = list(walk(read.indices[-1]))
-        if not any(n is j for n in inner) or not any(n in reduce for n in inner):
+        if not any(n is j for n in inner) or any(n in reduce for n in inner) != reduction:
             return False
     return bool(reads)
 
