@@ -212,3 +212,45 @@ def test_each_candidate_is_lowered_once(lowered):
     assert len(lowered) > 16 and len(set(lowered)) == len(lowered)
     search = tuner.search
     assert {r[0] for r in search.reports.values() if r} <= search.ir_seen
+
+
+class _WideMeasurer:
+    """A measurer that, like tune.RayRunner's, asks for batches of `batch_size`."""
+
+    def __init__(self, batch_size, seen):
+        self.batch_size, self.seen, self.features = batch_size, seen, {}
+
+    def measure(self, batch, on_result=None):
+        from tensorforge.tune.measure import MeasureResult
+
+        self.seen.append(len(batch))
+        return [
+            MeasureResult(
+                costs=(1e-3 * (1 + k),), error_no=0, error_msg="", all_cost=0.0, timestamp=0.0
+            )
+            for k in range(len(batch))
+        ]
+
+
+class _WideRunner:
+    def __init__(self, batch_size):
+        self.batch_size, self.seen = batch_size, []
+
+    def create_measurer(self, task, option, feature_fn):
+        return _WideMeasurer(self.batch_size, self.seen)
+
+    def __call__(self, *args):  # a runner (as RayRunner), never called per candidate
+        raise AssertionError("a whole-run runner is not called per candidate")
+
+
+@pytest.mark.parametrize(
+    "model, wanted, expected", [(False, 40, [40, 40, 20]), (True, 100, [64, 36])]
+)
+def test_a_measurer_that_asks_for_larger_batches_gets_them(model, wanted, expected):
+    # a Ray measurer keeps builds in flight with larger batches; a guided search still ranks
+    # every 64, a random one takes them whole
+    task = SearchTask(func=CASES["matmul"][0], args=(24, 17, 40), target="llvm")
+    runner = _WideRunner(wanted)
+    tuner = tuning.TaskTuner(task, seed=0, model=model)
+    tuner.run(100, tune.measure_option(runner=runner))
+    assert runner.seen == expected
