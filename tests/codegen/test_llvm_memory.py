@@ -293,3 +293,37 @@ def test_large_local_allocation_goes_to_heap():
     b = aligned(np.zeros(1, np.float32))
     run(func, b)
     assert b[0] == 99_999
+
+
+@pytest.mark.parametrize("n", [3, 16_000, 20_000])  # 20000 floats: past the 64 KiB stack limit
+def test_a_run_time_sized_buffer_per_row_is_on_the_stack_while_small(n, rng):
+    # 300 rows, each a buffer of n floats: on the stack (64 KB x 300 would overflow it unless
+    # each row's is released) or, past the limit, on the heap
+    rows, n_var, i, j = 300, Var("n"), Var("i"), Var("j")
+    A, B = (
+        Buffer("A", (Mul(c(rows), n_var),), "float32"),
+        Buffer("B", (Mul(c(rows), n_var),), "float32"),
+    )
+    row = Buffer("row", (n_var,), "float32")
+    at = lambda k: Add(Mul(i, n_var), k)  # noqa: E731
+    body = loop(
+        i,
+        rows,
+        Allocate(
+            row,
+            n_var,
+            Seq(
+                (
+                    loop(j, n_var, store(row, j, Mul(load(A, at(j)), c(2.0, "float32")))),
+                    loop(j, n_var, store(B, at(j), load(row, Sub(Sub(n_var, c(1)), j)))),
+                )
+            ),
+        ),
+    )
+    func = PrimFunc("rows", (A, B, n_var), body)
+    text = LLVMCodegen().generate(func, TARGET).text
+    assert "llvm.stacksave" in text and "aligned_alloc" in text
+    a = aligned(rng.standard_normal(rows * n).astype(np.float32))
+    b = aligned(np.zeros(rows * n, np.float32))
+    run(func, a, b, n)
+    np.testing.assert_array_equal(b.reshape(rows, n), (a * 2).reshape(rows, n)[:, ::-1])

@@ -69,3 +69,16 @@ def test_lanes_that_depend_on_a_variable_or_a_load_are_not_constant():
     gathered = Cast("int32x4", BufferLoad(buf("P", 8, "int64"), (ramp(0, 4),)))
     assert lane_offsets(bcast(i, 4) + gathered) is None
     assert lane_values(FloorDiv(ramp(0, 4), bcast(0, 4))) is None  # division by zero
+
+
+def test_uniform_vector_operations_are_scalar_ones_broadcast():
+    # broadcast(1.0) / broadcast(s[0]): one division, every lane the same; A[broadcast(0)]: one
+    # scalar load, not a gather of one address
+    S = buf("S", 1)
+    load = BufferLoad(S, (bcast(0, 16),))
+    out = simplify_expr(bcast(f32(1.0), 16) / load)
+    assert out == Broadcast(f32(1.0) / BufferLoad(S, (c(0),)), 16)
+    # a masked load from a buffer of a run-time size may touch nothing: kept
+    T = buf("T", Var("m"))
+    masked = BufferLoad(T, (bcast(0, 16),), LT(ramp(0, 16), bcast(Var("n"), 16)))
+    assert simplify_expr(masked) == masked

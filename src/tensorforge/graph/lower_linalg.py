@@ -15,6 +15,7 @@ import torch
 from tensorforge import te
 from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
+from tensorforge.graph.symbols import is_symbolic
 from tensorforge.graph.values import Anchor, Lazy, Unsupported
 
 aten = torch.ops.aten
@@ -108,15 +109,18 @@ def _rows_contiguous(arg) -> bool:
         val = arg.meta.get("val")
         if not isinstance(val, torch.Tensor) or val.ndim == 0:
             return False
-        try:
-            if int(val.stride()[-1]) != 1 and int(val.shape[-1]) != 1:
-                return False
-        except (TypeError, ValueError):  # a symbolic stride
+        # NOTE: a symbolic stride or size is not known to be 1: int() of it would make Dynamo
+        # specialize the size (a guard: a compile per sequence length of attention's K and V)
+        if not (_is_one(val.stride()[-1]) or _is_one(val.shape[-1])):
             return False
         if arg.target not in _VIEWS or not arg.args:
             return True
         arg = arg.args[0]
     return False
+
+
+def _is_one(size) -> bool:
+    return not is_symbolic(size) and int(size) == 1
 
 
 @lowers(aten.mm.default)

@@ -1,8 +1,11 @@
 """Symbolic sizes: torch's SymInts (sympy expressions over s0, s1, ...) as te.var expressions.
 
 A graph compiled with `dynamic=True` or `torch._dynamo.mark_dynamic` sees sizes such as `s0` or
-`8*s0`. Each symbol becomes one `te.var` (a kernel scalar argument), so a new batch size runs the
-same kernels; the runtime binds each symbol from the inputs of every call.
+`8*s0`. Each symbol becomes one `te.size_var` (a kernel scalar argument), so a new batch size runs
+the same kernels; the runtime binds each symbol from the inputs of every call. A size_var keeps
+the least value Dynamo's shape environment gives the symbol (2: sizes 0 and 1 are specialized,
+and the guards send them to a compile of their own), so the analyzer can prove a row of `s1`
+elements holds at least one vector step, or that `i // s1 < s0` for `i` under `s0*s1`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ class Symbols:
 
     def __init__(self) -> None:
         self.vars: dict[sympy.Symbol, te.Var] = {}
+        self.least: dict[sympy.Symbol, int] = {}  # a symbol's guarded lower bound
 
     def size(self, value):
         """An int, or a te expression for a SymInt (or a sympy expression)."""
@@ -25,7 +29,18 @@ class Symbols:
         expr = _sympy_of(value)
         if expr.is_Integer:
             return int(expr)
+        self._note_ranges(value, expr)
         return self._to_te(expr)
+
+    def _note_ranges(self, value, expr) -> None:
+        """The lower bound the shape environment holds for each symbol of `expr`, where it has
+        a finite one (a symbol without is a plain te.var: nothing is assumed of it)."""
+        shape_env = getattr(getattr(value, "node", None), "shape_env", None)
+        ranges = getattr(shape_env, "var_to_range", {})
+        for symbol in expr.free_symbols:
+            low = getattr(ranges.get(symbol), "lower", None)  # an Integer, or -int_oo
+            if isinstance(low, (int, sympy.Integer)) and symbol not in self.vars:
+                self.least.setdefault(symbol, int(low))
 
     def shape(self, sizes) -> tuple:
         return tuple(self.size(s) for s in sizes)
@@ -38,7 +53,10 @@ class Symbols:
             return int(expr)
         if expr.is_Symbol:
             if expr not in self.vars:
-                self.vars[expr] = te.var(str(expr))
+                least = self.least.get(expr)
+                self.vars[expr] = (
+                    te.var(str(expr)) if least is None else te.size_var(str(expr), min_value=least)
+                )
             return self.vars[expr]
         args = [self._to_te(a) for a in expr.args]
         name = type(expr).__name__

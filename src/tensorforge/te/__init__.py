@@ -13,6 +13,7 @@ from tensorforge.te.expr import (
     Mul,
     Reduce,
     Select,
+    SizeVar,
     Sub,
     TensorRead,
     Var,

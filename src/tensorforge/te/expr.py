@@ -131,6 +131,19 @@ class Var(Expr):
 
 
 @node
+class SizeVar(Var):
+    """A symbolic size, known to be at least `min_value`: TVM's te.size_var (>= 0), or a size
+    torch.compile made symbolic (>= 2: Dynamo specializes sizes 0 and 1 and guards the rest).
+    The interval analyzer reads the fact, so `n % 16 < n` or a loop of `(n + 15) // 16 >= 1`
+    iterations is provable."""
+
+    min_value: int = 0
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+@node
 class Const(Expr):
     value: Any
     dtype: str = "int32"

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from tensorforge.te import dtype as dt
-from tensorforge.te.expr import Const, Expr, FloorDiv, FloorMod, Var, _binary, const
+from tensorforge.te.expr import Const, Expr, FloorDiv, FloorMod, SizeVar, _binary, const
 
 
 def min_value(dtype: Any) -> Const:
@@ -30,9 +30,9 @@ def _limits(dtype: str) -> tuple[Any, Any]:
     return kind(info.min), kind(info.max)
 
 
-def size_var(name: str = "n", dtype: str = "int32") -> Var:
-    """A symbolic size (TVM's te.size_var); the same as te.var here."""
-    return Var(name, dt.check_dtype(dtype, f"size_var '{name}'"))
+def size_var(name: str = "n", dtype: str = "int32", min_value: int = 0) -> SizeVar:
+    """A symbolic size (TVM's te.size_var): a te.var the analyzer knows is >= `min_value`."""
+    return SizeVar(name, dt.check_dtype(dtype, f"size_var '{name}'"), min_value)
 
 
 def floordiv(a: Any, b: Any) -> Expr:

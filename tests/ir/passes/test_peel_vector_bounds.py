@@ -4,7 +4,8 @@ those iterations as loops of their own, the middle one free of the clamps and ma
 from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.ir.passes.peel_vector_bounds import peel_vector_bounds
 from tensorforge.ir.stmt import BufferStore, For, Seq
-from tensorforge.te.expr import GE, Max, Min, Var
+from tensorforge.te import size_var
+from tensorforge.te.expr import GE, LT, Max, Min, Var
 from tests.ir.builders import buf, c
 
 A, X = buf("A", 64), buf("X", 128)
@@ -48,3 +49,27 @@ def test_loops_with_nothing_to_peel_stay():
     for loop in (inside, everywhere, short):
         out = peel_vector_bounds(loop)
         assert not isinstance(out, Seq)
+
+
+def row_steps(n):
+    """for k in range((n + 15) // 16): A[16k:16k+16] = X[16k:16k+16], lanes past n masked off."""
+    k = Var("k")
+    lanes = Ramp(k * 16, c(1), 16)
+    inside = LT(lanes, Broadcast(n, 16))
+    body = BufferStore(A, (lanes,), BufferLoad(X, (lanes,), inside), inside)
+    return For(k, c(0), (n + 15) // 16, body)
+
+
+def test_the_last_step_of_a_run_time_row_is_peeled():
+    # a row of n elements, n known only at run time (n >= 1): every step but the last is
+    # whole, unmasked; the last keeps its masks
+    middle, last = peel_vector_bounds(row_steps(size_var("n", min_value=1))).stmts
+    assert isinstance(middle, For) and middle.body.predicate is None
+    assert middle.body.value.predicate is None
+    assert isinstance(last, BufferStore) and last.predicate is not None
+
+
+def test_a_row_that_may_be_empty_is_not_peeled():
+    # a plain var may be 0: the loop then runs no step, and a peeled last step would run one
+    out = peel_vector_bounds(row_steps(Var("n")))
+    assert isinstance(out, For) and out.body.predicate is not None

@@ -3,7 +3,7 @@
 from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
 from tensorforge.ir.stmt import Allocate, BufferStore, For, IfThenElse, LoopKind
-from tensorforge.te.expr import LT, Add, Mul, Var
+from tensorforge.te.expr import LT, Add, Cast, Mul, Var
 from tests.ir.builders import buf, c, f32, load, loop, store
 
 A, C = buf("A", 64), buf("C", 64)
@@ -67,3 +67,15 @@ def test_symbolic_extent_and_serial_loops_are_left_alone():
     serial = loop(v, 4, store(C, v, f32(0.0)))
     assert vectorize_loops(symbolic) is symbolic
     assert vectorize_loops(serial) is serial
+
+
+def test_a_widened_lane_index_stays_a_ramp():
+    # a store at a run-time row offset: int64(i) * int64(n) + int64(v), v the lane: a vector
+    # store at a ramp of int64 addresses, not a scalar loop of 4 stores
+    i, v, n = Var("i"), Var("v"), Var("n")
+    wide = lambda e: Cast("int64", e)  # noqa: E731
+    before = loop(v, 4, store(C, wide(i) * wide(n) + wide(v), load(A, v)), kind=VEC)
+    out = vectorize_loops(before)
+    assert isinstance(out, BufferStore)
+    (index,) = out.indices
+    assert isinstance(index, Ramp) and index.dtype == "int64x4"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tensorforge.ir.arith.linear import LinearForm, is_index_dtype, linearize, to_expr
+from tensorforge.ir.arith.linear import LinearForm, is_index_dtype, linearize, term_key, to_expr
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import (
     EQ,
@@ -36,6 +36,7 @@ from tensorforge.te.expr import (
     Not,
     Or,
     Select,
+    SizeVar,
     Var,
     structural_key,
 )
@@ -211,6 +212,8 @@ class Analyzer:
                 finally:
                     self._active.discard(id(term))
                 return lo, hi
+            case SizeVar(min_value=least):  # a size with no range in scope: n >= least
+                return least, INF
             case FloorDiv(x, y) if is_index_dtype(term.dtype):
                 return _floordiv_bounds(self.bounds(x), self.bounds(y))
             case FloorMod(x, y) if is_index_dtype(term.dtype):
@@ -267,10 +270,55 @@ class Analyzer:
                 return self._decide(a, False) and self._decide(b, False)
             case Not(a):
                 return self._decide(a, not want)
+            case LT(a, b) | GE(a, b) if is_index_dtype(a.dtype) and want == isinstance(cond, LT):
+                return self._less(a, b, _STRUCTURE_DEPTH)  # a < b; not a >= b
+            case GT(a, b) | LE(a, b) if is_index_dtype(a.dtype) and want == isinstance(cond, GT):
+                return self._less(b, a, _STRUCTURE_DEPTH)
             case CompareOp(a, b) if is_index_dtype(a.dtype):
                 lo, hi = self.form_bounds(self.form(a).add(self.form(b), -1))
                 return _decide_compare(type(cond), lo, hi, want)
         return False
+
+    def _less(self, a: Expr, b: Expr, depth: int) -> bool:
+        """`a < b`, from the bounds of `a - b` or else from the structure of `a` under a
+        divisor known only to be positive (a row index taken from a fused loop over run-time
+        sizes, `int32(f // int64(n)) // m < 1` with f < m*n):
+            x % y < b      where 1 <= y <= b
+            x // y < b     where y >= 1 and x < b*y
+            int32(z) < b   where z < int64(b) and z >= the int32 minimum (the cast keeps z)"""
+        if self.form_bounds(self.form(a).add(self.form(b), -1))[1] < 0:
+            return True
+        if depth == 0:
+            return False
+        match a:
+            case FloorMod(x, y) if not isinstance(y, Const) and self.bounds(y)[0] >= 1:
+                return self.form_bounds(self.form(y).add(self.form(b), -1))[1] <= 0
+            case FloorDiv(x, y) if not isinstance(y, Const) and self.bounds(y)[0] >= 1:
+                factor = self.form(b)
+                if factor.is_const:  # x // y < c: x < c*y
+                    return self._less(
+                        x, to_expr(self.form(y).scaled(factor.const), y.dtype), depth - 1
+                    )
+                return any(self._less(x, p, depth - 1) for p in (Mul(b, y), Mul(y, b)))
+            case Cast(dtype=narrow, value=z) if (
+                is_index_dtype(narrow)
+                and is_index_dtype(z.dtype)
+                and dt.bits_of(z.dtype) > dt.bits_of(narrow)
+                and b.dtype == narrow
+            ):
+                # int64(n*2 - 1) -> int64(n)*2 - 1: term by term, so it meets z's terms
+                form = self.form(b)
+                terms = {}
+                for term, k in form.terms.values():
+                    term = Cast(z.dtype, term)
+                    terms[term_key(term)] = (term, k)
+                wide = to_expr(LinearForm(terms, form.const), z.dtype)
+                least = dt.int_range(narrow)[0]
+                return self.bounds(z)[0] >= least and self._less(z, wide, depth - 1)
+        return False
+
+
+_STRUCTURE_DEPTH = 4  # nested quotients, remainders and casts `_less` looks through
 
 
 def _decide_compare(op: type, lo: Bound, hi: Bound, want: bool) -> bool:

@@ -171,6 +171,13 @@ def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
         case BinaryOp(Broadcast(Const() as a, lanes=n), Broadcast(Const() as b, lanes=m)) if n == m:
             folded = fold_binary(type(node)(a, b))  # broadcast(2) + broadcast(3) -> broadcast(5)
             return None if folded is None else Broadcast(folded, n)
+        case BinaryOp(Broadcast(a, lanes=n), Broadcast(b, lanes=m)) if n == m:
+            # broadcast(1.0) / broadcast(s) -> broadcast(1.0 / s): one scalar operation, the same
+            # value in every lane (floats too), not one per lane per vector step
+            return Broadcast(s.visit(type(node)(a, b)), n)
+        case BufferLoad(indices=(Broadcast(index, lanes=n),), predicate=None):
+            # A[broadcast(i)] -> broadcast(A[i]): a scalar load, not a gather of one address
+            return Broadcast(dataclasses.replace(node, indices=(index,)), n)
         case _ if dt.lanes_of(node.dtype) != 1 and dt.is_bool(node.dtype):
             return _vector_mask(node, s)  # masks: ramp bounds every lane meets, uniform logic
         case _ if dt.lanes_of(node.dtype) != 1:

@@ -33,7 +33,12 @@ def _peel(stmt: Any, ranges: dict[Var, Interval]) -> Any:
     if not isinstance(stmt, For):
         return map_children(stmt, lambda child: _peel(child, ranges))
     if not (isinstance(stmt.min, Const) and isinstance(stmt.extent, Const)):
-        return map_children(stmt, lambda child: _peel(child, ranges))
+        last = _peel_last(stmt, ranges) if stmt.kind is LoopKind.SERIAL else None
+        if last is not None:
+            return last
+        inner = {**ranges, stmt.var: Interval.from_range(stmt.min, stmt.extent)}
+        body = _peel(stmt.body, inner)
+        return stmt if body is stmt.body else dataclasses.replace(stmt, body=body)
     start, extent = int(stmt.min.value), int(stmt.extent.value)
     pieces = _pieces(stmt, start, extent, ranges) if stmt.kind is LoopKind.SERIAL else None
     if pieces is None:
@@ -51,6 +56,31 @@ def _peel(stmt: Any, ranges: dict[Var, Interval]) -> Any:
             )
         )
     return Seq(tuple(loops))
+
+
+def _peel_last(loop: For, ranges: dict) -> Stmt | None:
+    """A loop of a run-time extent (a row of `n` elements in vectors: `(n + 15) // 16`
+    steps) whose lane tests fail in its last iteration only, as two loops: every iteration
+    but the last, where the simplifier then drops the tests, and the last; None where it does
+    not apply. NOTE: the loop must provably run at least once (`n >= 1`: a size_var's fact),
+    or the peeled last iteration would run where the loop runs none."""
+    conditions = [c for c in _lane_bounds(loop.body) if any(n is loop.var for n in walk(c))]
+    if not conditions:
+        return None
+    once = simplify_expr(GE(loop.extent, Const(1, loop.extent.dtype)), ranges)
+    if not (isinstance(once, Const) and once.value):
+        return None
+    but_last = simplify_expr(Add(loop.extent, Const(-1, loop.extent.dtype)), ranges)
+    first = {**ranges, loop.var: Interval.from_range(loop.min, but_last)}
+    if not any(_holds(c, first) for c in conditions):
+        return None
+    last_min = simplify_expr(Add(loop.min, but_last), ranges)
+    main = dataclasses.replace(loop, extent=but_last, body=_peel(loop.body, {**ranges, **first}))
+    inner = {**ranges, loop.var: Interval.point(last_min)}
+    last = dataclasses.replace(
+        loop, min=last_min, extent=Const(1, loop.extent.dtype), body=_peel(loop.body, inner)
+    )
+    return Seq((main, last))
 
 
 def _pieces(loop: For, start: int, extent: int, ranges: dict) -> list[tuple[int, int]] | None:

@@ -77,7 +77,7 @@ def _evaluate(expr: Any, env: dict, lets: dict, depth: int = 0) -> float:
     t = type(expr)
     if t is te.Const:
         return expr.value if not isinstance(expr.value, bool) else int(expr.value)
-    if t is te.Var:
+    if isinstance(expr, te.Var):  # a SizeVar too
         if expr in env:
             return env[expr]
         if expr in lets:
