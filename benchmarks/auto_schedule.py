@@ -22,10 +22,9 @@ separate pass from memory (0.18 of 0.19 ms at 4096 x 256): that pass is compute-
 fusing it saves ~nothing (/smallk: ceiling 1.35x, w/ math 1.01x; first guess 0.96-0.99x, within
 noise of it); faster GELU would speed up both. BN + ReLU is mostly memory traffic, so a cheap
 anchor gains most: /1x1 ceiling 1.13x (w/ math 1.07x), first guess 1.08-1.10x. Add + layer norm
-passes 1.2x by fusion (1.42x; the add is half its pair: ceiling 1.98x); conv + BN + ReLU at 14²
-by its anchor (ops' conv2d is weak there); the other fused rows cannot reach it by fusion here.
-The anchors' own rows at those shapes (gemm/mlp, conv2d/1x1, ...) show how much of a fused
-row's ratio is the anchor's (ops' conv2d is weak at 14² x 256: a 1-vector register tile).
+passes 1.2x by fusion (1.42x; the add is half its pair: ceiling 1.98x); the other fused rows
+cannot reach it by fusion here. The anchors' own rows at those shapes (gemm/mlp, conv2d/1x1,
+...) show how much of a fused row's ratio is the anchor's.
 `--target 'llvm -mcpu=znver3'` compiles every schedule (hand and auto) for another CPU and runs
 it here: a check that the first guess falls off no cliff on the other machines' facts.
 `--search-quality N` compares the model-guided search (N/2 trials; with and without the first
@@ -294,8 +293,9 @@ CASES = {
     "softmax": (softmax_workload, (4096, 4096), (256, 256)),
     "layer_norm": (layer_norm_workload, (4096, 4096), (256, 256)),
     # the anchors alone at the fused rows' other shapes: how much of a fused row's ratio is
-    # the anchor's (ops' conv2d at 14x14 x 256: 4 filters x a 16-lane vector whose last 2
-    # lanes are off, one FMA a row; the first guess's 14-lane tile is 8 + 4 + 2 pieces, 0.86x)
+    # the anchor's (at 14x14 x 256 both take 8 filters x a 16-lane vector whose last 2 lanes
+    # are off: one FMA a row; until session 11 the first guess's 14-lane tile was 8 + 4 + 2
+    # pieces, 0.86x, and ops' conv2d had 4 filters, 0.66x of 8)
     "gemm/mlp": (gemm, (128, 768, 3072), (16, 96, 384)),
     "gemm/smallk": (gemm, (4096, 64, 256), (512, 16, 64)),
     "conv2d/1x1": (conv2d, (1, 64, 56, 56, 256, 1, 0), (1, 8, 14, 14, 32, 1, 0)),

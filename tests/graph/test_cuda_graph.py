@@ -109,12 +109,48 @@ def test_repeated_calls_run_one_cuda_graph_and_match_eager():
     compiled = compile_aten(gm, inputs, known, Options())
     assert isinstance(compiled, CompiledGraph) and compiled.use_cuda_graph
     gen = torch.Generator().manual_seed(5)
-    for _ in range(4):  # new input values (and addresses) each call
+    results = []
+    for _ in range(6):  # new input values (and addresses) each call
         args = list(inputs)
         args[0] = torch.randn(7, 13, generator=gen).cuda()
         args[3] = torch.randn(1, 3, 9, 9, generator=gen).cuda()
         got = compiled(args)
         torch.cuda.synchronize()
-        for g, e in zip(got, fn(*args)):
+        results.append((got, fn(*args)))
+    # from the third call on through the lean plan; every call's outputs its own tensors
+    assert compiled._graph is not None and compiled._graph_plan is not None
+    for got, expected in results:
+        for g, e in zip(got, expected):
             assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4
-    assert compiled._graph is not None
+
+
+def test_a_launch_plan_writes_only_the_addresses_new_each_call():
+    """GraphLaunchPlan (no GPU: a CPU build of the same graph, its tensors on the CPU): the
+    weights' and intermediates' addresses written once; the inputs' and outputs' per call, in
+    the nodes that read or write them, and every call's outputs tensors of their own."""
+    from tensorforge.graph.cuda_call_plan import GraphLaunchPlan
+
+    fn, inputs, constants = cuda_graph()
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    known = {k: inputs[k] for k in constants}
+    compiled = compile_aten(gm, inputs, known, Options(target="llvm"))
+    temps, consts = compiled._memory((), {})
+    fixed = {**temps, **consts}
+    args = [[fixed[p].data_ptr() if p in fixed else 0 for p in s.plan] for s in compiled.steps]
+    plan = GraphLaunchPlan(compiled, None, fixed, args)
+    assert plan.patches and len(plan.patches) < sum(len(a) for a in args)
+    first = plan.bind(inputs)
+    first_values = [list(a) for a in plan.args]
+    second_inputs = [t.clone() for t in inputs]
+    second = plan.bind(second_inputs)
+    for n, step in enumerate(compiled.steps):
+        for slot, p in enumerate(step.plan):
+            if isinstance(p, str):
+                continue
+            assert plan.args[n][slot] == second[p].data_ptr()
+            moved = first_values[n][slot] != plan.args[n][slot]
+            assert moved == (p not in fixed), (n, slot)
+            assert (n in plan.nodes) or not moved
+    for v, _ in plan.outputs:
+        if v not in fixed:
+            assert first[v].data_ptr() != second[v].data_ptr()

@@ -61,7 +61,9 @@ def test_layer_norm(n, m, rng, cpu_target):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,h,w,f", [(8, 13, 17, 12), (4, 56, 56, 8), (3, 5, 5, 5)])
+@pytest.mark.parametrize(
+    "c,h,w,f", [(8, 13, 17, 12), (4, 56, 56, 8), (3, 5, 5, 5), (7, 14, 14, 13), (2, 1, 29, 1)]
+)
 def test_conv2d(c, h, w, f, rng, cpu_target):
     s, args = schedule_conv2d(1, c, h, w, f)
     mod = tf.build(s, args, target=cpu_target)
@@ -191,3 +193,12 @@ def test_a_packed_panel_holds_only_the_k_rows_that_exist():
     b = rng.uniform(-1, 1, (1030, 530)).astype("float32")
     _, _, c = run(mod, a, b, np.full((13, 530), np.nan, "float32"))
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_register_tile_filters_follow_the_target():
+    """Accumulators f_block x x_vectors: up to 16 of AVX-512's 32 registers, 12 of AVX2's 16."""
+    from tensorforge.ops.conv2d import filter_block
+
+    avx512, avx2 = tf.Target("llvm -mcpu=skylake-avx512"), tf.Target("llvm -mcpu=znver3")
+    assert [filter_block(x, avx512) for x in (1, 2, 3, 4)] == [8, 8, 4, 4]
+    assert [filter_block(x, avx2) for x in (1, 2, 3, 4)] == [4, 4, 4, 2]

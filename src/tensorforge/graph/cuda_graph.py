@@ -101,14 +101,16 @@ class CudaGraph:
             previous = handle
         self.exec = self.driver.instantiate(self.graph)
 
-    def launch(self, args: list[list], stream: int = 0) -> int:
-        """Run the graph with these arguments; returns how many nodes were updated."""
+    def launch(self, args: list[list], stream: int = 0, nodes: list[int] | None = None) -> int:
+        """Run the graph with these arguments (of `nodes` only, where given: the others'
+        are known unchanged); returns how many nodes were updated."""
         updated = 0
-        for handle, node, function, params, values in zip(
-            self.handles, self.nodes, self.functions, self.params, args
-        ):
-            if params.set(values):
-                self.driver.set_kernel_node(self.exec, handle, function, node, params)
+        for k in range(len(self.nodes)) if nodes is None else nodes:
+            params = self.params[k]
+            if params.set(args[k]):
+                self.driver.set_kernel_node(
+                    self.exec, self.handles[k], self.functions[k], self.nodes[k], params
+                )
                 updated += 1
         self.driver.launch(self.exec, stream)
         return updated

@@ -21,6 +21,7 @@ from tensorforge import build as tf_build
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
+from tensorforge.graph.cuda_call_plan import GraphLaunchPlan
 from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.schedules import schedule_kernel
 
@@ -179,6 +180,7 @@ class CompiledGraph:
         # a CUDA graph of the kernels: where every step is a kernel and the sizes are static
         self._graph = None
         self._graph_calls = 0
+        self._graph_plan = None  # the lean call through the graph (cuda_call_plan.py)
         self.use_cuda_graph = (
             device.type == "cuda"
             and not self._shape_symbols
@@ -250,6 +252,8 @@ class CompiledGraph:
 
     # -- running ----------------------------------------------------------------------------
     def __call__(self, args: list) -> list:
+        if self._graph_plan is not None and self.timings is None:
+            return self._graph_plan(args)
         if self.timings is None and self.lean:
             plan = self._lean_plan(args)
             if plan is not None:
@@ -334,6 +338,8 @@ class CompiledGraph:
                 if any(n is None for n in nodes):
                     raise TensorForgeError("a kernel is a sequence of kernels")
                 self._graph = cuda_graph.CudaGraph(nodes, args)
+                temps, constants = self._memory((), bindings)
+                self._graph_plan = GraphLaunchPlan(self, self._graph, {**temps, **constants}, args)
             except (TensorForgeError, OSError, AttributeError) as err:
                 warnings.warn(
                     f"tensorforge: the kernels launch one by one (no CUDA graph: {err})",
@@ -341,7 +347,7 @@ class CompiledGraph:
                 )
                 self.use_cuda_graph = False
                 return False
-        self._graph.launch(args, torch.cuda.current_stream(self.device).cuda_stream)
+        self._graph.launch(args, torch._C._cuda_getCurrentRawStream(self.device.index or 0))
         return True
 
     def _bind(self, args: list) -> dict[str, int]:

@@ -16,6 +16,7 @@ from tensorforge import te
 from tensorforge.graph import schedules_cuda
 from tensorforge.graph.lower_linalg import matmul_tiles
 from tensorforge.graph.values import numel
+from tensorforge.ops.conv2d import filter_block
 
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, one thread: waking the pool costs more
 PANEL_PREFETCH_BYTES = 1 << 20  # two weight panels and the left matrix: L2 holds them
@@ -280,9 +281,10 @@ def _conv2d(s, out, anchor, target) -> None:
     (conv,) = anchor.info["stages"]
     lanes = target.vector_lanes(out.dtype)
     _, F, _, OW = anchor.info["shape"]
-    f_block = next((b for b in (4, 2, 1) if isinstance(F, int) and F % b == 0), 1)
     row_vectors = -(-OW // lanes) if isinstance(OW, int) else 3
     x_vectors = row_vectors if row_vectors <= 4 else 3
+    most = filter_block(x_vectors, target)
+    f_block = next((b for b in (8, 4, 2, 1) if b <= most and isinstance(F, int) and F % b == 0), 1)
     b, f, y, x = s[out].op.axis
     fo, fi = s[out].split(f, factor=f_block)
     xo, xi = s[out].split(x, factor=lanes * x_vectors)

@@ -69,13 +69,15 @@ def _odd_width(target: str) -> int:
 
 @pytest.mark.parametrize("args", [(1, 3, 2, None, 5), (2, 1, 1, None, 1)])
 def test_fused_epilogue_at_an_odd_tile_width_matches_numpy(args):
-    """conv + BN + ReLU whose output row (53 floats) is one register tile: the epilogue, fused
-    at the tile, computes the same as NumPy (its vectors in power-of-two pieces)."""
+    """conv + BN + ReLU whose output row (53 floats) is one register tile of 3 vectors and 8
+    lanes (5 on): the epilogue, fused at the tile, computes the same as NumPy (its vectors in
+    power-of-two pieces, the lanes past the row off)."""
     func, _, reference = CASES["conv_bn_relu"]
     args = tuple(_odd_width("llvm") if a is None else a for a in args)
     task = SearchTask(func, args, "llvm")
     trace = first_guess(task)
-    assert trace.decisions["tile:3.conv"][-1][-1] == args[3]  # the whole row, one tile
+    lanes = tf.Target("llvm").vector_lanes("float32")
+    assert trace.decisions["tile:3.conv"][-1][-1] == 3 * lanes + 8  # the whole row, one tile
     s, tensors = task.instantiate(trace)
     check(task, s, tensors, reference, seed=3)
 
@@ -206,3 +208,34 @@ def test_row_statistics_of_batched_rows_are_staged_a_row_at_a_time(target, monke
     mod(tf.nd.array(data), got)
     want = np.exp(data - data.max(-1, keepdims=True))
     np.testing.assert_allclose(got.numpy(), want / want.sum(-1, keepdims=True), 1e-5, 1e-6)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=znver3", "llvm -mcpu=skylake-avx512"])
+@pytest.mark.parametrize("width", [14, 7, 13, 3, 22])
+def test_a_short_row_is_one_tile_of_power_of_two_vectors(target, width):
+    """A row whose last vector would hold a lane count that is not a power of two (14 of 16)
+    is one register tile rounded up to one (16): the lanes past the row are off, the reads
+    past it (into the next padded row, or the buffer's end) not made, and the answer
+    NumPy's."""
+    lanes = tf.Target(target).vector_lanes("float32")
+    task = SearchTask(conv2d, (1, 3, 5, width, 4), target)
+    trace = first_guess(task)
+    tile = trace.decisions["tile:3.conv"][-1]
+    tail = tile[-1] % lanes
+    assert tail & (tail - 1) == 0  # no vector of 8 + 4 + 2 pieces
+    if width < lanes:
+        assert tile[-1] >= width
+    if tile[-1] > width:  # rounded up past the row: one tile
+        assert tile[:-1] == [1, 1]
+    with tf.Target(target):
+        s, tensors = task.instantiate(trace)
+    check(task, s, tensors, lambda d, w: ref_conv2d(d, w, pad=1))
+
+
+def test_tile_decisions_take_one_padded_tile_only():
+    from tensorforge.tune.auto.decisions import _valid_tiles
+
+    assert _valid_tiles([[1, 1, 16]], [14], 4)  # one tile, 2 lanes off
+    assert not _valid_tiles([[1, 1, 32]], [14], 4)  # more than the axis again
+    assert not _valid_tiles([[1, 2, 8]], [14], 4)  # two tiles reaching past the axis
+    assert _valid_tiles([[1, 2, 7]], [14], 4)

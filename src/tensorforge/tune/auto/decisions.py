@@ -80,9 +80,15 @@ def _valid_tiles(value: Any, extents: Sequence[int], levels: int) -> bool:
             return False
         if not all(isinstance(f, (int, np.integer)) and f >= 1 for f in factors):
             return False
-        if math.prod(factors) > extent:
+        if math.prod(factors) > extent and not _one_padded_tile(factors, extent):
             return False
     return True
+
+
+def _one_padded_tile(factors: Sequence[int], extent: int) -> bool:
+    """One innermost tile a little wider than the whole axis: a vector tile rounded up to whole
+    or power-of-two vectors, its lanes past the extent masked off (analytic.cpu_tiles)."""
+    return math.prod(factors[:-1]) == 1 and extent <= factors[-1] < 2 * extent
 
 
 def divisors(n: int) -> list[int]:
