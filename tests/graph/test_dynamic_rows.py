@@ -81,3 +81,16 @@ def test_causal_attention_of_a_symbolic_sequence_matches_eager():
         got, expected = fast(q, k, v), fn(q, k, v)
         assert torch.allclose(got, expected, atol=1e-5, rtol=1e-4), T
     assert len(graphs) == 1
+
+
+def test_a_product_with_a_transposed_right_matrix_of_run_time_sizes_matches_eager():
+    # b^T is copied in 16 x 16 tiles (as K^T is): whole tiles unguarded, the partial ones
+    # peeled, along both of its sizes
+    def fn(a, b):
+        return a @ b.transpose(-2, -1)
+
+    fast, graphs = compiled_once(fn)
+    for n, m, k in [(5, 17, 33), (3, 2, 16), (19, 31, 7), (4, 48, 20)]:
+        a, b = random(n, k, seed=n), random(m, k, seed=m)
+        assert torch.allclose(fast(a, b), fn(a, b), atol=1e-4, rtol=1e-4), (n, m, k)
+    assert len(graphs) == 1
