@@ -16,12 +16,12 @@ LENGTHS = [2, 3, 17, 1000, 16, 31, 197, 8, 33]  # the first compiles; the others
 
 
 def compiled_once(fn):
-    """`fn` compiled with symbolic sizes, and the list of graphs the backend compiled."""
+    """`fn` compiled with symbolic sizes, and the list of what the backend compiled."""
     graphs = []
 
     def counting(gm, example_inputs, **kwargs):
-        graphs.append(gm)
-        return backend(gm, example_inputs, **kwargs)
+        graphs.append(backend(gm, example_inputs, **kwargs))
+        return graphs[-1]
 
     torch._dynamo.reset()
     return torch.compile(fn, backend=counting, dynamic=True), graphs
@@ -94,3 +94,25 @@ def test_a_product_with_a_transposed_right_matrix_of_run_time_sizes_matches_eage
         a, b = random(n, k, seed=n), random(m, k, seed=m)
         assert torch.allclose(fast(a, b), fn(a, b), atol=1e-4, rtol=1e-4), (n, m, k)
     assert len(graphs) == 1
+
+
+def test_a_linear_layer_of_a_run_time_row_count_prefetches_its_next_weight_panel():
+    # rows known at run time (a sequence): the row tiles of a weight panel prefetch the next
+    # one, as those of a static row count of several tiles do
+    from tensorforge.graph.program import BuiltKernel
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 165).eval()
+
+    def fn(x):
+        return torch.relu(lin(x))
+
+    fast, graphs = compiled_once(fn)
+    with torch.no_grad():
+        for rows in (40, 17, 3):
+            x = random(rows, 64, seed=rows)
+            assert torch.allclose(fast(x), fn(x), atol=1e-5, rtol=1e-5), rows
+    (graph,) = graphs
+    (kernel,) = [s for s in _find_compiled(graph).steps if isinstance(s, BuiltKernel)]
+    assert "llvm.prefetch" in kernel.module.get_source()
