@@ -1,5 +1,6 @@
 """The simplify pass: expressions under loop ranges, dead loops and branches, flat sequences."""
 
+from tensorforge.ir.arith import simplify_expr
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp
 from tensorforge.ir.passes.simplify import simplify
 from tensorforge.ir.stmt import (
@@ -15,6 +16,7 @@ from tensorforge.ir.stmt import (
     Seq,
     Sync,
 )
+from tensorforge.te import size_var
 from tensorforge.te.expr import GE, GT, LT, Add, Const, FloorDiv, FloorMod, Max, Min, Var, const
 
 A = Buffer("A", (const(1024),), "float32")
@@ -270,3 +272,23 @@ def test_load_predicates_stay_on_scalar_loads_and_symbolic_buffers():
     uniform = BufferLoad(P, (index,), Broadcast(GE(i, const(1)), 8))
     loop = For(i, const(0), const(8), store(Ramp(i * 8, const(1), 8), uniform))
     assert simplify(loop).body.value.predicate is not None
+
+
+def test_load_predicates_go_where_a_run_time_sized_buffer_provably_holds_every_lane():
+    # a matrix product's row min(i, n - 1) of an [n, 64] matrix, read under a column mask
+    # (its last partial panel): the row lies inside whatever n is, so the load is unmasked
+    i, k, n, m = Var("i"), Var("k"), size_var("n", min_value=1), Var("m")
+    A = Buffer("A", (n * 64,), "float32")
+    row = Min(i, n - 1)
+    columns = LT(Ramp(const(0), const(1), 8), Broadcast(m, 8))
+    load = BufferLoad(A, (Broadcast(row * 64 + k, 8),), columns)
+    body = store(Ramp(const(0), const(1), 8), load)
+    loop = For(i, const(0), n + 3, For(k, const(0), const(64), body))  # rows past n: clamped
+    value = simplify(loop).body.body.value
+    assert value == Broadcast(BufferLoad(A, (simplify_expr(row * 64 + k),)), 8)  # one scalar load
+    # without the clamp, row i of a loop past n may lie outside: kept
+    beyond = BufferLoad(A, (Broadcast(i * 64 + k, 8),), columns)
+    loop = For(
+        i, const(0), n + 1, For(k, const(0), const(64), store(Ramp(const(0), const(1), 8), beyond))
+    )
+    assert simplify(loop).body.body.value.predicate is not None

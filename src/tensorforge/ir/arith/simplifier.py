@@ -322,14 +322,25 @@ def _inside_buffer(load: BufferLoad, s: ExprSimplifier) -> bool:
         return False
     if isinstance(load.predicate, Broadcast):
         return False  # one condition for every lane: a branch that skips the load, kept
-    if not all(isinstance(d, Const) for d in buffer.shape):
-        return False
     parts = lane_offsets(load.indices[0])
     if parts is None or not is_index_dtype(parts[0].dtype):
         return False
     base, offsets = parts
     lo, hi = s.analyzer.bounds(base)
-    return lo + min(offsets) >= 0 and hi + max(offsets) < math.prod(d.value for d in buffer.shape)
+    if all(isinstance(d, Const) for d in buffer.shape):
+        return lo + min(offsets) >= 0 and hi + max(offsets) < math.prod(
+            d.value for d in buffer.shape
+        )
+    # a buffer of a run-time size: the last lane below its element count, symbolically (a
+    # matrix product's row min(i, n - 1) of an [n, k] matrix, read under a column mask)
+    size = LinearForm(const=1)
+    for d in buffer.shape:
+        dim = s.form(d)
+        if not (size.is_const or dim.is_const):
+            return False  # a product of two sizes: no linear form
+        size = dim.scaled(size.const) if size.is_const else size.scaled(dim.const)
+    last = s.form(base).plus_const(max(offsets)).add(size, -1)
+    return lo + min(offsets) >= 0 and s.analyzer.form_bounds(last)[1] < 0
 
 
 def _ramp_in_one_block(r: Ramp, divisor: int, s: ExprSimplifier) -> bool:
