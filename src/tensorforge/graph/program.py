@@ -9,6 +9,7 @@ arena plan is made again for it (and kept).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -42,19 +43,55 @@ def build_kernels(
 ) -> list:
     """Build every kernel of the program (through the compiled-code caches); a kernel with a
     record in `tuning_log` gets that record's schedule, the others the `schedule` option's
-    (schedules.py: the first guess or the rules), falling back to the rules, then the plainest."""
+    (schedules.py: the first guess or the rules), falling back to the rules, then the plainest.
+    On a GPU the kernels' nvcc runs go side by side once all are generated (cuda_exec.load_all);
+    a kernel whose code then fails to compile is built again down the same fallbacks."""
+    from tensorforge.runtime import cuda_driver, cuda_exec
+    from tensorforge.runtime.cache import EXECUTABLES
+
+    deferred = target.kind == "cuda" and cuda_driver.available()
+    with cuda_exec.deferred_loads() if deferred else contextlib.nullcontext([]) as pending:
+        built = _build_each(program, target, tuning_log, schedule)
+    failed = {id(e) for e, _ in cuda_exec.load_all(pending)} if pending else set()
+    if failed:
+        redo = [
+            k
+            for k, b in enumerate(built)
+            if isinstance(b, BuiltKernel) and any(id(e) in failed for e in _loads_of(b.executable))
+        ]
+        for k in redo:  # its cached executable (never loaded) must not come back
+            executable = built[k].executable
+            EXECUTABLES.forget(executable)
+            EXECUTABLES.forget(getattr(executable, "inner", None))
+        again = _build_each(program, target, tuning_log, schedule, only=redo, share=False)
+        for k, b in zip(redo, again):
+            built[k] = b
+    return built
+
+
+def _loads_of(executable) -> list:
+    """The CUDAExecutables a built kernel's executable loads (a sequence's steps; where no GPU
+    is usable, the one its stand-in holds)."""
+    executable = getattr(executable, "inner", None) or executable
+    return list(getattr(executable, "steps", None) or [executable])
+
+
+def _build_each(program, target, tuning_log, schedule, only=None, share=True) -> list:
+    """BuiltKernels (and the eager steps as they are) of the program's steps, or of those at
+    indices `only`; kernels alike share their code where `share`."""
     names = program.symbols.var_names()
     variables = {v.name: v for v in program.symbols.vars.values()}
     built = []
     same: dict[str, tuple] = {}  # structure -> (module, source, positions) built for it
-    for spec in program.steps:
+    steps = program.steps if only is None else [program.steps[k] for k in only]
+    for spec in steps:
         if not isinstance(spec, KernelSpec):
             built.append(spec)
             continue
         tuning.note(spec, target)
         # NOTE: kernels alike share code (and on CUDA a launch configuration: the same shapes
         # give the same grid); a tuning log's records are per kernel name, so none share then
-        found = structure_key(spec, schedule, names) if not tuning_log else None
+        found = structure_key(spec, schedule, names) if share and not tuning_log else None
         key, canon = found if found is not None else (None, list(range(len(spec.reads) + 1)))
         if key is None or key not in same:
             tensors = [b.placeholder for b in spec.reads] + [spec.out]

@@ -72,6 +72,13 @@ class ExecutableCache:
                 self._entries.popitem(last=False)
         return executable
 
+    def forget(self, executable: object) -> None:
+        """Drop the entries holding `executable` (one whose code was built but then failed to
+        compile or load, so that building that source again compiles it again)."""
+        with self._lock:
+            for key in [k for k, v in self._entries.items() if v is executable]:
+                del self._entries[key]
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
