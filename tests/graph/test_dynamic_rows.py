@@ -116,3 +116,16 @@ def test_a_linear_layer_of_a_run_time_row_count_prefetches_its_next_weight_panel
     (graph,) = graphs
     (kernel,) = [s for s in _find_compiled(graph).steps if isinstance(s, BuiltKernel)]
     assert "llvm.prefetch" in kernel.module.get_source()
+
+
+def test_each_symbol_is_bound_once_per_call_from_its_own_argument():
+    # Dynamo passes every symbol of dynamic=True as an int argument: no input size is read
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+
+    fast, graphs = compiled_once(lambda x: torch.softmax(x, -1))
+    x = random(5, 17, seed=0)
+    fast(x)
+    compiled = _find_compiled(graphs[0])
+    assert compiled._shape_symbols == []
+    names = compiled.program.symbols.var_names()
+    assert sorted(compiled._bind([5, 17, x])) == names and len(names) == 2

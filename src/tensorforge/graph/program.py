@@ -200,13 +200,17 @@ class CompiledGraph:
         self.device = device
         self._arenas: dict[tuple, dict] = {}
         self._last_use = self._liveness()
-        self._shape_symbols = [
-            (k, d, size.name)
-            for k, buf in enumerate(program.inputs)
-            if buf is not None and not isinstance(buf, str)
-            for d, size in enumerate(buf.shape)
-            if isinstance(size, sym_var_type())
-        ]
+        # each symbol bound once per call: from its own argument where Dynamo passes one (it
+        # does for every symbol of dynamic=True), else from the first input size that is it
+        self._shape_symbols = []
+        bound = {name for name in program.inputs if isinstance(name, str)}
+        for k, buf in enumerate(program.inputs):
+            if buf is None or isinstance(buf, str):
+                continue
+            for d, size in enumerate(buf.shape):
+                if isinstance(size, sym_var_type()) and size.name not in bound:
+                    bound.add(size.name)
+                    self._shape_symbols.append((k, d, size.name))
         self.timings: list[float] | None = None
         self.cache_key: str | None = None  # its kernels' entry in the graph cache (cache.py)
         self.reuse = True
