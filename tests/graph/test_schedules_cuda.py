@@ -123,3 +123,57 @@ def test_each_cuda_rule_matches_eager():
             assert g.shape == e.shape
             assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4
     assert compiled._graph is not None
+
+
+def large_product_graph():
+    """A linear of 3.3 GFLOP at odd sizes (1031 rows, 769 -> 2053, + bias + GELU) beside a small
+    one: the large one past STAGED_GEMM_FLOP, the small one not."""
+
+    def fn(x, w, b, small_w):
+        return F.gelu(F.linear(x, w, b)), F.linear(x[:5], small_w)
+
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(1031, 769), (2053, 769), (2053,), (17, 769)]
+    inputs = [torch.randn(*s, generator=gen) / 8 for s in shapes]
+    return fn, inputs, (1, 2, 3)
+
+
+def compiled_large(target: str, device: str = "cpu"):
+    fn, inputs, constants = large_product_graph()
+    inputs = [t.to(device) for t in inputs]
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    known = {k: inputs[k] for k in constants}
+    return fn, inputs, compile_aten(gm, inputs, known, Options(target=target))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_large_products_take_shared_memory_tiles(tmp_path):
+    from tensorforge.graph.schedules import FIRST_GUESS
+
+    _, _, compiled = compiled_large("cuda -arch=sm_90")
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    by_anchor = {s.spec.anchor.info["shape"][-2]: s for s in kernels if s.spec.anchor}
+    assert by_anchor[1031].source == FIRST_GUESS
+    assert by_anchor[5].source in (SOURCES["gemm"], SOURCES["gemm_split"])
+    text = by_anchor[1031].module.get_source("cuda")
+    assert "__shared__" in text
+    (tmp_path / "large.cu").write_text(text)
+    result = subprocess.run(
+        ["nvcc", "-arch=sm_90", "--ptx", "-o", str(tmp_path / "l.ptx"), str(tmp_path / "large.cu")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_large_products_match_eager():
+    fn, inputs, compiled = compiled_large("cuda", "cuda")
+    for _ in range(3):
+        got = compiled(list(inputs))
+        torch.cuda.synchronize()
+        for g, e in zip(got, fn(*inputs)):
+            assert g.shape == e.shape
+            assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4

@@ -107,11 +107,15 @@ def schedule_kernel(spec, target, simple: bool = False, s=None, schedule: str = 
 
 def _first_guess(spec, target, schedule: str):
     """The auto-scheduler's first guess for the kernel (tune.auto.analytic), or None where the
-    rules serve: CUDA (graphcuda's schedules), symbolic sizes, a hand-scheduled anchor under
-    "auto", or a computation the sketch rules cannot schedule."""
+    rules serve: CUDA kernels other than large products (schedules_cuda.wants_staged_gemm),
+    symbolic sizes, a hand-scheduled anchor under "auto", or a computation the sketch rules
+    cannot schedule."""
     from tensorforge.tune.auto.analytic import first_guess_schedule
 
-    if target.kind == "cuda" or (schedule == "auto" and _hand_scheduled(spec, target)):
+    if target.kind == "cuda":
+        if not schedules_cuda.wants_staged_gemm(spec.anchor, target):
+            return None
+    elif schedule == "auto" and _hand_scheduled(spec, target):
         return None
     tensors = [b.placeholder for b in spec.reads] + [spec.out]
     if not all(isinstance(getattr(e, "value", None), int) for t in tensors for e in t.shape):
