@@ -1,6 +1,6 @@
 """Row operators under symbolic sizes: eager torch vs tensorforge static vs tensorforge dynamic.
 
-    python benchmarks/torch_dynamic.py [--cases softmax64,softmax_vit,ln197,ln64,gpt2]
+    python benchmarks/torch_dynamic.py [--cases softmax64,softmax_vit,ln197,ln64,gpt2,mlp64]
                                        [--threads 1] [--repeats 7] [--json out.jsonl]
 
 "static" is `torch.compile(fn, backend=tensorforge)` (the sizes of the example are constants),
@@ -25,7 +25,7 @@ import types
 
 import torch
 from torch import nn
-from torch_models import GPT2Block, relative_error, time_calls  # benchmarks/: the folder
+from torch_models import MLP, GPT2Block, relative_error, time_calls  # benchmarks/: the folder
 
 from tensorforge.graph import backend as tf_backend
 
@@ -54,6 +54,7 @@ CASES = {
     "ln197": (lambda: LayerNorm(768), (197, 768), False),
     "ln64": (lambda: LayerNorm(3072), (64, 3072), False),
     "gpt2": (lambda: GPT2Block(768, 12).eval(), (1, 128, 768), False),
+    "mlp64": (lambda: MLP().eval(), (64, 768), False),  # matmul rows: a dynamic batch
 }
 
 
