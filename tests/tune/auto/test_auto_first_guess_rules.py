@@ -239,3 +239,12 @@ def test_tile_decisions_take_one_padded_tile_only():
     assert not _valid_tiles([[1, 1, 32]], [14], 4)  # more than the axis again
     assert not _valid_tiles([[1, 2, 8]], [14], 4)  # two tiles reaching past the axis
     assert _valid_tiles([[1, 2, 7]], [14], 4)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver3", "llvm -mcpu=skylake-avx512"])
+def test_a_window_reduction_leaves_no_tail_block_of_filters(target):
+    """A convolution's register tile of filters divides the filters: its peeled tail block
+    would run every tile step masked (1 filter of 256 past 5-filter tiles at AVX2)."""
+    conv = first_guess(SearchTask(conv2d, (1, 8, 5, 14, 256), target))
+    rows = conv.decisions["tile:3.conv"][1][-1]
+    assert 256 % rows == 0

@@ -218,10 +218,13 @@ class AnalyticPolicy:
                 in_flight = min(1.0, mr * v / FMAS_IN_FLIGHT)
                 # rows past the last whole block: a peeled block, guarded throughout. Where
                 # LLVM hoists its guards (GEMM: 4 of 1024 rows) it costs its share; where not
-                # (conv2d, 4 of 64 filters: 0.7x the hand schedule, 4-row tiles 0.96x) as
-                # much as a whole block: a few tail rows only
+                # (a window reduction: conv2d, 4 of 64 filters: 0.7x the hand schedule, 4-row
+                # tiles 0.96x; 1 of 256 at AVX2: 3.55 ms, 4-row tiles 2.79) as much as a whole
+                # block: a few tail rows only, and none under a window
                 tail = (rows_extent % block) / rows_extent
-                score = flops_per_load * in_flight * (1 - tail if tail <= TAIL_ROWS else 0.6)
+                hoisted = len(hint["reduce"]) <= 1  # see the note above: GEMM's are
+                cheap_tail = tail <= TAIL_ROWS and (hoisted or tail == 0)
+                score = flops_per_load * in_flight * (1 - tail if cheap_tail else 0.6)
                 # a vector tile that does not divide the vector axis: masked vectors in a
                 # peeled block (conv2d, 56 columns in 16s: 0.96x)
                 if last % nr:
