@@ -115,3 +115,20 @@ def test_double_buffer_attr_is_passed_through():
         t, 64, "threadIdx.x", Attr("double_buffer", S, Seq((write, Seq((Sync(), read)))))
     )
     assert insert_thread_syncs(before) == expected
+
+
+def test_a_tile_of_the_same_name_after_a_managed_pipeline_gets_its_barrier():
+    """The pipeline inject_double_buffer made places its own barriers; the peeled last step
+    after it allocates a tile of the same name again, whose fill and reads by other threads
+    need one (it had none: GEMMs whose k is no multiple of the slice read half-filled tiles)."""
+    from tensorforge.ir.stmt import Attr
+
+    S1, S2 = buf("S", 64, scope="shared"), buf("S", 64, scope="shared")
+    A, B, t = buf("A", 64), buf("B", 64), Var("t")
+    managed = Attr("double_buffer_managed", ("S",), Seq((store(S1, t, load(A, t)), Sync())))
+    write, read = store(S2, t, load(A, t)), store(B, t, load(S2, 63 - t))
+    tail = Allocate(S2, c(64), Seq((write, read)))
+    before = bind(t, 64, "threadIdx.x", Seq((Allocate(S1, c(64), managed), tail)))
+    expected_tail = Allocate(S2, c(64), Seq((write, Seq((Sync(), read)))))
+    expected = bind(t, 64, "threadIdx.x", Seq((Allocate(S1, c(64), managed), expected_tail)))
+    assert insert_thread_syncs(before) == expected

@@ -129,8 +129,11 @@ class _Planner:
                 body, state = self.visit(body, state)
                 return seq(prefix, _replace(s, body=body)), state
             case Attr(key="double_buffer_managed", value=names):
-                self.managed.update(names)
+                # NOTE: managed only inside: a peeled last step after the pipeline allocates
+                # tiles of the same names again, and its fill and reads need their barrier
+                outer, self.managed = self.managed, self.managed | set(names)
                 body, state = self.visit(s.body, state)
+                self.managed = outer
                 return _replace(s, body=body), state
             case KernelLaunch():  # a kernel starts with nothing pending and ends all its work
                 body, _ = self.visit(s.body, _EMPTY)
