@@ -199,3 +199,43 @@ def test_a_matrix_product_of_a_run_time_row_count_matches_eager():
             x = torch.randn(rows, 40, generator=torch.Generator().manual_seed(rows))
             got, expected = fast(x), fn(x)
             assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5), rows
+
+
+def test_symbolic_sizes_passed_as_arguments_keep_a_cuda_graph_away():
+    """A CUDA graph bakes in its launches' grids: a graph whose sizes come as arguments (every
+    symbol of dynamic=True) launches its kernels one by one (built here without a GPU)."""
+    lin = torch.nn.Linear(37, 20).eval()
+    with torch.no_grad():
+        torch._dynamo.reset()
+        graphs = []
+
+        def keep(gm, example_inputs, **kwargs):
+            graphs.append(backend(gm, example_inputs, options={"target": "cuda -arch=sm_90"}))
+            return graphs[-1]
+
+        try:
+            torch.compile(lin, backend=keep, dynamic=True)(torch.randn(4, 37))
+        except Exception:  # without a GPU the call itself cannot run; the build is what counts
+            pass
+    found = _find_compiled(graphs[0]) if graphs else None
+    assert found is not None and found.program.symbols.var_names()
+    assert not found.use_cuda_graph
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_dynamic_sizes_on_the_gpu_match_eager():
+    """dynamic=True on CUDA: one compile, row counts and lengths changing every call."""
+    lin = torch.nn.Linear(37, 20).cuda().eval()
+
+    def fn(x):
+        return torch.softmax(F.gelu(lin(x)), -1)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        fast = torch.compile(fn, backend="tensorforge", dynamic=True)
+        for rows in (64, 13, 3, 130, 2, 64):
+            x = torch.randn(rows, 37, generator=torch.Generator().manual_seed(rows)).cuda()
+            got, expected = fast(x), fn(x)
+            torch.cuda.synchronize()
+            assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5), rows

@@ -224,7 +224,7 @@ class CompiledGraph:
         self._graph_plan = None  # the lean call through the graph (cuda_call_plan.py)
         self.use_cuda_graph = (
             device.type == "cuda"
-            and not self._shape_symbols
+            and not self._binds  # (a symbol passed as an argument is a size too)
             and all(isinstance(s, BuiltKernel) for s in steps)
             and os.environ.get("TENSORFORGE_CUDA_GRAPH", "1") not in ("0", "")
         )

@@ -28,8 +28,8 @@ THREADS = 256  # threads per block
 # at 2^16, 0.548 at 2^17, 0.861 at 2^18)
 FILL_THREADS = 1 << 17
 CONV_FILL_THREADS = 1 << 16
-MIN_K_SLICE = 16
-STAGED_GEMM_FLOP = 3e9  # products from here on: shared-memory block tiles (wants_staged_gemm)  # ... while each slice still reduces at least this many terms
+MIN_K_SLICE = 16  # ... while each slice still reduces at least this many terms
+STAGED_GEMM_FLOP = 3e9  # products from here on: shared-memory block tiles (wants_staged_gemm)
 UNROLL_K = 4  # reduction steps unrolled in a thread's tile loop
 ROW_THREADS = 256
 

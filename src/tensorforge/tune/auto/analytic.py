@@ -222,7 +222,7 @@ class AnalyticPolicy:
                 # tiles 0.96x; 1 of 256 at AVX2: 3.55 ms, 4-row tiles 2.79) as much as a whole
                 # block: a few tail rows only, and none under a window
                 tail = (rows_extent % block) / rows_extent
-                hoisted = len(hint["reduce"]) <= 1  # see the note above: GEMM's are
+                hoisted = len(hint["reduce"]) <= 1  # a GEMM's tail: LLVM hoists its guards
                 cheap_tail = tail <= TAIL_ROWS and (hoisted or tail == 0)
                 score = flops_per_load * in_flight * (1 - tail if cheap_tail else 0.6)
                 # a vector tile that does not divide the vector axis: masked vectors in a
