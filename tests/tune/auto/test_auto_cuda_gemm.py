@@ -160,3 +160,19 @@ def test_sampled_gemm_blocks_have_warps_and_fit_shared_memory():
         grid, threads = _launch(src)
         shared = int(re.search(r"shared memory: (\d+) bytes", src).group(1))
         assert threads >= 32 and shared <= 64 * 1024, (seed, threads, shared)
+
+
+def test_shared_tiles_of_a_reshaped_input_are_counted_as_read():
+    """A (32, 128, 768) activation read as 4096 rows (`x[i // 128, i % 128, k]`, a linear on
+    a batch of sequences): a 128-row block tile reads 2 x 128 of its rows at most, not 32 x
+    128 (which halved the k slices to 2)."""
+    from tensorforge.tune.auto.sketch_gpu import shared_bytes
+
+    x = te.placeholder((32, 128, 768), name="x")
+    w = te.placeholder((768, 2304), name="w")
+    k = te.reduce_axis((0, 768), name="k")
+    C = te.compute(
+        (4096, 2304), lambda i, j: te.sum(x[i // 128, i % 128, k] * w[k, j], axis=k), name="C"
+    )
+    tiles, r_tiles = [[2, 16, 1, 4], [2, 16, 1, 4]], [[16, 1]]
+    assert shared_bytes(C.op, [x, w], tiles, r_tiles) == 4 * (2 * 128 * 16 + 16 * 128)
