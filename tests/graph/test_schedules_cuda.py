@@ -81,8 +81,8 @@ def graph_of_every_rule():
     return fn, inputs, constants
 
 
-def compiled_for(target: str, device: str = "cpu"):
-    fn, inputs, constants = graph_of_every_rule()
+def compiled_for(target: str, device: str = "cpu", graph=graph_of_every_rule):
+    fn, inputs, constants = graph()
     inputs = [t.to(device) for t in inputs]
     gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
     known = {k: inputs[k] for k in constants}
@@ -101,9 +101,20 @@ def test_each_cuda_rule_builds_and_compiles_with_nvcc(tmp_path):
     text = "\n".join(
         f"namespace k{k} {{\n{m.get_source('cuda')}\n}}" for k, m in enumerate(modules)
     )
-    (tmp_path / "graph.cu").write_text(text)
+    assert_compiles_with_nvcc(tmp_path, text)
+
+
+def assert_compiles_with_nvcc(tmp_path, text: str) -> None:
+    (tmp_path / "kernels.cu").write_text(text)
     result = subprocess.run(
-        ["nvcc", "-arch=sm_90", "--ptx", "-o", str(tmp_path / "g.ptx"), str(tmp_path / "graph.cu")],
+        [
+            "nvcc",
+            "-arch=sm_90",
+            "--ptx",
+            "-o",
+            str(tmp_path / "k.ptx"),
+            str(tmp_path / "kernels.cu"),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -138,39 +149,24 @@ def large_product_graph():
     return fn, inputs, (1, 2, 3)
 
 
-def compiled_large(target: str, device: str = "cpu"):
-    fn, inputs, constants = large_product_graph()
-    inputs = [t.to(device) for t in inputs]
-    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
-    known = {k: inputs[k] for k in constants}
-    return fn, inputs, compile_aten(gm, inputs, known, Options(target=target))
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_large_products_take_shared_memory_tiles(tmp_path):
     from tensorforge.graph.schedules import FIRST_GUESS
 
-    _, _, compiled = compiled_large("cuda -arch=sm_90")
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=large_product_graph)
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
     by_anchor = {s.spec.anchor.info["shape"][-2]: s for s in kernels if s.spec.anchor}
     assert by_anchor[1031].source == FIRST_GUESS
     assert by_anchor[5].source in (SOURCES["gemm"], SOURCES["gemm_split"])
     text = by_anchor[1031].module.get_source("cuda")
     assert "__shared__" in text
-    (tmp_path / "large.cu").write_text(text)
-    result = subprocess.run(
-        ["nvcc", "-arch=sm_90", "--ptx", "-o", str(tmp_path / "l.ptx"), str(tmp_path / "large.cu")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert_compiles_with_nvcc(tmp_path, text)
 
 
 @pytest.mark.cuda
 @TORCH_CUDA
 def test_large_products_match_eager():
-    fn, inputs, compiled = compiled_large("cuda", "cuda")
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=large_product_graph)
     for _ in range(3):
         got = compiled(list(inputs))
         torch.cuda.synchronize()

@@ -123,7 +123,7 @@ class CallPlan:
             for k, buf in enumerate(graph.program.inputs)
             if buf is not None and not isinstance(buf, str)
         ]
-        self.outputs = [_output_of(v, bindings) for v in graph.program.outputs]
+        self.outputs = [output_of(v, bindings) for v in graph.program.outputs]
 
     def __call__(self, graph, args: list) -> list:
         tensors = dict(self.fixed)
@@ -138,14 +138,20 @@ class CallPlan:
                 run.run(tensors, self.device)
             else:
                 graph._eager(run, tensors, self.bindings)
-        return [_view(tensors[v], shape) if shape is not None else v for v, shape in self.outputs]
+        return results(self.outputs, tensors)
+
+
+def results(outputs: list[tuple], tensors: dict) -> list:
+    """The graph's outputs of a call: each (buffer, shape) of `output_of` as its tensor viewed
+    to that shape, sizes and literals as they are."""
+    return [_view(tensors[v], shape) if shape is not None else v for v, shape in outputs]
 
 
 def _view(tensor: torch.Tensor, shape: list) -> torch.Tensor:
     return tensor if list(tensor.shape) == shape else tensor.view(shape)
 
 
-def _output_of(value, bindings: dict) -> tuple:
+def output_of(value, bindings: dict) -> tuple:
     """(buffer, its view's shape) of a tensor output; (value, None) of a size or literal."""
     if isinstance(value, BufferArg):
         return value.buffer, [sym.evaluate(s, bindings) for s in value.shape]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge.graph import symbols as sym
-from tensorforge.graph.call_plan import _output_of, _view
+from tensorforge.graph.call_plan import output_of, results
 from tensorforge.graph.lowerer import TE_TO_TORCH
 
 
@@ -45,7 +45,7 @@ class GraphLaunchPlan:
                 shape = [sym.evaluate(s, {}) for s in buf.shape]
                 self.allocate.append((buf, shape, TE_TO_TORCH[buf.dtype]))
         self.nodes = sorted({n for n, _, _ in self.patches})
-        self.outputs = [_output_of(v, {}) for v in graph.program.outputs]
+        self.outputs = [output_of(v, {}) for v in graph.program.outputs]
 
     def __call__(self, args: list) -> list:
         from tensorforge.runtime import cuda_driver
@@ -54,7 +54,7 @@ class GraphLaunchPlan:
         cuda_driver.activate(self.device_index)
         stream = torch._C._cuda_getCurrentRawStream(self.device_index)
         self.cuda_graph.launch(self.args, stream, self.nodes)
-        return [_view(tensors[v], shape) if shape is not None else v for v, shape in self.outputs]
+        return results(self.outputs, tensors)
 
     def bind(self, args: list) -> dict:
         """This call's tensors (the inputs, new outputs), their addresses in the nodes'

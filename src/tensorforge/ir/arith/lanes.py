@@ -12,7 +12,23 @@ from __future__ import annotations
 from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
 from tensorforge.ir.expr import Broadcast, Ramp
 from tensorforge.te import dtype as dt
-from tensorforge.te.expr import Add, BinaryOp, Cast, Const, Expr, Mul, Not, Select, Sub
+from tensorforge.te.expr import (
+    GE,
+    GT,
+    LE,
+    LT,
+    Add,
+    BinaryOp,
+    Cast,
+    Const,
+    Expr,
+    Max,
+    Min,
+    Mul,
+    Not,
+    Select,
+    Sub,
+)
 
 
 def lane_offsets(index: Expr) -> tuple[Expr, tuple[int, ...]] | None:
@@ -72,3 +88,29 @@ def lane_values(e: Expr) -> list[Const] | None:
 
 def _all_folded(values: list[Const | None]) -> list[Const] | None:
     return None if any(v is None for v in values) else values  # type: ignore[return-value]
+
+
+def lane_bound(node: Expr) -> Expr | None:
+    """For a ramp (stride >= 0) clamped by or compared with a broadcast, the scalar condition
+    under which the clamp changes no lane or the comparison holds in every lane: its first lane
+    decides a lower bound, its last an upper one (`max(ramp(b, 2, 8), broadcast(c))`: b >= c;
+    `ramp(b, 1, 16) < broadcast(n)`: b + 15 < n). None for any other node. The simplifier drops
+    what holds; peel_vector_bounds peels the iterations where it does not."""
+    match node:
+        case Max(Ramp(base, Const(value=st)), Broadcast(c)) | GE(
+            Ramp(base, Const(value=st)), Broadcast(c)
+        ) if st >= 0:
+            return GE(base, c)
+        case GT(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0:
+            return GT(base, c)
+        case Min(Ramp(base, Const(value=st), n), Broadcast(c)) | LE(
+            Ramp(base, Const(value=st), n), Broadcast(c)
+        ) if st >= 0:
+            return LE(_last_lane(base, st, n), c)
+        case LT(Ramp(base, Const(value=st), n), Broadcast(c)) if st >= 0:
+            return LT(_last_lane(base, st, n), c)
+    return None
+
+
+def _last_lane(base: Expr, stride: int, lanes: int) -> Expr:
+    return Add(base, Const(stride * (lanes - 1), base.dtype))

@@ -20,6 +20,11 @@ def is_index_dtype(dtype: str) -> bool:
     return dtype in ("int8", "int16", "int32", "int64")
 
 
+def widens_index(narrow: str, wide: str) -> bool:
+    """A cast from the index dtype `narrow` to the wider index dtype `wide` (int32 -> int64)."""
+    return is_index_dtype(narrow) and is_index_dtype(wide) and dt.bits_of(narrow) < dt.bits_of(wide)
+
+
 def term_key(term: Expr) -> Any:
     """The key two equal terms share (Vars by identity)."""
     return ("Var", id(term)) if isinstance(term, Var) else structural_key(term)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
 from tensorforge.ir.arith.interval import Analyzer, Interval, _decide_compare
-from tensorforge.ir.arith.lanes import lane_offsets
+from tensorforge.ir.arith.lanes import lane_bound, lane_offsets
 from tensorforge.ir.arith.linear import (
     LinearForm,
     fits,
@@ -21,6 +21,7 @@ from tensorforge.ir.arith.linear import (
     same_expr,
     term_key,
     to_expr,
+    widens_index,
 )
 from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.te import dtype as dt
@@ -130,10 +131,10 @@ class ExprSimplifier:
                 a2, b2 = self.visit(a), self.visit(b)  # a product of two sums stays a term
                 return LinearForm.of_term(e if a2 is a and b2 is b else Mul(a2, b2))
             case Cast(dtype=wide, value=Cast(value=x) as v) if (
-                _widens(v.dtype, wide) and x.dtype == wide and self._fits(x, v.dtype)
+                widens_index(v.dtype, wide) and x.dtype == wide and self._fits(x, v.dtype)
             ):
                 return self._sum_form(x)  # int64(int32(f % 64)) -> f % 64 where it fits int32
-            case Cast(dtype=wide, value=v) if _widens(v.dtype, wide):
+            case Cast(dtype=wide, value=v) if widens_index(v.dtype, wide):
                 return self._sum_form(v)  # int64(i*8 + j) -> int64(i)*8 + int64(j): exact (nsw)
         return self.form(self.visit(e))  # a term: simplify it on its own (it may turn linear)
 
@@ -150,11 +151,6 @@ class ExprSimplifier:
         e = to_expr(form, dtype)
         self.analyzer._forms[id(e)] = (e, form)
         return e
-
-
-def _widens(narrow: str, wide: str) -> bool:
-    """A cast from the index dtype `narrow` to the wider index dtype `wide` (int32 -> int64)."""
-    return is_index_dtype(narrow) and is_index_dtype(wide) and dt.bits_of(narrow) < dt.bits_of(wide)
 
 
 def _zero(dtype: str) -> Const:
@@ -228,7 +224,7 @@ def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
     if not is_index_dtype(dt.element_of(node.dtype)):
         return None
     match node:
-        case Cast(dtype=d, value=Ramp(base, stride, n) as r) if _widens(
+        case Cast(dtype=d, value=Ramp(base, stride, n) as r) if widens_index(
             dt.element_of(r.dtype), dt.element_of(d)
         ):
             # int64x16(ramp(b, 1, 16)) -> ramp(int64(b), 1, 16): exact, as a scalar widening
@@ -236,7 +232,7 @@ def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
             # contiguous lanes instead of gathering them
             wide = dt.element_of(d)
             return Ramp(s.visit(Cast(wide, base)), s.visit(Cast(wide, stride)), n)
-        case Cast(dtype=d, value=Broadcast(x, n) as b) if _widens(
+        case Cast(dtype=d, value=Broadcast(x, n) as b) if widens_index(
             dt.element_of(b.dtype), dt.element_of(d)
         ):
             return Broadcast(s.visit(Cast(dt.element_of(d), x)), n)
@@ -258,14 +254,10 @@ def _vector_index(node: Expr, s: ExprSimplifier) -> Expr | None:
             return Ramp(s.visit(Add(b1, b2)), fold_binary(Add(s1, s2)), n)
         case Mul(Ramp(base, Const() as stride, n), Broadcast(Const() as c)):
             return Ramp(s.visit(Mul(base, c)), fold_binary(Mul(stride, c)), n)
-        case Max(Ramp(base, Const(value=st), n) as r, Broadcast(c)) if st >= 0 and _at_least(
-            s, base, c
-        ):
-            return r  # max(ramp(2j, 2, 8), broadcast(0)) -> ramp(2j, 2, 8): no lane clamps
-        case Min(Ramp(base, Const(value=st), n) as r, Broadcast(c)) if st >= 0 and _at_least(
-            s, c, Add(base, Const(st * (n - 1), base.dtype))
-        ):
-            return r  # min(ramp(16j, 2, 8), broadcast(111)) -> the ramp, for j <= 6
+        case Max(Ramp() as r, Broadcast()) | Min(Ramp() as r, Broadcast()) if _every_lane(node, s):
+            # max(ramp(2j, 2, 8), broadcast(0)) -> ramp(2j, 2, 8): no lane clamps;
+            # min(ramp(16j, 2, 8), broadcast(111)) -> the ramp, for j <= 6
+            return r
     return None
 
 
@@ -281,21 +273,23 @@ def _vector_mask(node: Expr, s: ExprSimplifier) -> Expr | None:
             return x if v else Broadcast(Const(False, "bool"), n)  # all on and x -> x
         case Or(Broadcast(Const(value=v)), x) | Or(x, Broadcast(Const(value=v))):
             return Broadcast(Const(True, "bool"), n) if v else x
-        case GE(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0 and _at_least(s, base, c):
-            return Broadcast(Const(True, "bool"), n)  # the first lane meets it: all do
-        case GT(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0 and _at_least(
-            s, base, Add(c, Const(1, c.dtype))
-        ):
-            return Broadcast(Const(True, "bool"), n)
-        case LT(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0 and _at_least(
-            s, c, Add(base, Const(st * (n - 1) + 1, base.dtype))
-        ):
-            return Broadcast(Const(True, "bool"), n)  # the last lane meets it: all do
-        case LE(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0 and _at_least(
-            s, c, Add(base, Const(st * (n - 1), base.dtype))
-        ):
-            return Broadcast(Const(True, "bool"), n)
+        case CompareOp(Ramp(), Broadcast()) if _every_lane(node, s):
+            return Broadcast(Const(True, "bool"), n)  # its first (last) lane meets it: all do
     return None
+
+
+def _every_lane(node: Expr, s: ExprSimplifier) -> bool:
+    """Does the ramp clamp or test `node` provably hold in every lane (lanes.lane_bound)?"""
+    match lane_bound(node):
+        case GE(a, b):
+            return _at_least(s, a, b)
+        case GT(a, b):
+            return _at_least(s, a, Add(b, Const(1, b.dtype)))
+        case LE(a, b):
+            return _at_least(s, b, a)
+        case LT(a, b):
+            return _at_least(s, b, Add(a, Const(1, a.dtype)))
+    return False
 
 
 def _at_least(s: ExprSimplifier, a: Expr, b: Expr) -> bool:

@@ -14,11 +14,11 @@ import dataclasses
 from typing import Any
 
 from tensorforge.ir.arith import Interval, simplify_expr
-from tensorforge.ir.expr import Broadcast, Ramp
+from tensorforge.ir.arith.lanes import lane_bound
 from tensorforge.ir.passes.simplify import simplify
 from tensorforge.ir.stmt import For, LoopKind, Seq, Stmt
 from tensorforge.ir.visit import map_children, walk
-from tensorforge.te.expr import GE, GT, LE, LT, Add, Const, Expr, Max, Min, Var
+from tensorforge.te.expr import GE, Add, Const, Expr, Var
 
 MAX_PEEL = 2  # iterations peeled at either end (a window's padding reaches one vector)
 
@@ -125,24 +125,5 @@ def _holds(condition: Expr, ranges: dict) -> bool:
 
 def _lane_bounds(stmt: Stmt) -> list[Expr]:
     """For each clamp or test of a ramp against a broadcast, the scalar condition under which it
-    clamps no lane / holds in every lane (the ramp's stride >= 0: its first or last lane)."""
-    out = []
-    for node in walk(stmt):
-        match node:
-            case Max(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0:
-                out.append(GE(base, c))  # max(ramp, c) clamps no lane
-            case GE(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0:
-                out.append(GE(base, c))
-            case GT(Ramp(base, Const(value=st)), Broadcast(c)) if st >= 0:
-                out.append(GT(base, c))
-            case Min(Ramp(base, Const(value=st), n), Broadcast(c)) if st >= 0:
-                out.append(LE(_last_lane(base, st, n), c))
-            case LT(Ramp(base, Const(value=st), n), Broadcast(c)) if st >= 0:
-                out.append(LT(_last_lane(base, st, n), c))
-            case LE(Ramp(base, Const(value=st), n), Broadcast(c)) if st >= 0:
-                out.append(LE(_last_lane(base, st, n), c))
-    return out
-
-
-def _last_lane(base: Expr, stride: int, lanes: int) -> Expr:
-    return Add(base, Const(stride * (lanes - 1), base.dtype))
+    clamps no lane / holds in every lane (lanes.lane_bound)."""
+    return [c for c in map(lane_bound, walk(stmt)) if c is not None]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorforge.ir.arith.linear import is_index_dtype
+from tensorforge.ir.arith.linear import widens_index
 from tensorforge.ir.expr import Broadcast, BufferLoad, Ramp
 from tensorforge.ir.stmt import (
     Attr,
@@ -55,11 +55,6 @@ def _ramp_divmod(cls: type, a: Expr, b: Expr) -> Expr | None:
     if cls is E.FloorDiv:
         return Broadcast(E.FloorDiv(a.base, c), a.lanes)
     return Ramp(E.FloorMod(a.base, c), a.stride, a.lanes)
-
-
-def _widens_index(narrow: str, wide: str) -> bool:
-    """A cast of a scalar index to a wider index dtype (int32 -> int64)."""
-    return is_index_dtype(narrow) and is_index_dtype(wide) and dt.bits_of(narrow) < dt.bits_of(wide)
 
 
 def _lane_values(e: Expr) -> list | None:
@@ -188,7 +183,7 @@ class _Vectorizer:
                 return E.Select(*[self.bcast(p) for p in parts])
             case E.Cast(dtype=d, value=v):
                 vv = self.expr(v, pred)
-                if isinstance(vv, Ramp) and _widens_index(vv.base.dtype, d):
+                if isinstance(vv, Ramp) and widens_index(vv.base.dtype, d):
                     # int64(ramp(i, 1, 16)) -> ramp(int64(i), int64(1), 16): exact (index
                     # arithmetic does not overflow), and a store at a run-time row offset
                     # (`int64(j) + int64(i) * int64(n)`) keeps its contiguous address
