@@ -7,6 +7,7 @@ lowers, builds to CUDA C and compiles with nvcc for sm_90. On a GPU: odd shapes 
 
 import shutil
 import subprocess
+import warnings
 
 import pytest
 
@@ -168,7 +169,11 @@ def test_large_products_take_shared_memory_tiles(tmp_path):
 def test_large_products_match_eager():
     fn, inputs, compiled = compiled_for("cuda", "cuda", graph=large_product_graph)
     for _ in range(3):
-        got = compiled(list(inputs))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = compiled(list(inputs))
+        # its kernels take > 48 KiB of shared memory, which the graph's own handles must allow
+        assert not [w for w in caught if "one by one" in str(w.message)]
         torch.cuda.synchronize()
         for g, e in zip(got, fn(*inputs)):
             assert g.shape == e.shape
