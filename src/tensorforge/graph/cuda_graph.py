@@ -18,8 +18,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+from tensorforge.codegen.cuda import STATIC_SHARED_LIMIT
 from tensorforge.errors import DeviceError
-from tensorforge.runtime.cuda_exec import STATIC_SHARED_LIMIT
 
 _CTYPES = {
     "bool": ctypes.c_bool, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8,
