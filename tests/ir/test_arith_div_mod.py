@@ -1,12 +1,64 @@
-"""Quotients by a constant: the interval analyzer bounds two whose dividends differ by a
-constant together; checked against every value on small divisors and differences."""
+"""Quotients by a constant: a divisor sharing a factor h with every coefficient of the
+dividend, (h*y + r) // (h*c) -> y // c and (h*y + r) % (h*c) -> h*(y % c) + r (r = the
+constant mod h), and two quotients whose dividends differ by a constant bounded together. The
+folds, and exhaustive comparisons on small coefficients, divisors, constants and values,
+negative ones included (with floor division and modulo each fold is an identity)."""
 
 import itertools
 
-from tensorforge.ir.arith import Interval, const_bounds
-from tensorforge.te.expr import Var
+import numpy as np
+
+from tensorforge.ir.arith import Interval, const_bounds, simplify_expr, symbolic_bounds
+from tensorforge.te.expr import Var, const
+from tests.ir.test_arith import evaluate, same
 
 x, y = Var("x"), Var("y")
+
+
+def test_a_constant_below_the_common_factor_never_carries():
+    # the last row of a 16-row tile in blocks of 64 rows (a bound inference's tile end)
+    assert same(simplify_expr((x * 16 + 15) // 64), x // 4)
+    assert same(simplify_expr((x * 16 + 15) % 64), (x % 4) * 16 + 15)
+    assert same(simplify_expr((x * 4 - 1) // 8), (x - 1) // 2)  # a negative constant floors
+    assert same(simplify_expr((x * 4 + 3) // 4), x)  # the divisor itself: c' = 1
+    assert same(simplify_expr((x * 4 + 7) % 4), const(3))
+    assert same(simplify_expr((x * 6 + y * 12 + 5) // 24), (y * 2 + x) // 4)
+    # an rfactor's unrolled accumulator through a split of 64 x 64 planes folds back to one row
+    plane = (x * 4 + 3) // 256 * 4096 + (x * 4 + 3) % 256 // 4 * 64 + 48
+    assert same(simplify_expr(plane), x * 64 + 48)
+
+
+def test_no_common_factor_is_left_alone():
+    for e in ((x * 3 + 1) // 4, (x * 4 + y + 1) // 8, (x * 5 + 2) % 6):
+        assert same(simplify_expr(e), e)
+
+
+def test_the_tile_end_of_a_16_row_tile_in_64_row_blocks_is_one_block():
+    # relaxing the tile's rows r in [0, 15] at tile k: rows k*16 .. k*16 + 15, all in block k // 4
+    r = Var("r")
+    block = symbolic_bounds((x * 16 + r) // 64, {r: Interval.from_range(0, 16)})
+    assert same(block.min, x // 4) and same(block.max, x // 4)
+    rows = symbolic_bounds((x * 16 + r) % 64, {r: Interval.from_range(0, 16)})
+    assert same(simplify_expr(rows.max - rows.min + 1), const(16))
+
+
+def test_every_fold_is_an_identity_exhaustively():
+    # a*x + b*y + k for a in [-6, 6], b in {0, 2, -3}, k in [-13, 13] and divisors 1..12 (a
+    # sharing a factor with it or not, k a multiple of a or not), x in [-20, 20], y in [-5, 5]:
+    # the values as arrays, which evaluate with the IR's floor semantics (NumPy's // and %)
+    vx, vy = (v.ravel() for v in np.meshgrid(np.arange(-20, 21), np.arange(-5, 6)))
+    env = {id(x): vx, id(y): vy}
+    folded = 0
+    for a, b, k, c in itertools.product(range(-6, 7), (0, 2, -3), range(-13, 14), range(1, 13)):
+        dividend = vx * a + vy * b + k
+        for before, want in (
+            ((x * a + y * b + k) // c, dividend // c),
+            ((x * a + y * b + k) % c, dividend % c),
+        ):
+            after = simplify_expr(before)
+            folded += not same(after, before)
+            assert np.array_equal(evaluate(after, env) + 0 * vx, want), (before, after)
+    assert folded > 10000  # of 25,272: the rules did fire
 
 
 def test_two_quotients_whose_dividends_differ_by_a_constant_are_bounded_together():

@@ -91,6 +91,26 @@ def _divide_gcd(form: LinearForm, c: int) -> tuple[LinearForm, int, int]:
     return LinearForm(terms, form.const // g), c // g, g
 
 
+def _common_factor(form: LinearForm, c: int) -> tuple[LinearForm, int, int] | None:
+    """(y, h, r) with form == h*y + r and 0 <= r < h, for h > 1 the gcd of c and the
+    coefficients of form's terms (its constant left out); None where h is 1 or form has no terms.
+
+    Then, for every integer value of y, negative ones too (floor division and modulo):
+        (h*y + r) // (h*c') == y // c'        (h*y + r) % (h*c') == h*(y % c') + r
+    since 0 <= r < h never carries h*y past the next multiple of h, and
+    floor(floor(z / h) / c') == floor(z / (h*c')). A bound inference's `(16*k + 15) // 64`
+    (the last row of a 16-row tile, in 64-row blocks) is k // 4.
+    """
+    if not form.terms:
+        return None
+    h = math.gcd(c, *form.coefficients())
+    if h <= 1:
+        return None
+    r = form.const % h
+    terms = {key: (t, k // h) for key, (t, k) in form.terms.items()}
+    return LinearForm(terms, (form.const - r) // h), h, r
+
+
 def _one_block(rest: LinearForm, c: int, s: ExprSimplifier) -> int | None:
     """q if every value of `rest` lies in [q*c, q*c + c - 1], from the ranges."""
     lo, hi = s.analyzer.form_bounds(rest)
@@ -102,6 +122,10 @@ def _one_block(rest: LinearForm, c: int, s: ExprSimplifier) -> int | None:
 def floordiv_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> LinearForm:
     """The form of `x // c` for a constant c > 0 (floor division: exact for negatives too)."""
     x, c, _ = _divide_gcd(x, c)  # (i*4 + 2) // 8 -> (i*2 + 1) // 4
+    common = _common_factor(x, c)
+    if common is not None:  # (i*16 + 15) // 64 -> i // 4: the 15 never carries past 16
+        x, h, _ = common
+        c //= h
     if c == 1:
         return x
     quotient, rest = _split_multiples(x, c)  # (a*c + b) // c -> a + b // c
@@ -122,6 +146,10 @@ def floormod_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> Linea
         return floormod_form(x, c, dtype, s).scaled(g)
     if c == 1:
         return LinearForm()
+    common = _common_factor(x, c)
+    if common is not None:  # (i*16 + 15) % 64 -> (i % 4)*16 + 15
+        y, h, r = common
+        return floormod_form(y, c // h, dtype, s).scaled(h).plus_const(r)
     _, rest = _split_multiples(x, c)  # (a*c + b) % c -> b % c
     rest = LinearForm(rest.terms, rest.const % c)
     if rest.is_const:
