@@ -28,6 +28,20 @@ def test_a_constant_below_the_common_factor_never_carries():
     assert same(simplify_expr(plane), x * 64 + 48)
 
 
+def test_terms_below_the_common_factor_never_carry_either():
+    # a k slice of 16 (k*16 + i, i in [0, 15]) read through a reshape into rows of 64
+    i, j = Var("i"), Var("j")
+    ranges = {i: Interval.from_range(0, 16), j: Interval.from_range(0, 4)}
+    assert same(simplify_expr((x * 16 + i) // 64, ranges), x // 4)
+    assert same(simplify_expr((x * 16 + i) % 64, ranges), (x % 4) * 16 + i)
+    assert same(simplify_expr((x * 16 + j * 4 + 3) // 64, ranges), x // 4)
+    carries = (x * 16 + i + 1) // 64  # i + 1 reaches 16
+    assert same(simplify_expr(carries, ranges), carries)
+    # the largest factor whose rest fits: 8 with j in [0, 1] (4*j + 3 <= 7), else 4
+    assert same(simplify_expr((x * 8 + j * 4 + 3) // 32, {j: Interval.from_range(0, 2)}), x // 4)
+    assert same(simplify_expr((x * 8 + j * 4 + 3) // 32, ranges), (x * 2 + j) // 8)
+
+
 def test_no_common_factor_is_left_alone():
     for e in ((x * 3 + 1) // 4, (x * 4 + y + 1) // 8, (x * 5 + 2) % 6):
         assert same(simplify_expr(e), e)
@@ -59,6 +73,28 @@ def test_every_fold_is_an_identity_exhaustively():
             folded += not same(after, before)
             assert np.array_equal(evaluate(after, env) + 0 * vx, want), (before, after)
     assert folded > 10000  # of 25,272: the rules did fire
+
+
+def test_every_fold_under_ranges_is_an_identity_exhaustively():
+    # a*x + b*i + k with i in [lo, lo + n): a, b, k and c small, every x in [-20, 20], every i
+    i = Var("i")
+    vx = np.arange(-20, 21)
+    folded = 0
+    for a, b, k, c, lo, n in itertools.product(
+        (4, 6, 8, -8, 16), (1, 2, 3), (-5, 0, 3), (4, 8, 12, 16, 32), (-2, 0, 1), (1, 2, 4)
+    ):
+        ranges = {i: Interval.from_range(lo, n)}
+        for vi in range(lo, lo + n):
+            env = {id(x): vx, id(i): vi}
+            dividend = vx * a + vi * b + k
+            for before, want in (
+                ((x * a + i * b + k) // c, dividend // c),
+                ((x * a + i * b + k) % c, dividend % c),
+            ):
+                after = simplify_expr(before, ranges)
+                folded += not same(after, before)
+                assert np.array_equal(evaluate(after, env) + 0 * vx, want), (before, after, vi)
+    assert folded > 1000
 
 
 def test_two_quotients_whose_dividends_differ_by_a_constant_are_bounded_together():

@@ -91,24 +91,28 @@ def _divide_gcd(form: LinearForm, c: int) -> tuple[LinearForm, int, int]:
     return LinearForm(terms, form.const // g), c // g, g
 
 
-def _common_factor(form: LinearForm, c: int) -> tuple[LinearForm, int, int] | None:
-    """(y, h, r) with form == h*y + r and 0 <= r < h, for h > 1 the gcd of c and the
-    coefficients of form's terms (its constant left out); None where h is 1 or form has no terms.
+def _common_factor(
+    form: LinearForm, c: int, s: ExprSimplifier
+) -> tuple[LinearForm, int, LinearForm] | None:
+    """(y, h, r) with form == h*y + r, 0 <= r < h by the ranges and h > 1 a proper divisor of c:
+    h the largest gcd of c and some coefficients for which the terms whose coefficients h does
+    not divide, with the constant, lie in one block of h (a constant always does); None if none.
 
     Then, for every integer value of y, negative ones too (floor division and modulo):
         (h*y + r) // (h*c') == y // c'        (h*y + r) % (h*c') == h*(y % c') + r
     since 0 <= r < h never carries h*y past the next multiple of h, and
     floor(floor(z / h) / c') == floor(z / (h*c')). A bound inference's `(16*k + 15) // 64`
-    (the last row of a 16-row tile, in 64-row blocks) is k // 4.
+    (the last row of a 16-row tile, in 64-row blocks) is k // 4, and so is `(16*k + i) // 64`
+    for i in [0, 15] (a k slice of 16 read through a reshape into rows of 64).
     """
-    if not form.terms:
-        return None
-    h = math.gcd(c, *form.coefficients())
-    if h <= 1:
-        return None
-    r = form.const % h
-    terms = {key: (t, k // h) for key, (t, k) in form.terms.items()}
-    return LinearForm(terms, (form.const - r) // h), h, r
+    coefficients = list(form.coefficients())
+    candidates = {math.gcd(c, k) for k in coefficients} | {math.gcd(c, *coefficients)}
+    for h in sorted((h for h in candidates if 1 < h < c), reverse=True):
+        multiples, rest = _split_multiples(form, h)
+        block = rest.const // h if rest.is_const else _one_block(rest, h, s)
+        if block is not None:
+            return multiples.plus_const(block), h, rest.plus_const(-block * h)
+    return None
 
 
 def _one_block(rest: LinearForm, c: int, s: ExprSimplifier) -> int | None:
@@ -122,10 +126,10 @@ def _one_block(rest: LinearForm, c: int, s: ExprSimplifier) -> int | None:
 def floordiv_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> LinearForm:
     """The form of `x // c` for a constant c > 0 (floor division: exact for negatives too)."""
     x, c, _ = _divide_gcd(x, c)  # (i*4 + 2) // 8 -> (i*2 + 1) // 4
-    common = _common_factor(x, c)
+    common = _common_factor(x, c, s)
     if common is not None:  # (i*16 + 15) // 64 -> i // 4: the 15 never carries past 16
         x, h, _ = common
-        c //= h
+        return floordiv_form(x, c // h, dtype, s)
     if c == 1:
         return x
     quotient, rest = _split_multiples(x, c)  # (a*c + b) // c -> a + b // c
@@ -146,10 +150,10 @@ def floormod_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> Linea
         return floormod_form(x, c, dtype, s).scaled(g)
     if c == 1:
         return LinearForm()
-    common = _common_factor(x, c)
+    common = _common_factor(x, c, s)
     if common is not None:  # (i*16 + 15) % 64 -> (i % 4)*16 + 15
         y, h, r = common
-        return floormod_form(y, c // h, dtype, s).scaled(h).plus_const(r)
+        return floormod_form(y, c // h, dtype, s).scaled(h).add(r)
     _, rest = _split_multiples(x, c)  # (a*c + b) % c -> b % c
     rest = LinearForm(rest.terms, rest.const % c)
     if rest.is_const:
