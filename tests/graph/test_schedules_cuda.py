@@ -203,6 +203,8 @@ def test_a_product_read_through_a_head_transpose_takes_shared_memory_tiles(tmp_p
     assert kernel.source == FIRST_GUESS
     text = kernel.module.get_source("cuda")
     assert re.search(r"__shared__ __align__\(16\) float attn\w*_shared\[2048\];", text)
+    # its k slices of 16 are 16 consecutive elements of one head's row of 64: 16-byte fills
+    assert re.search(r"(float4\*>\(|tf_cp_async<16>\()&attn\w*_shared", text)
     # the k loop reads the tile at (row)*64 + k: no quotient or remainder of the k slice
     products = [line for line in text.splitlines() if line.count("_shared[") == 2]
     assert products and not [line for line in products if "k_outer" in line]
