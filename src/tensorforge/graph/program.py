@@ -82,6 +82,7 @@ def _build_each(program, target, tuning_log, schedule, only=None, share=True) ->
     indices `only`; kernels alike share their code where `share`."""
     names = program.symbols.var_names()
     variables = {v.name: v for v in program.symbols.vars.values()}
+    hints = program.symbols.size_hints()
     built = []
     same: dict[str, tuple] = {}  # structure -> (module, source, positions) built for it
     steps = program.steps if only is None else [program.steps[k] for k in only]
@@ -97,7 +98,7 @@ def _build_each(program, target, tuning_log, schedule, only=None, share=True) ->
         if key is None or key not in same:
             tensors = [b.placeholder for b in spec.reads] + [spec.out]
             args = [tensors[k] for k in canon] + [variables[n] for n in names]
-            module, source = _schedule_and_build(spec, target, args, tuning_log, schedule)
+            module, source = _schedule_and_build(spec, target, args, tuning_log, schedule, hints)
             positions = positions_of(spec, module[module.entry_name].source.params)
             if key is not None:  # per parameter, its buffer's rank in the canonical order
                 slots = [canon.index(p) if isinstance(p, int) else p for p in positions]
@@ -169,12 +170,13 @@ def structure_key(spec: KernelSpec, schedule: str, symbols: list) -> tuple[str, 
     return pattern.sub(lambda m: rename[m.group(0)], "\n".join(lines)), canon
 
 
-def _schedule_and_build(spec, target, args, tuning_log, schedule) -> tuple:
+def _schedule_and_build(spec, target, args, tuning_log, schedule, size_hints=None) -> tuple:
     """(module, source) from the first schedule of the kernel that builds: its tuning record's,
-    the `schedule` option's, the rules', and the plainest (a shape that defeats a rule)."""
+    the `schedule` option's, the rules', and the plainest (a shape that defeats a rule).
+    `size_hints`: the size symbols' example values, where the first guess sizes by them."""
     choices = [
         lambda: tuning.tuned_schedule(spec, target, tuning_log) if tuning_log else None,
-        lambda: schedule_kernel(spec, target, schedule=schedule),
+        lambda: schedule_kernel(spec, target, schedule=schedule, size_hints=size_hints),
         lambda: schedule_kernel(spec, target) if schedule != "rules" else None,
     ]
     for choose in choices:
