@@ -23,7 +23,7 @@ class FakeDriver:
     def __init__(self):
         self.edges, self.updates, self.launched = [], [], []
 
-    def function(self, image, symbol):
+    def function(self, image, symbol, shared=0):
         return f"fn:{symbol}"
 
     def graph_create(self):
@@ -189,3 +189,22 @@ def test_a_kernel_whose_code_fails_after_the_batch_is_built_again(monkeypatch):
                            for s in rebuilt)  # fmt: skip
     assert all("fallback" in s.source for s in rebuilt)  # ... and built the plainest way
     assert len(loaded) >= len(compiled.steps)  # every kernel loaded in the end
+
+
+def test_a_kernel_past_48_kib_of_shared_memory_is_allowed_it_on_the_graphs_handle():
+    """The graph loads its own handle of each kernel; without the attribute a node of a staged
+    GEMM (64 KiB) fails cuGraphAddKernelNode and the whole graph launches kernel by kernel."""
+    calls = []
+
+    class FakeCuda:
+        def __getattr__(self, name):
+            return lambda *args: calls.append((name, args)) or 0
+
+    driver = object.__new__(cg.Driver)
+    driver.cuda = FakeCuda()
+    driver.function(b"image: a staged GEMM", "gemm", 64 * 1024)
+    allowed = [args for name, args in calls if name == "cuFuncSetAttribute"]
+    assert len(allowed) == 1 and allowed[0][2].value == 64 * 1024
+    calls.clear()
+    driver.function(b"image: a small kernel", "small", 1024)
+    assert "cuFuncSetAttribute" not in [name for name, _ in calls]

@@ -7,6 +7,7 @@ lowers, builds to CUDA C and compiles with nvcc for sm_90. On a GPU: odd shapes 
 
 import shutil
 import subprocess
+import warnings
 
 import pytest
 
@@ -17,7 +18,15 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
 from tensorforge.graph.program import BuiltKernel, CompiledGraph  # noqa: E402
-from tensorforge.graph.schedules_cuda import SOURCES, THREADS, conv_plan, gemm_plan  # noqa: E402
+from tensorforge.graph.schedules_cuda import (  # noqa: E402
+    MIN_SPLIT_TERMS,
+    SOURCES,
+    THREADS,
+    conv_plan,
+    cuda_conv_splits,
+    gemm_plan,
+)
+from tensorforge.target import Target  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 
 
@@ -167,6 +176,74 @@ def test_large_products_take_shared_memory_tiles(tmp_path):
 @TORCH_CUDA
 def test_large_products_match_eager():
     fn, inputs, compiled = compiled_for("cuda", "cuda", graph=large_product_graph)
+    for _ in range(3):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = compiled(list(inputs))
+        # its kernels take > 48 KiB of shared memory, which the graph's own handles must allow
+        assert not [w for w in caught if "one by one" in str(w.message)]
+        torch.cuda.synchronize()
+        for g, e in zip(got, fn(*inputs)):
+            assert g.shape == e.shape
+            assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4
+
+
+def test_cuda_conv_splits_only_convolutions_of_few_outputs():
+    cuda, cpu = Target("cuda -arch=sm_90"), Target("llvm")
+    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512 * 9, "float32") == 32
+    assert cuda_conv_splits(cuda, (1, 256, 14, 14), 256 * 9, "float32") == 16
+    assert cuda_conv_splits(cuda, (1, 256, 14, 14), 128, "float32") == 2
+    assert cuda_conv_splits(cuda, (1, 64, 56, 56), 64 * 9, "float32") == 0  # outputs enough
+    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 67 * 9, "float32") == 0  # odd terms
+    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 64, "float32") == 0  # too few terms
+    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512 * 9, "float16") == 0
+    assert cuda_conv_splits(cpu, (1, 512, 7, 7), 512 * 9, "float32") == 0
+    for terms in (128, 576, 648, 1152, 4608, 4096):
+        splits = cuda_conv_splits(cuda, (1, 64, 7, 7), terms, "float32")
+        if splits:
+            part = terms // splits
+            assert part * splits == terms and part % 4 == 0 and part >= MIN_SPLIT_TERMS
+
+
+def small_map_conv_graph():
+    """Convolutions of few outputs, split over their reduction: 130 filters of 128 x 3 x 3 on
+    a 7 x 7 map (+ bias, ReLU, an add after), a strided 1 x 1 to 200 channels, and a batch of 2
+    at 5 x 5 whose 648 terms split in only 2."""
+
+    def fn(img, w, b, w_down, img2, w_odd):
+        y = F.relu(F.conv2d(img, w, b, padding=1))
+        return y + 1.0, F.conv2d(img, w_down, stride=2), F.conv2d(img2, w_odd, padding=1)
+
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(1, 128, 7, 7), (130, 128, 3, 3), (130,), (200, 128, 1, 1), (2, 72, 5, 5),
+              (33, 72, 3, 3)]  # fmt: skip
+    inputs = [torch.randn(*s, generator=gen) for s in shapes]
+    for k in (1, 3, 5):  # weights of unit gain: outputs of the inputs' scale
+        inputs[k] /= inputs[k][0].numel() ** 0.5
+    return fn, inputs, (1, 2, 3, 5)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_small_map_convolutions_split_the_reduction(tmp_path):
+    from tensorforge.graph.schedules import FIRST_GUESS
+
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=small_map_conv_graph)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    partials = [s for s in kernels if s.spec.anchor and s.spec.anchor.info.get("split_k")]
+    assert sorted(s.spec.anchor.info["shape"][0] for s in partials) == [2, 2, 16]
+    assert all(s.source == FIRST_GUESS for s in partials)
+    text = "\n".join(f"namespace k{k} {{\n{s.module.get_source('cuda')}\n}}"
+                     for k, s in enumerate(partials))  # fmt: skip
+    assert "__shared__" in text
+    assert_compiles_with_nvcc(tmp_path, text)
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_small_map_convolutions_match_eager():
+    torch.backends.cudnn.allow_tf32 = False
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=small_map_conv_graph)
+    assert not compiled.program.fallbacks
     for _ in range(3):
         got = compiled(list(inputs))
         torch.cuda.synchronize()

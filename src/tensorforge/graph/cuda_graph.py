@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+from tensorforge.codegen.cuda import STATIC_SHARED_LIMIT
 from tensorforge.errors import DeviceError
 
 _CTYPES = {
@@ -91,7 +92,7 @@ class CudaGraph:
         self.driver = driver or Driver()
         self.nodes = nodes
         self.params = [KernelParams(n.kinds, a) for n, a in zip(nodes, args)]
-        self.functions = [self.driver.function(n.image, n.symbol) for n in nodes]
+        self.functions = [self.driver.function(n.image, n.symbol, n.shared) for n in nodes]
         self.graph = self.driver.graph_create()
         self.handles = []
         previous = None
@@ -172,14 +173,22 @@ class Driver:
             self.cuda.cuGetErrorString(status, ctypes.byref(text))
             raise DeviceError(f"{name} failed: {(text.value or b'').decode()} ({status})")
 
-    def function(self, image: bytes, symbol: str):
+    def function(self, image: bytes, symbol: str, shared: int = 0):
         key = (image, symbol)
         if key not in Driver._modules:
             module, function = ctypes.c_void_p(), ctypes.c_void_p()
             self._call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(image))
             self._call("cuModuleGetFunction", ctypes.byref(function), module, symbol.encode())
             Driver._modules[key] = (module, function)
-        return Driver._modules[key][1]
+        function = Driver._modules[key][1]
+        if shared > STATIC_SHARED_LIMIT:  # this module's handle, not the runtime's: its own limit
+            self._call(
+                "cuFuncSetAttribute",
+                function,
+                ctypes.c_int(_MAX_DYNAMIC_SHARED),
+                ctypes.c_int(shared),
+            )
+        return function
 
     def graph_create(self):
         graph = ctypes.c_void_p()
@@ -209,4 +218,5 @@ class Driver:
         self._call("cuGraphLaunch", exec_, ctypes.c_void_p(stream))
 
 
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _V2 = {"cuGraphAddKernelNode", "cuGraphExecKernelNodeSetParams"}

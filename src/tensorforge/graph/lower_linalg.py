@@ -13,8 +13,10 @@ import operator
 import torch
 
 from tensorforge import te
+from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col
 from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
+from tensorforge.graph.schedules_cuda import cuda_conv_splits
 from tensorforge.graph.symbols import is_symbolic
 from tensorforge.graph.values import Anchor, Lazy, Unsupported
 
@@ -215,6 +217,10 @@ def convolution(
     if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+    splits = cuda_conv_splits(ctx.target, shape, C * KH * KW, dtype) if w is not None else 0
+    if groups == 1 and splits:
+        out = conv_split_k(ctx, node, x, w, shape, stride, padding, dilation, dtype, splits)
+        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     if w is not None and groups == 1 and _as_matmul(ctx, shape, stride, KH, KW):
         out = _conv_as_matmul(ctx, node, x, w, shape, stride, padding, dilation, dtype)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
@@ -405,30 +411,12 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
     """out[n, f, p] = sum_r W[f, r] * col[n, r, p], p = y * OW + x, r = (c, ky, kx): the
     weights are the left matrix (rows of filters), the input's patches the right one, laid out
     once (im2col) so the micro-kernel reads them as contiguous vectors along p."""
-    N, C, H, W = x.shape
+    N, C = x.shape[:2]
     F, _, KH, KW = w.shape
     _, _, OH, OW = shape
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     K, P = C * KH * KW, OH * OW
     weights = ctx.add_constant(w.reshape(F, K), f"{node.name}_wmat")
-    plain = KH == KW == 1 and (sh, sw) == (1, 1) and (ph, pw) == (0, 0)
-    if plain:  # the input is the column matrix already: a view of it
-        col = ctx.buffer(x)
-        col_at = lambda n, r, p: col.at((n, r, p // OW, p % OW))  # noqa: E731
-    else:
-        src = ctx.buffer(x)
-
-        def patch(idx):
-            n, r, p = idx
-            c, ky, kx = r // (KH * KW), r // KW % KH, r % KW
-            iy, ix = p // OW * sh - ph + ky * dh, p % OW * sw - pw + kx * dw
-            inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
-            v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
-            return te.if_then_else(inside, v, te.const(0, v.dtype)) if ph or pw else v
-
-        cols = Lazy((N, K, P), x.dtype, patch, src.reads, (), 2)
-        col = ctx.materialize(cols, node=f"{node.name}_im2col")
-        col_at = lambda n, r, p: col.at((n, r, p))  # noqa: E731
+    col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation)
     r = te.reduce_axis((0, K), name="k")
     C_ = te.compute(
         (N, F, P),

@@ -144,6 +144,8 @@ def wants_staged_gemm(anchor, target) -> bool:
     (2.4 GFLOP a product) 0.185 against 0.270."""
     if anchor is None or anchor.kind != "matmul" or not _static(anchor.info["shape"]):
         return False
+    if anchor.info.get("split_k"):  # a split-K convolution's slices: made for these tiles
+        return True
     *batch, n, m = anchor.info["shape"]
     (k,) = [r.dom.extent.value for r in anchor.info["stages"][0].op.reduce_axis]
     flop = 2 * numel(batch) * n * m * k
@@ -311,6 +313,42 @@ def conv_plan(N: int, F: int, OH: int, OW: int, C: int, window: int) -> ConvPlan
     tx = y_tile * x_threads
     ty = _pow2_at_most(-(-F // plan.vi), max(1, limit // tx))
     return ConvPlan(GemmPlan(plan.vi, vj, tx, ty, kz), x_threads, y_tile, x_tile)
+
+
+# split-K convolutions (lower_conv_gemm): where a direct schedule's outputs are this few, and
+# the slices that fill the GPU still reduce this many terms each. H200, ResNet-18 at batch 1,
+# direct -> split-K partial products (+ the columns and the sum, ~2-3 and ~1.5 us):
+#   3 x 3 at 7 x 7 x 512 45.6 -> 13.3 us, its strided first conv 41.0 -> 12.5;
+#   3 x 3 at 14 x 14 x 256 16.9 -> 13.2, at 28 x 28 x 128 18.4 -> 12.5;
+#   the 1 x 1 downsamples at 7 x 7 and 14 x 14 31.0 -> 5.5 and 26.2 -> 5.0;
+#   but at 56 x 56 x 64 (2^18 outputs) 16.4 -> 12.4 + 4.9 for the columns: no gain.
+# The whole model 0.506 -> 0.333 ms (2^15 outputs, the last stage only: 0.345).
+SPLIT_CONV_OUTPUTS = 1 << 17
+MIN_SPLIT_TERMS = 64
+SPLIT_CONV_TILE = 64  # the first guess's block tile on such products, both sides padded to it
+
+
+def cuda_conv_splits(target, shape, terms: int, dtype: str) -> int:
+    """Slices of the reduction for a split-K convolution on CUDA (lower_conv_gemm), or 0 for
+    the direct schedule: convolutions of few outputs (ResNet's last stage: 512 filters x 7 x 7
+    positions make 8 tiles of 64 x 64 for 132 SMs) over many terms, split in a power of two
+    whose slices keep whole float4 rows and at least MIN_SPLIT_TERMS terms, until their tiles
+    cover the SMs."""
+    if target.kind != "cuda" or dtype != "float32" or not _static(shape):
+        return 0
+    N, F, OH, OW = shape
+    if N * F * OH * OW > SPLIT_CONV_OUTPUTS or terms < 2 * MIN_SPLIT_TERMS:
+        return 0
+    tiles = N * -(-F // SPLIT_CONV_TILE) * -(-(OH * OW) // SPLIT_CONV_TILE)
+    splits = 1
+    while (
+        tiles * splits < target.sm_count
+        and terms % (2 * splits) == 0
+        and terms // (2 * splits) >= MIN_SPLIT_TERMS
+        and terms // (2 * splits) % 4 == 0
+    ):
+        splits *= 2
+    return splits if splits > 1 else 0
 
 
 def _conv(s, out, anchor) -> str:

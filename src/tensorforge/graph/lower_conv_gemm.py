@@ -1,0 +1,93 @@
+"""Convolutions as matrix products over im2col columns: the columns themselves, and on CUDA the
+split-K form for convolutions whose outputs are too few to fill the GPU.
+
+The split-K form is two kernels after the columns. The first is a batched product,
+partial[z, n, f, p] = sum over the z-th slice of the reduction (c, ky, kx) of W * col, which the
+auto-scheduler's GPU first guess stages through shared memory (its blocks span the slices, so
+a 7 x 7 x 512 layer runs on 256 blocks rather than 8 tiles' worth). The second sums the slices
+per output, one thread each, and carries the convolution's epilogue (bias, the folded batch
+norm, the residual add, ReLU).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.schedules_cuda import SPLIT_CONV_TILE
+from tensorforge.graph.values import Anchor, Lazy
+
+
+def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, columns=None):
+    """col(n, r, p) = the input under filter tap r = (c, ky, kx) at output position
+    p = y * OW + x, as an index function: a view of the input for a plain 1 x 1 convolution,
+    else read from a materialized (N, C * KH * KW, columns) buffer, zeros past OH * OW."""
+    N, C, H, W = x.shape
+    _, _, KH, KW = w_shape
+    _, _, OH, OW = shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    K, P = C * KH * KW, OH * OW
+    columns = P if columns is None else columns
+    plain = KH == KW == 1 and (sh, sw) == (1, 1) and (ph, pw) == (0, 0)
+    if plain and columns == P:  # the input is the column matrix already: a view of it
+        col = ctx.buffer(x)
+        return col, lambda n, r, p: col.at((n, r, p // OW, p % OW))
+    src = ctx.buffer(x)
+
+    def patch(idx):
+        n, r, p = idx
+        c, ky, kx = r // (KH * KW), r // KW % KH, r % KW
+        iy, ix = p // OW * sh - ph + ky * dh, p % OW * sw - pw + kx * dw
+        inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
+        if columns > P:
+            inside = te.all(inside, p < P)
+        v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
+        return te.if_then_else(inside, v, te.const(0, v.dtype)) if ph or pw or columns > P else v
+
+    cols = Lazy((N, K, columns), x.dtype, patch, src.reads, (), 2)
+    col = ctx.materialize(cols, node=f"{node.name}_im2col")
+    return col, lambda n, r, p: col.at((n, r, p))
+
+
+def conv_split_k(
+    ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype, splits: int
+) -> Lazy:
+    """The convolution as `splits` partial products over slices of its reduction (a kernel,
+    staged in shared memory), summed per output by a second kernel that the epilogue joins.
+    The product's sides are zero-padded to whole block tiles (filters in the constant weights,
+    positions in the columns): its fetches are then whole float4 rows and its FMAs unguarded,
+    where a tail guarded every one (28 x 28 x 128: 63 us)."""
+    N, F, OH, OW = shape
+    K, P = w[0].numel(), OH * OW
+    rows, columns = _round_up(F, SPLIT_CONV_TILE), _round_up(P, SPLIT_CONV_TILE)
+    part = K // splits
+    col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, columns)
+    # (Z, rows, part): each slice's weights a matrix of its own, rows contiguous along k
+    slices = torch.zeros(rows, K, dtype=w.dtype)
+    slices[:F] = w.reshape(F, K)
+    slices = slices.reshape(rows, splits, part).permute(1, 0, 2)
+    weights = ctx.add_constant(slices, f"{node.name}_wsplit")
+    k = te.reduce_axis((0, part), name="k")
+    partial = te.compute(
+        (splits, N, rows, columns),
+        lambda z, n, f, p: te.sum(
+            weights.at((z, f, k.var)) * col_at(n, z * part + k.var, p), axis=k
+        ),
+        name=ctx.unique(f"conv_{node.name}_partial"),
+    )
+    info = {"shape": (splits, N, rows, columns), "stages": [partial], "k": part, "split_k": True}
+    product = Anchor("matmul", partial, frozenset(col.reads | weights.reads), (node.name,), info)
+    summed = ctx.materialize(ctx.anchored(product, lambda ia: partial[tuple(ia)], dtype))
+    z = te.reduce_axis((0, splits), name="z")
+    total = te.compute(
+        shape,
+        lambda n, f, y, xx: te.sum(summed.at((z.var, n, f, y * OW + xx)), axis=z),
+        name=ctx.unique(f"conv_{node.name}_sum"),
+    )
+    info = {"shape": tuple(shape), "stages": [total]}
+    anchor = Anchor("reduce", total, frozenset(summed.reads), (node.name,), info)
+    return ctx.anchored(anchor, lambda ia: total[tuple(ia)], dtype)
+
+
+def _round_up(x: int, to: int) -> int:
+    return -(-x // to) * to
