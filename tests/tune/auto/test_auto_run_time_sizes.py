@@ -28,12 +28,34 @@ def test_a_softmax_of_run_time_sizes_is_scheduled_as_at_its_hints(
     # rows whose length no vector width divides (8 lanes divide 1000): the static steps rest
     # on no divisor of it
     monkeypatch.setenv("TF_NUM_THREADS", threads)
-    _, static = first_guess_schedule(softmax(rows_hint, m_hint)[-1], target)
+    static = _decisions(softmax(rows_hint, m_hint)[-1], target)
     rows, m, tensors = _symbolic_softmax()
-    _, guessed = first_guess_schedule(tensors[-1], target, {rows: rows_hint, m: m_hint})
-    assert guessed == static
+    assert _decisions(tensors[-1], target, {rows: rows_hint, m: m_hint}) == static
     _, unhinted = first_guess_schedule(tensors[-1], target)  # no hint: nothing to size by
     assert not any(step.kind == "vectorize" for step in unhinted)
+
+
+def _decisions(output, target, size_hints=None) -> dict:
+    """What the first guess decided for `output` (vector steps, partials, locations, ...)."""
+    from tensorforge.target import as_target
+    from tensorforge.tune.auto.analytic import AnalyticPolicy
+    from tensorforge.tune.auto.decisions import Decisions
+    from tensorforge.tune.auto.sketch import generate
+
+    target = as_target(target)
+    decisions = Decisions(0, policy=AnalyticPolicy(target))
+    with target:
+        generate(te.create_schedule(output.op), target, decisions, size_hints)
+    return decisions.used
+
+
+def test_a_run_time_row_steps_in_vectors_of_the_target_width():
+    # its last step masked vector by vector: 4 unrolled vectors of 16 lanes a step, not one of 64
+    rows, m, tensors = _symbolic_softmax()
+    s, _ = first_guess_schedule(tensors[-1], "llvm -mcpu=skylake-avx512", {rows: 5, m: 197})
+    ir = str(tf.lower(s, tensors, target="llvm -mcpu=skylake-avx512"))
+    stores = [line.split(" = ")[0].strip() for line in ir.splitlines() if " exp[" in line[:20]]
+    assert len(stores) == 8 and all(store.endswith(", 1, 16)]") for store in stores), stores
 
 
 def test_a_short_hint_takes_whole_vectors():
@@ -42,7 +64,7 @@ def test_a_short_hint_takes_whole_vectors():
     rows, m, tensors = _symbolic_softmax()
     s, steps = first_guess_schedule(tensors[-1], "llvm -mcpu=skylake-avx512", {rows: 3, m: 19})
     exp_splits = [step.params[0] for step in steps if step.kind == "split" and step.stage == 2]
-    assert exp_splits == [32], steps
+    assert exp_splits == [32, 16], steps  # two vectors a step, each masked on its own
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=znver3"])
