@@ -190,16 +190,18 @@ def test_large_products_match_eager():
 
 def test_cuda_conv_splits_only_convolutions_of_few_outputs():
     cuda, cpu = Target("cuda -arch=sm_90"), Target("llvm")
-    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512 * 9, "float32") == 32
-    assert cuda_conv_splits(cuda, (1, 256, 14, 14), 256 * 9, "float32") == 16
-    assert cuda_conv_splits(cuda, (1, 256, 14, 14), 128, "float32") == 2
-    assert cuda_conv_splits(cuda, (1, 64, 56, 56), 64 * 9, "float32") == 0  # outputs enough
-    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 67 * 9, "float32") == 0  # odd terms
-    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 64, "float32") == 0  # too few terms
-    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512 * 9, "float16") == 0
-    assert cuda_conv_splits(cpu, (1, 512, 7, 7), 512 * 9, "float32") == 0
-    for terms in (128, 576, 648, 1152, 4608, 4096):
-        splits = cuda_conv_splits(cuda, (1, 64, 7, 7), terms, "float32")
+    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512, 9, "float32") == 32
+    assert cuda_conv_splits(cuda, (1, 256, 14, 14), 256, 9, "float32") == 16
+    assert cuda_conv_splits(cuda, (1, 256, 14, 14), 128, 1, "float32") == 2
+    assert cuda_conv_splits(cuda, (1, 64, 56, 56), 64, 9, "float32") == 0  # outputs enough
+    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 67, 9, "float32") == 0  # odd terms
+    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 64, 1, "float32") == 0  # too few terms
+    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512, 9, "float16") == 0
+    assert cuda_conv_splits(cpu, (1, 512, 7, 7), 512, 9, "float32") == 0
+    assert cuda_conv_splits(cuda, (1, 64, 112, 112), 3, 49, "float32") == 1  # an image stem
+    for channels in (128, 64, 72, 128, 512, 4096):
+        terms = channels * (9 if channels < 4096 else 1)
+        splits = cuda_conv_splits(cuda, (1, 64, 7, 7), channels, terms // channels, "float32")
         if splits:
             part = terms // splits
             assert part * splits == terms and part % 4 == 0 and part >= MIN_SPLIT_TERMS

@@ -18,21 +18,24 @@ from tensorforge.graph.schedules_cuda import SPLIT_CONV_TILE
 from tensorforge.graph.values import Anchor, Lazy
 
 
-def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, columns=None):
+def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, columns=None, depth=None):
     """col(n, r, p) = the input under filter tap r = (c, ky, kx) at output position
     p = y * OW + x, as an index function: a view of the input for a plain 1 x 1 convolution,
-    else read from a materialized (N, C * KH * KW, columns) buffer, zeros past OH * OW."""
+    else read from a materialized (N, depth, columns) buffer (C * KH * KW x OH * OW, or more:
+    zeros past them)."""
     N, C, H, W = x.shape
     _, _, KH, KW = w_shape
     _, _, OH, OW = shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
     K, P = C * KH * KW, OH * OW
     columns = P if columns is None else columns
+    depth = K if depth is None else depth
     plain = KH == KW == 1 and (sh, sw) == (1, 1) and (ph, pw) == (0, 0)
-    if plain and columns == P:  # the input is the column matrix already: a view of it
+    if plain and (depth, columns) == (K, P):  # the input is the column matrix already
         col = ctx.buffer(x)
         return col, lambda n, r, p: col.at((n, r, p // OW, p % OW))
     src = ctx.buffer(x)
+    padded = ph or pw or columns > P or depth > K
 
     def patch(idx):
         n, r, p = idx
@@ -41,10 +44,12 @@ def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, column
         inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
         if columns > P:
             inside = te.all(inside, p < P)
+        if depth > K:
+            inside, c = te.all(inside, r < K), te.min(c, C - 1)
         v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
-        return te.if_then_else(inside, v, te.const(0, v.dtype)) if ph or pw or columns > P else v
+        return te.if_then_else(inside, v, te.const(0, v.dtype)) if padded else v
 
-    cols = Lazy((N, K, columns), x.dtype, patch, src.reads, (), 2)
+    cols = Lazy((N, depth, columns), x.dtype, patch, src.reads, (), 2)
     col = ctx.materialize(cols, node=f"{node.name}_im2col")
     return col, lambda n, r, p: col.at((n, r, p))
 
@@ -56,15 +61,17 @@ def conv_split_k(
     staged in shared memory), summed per output by a second kernel that the epilogue joins.
     The product's sides are zero-padded to whole block tiles (filters in the constant weights,
     positions in the columns): its fetches are then whole float4 rows and its FMAs unguarded,
-    where a tail guarded every one (28 x 28 x 128: 63 us)."""
+    where a tail guarded every one (28 x 28 x 128: 63 us). With one slice (an image stem) the
+    reduction is padded to whole 16-term slices and the second kernel is the epilogue alone."""
     N, F, OH, OW = shape
     K, P = w[0].numel(), OH * OW
     rows, columns = _round_up(F, SPLIT_CONV_TILE), _round_up(P, SPLIT_CONV_TILE)
-    part = K // splits
-    col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, columns)
+    depth = K if splits > 1 else _round_up(K, 16)  # an image stem's 3 x 7 x 7: 160 terms
+    part = depth // splits
+    col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, columns, depth)
     # (Z, rows, part): each slice's weights a matrix of its own, rows contiguous along k
-    slices = torch.zeros(rows, K, dtype=w.dtype)
-    slices[:F] = w.reshape(F, K)
+    slices = torch.zeros(rows, depth, dtype=w.dtype)
+    slices[:F, :K] = w.reshape(F, K)
     slices = slices.reshape(rows, splits, part).permute(1, 0, 2)
     weights = ctx.add_constant(slices, f"{node.name}_wsplit")
     k = te.reduce_axis((0, part), name="k")

@@ -217,7 +217,7 @@ def convolution(
     if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
-    splits = cuda_conv_splits(ctx.target, shape, C * KH * KW, dtype) if w is not None else 0
+    splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
     if groups == 1 and splits:
         out = conv_split_k(ctx, node, x, w, shape, stride, padding, dilation, dtype, splits)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
