@@ -5,6 +5,7 @@ Here (no GPU): the tile plans' invariants, and every kernel of a graph exercisin
 lowers, builds to CUDA C and compiles with nvcc for sm_90. On a GPU: odd shapes against eager.
 """
 
+import re
 import shutil
 import subprocess
 import warnings
@@ -252,3 +253,50 @@ def test_small_map_convolutions_match_eager():
         for g, e in zip(got, fn(*inputs)):
             assert g.shape == e.shape
             assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4
+
+
+def head_projection_graph():
+    """GPT-2's attention output projection at 32 x 128 tokens: the heads' output (32, 12, 128,
+    64) read through transpose(1, 2).reshape(32, 128, 768), then a linear 768 -> 768 (4.8 GFLOP:
+    past STAGED_GEMM_FLOP)."""
+    batch, heads, tokens, width = 32, 12, 128, 64
+
+    def fn(attn, w, b):
+        rows = attn.transpose(1, 2).reshape(batch, tokens, heads * width)
+        return F.linear(rows, w, b)
+
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(batch, heads, tokens, width), (heads * width, heads * width), (heads * width,)]
+    inputs = [torch.randn(*s, generator=gen) / 8 for s in shapes]
+    return fn, inputs, (1, 2)
+
+
+def test_a_product_read_through_a_head_transpose_takes_shared_memory_tiles(tmp_path):
+    # bound inference reads the activation's tile at head (16*k + 15) // 64 of its k slice k,
+    # now k // 4: a constant 128 x 16 tile. Not folded, the tile had no constant size, the
+    # staged kernel failed to build and the product fell back to register tiles
+    from tensorforge.graph.schedules import FIRST_GUESS
+
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=head_projection_graph)
+    (kernel,) = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert kernel.source == FIRST_GUESS
+    text = kernel.module.get_source("cuda")
+    assert re.search(r"__shared__ __align__\(16\) float attn\w*_shared\[2048\];", text)
+    # its k slices of 16 are 16 consecutive elements of one head's row of 64: 16-byte fills
+    assert re.search(r"(float4\*>\(|tf_cp_async<16>\()&attn\w*_shared", text)
+    # the k loop reads the tile at (row)*64 + k: no quotient or remainder of the k slice
+    products = [line for line in text.splitlines() if line.count("_shared[") == 2]
+    assert products and not [line for line in products if "k_outer" in line]
+    if shutil.which("nvcc"):
+        assert_compiles_with_nvcc(tmp_path, text)
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_a_product_read_through_a_head_transpose_matches_eager():
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=head_projection_graph)
+    got = compiled(list(inputs))[0]
+    torch.cuda.synchronize()
+    want = fn(*inputs)
+    assert got.shape == want.shape
+    assert ((got - want).abs().max() / want.abs().max()).item() < 1e-4

@@ -165,7 +165,7 @@ def test_div_mod_of_multiples():
     assert same(simplify_expr((a * 4 + 5) // 4), a + 1)
     assert same(simplify_expr((a * 4 + 5) % 4), const(1))
     assert same(simplify_expr((a * 4) // 8), a // 2)  # common factor
-    assert same(simplify_expr((a * 4 + 2) % 8), ((a * 2 + 1) % 4) * 2)
+    assert same(simplify_expr((a * 4 + 2) % 8), (a % 2) * 4 + 2)  # 2 never carries past 4
 
 
 def test_div_mod_with_ranges():
@@ -342,8 +342,10 @@ def test_symbolic_bounds_div_mod():
     assert same(div.min, io * 4) and same(div.max, io * 4 + 3)
     no_wrap = symbolic_bounds((io * 32 + ii) % 32, relax)
     assert same(no_wrap.min, const(0)) and same(no_wrap.max, const(31))
-    part = symbolic_bounds((io * 32 + ii) % 64, relax)  # may wrap: the whole [0, 63]
-    assert same(part.min, const(0)) and same(part.max, const(63))
+    part = symbolic_bounds((io * 32 + ii) % 64, relax)  # one half of [0, 63], by io's parity
+    assert same(part.min, (io % 2) * 32) and same(part.max, (io % 2) * 32 + 31)
+    wraps = symbolic_bounds((io * 16 + ii) % 64, relax)  # may wrap: the whole [0, 63]
+    assert same(wraps.min, const(0)) and same(wraps.max, const(63))
     small = symbolic_bounds(ii % 64, relax)  # never wraps
     assert same(small.min, const(0)) and same(small.max, const(31))
 

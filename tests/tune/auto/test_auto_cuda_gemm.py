@@ -98,6 +98,22 @@ def test_fetch_widths_follow_the_shapes():
     assert sorted(v for k, v in d.items() if k.startswith("fvec:")) == [2, 4]
 
 
+def test_fetch_widths_of_heads_read_as_rows():
+    # x[b, k // 64, i, k % 64]: GPT-2's heads through transpose(1, 2).reshape, times W. A k
+    # slice of 16 (or 32) stays in one head's row of 64: 16-byte fetches; one of 128 does not
+    from tensorforge.tune.auto.sketch_gpu import fetch_widths
+
+    x = te.placeholder((2, 4, 128, 64), name="x")
+    w = te.placeholder((256, 96), name="w")
+    k = te.reduce_axis((0, 256), name="k")
+    y = te.compute(
+        (2, 128, 96), lambda b, i, j: te.sum(x[b, k // 64, i, k % 64] * w[k, j], axis=k), name="y"
+    )
+    tiles = [[1, 1, 1, 1], [1, 16, 1, 4], [1, 16, 1, 4]]
+    for slice_, widths in ((16, [1, 2, 4]), (32, [1, 2, 4]), (128, [1])):
+        assert fetch_widths(y.op, x, tiles, [[slice_, 1]]) == widths, slice_
+
+
 # (64, 769, 64): 48 double-buffered k slices of 16 and a peeled last one, whose tiles of the
 # same names need their own barrier
 ODD = [(1, 1, 1), (131, 67, 97), (1, 257, 33), (64, 6, 128), (130, 64, 36), (64, 769, 64)]

@@ -131,12 +131,42 @@ class Analyzer:
             if relaxed is None:
                 break
             form = relaxed
+        form, total = self._quotient_differences(form, upper)
         form = self._quotients_as_remainders(form)
-        total: Bound = form.const
+        total += form.const
         for term, k in form.terms.values():
             lo, hi = self._atom_bounds(term)
             total += k * (hi if (k > 0) == upper else lo)
         return total
+
+    def _quotient_differences(self, form: LinearForm, upper: bool) -> tuple[LinearForm, int]:
+        """`form` less each pair `k*((x + d) // c) - k*(x // c)` (c > 0, d a constant), and the
+        pairs' bound: with x = q*c + r, 0 <= r < c, the pair is k*((r + d) // c), in
+        k*[d // c, ceil(d / c)] for every x. A tile's rows `(t*64 + 63) // 49 - t*64 // 49 + 1`
+        span 1 or 2 blocks of 49, where the quotients' own bounds say up to 65."""
+        total = 0
+        quotients = [
+            (key, term, k)
+            for key, (term, k) in form.terms.items()
+            if isinstance(term, FloorDiv)
+            and isinstance(term.b, Const)
+            and is_index_dtype(term.dtype)
+            and term.b.value > 0
+        ]
+        for key, term, k in quotients:
+            if k <= 0 or key not in form.terms:
+                continue
+            for other_key, other, other_k in quotients:
+                if other_k != -k or other.b.value != term.b.value or other_key not in form.terms:
+                    continue
+                d = self.form(term.a).add(self.form(other.a), -1)
+                if not d.is_const:
+                    continue
+                c = term.b.value
+                total += k * (-(-d.const // c) if upper else d.const // c)
+                form = form.without(key).without(other_key)
+                break
+        return form, total
 
     def _quotients_as_remainders(self, form: LinearForm) -> LinearForm:
         """`k*(x // c)` (c > 0, c | k) as `(k/c)*(x - x % c)` where `x`'s terms meet the rest

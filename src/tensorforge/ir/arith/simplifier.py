@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 
 from tensorforge.ir.arith.const_fold import fold_binary, fold_cast
+from tensorforge.ir.arith.div_mod import floordiv_form, floormod_form, merge_div_mod
 from tensorforge.ir.arith.interval import Analyzer, Interval, _decide_compare
 from tensorforge.ir.arith.lanes import lane_bound, lane_offsets
 from tensorforge.ir.arith.linear import (
@@ -19,7 +20,6 @@ from tensorforge.ir.arith.linear import (
     fits,
     is_index_dtype,
     same_expr,
-    term_key,
     to_expr,
     widens_index,
 )
@@ -103,7 +103,7 @@ class ExprSimplifier:
         A whole tree of Add/Sub/Mul-by-constant becomes one form, built once: only the terms
         under it are visited on their own, so a sum of n terms costs O(n), not O(n^2).
         """
-        form = _merge_div_mod(self._sum_form(e), self)
+        form = merge_div_mod(self._sum_form(e), self)
         if not fits(form, e.dtype):  # (i + 2**30) + 2**30 in int32: keep it, never wrap it
             return map_children(e, self.visit)
         if any(dt.bits_of(t.dtype) > dt.bits_of(e.dtype) for t, _ in form.terms.values()):
@@ -205,9 +205,9 @@ def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
         case Add() | Sub() | Mul() if is_index_dtype(node.dtype):
             return s._canonical_sum(node)  # a sum some other rule just built
         case FloorDiv(x, Const(value=c)) if is_index_dtype(node.dtype) and c > 0:
-            return _rebuilt(node, _floordiv_form(s.form(x), c, node.dtype, s), s)
+            return _rebuilt(node, floordiv_form(s.form(x), c, node.dtype, s), s)
         case FloorMod(x, Const(value=c)) if is_index_dtype(node.dtype) and c > 0:
-            return _rebuilt(node, _floormod_form(s.form(x), c, node.dtype, s), s)
+            return _rebuilt(node, floormod_form(s.form(x), c, node.dtype, s), s)
         case Min() | Max() if is_index_dtype(node.dtype):
             return _min_max(node, s)
         case CompareOp(a, b) if is_index_dtype(a.dtype):
@@ -379,124 +379,6 @@ def _rebuilt(node: Expr, form: LinearForm, s: ExprSimplifier) -> Expr | None:
         return None
     result = s.build(form, node.dtype)
     return None if same_expr(result, node) else result
-
-
-def _merge_div_mod(form: LinearForm, s: ExprSimplifier) -> LinearForm:
-    """Fold the digits of a fused index back, for constants a, b > 0 and any integer x (floor
-    division and modulo make each an identity, negative x included), k a common coefficient:
-
-    k*a*(x // a) + k*(x % a)              -> k*x
-    k*a*(x // a % b) + k*(x % a)          -> k*(x % (a*b))
-    k*b*(x // (a*b)) + k*(x // a % b)     -> k*(x // a)
-
-    (x // a) * a + x % a is the pair a split of a fused index leaves; the other two are the
-    digits of a 4-d (n, c, h, w) flat index taken from one fused loop variable, folded one
-    digit at a time until the index is the variable again."""
-    changed = True
-    while changed:
-        changed = False
-        for key, (term, k) in list(form.terms.items()):
-            if key not in form.terms or not _is_const_op(term, FloorMod):
-                continue
-            merged = _merge_digit(form, key, term, k, s)
-            if merged is not None:
-                form, changed = merged, True
-    return form
-
-
-def _is_const_op(term: Expr, kind: type) -> bool:
-    """`term` is `kind(x, c)` with a positive constant c."""
-    return isinstance(term, kind) and isinstance(term.b, Const) and term.b.value > 0
-
-
-def _merge_digit(form: LinearForm, key, term: FloorMod, k: int, s: ExprSimplifier):
-    """`form` with the digit `k * term` (term = y % b) merged with its neighbour, or None."""
-    y, b, dtype = term.a, term.b.value, term.dtype
-    div_key = ("FloorDiv",) + key[1:]  # y // b, next to y % b
-    div = form.terms.get(div_key)
-    if div is not None and div[1] == k * b:
-        return form.without(key).without(div_key).add(s.form(y), k)
-    if not _is_const_op(y, FloorDiv):
-        return None
-    x, a = y.a, y.b.value
-    if k % a == 0 and fits(LinearForm(const=a * b), dtype):  # k*(x // a % b) + (k/a)*(x % a)
-        low = FloorMod(x, Const(a, dtype))
-        low_key = term_key(low)
-        found = form.terms.get(low_key)
-        if found is not None and found[1] * a == k:
-            folded = _floormod_form(s.form(x), a * b, dtype, s)
-            return form.without(key).without(low_key).add(folded, found[1])
-    if fits(LinearForm(const=a * b), dtype):  # k*(x // a % b) + k*b*(x // (a*b))
-        high = FloorDiv(x, Const(a * b, dtype))
-        high_key = term_key(high)
-        found = form.terms.get(high_key)
-        if found is not None and found[1] == k * b:
-            return form.without(key).without(high_key).add(s.form(y), k)
-    return None
-
-
-def _split_multiples(form: LinearForm, c: int) -> tuple[LinearForm, LinearForm]:
-    """(q, r) with form == c*q + r, q taking every term whose coefficient c divides."""
-    quotient, rest = {}, {}
-    for key, (term, k) in form.terms.items():
-        if k % c == 0:
-            quotient[key] = (term, k // c)
-        else:
-            rest[key] = (term, k)
-    return LinearForm(quotient), LinearForm(rest, form.const)
-
-
-def _divide_gcd(form: LinearForm, c: int) -> tuple[LinearForm, int, int]:
-    """(form / g, c / g, g) for g the gcd of c and every coefficient of form."""
-    g = math.gcd(c, form.const, *form.coefficients())
-    if g <= 1:
-        return form, c, 1
-    terms = {key: (t, k // g) for key, (t, k) in form.terms.items()}
-    return LinearForm(terms, form.const // g), c // g, g
-
-
-def _one_block(rest: LinearForm, c: int, s: ExprSimplifier) -> int | None:
-    """q if every value of `rest` lies in [q*c, q*c + c - 1], from the ranges."""
-    lo, hi = s.analyzer.form_bounds(rest)
-    if math.isinf(lo) or math.isinf(hi) or lo // c != hi // c:
-        return None
-    return int(lo) // c
-
-
-def _floordiv_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> LinearForm:
-    """The form of `x // c` for a constant c > 0 (floor division: exact for negatives too)."""
-    x, c, _ = _divide_gcd(x, c)  # (i*4 + 2) // 8 -> (i*2 + 1) // 4
-    if c == 1:
-        return x
-    quotient, rest = _split_multiples(x, c)  # (a*c + b) // c -> a + b // c
-    block = _one_block(rest, c, s)
-    if block is not None:
-        return quotient.plus_const(block)  # with 0 <= b < c: b // c -> 0
-    inner = rest.single_term()
-    if isinstance(inner, FloorDiv) and isinstance(inner.b, Const) and inner.b.value > 0:
-        # (x // c1) // c2 -> x // (c1*c2)
-        return quotient.add(_floordiv_form(s.form(inner.a), inner.b.value * c, dtype, s))
-    return quotient.add(LinearForm.of_term(FloorDiv(s.build(rest, dtype), Const(c, dtype))))
-
-
-def _floormod_form(x: LinearForm, c: int, dtype: str, s: ExprSimplifier) -> LinearForm:
-    """The form of `x % c` for a constant c > 0 (result in [0, c))."""
-    x, c, g = _divide_gcd(x, c)
-    if g > 1:  # (i*4 + 2) % 8 -> ((i*2 + 1) % 4)*2
-        return _floormod_form(x, c, dtype, s).scaled(g)
-    if c == 1:
-        return LinearForm()
-    _, rest = _split_multiples(x, c)  # (a*c + b) % c -> b % c
-    rest = LinearForm(rest.terms, rest.const % c)
-    if rest.is_const:
-        return rest
-    block = _one_block(rest, c, s)
-    if block is not None:
-        return rest.plus_const(-block * c)  # with 0 <= b < c: b % c -> b
-    inner = rest.single_term()
-    if isinstance(inner, FloorMod) and isinstance(inner.b, Const) and inner.b.value % c == 0:
-        return _floormod_form(s.form(inner.a), c, dtype, s)  # (x % 8) % 4 -> x % 4
-    return LinearForm.of_term(FloorMod(s.build(rest, dtype), Const(c, dtype)))
 
 
 def _min_max(node: Min | Max, s: ExprSimplifier) -> Expr | None:

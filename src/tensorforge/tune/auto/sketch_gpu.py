@@ -154,8 +154,9 @@ def accumulator_budget(target: Any) -> int:
 def fetch_widths(op: Any, tensor: Any, tiles: list[list[int]], r_tiles: list[list[int]]) -> list:
     """The vector widths (1, 2, 4) a cooperative fetch of `tensor` into shared memory may use:
     every read of it must index its last dimension by one loop variable alone (`A[i, k]`, not
-    `X[i + r]`), whose tile divides that loop's extent and the width, and the last dimension
-    must hold whole vectors (rows stay 16-byte aligned)."""
+    `X[i + r]`) or its remainder by a multiple of its tile (`x[..., k % 64]`), whose tile divides
+    that loop's extent and the width, and the last dimension must hold whole vectors (rows
+    stay 16-byte aligned)."""
     from tensorforge.te.expr import TensorRead
     from tensorforge.te.visit import walk
 
@@ -176,11 +177,26 @@ def fetch_widths(op: Any, tensor: Any, tiles: list[list[int]], r_tiles: list[lis
     for width in (2, 4):
         ok = last_dim % width == 0
         for read in reads:
-            entry = extents.get(id(read.indices[-1]))
+            entry = _last_index_tile(read.indices[-1], extents)
             ok = ok and entry is not None and entry[0] % entry[1] == 0 and entry[1] % width == 0
         if ok:
             out.append(width)
     return out
+
+
+def _last_index_tile(index: Any, extents: dict) -> tuple[int, int] | None:
+    """(extent, tile) of the loop variable a read's last index is, or is the remainder of by a
+    constant its tile divides (`x[b, k // 64, t, k % 64]`: GPT-2's heads read as rows through a
+    transpose and reshape; a tile of 16 k never crosses a row of 64, so it is 16 consecutive
+    elements of one row, 16-aligned); None otherwise."""
+    from tensorforge.ir.arith import simplify_expr
+    from tensorforge.te.expr import Const, FloorMod
+
+    index = simplify_expr(index)  # a view's index: (0 + (0 + k)) % 64
+    if isinstance(index, FloorMod) and isinstance(index.b, Const):
+        entry = extents.get(id(index.a))
+        return entry if entry is not None and index.b.value % entry[1] == 0 else None
+    return extents.get(id(index))
 
 
 def gpu_tiling(b: Any, stage: Any, key: str) -> None:
