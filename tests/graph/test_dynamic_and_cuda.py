@@ -92,7 +92,7 @@ def _find_compiled(fn, depth=0):
             continue
         if found is not None:
             return found
-    for attr in ("compiled_fn", "__wrapped__", "fn"):
+    for attr in ("compiled_fn", "__wrapped__", "fn", "compiled"):  # (compiled: DynamoCallable)
         inner = getattr(fn, attr, None)
         if inner is not None and inner is not fn:
             found = _find_compiled(inner, depth + 1)

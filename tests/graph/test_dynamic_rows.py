@@ -11,8 +11,22 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tensorforge.graph import backend  # noqa: E402
+from tensorforge.graph.schedules import FIRST_GUESS  # noqa: E402
 
-LENGTHS = [2, 3, 17, 1000, 16, 31, 197, 8, 33]  # the first compiles; the others reuse it
+LENGTHS = [2, 3, 17, 1000, 16, 31, 197, 8, 33, 64, 65, 127, 509, 997]  # the first compiles
+
+
+def row_kernel_sources(graph) -> list[str]:
+    """The schedule source of each row-operator kernel of a compiled graph."""
+    from tensorforge.graph.program import BuiltKernel
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+
+    steps = _find_compiled(graph).steps
+    return [
+        s.source
+        for s in steps
+        if isinstance(s, BuiltKernel) and s.spec.anchor and s.spec.anchor.kind != "matmul"
+    ]
 
 
 def compiled_once(fn):
@@ -37,9 +51,12 @@ def test_softmax_rows_of_every_length_match_eager():
 
     fast, graphs = compiled_once(fn)
     for m in LENGTHS:
-        x = random(5, m, seed=m)  # 5 rows: never the row length (sizes alike share a symbol)
-        assert torch.allclose(fast(x), fn(x), atol=1e-6, rtol=1e-5), m
+        for rows in (5, 2, 11):  # never the row length (sizes alike share a symbol)
+            x = random(rows, m, seed=m)
+            assert torch.allclose(fast(x), fn(x), atol=1e-6, rtol=1e-5), (rows, m)
     assert len(graphs) == 1
+    # the auto-scheduler's first guess, its vectors sized by the example's row (2 elements)
+    assert row_kernel_sources(graphs[0]) == [FIRST_GUESS]
 
 
 def test_softmax_of_fused_rows_matches_eager():
@@ -65,6 +82,24 @@ def test_layer_norm_rows_of_every_length_match_eager():
         got, expected = fast(x, weight, bias), fn(x, weight, bias)
         assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4), m
     assert len(graphs) == 1
+    assert row_kernel_sources(graphs[0]) == [FIRST_GUESS]
+
+
+@pytest.mark.parametrize("example", [(64, 1000), (1, 12, 197, 197)])
+def test_a_softmax_compiled_at_a_long_row_serves_short_ones(example):
+    # the example's sizes size the kernel's vectors (64-lane steps, 4 partials); every other
+    # length and row count runs the same kernel: its last step masked, its partials whole
+    def fn(x):
+        return torch.softmax(x, -1)
+
+    fast, graphs = compiled_once(fn)
+    x = random(*example, seed=0)
+    assert torch.allclose(fast(x), fn(x), atol=1e-6, rtol=1e-5)
+    for n in LENGTHS:
+        shape = (*example[:-2], 3, n) if len(example) == 2 else (1, 3, n, n)
+        x = random(*shape, seed=n)
+        assert torch.allclose(fast(x), fn(x), atol=1e-6, rtol=1e-5), shape
+    assert len(graphs) == 1 and row_kernel_sources(graphs[0]) == [FIRST_GUESS]
 
 
 def test_causal_attention_of_a_symbolic_sequence_matches_eager():

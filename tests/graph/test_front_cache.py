@@ -138,6 +138,23 @@ def test_outputs_that_alias_inputs_never_get_an_entry(cache_dir, model):
     assert view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # as in eager
 
 
+def test_a_graph_of_symbolic_sizes_runs_without_aot_wrappers_and_gets_no_entry(cache_dir):
+    # Dynamo passes the sizes as ints; the compiled graph binds them from those each call
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    before, returned = _stats(), len(RETURNED)
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend=_recording_backend, dynamic=True)
+    with torch.no_grad():
+        for batch, side in [(2, 12), (3, 10), (5, 16)]:
+            x = torch.randn(batch, 3, side, side)
+            assert _error(fast(x), model(x)) < 1e-4, (batch, side)
+    assert len(RETURNED) == returned + 1  # one graph for every size
+    assert isinstance(RETURNED[-1], front_cache.DynamoCallable)
+    assert _delta(before)[2] == 0  # never written
+    assert not any(name.endswith(".front") for name in os.listdir(cache_dir / "graphs"))
+
+
 def test_the_aten_graph_survives_json_with_names_targets_and_shapes():
     from torch.fx.experimental.proxy_tensor import make_fx
 

@@ -68,21 +68,21 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         return gm.forward
     constants = constant_inputs(gm, example_inputs)
     target = target_of(example_inputs, opts)
-    plain = not (opts.check or opts.report) and front_cache.plain_graph(gm, example_inputs)
-    cached = plain and graph_cache.enabled(target)
+    direct = not (opts.check or opts.report) and front_cache.direct_graph(gm, example_inputs)
+    cached = direct and graph_cache.enabled(target)  # (front_key: None for symbolic sizes)
     key = front_cache.front_key(gm, example_inputs, constants, target, opts) if cached else None
     if key is not None:
         compiled = _from_front_entry(key, constants, target, opts)
         if compiled is not None:
             return compiled
-    return _through_aot(gm, example_inputs, constants, opts, plain, key)
+    return _through_aot(gm, example_inputs, constants, opts, direct, key)
 
 
 def _through_aot(gm, example_inputs, constants: dict, opts: Options, plain: bool, front_key):
     """Dynamo's graph -> ATen (aot_autograd) -> compile_aten. Where the ATen graph proves a
-    plain function of Dynamo's inputs (front_cache.py), the compiled graph is returned without
-    AOT's runtime wrappers (they would do nothing but cost each call) and, with `front_key`,
-    written as a first-level entry."""
+    plain function of Dynamo's inputs (front_cache.py; `plain`: Dynamo's graph may be one), the
+    compiled graph is returned without AOT's runtime wrappers (they would do nothing but cost
+    each call) and, with `front_key`, written as a first-level entry."""
     from torch._dynamo.backends.common import aot_autograd
 
     count = len(example_inputs)

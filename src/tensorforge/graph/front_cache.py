@@ -7,8 +7,10 @@ input is mutated, and AOT returns every output as the graph computes it (none is
 a view of one, which AOT rebuilds around the compiled graph). Then AOT's runtime wrappers have
 nothing to do, and the compiled ATen graph takes Dynamo's inputs directly: on a hit, and on
 the first compile too (backend.py returns it without AOT's wrappers, saving their cost on
-every call). Anything else (mutation, aliasing, symbolic sizes, a submodule or attribute the
-graph reads, a tensor subclass, autocast, `check`/`report`) goes through AOT as before.
+every call: 1.5 us of a 64 x 1000 softmax's 45 under dynamic=True). A graph of symbolic sizes
+is returned so too, but gets no entry. Anything else (mutation, aliasing, a submodule or
+attribute the graph reads, a tensor subclass, autocast, `check`/`report`) goes through AOT as
+before.
 
 The entry holds the ATen graph (each node's operator, arguments and result shape, as JSON: no
 code is loaded from it) and the key of its kernels' entry in cache.py. Lowering runs again on
@@ -58,20 +60,33 @@ class Entry:
 
 
 # -- the key --------------------------------------------------------------------------------------
-def plain_graph(gm: torch.fx.GraphModule, example_inputs) -> bool:
+def direct_graph(gm: torch.fx.GraphModule, example_inputs) -> bool:
     """Can AOT's ATen graph be a plain function of Dynamo's inputs at all? Not with a submodule
-    or attribute (AOT adds their tensors as inputs), a symbolic size, a non-tensor input or a
-    tensor subclass, or autocast on (AOT's wrapper turns it off around the graph)."""
+    or attribute (AOT adds their tensors as inputs), an input other than a tensor or a size
+    symbol (a tensor subclass, a float), or autocast on (AOT's wrapper turns it off around the
+    graph). Sizes may be symbolic: the compiled graph binds them from each call's arguments
+    (Dynamo passes every symbol as an int), and Dynamo's guards choose the graph."""
     if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
         return False
-    if not all(type(x) in _PLAIN_TYPES for x in example_inputs):
+    if not all(type(x) in _PLAIN_TYPES or type(x) is torch.SymInt for x in example_inputs):
         return False
     if any(torch.is_autocast_enabled(kind) for kind in ("cpu", "cuda")):
         return False
     return all(
         node.op in ("placeholder", "call_function", "call_method", "output")
-        and _static_signature(node.meta.get("example_value")) is not None
         for node in gm.graph.nodes
+    )
+
+
+def plain_graph(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """A `direct_graph` of static sizes: one that may have an entry (the entry's ATen graph
+    holds its shapes as numbers)."""
+    return (
+        direct_graph(gm, example_inputs)
+        and all(type(x) in _PLAIN_TYPES for x in example_inputs)
+        and all(
+            _static_signature(node.meta.get("example_value")) is not None for node in gm.graph.nodes
+        )
     )
 
 

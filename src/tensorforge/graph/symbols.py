@@ -21,6 +21,7 @@ class Symbols:
     def __init__(self) -> None:
         self.vars: dict[sympy.Symbol, te.Var] = {}
         self.least: dict[sympy.Symbol, int] = {}  # a symbol's guarded lower bound
+        self.examples: dict[sympy.Symbol, int] = {}  # its value in Dynamo's example inputs
 
     def size(self, value):
         """An int, or a te expression for a SymInt (or a sympy expression)."""
@@ -34,13 +35,23 @@ class Symbols:
 
     def _note_ranges(self, value, expr) -> None:
         """The lower bound the shape environment holds for each symbol of `expr`, where it has
-        a finite one (a symbol without is a plain te.var: nothing is assumed of it)."""
+        a finite one (a symbol without is a plain te.var: nothing is assumed of it), and the
+        symbol's value in the example inputs (its hint)."""
         shape_env = getattr(getattr(value, "node", None), "shape_env", None)
         ranges = getattr(shape_env, "var_to_range", {})
+        examples = getattr(shape_env, "backed_var_to_val", {})
         for symbol in expr.free_symbols:
             low = getattr(ranges.get(symbol), "lower", None)  # an Integer, or -int_oo
             if isinstance(low, (int, sympy.Integer)) and symbol not in self.vars:
                 self.least.setdefault(symbol, int(low))
+            example = examples.get(symbol)
+            if isinstance(example, (int, sympy.Integer)):
+                self.examples.setdefault(symbol, int(example))
+
+    def size_hints(self) -> dict[te.Var, int]:
+        """Each symbol's te.var and its value in the example inputs: what a schedule sized for
+        typical calls (the first guess's vector widths) assumes, never what its code relies on."""
+        return {v: self.examples[s] for s, v in self.vars.items() if s in self.examples}
 
     def shape(self, sizes) -> tuple:
         return tuple(self.size(s) for s in sizes)

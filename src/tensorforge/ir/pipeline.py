@@ -13,6 +13,7 @@ from tensorforge.ir.passes.inject_virtual_threads import inject_virtual_threads
 from tensorforge.ir.passes.legalize_bfloat16 import legalize_bfloat16
 from tensorforge.ir.passes.peel_vector_bounds import peel_vector_bounds
 from tensorforge.ir.passes.simplify import simplify
+from tensorforge.ir.passes.unmask_private_stores import unmask_private_stores
 from tensorforge.ir.passes.unroll_loops import unroll_loops
 from tensorforge.ir.passes.vectorize_loops import vectorize_loops
 from tensorforge.ir.passes.vectorize_partial_combines import vectorize_partial_combines
@@ -40,6 +41,9 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
         ]
     # bfloat16 computed in float32, rounded after each operation (last: nothing folds the roundings)
     legalize = [] if target.kind.facts.bfloat16_arithmetic else [legalize_bfloat16]
+    # a masked store into a buffer of one thread, whole (its old lanes back): CPU only, where
+    # every allocation belongs to the thread that runs it
+    cpu_only = [] if target.is_gpu else [unmask_private_stores]
     return [
         flatten_storage,  # n-d buffer access -> 1-d offsets, Realize -> Allocate
         inject_virtual_threads,  # vthread loops -> interleaved copies, local storage per copy
@@ -52,6 +56,7 @@ def passes_for(target: Target) -> list[Callable[[Stmt], Stmt]]:
         *gpu_only,
         simplify,
         peel_vector_bounds,  # iterations whose lanes alone are clamped or masked: peeled
+        *cpu_only,
         *legalize,
     ]
 

@@ -109,7 +109,7 @@ class AnalyticPolicy:
         if kind == "par":
             if self.machine.cores == 1:  # a parallel loop on one thread only costs
                 return 0
-            extents = [_extent_of(iv) for iv in hint.get("extents", [])]
+            extents = hint.get("extents", [])
             want = 4 * self.machine.cores
             for n in range(1, len(extents) + 1):
                 if math.prod(extents[:n]) >= want:
@@ -156,14 +156,15 @@ class AnalyticPolicy:
             (extent,) = extents
             lanes = hint.get("lanes", 1)
             line = max(lanes, self.machine.line // hint.get("bytes", 4))
+            fit = _fit if not hint.get("symbolic") else _fit_any
             if hint.get("streams") and not hint.get("lane_math") and extent >= 8 * line:
                 # rows streamed from memory (fetched a row ahead) with little arithmetic a
                 # lane: a cache line a step, as ops' layer norm (4096², AVX-512: 4 vectors a
                 # step 0.96x the hand schedule, one line 1.0x)
-                return [[_fit(extent, line, lanes)]]
+                return [[fit(extent, line, lanes)]]
             # else 4 vectors, whose independent chains hide a math call's latency (softmax's
             # division, 4096²: one line a step 4% slower)
-            return [[_fit(extent, 4 * lanes, lanes)]]
+            return [[fit(extent, 4 * lanes, lanes)]]
         if kind == "tile" and levels == 4 and not self.machine.gpu:
             tiles = self.cpu_tiles(hint)
             row = _row_axis(hint["op"])
@@ -334,12 +335,6 @@ class AnalyticPolicy:
         return options[0]
 
 
-def _extent_of(iv: Any) -> int:
-    value = getattr(getattr(iv, "dom", None), "extent", None)
-    value = getattr(value, "value", None)
-    return value if isinstance(value, int) else 1
-
-
 def _vector_tile_width(columns: int, lanes: int) -> int:
     """A register tile's width for `columns` output columns: its last vector's lanes rounded up
     to a power of two. Arithmetic on a width that is not one goes in power-of-two pieces (14
@@ -364,6 +359,13 @@ def _fit(extent: int, want: int, step: int) -> int:
         if extent % size == 0:
             return size
     return want
+
+
+def _fit_any(extent: int, want: int, step: int) -> int:
+    """`_fit` for an extent known only at run time (`extent`: its hint): `want`, or as many
+    `step`s as cover a shorter hint; never a divisor of the hint (the size changes) nor a width
+    that is not whole `step`s (the last vector's lanes past the row are masked off)."""
+    return min(want, _round_up(max(1, extent), step))
 
 
 def _fit_blocks(extent: int, tile: int, want: int) -> int:
@@ -441,10 +443,14 @@ def first_guess(task: Any) -> Any:
     return trace
 
 
-def first_guess_schedule(outputs: Any, target: Any = None) -> tuple[Any, list]:
+def first_guess_schedule(
+    outputs: Any, target: Any = None, size_hints: dict | None = None
+) -> tuple[Any, list]:
     """The first guess for any te computation, given its output tensors (no workload function,
     no arguments): `(schedule, steps)`. For callers that build kernels on the fly (the
-    torch.compile backend's fused groups) and have no tuning record for them."""
+    torch.compile backend's fused groups) and have no tuning record for them. Sizes known only
+    at run time (te.vars in the shapes) are sized by `size_hints` (te.var -> a typical value),
+    where the caller has them."""
     from tensorforge.target import as_target
     from tensorforge.te import create_schedule
     from tensorforge.tune.auto.sketch import generate
@@ -453,5 +459,5 @@ def first_guess_schedule(outputs: Any, target: Any = None) -> tuple[Any, list]:
     target = as_target(target)
     s = create_schedule([t.op for t in outputs])
     with target:
-        steps = generate(s, target, Decisions(0, policy=AnalyticPolicy(target)))
+        steps = generate(s, target, Decisions(0, policy=AnalyticPolicy(target)), size_hints)
     return s, steps

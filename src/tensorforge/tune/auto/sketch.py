@@ -153,6 +153,37 @@ def _extent_of_dim(t: Any, dim: int) -> int:
     return value if isinstance(value, int) else 1
 
 
+def is_static(iv: Any) -> bool:
+    """An axis of a constant extent (a leaf a split made has no domain of its own: taken as one,
+    as the decisions size it 1)."""
+    return iv.dom is None or isinstance(getattr(iv.dom.extent, "value", None), int)
+
+
+def hinted_extent(extent: Any, size_hints: dict) -> int:
+    """An extent as the decisions size it: its value; where it is a size known only at run
+    time, its value at the hints (`size_hints`: te.var -> a typical value, such as Dynamo's
+    example input); 1 where neither tells."""
+    from tensorforge.ir.arith.simplifier import simplify_expr
+    from tensorforge.te.expr import Const
+    from tensorforge.te.substitute import substitute
+
+    value = getattr(extent, "value", extent)
+    if isinstance(value, int) or not size_hints:
+        return value if isinstance(value, int) else 1
+    at_hints = substitute(extent, {v: Const(h, v.dtype) for v, h in size_hints.items()})
+    value = getattr(simplify_expr(at_hints), "value", None)
+    return value if isinstance(value, int) and value >= 1 else 1
+
+
+def same_extent(a: Any, b: Any) -> bool:
+    """Two extents equal: the same number, or the same expression of run-time sizes (two sizes
+    known only at run time are not taken for equal because their hints are)."""
+    va, vb = getattr(a, "value", a), getattr(b, "value", b)
+    if isinstance(va, int) or isinstance(vb, int):
+        return va == vb
+    return a is b or str(a) == str(b)
+
+
 def _row_loops(stage: Any, options: list[tuple[Any, Any]]) -> int:
     """How many leading location `options` are whole axes of their stage that run over
     `stage`'s own leading dimensions (the same extents, in order). Computed at the deepest of
@@ -162,7 +193,7 @@ def _row_loops(stage: Any, options: list[tuple[Any, Any]]) -> int:
     count = 0
     for d, (target, iv) in enumerate(options[: len(out.shape)]):
         whole = target is options[0][0] and any(iv is axis for axis in target.op.axis)
-        if not whole or _extent(iv) != _extent_of_dim(out, d):
+        if not whole or not same_extent(iv.dom.extent, out.shape[d]):
             break
         count += 1
     return count
@@ -234,7 +265,8 @@ def _plan(s: Any, d: Decisions, gpu: bool = False) -> Plan:
             is_injective(user)
             and (id(user) in outputs or id(user) not in plan.inline)
             and id(user) not in plan.fused_consumers
-            and [_extent(iv) for iv in user.axis] == [_extent(iv) for iv in op.axis]
+            and len(user.axis) == len(op.axis)
+            and all(same_extent(a.dom.extent, b.dom.extent) for a, b in zip(user.axis, op.axis))
             and elementwise_chain(user, op)
         ):
             plan.fused_into[id(op)] = user
@@ -285,10 +317,11 @@ def _depends_on(op: Any, producer: Any) -> bool:
 class SketchBuilder:
     """Applies the rules of one target kind to a fresh schedule, drawing from `decisions`."""
 
-    def __init__(self, s: Any, target: Any, decisions: Decisions):
+    def __init__(self, s: Any, target: Any, decisions: Decisions, size_hints: dict | None = None):
         self.s = s
         self.target = target
         self.d = decisions
+        self.size_hints = dict(size_hints or {})
         self.rec = Recorder(s)
         self.gpu = target.kind == "cuda"
         self.plan = _plan(s, decisions, self.gpu)
@@ -298,6 +331,11 @@ class SketchBuilder:
 
     def lanes(self, stage: Any) -> int:
         return self.target.vector_lanes(stage.op.output(0).dtype)
+
+    def extent(self, iv: Any) -> int:
+        """The axis's extent as the decisions size it (`hinted_extent`; 1 for a leaf a split
+        made, which has no domain of its own)."""
+        return 1 if iv.dom is None else hinted_extent(iv.dom.extent, self.size_hints)
 
     def run(self) -> list:
         original = list(self.s.stages)
@@ -391,19 +429,29 @@ class SketchBuilder:
                 self.gpu_elementwise(stage, key, axes)
             return
         lanes = self.lanes(stage)
-        extent = _extent(axes[-1])
+        extent = self.extent(axes[-1])
         hint = {
             "role": "vector",
             "lanes": lanes,
             "bytes": max(1, dt.bits_of(stage.op.output(0).dtype) // 8),
             "streams": bool(self.row_inputs(stage)),
             "lane_math": has_lane_math(stage.op),
+            "symbolic": not is_static(axes[-1]),  # `extent` is a hint: no divisor of it
         }
         ((vec,),) = self.d.tile(f"vec:{key}", [extent], 2, hint)
         if vec > 1:
             outer, inner = self.rec.split(stage, axes[-1], vec)
+            if hint["symbolic"] and vec > lanes and vec % lanes == 0:
+                # a run-time row's last step is masked: in vectors of the target's width, each
+                # masked on its own, those past the row skipped whole (one masked step of 64
+                # lanes was a wide masked load LLVM took apart lane by lane). Softmax of 2364
+                # rows of 197 under size_vars, 1 thread: 226 -> 218 us (constant rows: 195)
+                pieces, inner = self.rec.split(stage, inner, lanes)
+                self.rec.annotate("unroll", stage, pieces)
             self.rec.annotate("vectorize", stage, inner)
-            row_bytes = extent * hint["bytes"] if isinstance(extent, int) else None
+            # (of a run-time row, the next row is as far ahead as at the hint: a prefetch
+            # never faults, a wrong distance only fetches lines that are not read)
+            row_bytes = extent * hint["bytes"]
             self.prefetch_next_row(stage, key, outer, -(-extent // vec), row_bytes)
         if not attached:
             self.parallel_outer(stage, key, axes[:-1] if len(axes) > 1 else [])
@@ -453,7 +501,8 @@ class SketchBuilder:
         """Fuse the leading `n` of `axes` (a decision) and run that loop in parallel."""
         if not axes:
             return
-        n = self.d.choice(f"par:{key}", list(range(len(axes) + 1)), {"extents": axes})
+        extents = [self.extent(iv) for iv in axes]
+        n = self.d.choice(f"par:{key}", list(range(len(axes) + 1)), {"extents": extents})
         if n > 0:
             fused = self.rec.fuse(stage, axes[:n])
             self.rec.annotate("parallel", stage, fused)
@@ -474,10 +523,11 @@ class SketchBuilder:
         if slides_windows(op):
             self.window_reduction(stage, key, lanes)
             return
+        extent = self.extent(red)  # (of a run-time row: its lanes past the row masked off)
         width = self.d.choice(
-            f"rf:{key}", [0, lanes, 2 * lanes, 4 * lanes], {"extent": _extent(red), "lanes": lanes}
+            f"rf:{key}", [0, lanes, 2 * lanes, 4 * lanes], {"extent": extent, "lanes": lanes}
         )
-        if width and _extent(red) >= width and op.num_outputs == 1:
+        if width and extent >= width and op.num_outputs == 1:
             _, ki = self.rec.split(stage, red, width)
             partial = self.rec.rfactor(stage, ki, len(op.axis))
             *data, lane = partial.leaf_iter_vars[: len(partial.op.axis)]
@@ -567,6 +617,8 @@ class SketchBuilder:
         gpu_tiling(self, stage, key)
 
 
-def generate(s: Any, target: Any, decisions: Decisions) -> list:
-    """Apply the sketch rules to the fresh schedule `s`; returns the steps (s is scheduled)."""
-    return SketchBuilder(s, target, decisions).run()
+def generate(s: Any, target: Any, decisions: Decisions, size_hints: dict | None = None) -> list:
+    """Apply the sketch rules to the fresh schedule `s`; returns the steps (s is scheduled).
+    `size_hints` (te.var -> int) size the decisions on extents known only at run time; the
+    steps stay correct for every value (their splits leave masked or peeled tails)."""
+    return SketchBuilder(s, target, decisions, size_hints).run()
