@@ -17,6 +17,7 @@ from typing import Any
 from tensorforge.runtime.native_call import num_threads
 from tensorforge.te.tensor import ComputeOp
 from tensorforge.te.visit import walk
+from tensorforge.tune.auto import analytic_gpu
 from tensorforge.tune.auto.decisions import Decisions, divisors
 
 MAX_TILE_ROWS = 8  # register tile rows (ops/matmul: 6 of 16 ymm registers, 8 of 32 zmm)
@@ -123,7 +124,7 @@ class AnalyticPolicy:
         if kind == "db":  # two copies of each shared tile: the next slice loads during this one
             return 2 if 2 in options else options[0]
         if kind == "pad":
-            return self.gpu_pad(options, hint)
+            return analytic_gpu.shared_pad(options, hint)
         if kind == "threads":
             return 256 if 256 in options else options[len(options) // 2]
         if kind == "kunroll":
@@ -174,9 +175,9 @@ class AnalyticPolicy:
         if kind == "rtile" and levels == 2 and not self.machine.gpu:
             return self.cpu_reduce_tiles(hint, self._tiles.get(key.split(":", 1)[1]))
         if kind == "gtile" and self.machine.gpu:
-            return self.gpu_tiles(extents, levels, hint)
+            return analytic_gpu.tiles(extents, levels, hint, self.machine)
         if kind == "grtile" and self.machine.gpu:  # reduction slices staged in shared memory
-            return self.gpu_reduce_tiles(extents, levels, hint)
+            return analytic_gpu.reduce_tiles(extents, levels, hint)
         return None
 
     def cpu_tiles(self, hint: dict) -> list[list[int]]:
@@ -263,76 +264,6 @@ class AnalyticPolicy:
             budget = max(1, budget // inner)
             tiles.append([inner])
         return list(reversed(tiles))
-
-    def gpu_tiles(self, extents: Sequence[int], levels: int, hint: dict) -> list[list[int]]:
-        """Per spatial axis [vthread, threads, S3, S4], over the last two axes (the others one
-        block each), as ops' hand GEMM schedule: a 16 x 16 thread block, each thread 8 x 8
-        outputs in 2 x 2 pieces of 4 x 4 half a block tile apart (vthreads: a quarter warp's
-        float4 shared loads cover 128 contiguous bytes), so a 128 x 128 block tile: 64
-        accumulators (a quarter of the registers), 2 x 128 x k-slice floats of shared memory.
-        Smaller tiles where 128 x 128 ones would leave SMs idle, and on axes too short."""
-        self._gpu_extents = list(extents)
-        n = len(extents)
-        lead = math.prod(extents[: max(0, n - 2)])
-        inner = list(range(max(0, n - 2), n))
-        budget = 1 << max(0, (self.machine.registers // 3).bit_length() - 1)
-        # (vthread, threads, S4) per axis, largest first: 128, 64, 32, 16 outputs a block row
-        shapes = [(2, 16, 4), (1, 16, 4), (1, 16, 2), (1, 16, 1), (1, 8, 1)]
-        best = None
-        for shape in shapes:
-            v, t, r = shape
-            if (v * r) ** len(inner) > budget:
-                continue
-            per_axis = [self._gpu_axis(extents[a], shape) for a in inner]
-            blocks = lead * math.prod(
-                -(-extents[a] // math.prod(f)) for a, f in zip(inner, per_axis)
-            )
-            best = per_axis
-            if blocks >= self.machine.cores:  # enough blocks for every SM
-                break
-        out = [[1, 1, 1, 1] for _ in range(n)]
-        for a, factors in zip(inner, best or []):
-            out[a] = factors
-        return [f[: levels - 1] for f in out]
-
-    @staticmethod
-    def _gpu_axis(extent: int, shape: tuple[int, int, int]) -> list[int]:
-        """[vthread, threads, 1, S4] for one axis: the shape where the axis holds it, shrunk
-        (S4, then vthread, then threads) where it is shorter."""
-        v, t, r = shape
-        while v * t * r > extent and r > 1:
-            r //= 2
-        while v * t * r > extent and v > 1:
-            v //= 2
-        while v * t * r > extent and t > 1:
-            t //= 2
-        return [v, t, 1, r]
-
-    def gpu_reduce_tiles(self, extents: Sequence[int], levels: int, hint: dict) -> list[list[int]]:
-        """The innermost reduction axis in slices of 16 (8 when 16 does not divide it, so the
-        float4 fetches stay legal), the others one at a time; the slices of every input fit
-        twice (double buffering) in the shared memory of a block."""
-        out = [[1] * (levels - 1) for _ in extents]
-        if extents:
-            e = extents[-1]
-            out[-1][0] = next((k for k in (16, 8, 4) if e % k == 0), min(e, 16))
-        return out
-
-    def gpu_pad(self, options: Sequence[Any], hint: dict) -> Any:
-        """Pad the rows of a shared tile whose last dimension is a reduction slice (A[i, k]):
-        the two thread rows of a warp read rows 4 apart, which with a 16- or 8-float stride
-        fall in one bank; a stride of 32k + 4 spreads them."""
-        from tensorforge.te.expr import TensorRead
-
-        op, tensor = hint.get("op"), hint.get("tensor")
-        if op is None or tensor is None:
-            return options[0]
-        reduce_vars = {id(iv.var) for iv in op.reduce_axis}
-        reads = [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
-        reads = [r for r in reads if r.tensor is tensor]
-        if reads and all(id(r.indices[-1]) in reduce_vars for r in reads) and 4 in options:
-            return 4
-        return options[0]
 
 
 def _vector_tile_width(columns: int, lanes: int) -> int:
