@@ -18,6 +18,8 @@ from typing import Any
 
 from tensorforge.te.expr import TensorRead
 from tensorforge.te.visit import walk
+from tensorforge.tune.auto.decisions import divisors
+from tensorforge.tune.auto.extents import extent_of
 
 CONV_THREADS = 16  # threads along a block's output positions (x its filters' threads)
 CONV_SLICE_TERMS = 64  # about this many terms (channels x window) per shared slice
@@ -87,7 +89,7 @@ def filter_axis(op: Any) -> int | None:
     if len(image) != 1 or readers[-2] != image:
         return None
     for a in range(len(op.axis) - 2):
-        if readers[a] and not readers[a] & image and _extent(op.axis[a]) > 1:
+        if readers[a] and not readers[a] & image and extent_of(op.axis[a]) > 1:
             return a
     return None
 
@@ -101,8 +103,8 @@ def conv_tiles(extents: list[int], levels: int, row: int, machine: Any) -> list[
     42.1 / 55.6 / 166.5; the old GEMM tiles 86.5 / 151.7 / 246.4 / 421.8."""
     height, width = extents[-2], extents[-1]
     sx = next(v for v in (4, 2, 1) if width % v == 0)
-    tx = max(d for d in _divisors(width // sx) if d <= CONV_THREADS)
-    ty = max(d for d in _divisors(height) if d * tx <= CONV_THREADS)
+    tx = max(d for d in divisors(width // sx) if d <= CONV_THREADS)
+    ty = max(d for d in divisors(height) if d * tx <= CONV_THREADS)
     others = math.prod(e for a, e in enumerate(extents[:-2]) if a != row)
     positions = (height // ty) * (width // (tx * sx))
     filters = extents[row]
@@ -157,12 +159,3 @@ def shared_pad(options: Sequence[Any], hint: dict) -> Any:
 
 def _uses(index: Any, var: Any) -> bool:
     return any(n is var for n in walk(index))
-
-
-def _extent(iv: Any) -> int:
-    value = getattr(iv.dom.extent, "value", None)
-    return value if isinstance(value, int) else 1
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]

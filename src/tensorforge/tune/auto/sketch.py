@@ -29,6 +29,7 @@ from tensorforge.te.expr import Call, TensorRead
 from tensorforge.te.tensor import ComputeOp, IterKind, PlaceholderOp
 from tensorforge.te.visit import walk
 from tensorforge.tune.auto.decisions import Decisions
+from tensorforge.tune.auto.extents import extent_of, hinted_extent, is_static, same_extent
 from tensorforge.tune.auto.trace import Recorder
 
 UNROLL_STEPS = (0, 16, 64, 512)  # auto_unroll_max_step choices (Ansor's CPU set)
@@ -143,47 +144,6 @@ def reads_elementwise(consumer: Any, producer: Any) -> bool:
     )
 
 
-def _extent(iv: Any) -> int:
-    value = getattr(iv.dom.extent, "value", None)
-    return value if isinstance(value, int) else 1
-
-
-def _extent_of_dim(t: Any, dim: int) -> int:
-    value = getattr(t.shape[dim], "value", None)
-    return value if isinstance(value, int) else 1
-
-
-def is_static(iv: Any) -> bool:
-    """An axis of a constant extent (a leaf a split made has no domain of its own: taken as one,
-    as the decisions size it 1)."""
-    return iv.dom is None or isinstance(getattr(iv.dom.extent, "value", None), int)
-
-
-def hinted_extent(extent: Any, size_hints: dict) -> int:
-    """An extent as the decisions size it: its value; where it is a size known only at run
-    time, its value at the hints (`size_hints`: te.var -> a typical value, such as Dynamo's
-    example input); 1 where neither tells."""
-    from tensorforge.ir.arith.simplifier import simplify_expr
-    from tensorforge.te.expr import Const
-    from tensorforge.te.substitute import substitute
-
-    value = getattr(extent, "value", extent)
-    if isinstance(value, int) or not size_hints:
-        return value if isinstance(value, int) else 1
-    at_hints = substitute(extent, {v: Const(h, v.dtype) for v, h in size_hints.items()})
-    value = getattr(simplify_expr(at_hints), "value", None)
-    return value if isinstance(value, int) and value >= 1 else 1
-
-
-def same_extent(a: Any, b: Any) -> bool:
-    """Two extents equal: the same number, or the same expression of run-time sizes (two sizes
-    known only at run time are not taken for equal because their hints are)."""
-    va, vb = getattr(a, "value", a), getattr(b, "value", b)
-    if isinstance(va, int) or isinstance(vb, int):
-        return va == vb
-    return a is b or str(a) == str(b)
-
-
 def _row_loops(stage: Any, options: list[tuple[Any, Any]]) -> int:
     """How many leading location `options` are whole axes of their stage that run over
     `stage`'s own leading dimensions (the same extents, in order). Computed at the deepest of
@@ -229,7 +189,7 @@ def _plan(s: Any, d: Decisions, gpu: bool = False) -> Plan:
         # NOTE: on GPU every injective stage is inlined: a stage kept at root would be a kernel
         # of its own, writing an intermediate the build cannot yet allocate between kernels
         if not gpu and ((is_costly(op) and len(readers[id(op)]) > 1) or feeds_tiling):
-            rows = [_extent(r.axis[-1]) for r in readers[id(op)] if has_reuse(r) and r.axis]
+            rows = [extent_of(r.axis[-1]) for r in readers[id(op)] if has_reuse(r) and r.axis]
             hint = {"op": op, "identity": is_identity_copy(op), "reader_row": max(rows, default=0)}
             if d.choice(f"inline:{key}", [True, False], hint):
                 plan.inline.add(id(op))
@@ -558,7 +518,7 @@ class SketchBuilder:
         n = len(stage.op.axis)
         *data, last = stage.leaf_iter_vars[:n]
         reduce_leaves = stage.leaf_iter_vars[n:]
-        vectors = _extent(last) // lanes
+        vectors = extent_of(last) // lanes
         block = max(k for k in range(1, 9) if vectors % k == 0)
         outer, inner = self.rec.split(stage, last, block * lanes)
         chains, vector = self.rec.split(stage, inner, lanes)
@@ -579,14 +539,14 @@ class SketchBuilder:
         *data, last = stage.leaf_iter_vars[:n]
         reduce_leaves = stage.leaf_iter_vars[n:]
         widths = [w for w in (lanes, lanes // 2, lanes // 4) if w >= 2]
-        width = self.d.choice(f"win:{key}", [0, *widths], {"extent": _extent(last)})
+        width = self.d.choice(f"win:{key}", [0, *widths], {"extent": extent_of(last)})
         if width:
             outer, vector = self.rec.split(stage, last, width)
             self.rec.reorder(stage, [*data, outer, *reduce_leaves, vector])
             self.rec.annotate("vectorize", stage, vector)
             # unrolled window positions fold their bounds clamps (`max(j * 2 + rx - 1, 0)`
             # holds no clamp for rx >= 1), leaving plain strided vectors
-            extents = [_extent(iv) for iv in reduce_leaves]
+            extents = [extent_of(iv) for iv in reduce_leaves]
             if reduce_leaves and extents[-1] <= WINDOW_UNROLL:
                 self.rec.annotate("unroll", stage, reduce_leaves[-1])
                 if len(extents) > 1 and extents[-1] * extents[-2] <= WINDOW_UNROLL:

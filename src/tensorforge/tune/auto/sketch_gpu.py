@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tensorforge.tune.auto.extents import extent_of
+
 MAX_THREADS = 1024
 MAX_VTHREADS = 16
 MAX_LOCAL = 64  # accumulators per thread
@@ -162,9 +164,9 @@ def fetch_widths(op: Any, tensor: Any, tiles: list[list[int]], r_tiles: list[lis
 
     extents = {}
     for iv, t in zip(op.axis, tiles):
-        extents[id(iv.var)] = (_extent(iv), math.prod(t))
+        extents[id(iv.var)] = (extent_of(iv), math.prod(t))
     for iv, t in zip(op.reduce_axis, r_tiles):
-        extents[id(iv.var)] = (_extent(iv), math.prod(t))
+        extents[id(iv.var)] = (extent_of(iv), math.prod(t))
     shape = getattr(tensor, "shape", ())
     last_dim = getattr(shape[-1], "value", None) if shape else None
     if not isinstance(last_dim, int):
@@ -208,8 +210,8 @@ def gpu_tiling(b: Any, stage: Any, key: str) -> None:
     else:
         inner = b.rec.cache_write(stage, "local")
         outer = stage
-    spatial = [_extent(iv) for iv in op.axis]
-    reduce = [_extent(iv) for iv in op.reduce_axis]
+    spatial = [extent_of(iv) for iv in op.axis]
+    reduce = [extent_of(iv) for iv in op.reduce_axis]
     hint = {"spatial": spatial, "reduce": reduce, "op": op}
     tiles = [list(t) for t in b.d.tile(f"gtile:{key}", spatial, 5, hint)]
     _repair(tiles, 0, MAX_VTHREADS)  # [vthread, thread, S3, S4]
@@ -274,8 +276,3 @@ def gpu_tiling(b: Any, stage: Any, key: str) -> None:
     unroll = b.d.choice(f"unroll:{key}", [0, 16, 64, 512], hint)
     if unroll:
         b.rec.pragma(inner, inner.leaf_iter_vars[0], "auto_unroll_max_step", unroll)
-
-
-def _extent(iv: Any) -> int:
-    value = getattr(iv.dom.extent, "value", None)
-    return value if isinstance(value, int) else 1

@@ -15,7 +15,8 @@ import math
 from typing import Any
 
 from tensorforge.te.visit import walk
-from tensorforge.tune.auto.sketch import UNROLL_STEPS, _extent, _extent_of_dim, _reads
+from tensorforge.tune.auto.extents import extent_of, extent_of_dim
+from tensorforge.tune.auto.sketch import UNROLL_STEPS, _reads
 
 
 def multi_level_tiling(b: Any, stage: Any) -> None:
@@ -34,8 +35,8 @@ def multi_level_tiling(b: Any, stage: Any) -> None:
     elif b.d.choice(f"cw:{key}", [True, False], {}):
         inner = b.rec.cache_write(stage, "local")
         outer = stage
-    spatial = [_extent(iv) for iv in op.axis]
-    reduce = [_extent(iv) for iv in op.reduce_axis]
+    spatial = [extent_of(iv) for iv in op.axis]
+    reduce = [extent_of(iv) for iv in op.reduce_axis]
     lanes = b.lanes(stage)
     hint = {"spatial": spatial, "reduce": reduce, "lanes": lanes, "op": op}
     s_tiles = b.d.tile(f"tile:{key}", spatial, 4, hint)
@@ -45,7 +46,7 @@ def multi_level_tiling(b: Any, stage: Any) -> None:
     red_axes = list(inner.leaf_iter_vars[len(op.axis) :])
     if outer is not None:
         packable = packable_inputs(b, op) if red_axes else []
-        rows = max((_extent_of_dim(t, -1) for t in packable), default=0)
+        rows = max((extent_of_dim(t, -1) for t in packable), default=0)
         pack = bool(packable) and b.d.choice(
             f"pack:{key}", [False, True], {**hint, "row_elements": rows}
         )
