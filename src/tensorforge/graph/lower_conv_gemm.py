@@ -16,6 +16,7 @@ import torch
 from tensorforge import te
 from tensorforge.graph.schedules_cuda import SPLIT_CONV_TILE
 from tensorforge.graph.values import Anchor, Lazy
+from tensorforge.ops.matmul import round_up
 
 
 def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, columns=None, depth=None):
@@ -65,8 +66,8 @@ def conv_split_k(
     reduction is padded to whole 16-term slices and the second kernel is the epilogue alone."""
     N, F, OH, OW = shape
     K, P = w[0].numel(), OH * OW
-    rows, columns = _round_up(F, SPLIT_CONV_TILE), _round_up(P, SPLIT_CONV_TILE)
-    depth = K if splits > 1 else _round_up(K, 16)  # an image stem's 3 x 7 x 7: 160 terms
+    rows, columns = round_up(F, SPLIT_CONV_TILE), round_up(P, SPLIT_CONV_TILE)
+    depth = K if splits > 1 else round_up(K, 16)  # an image stem's 3 x 7 x 7: 160 terms
     part = depth // splits
     col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, columns, depth)
     # (Z, rows, part): each slice's weights a matrix of its own, rows contiguous along k
@@ -94,7 +95,3 @@ def conv_split_k(
     info = {"shape": tuple(shape), "stages": [total]}
     anchor = Anchor("reduce", total, frozenset(summed.reads), (node.name,), info)
     return ctx.anchored(anchor, lambda ia: total[tuple(ia)], dtype)
-
-
-def _round_up(x: int, to: int) -> int:
-    return -(-x // to) * to
