@@ -78,15 +78,15 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     return _through_aot(gm, example_inputs, constants, opts, direct, key)
 
 
-def _through_aot(gm, example_inputs, constants: dict, opts: Options, plain: bool, front_key):
+def _through_aot(gm, example_inputs, constants: dict, opts: Options, direct: bool, front_key):
     """Dynamo's graph -> ATen (aot_autograd) -> compile_aten. Where the ATen graph proves a
-    plain function of Dynamo's inputs (front_cache.py; `plain`: Dynamo's graph may be one), the
+    plain function of Dynamo's inputs (front_cache.py; `direct`: Dynamo's graph may be one), the
     compiled graph is returned without AOT's runtime wrappers (they would do nothing but cost
     each call) and, with `front_key`, written as a first-level entry."""
     from torch._dynamo.backends.common import aot_autograd
 
     count = len(example_inputs)
-    direct = []
+    unwrapped = []  # the compiled graph as Dynamo's callable, where AOT's wrappers are idle
 
     def compiler(aten_gm, aten_inputs):
         from torch.utils._python_dispatch import _disable_current_modes
@@ -94,10 +94,12 @@ def _through_aot(gm, example_inputs, constants: dict, opts: Options, plain: bool
         known = constants if len(aten_inputs) == count else {}
         with _disable_current_modes():  # the weights are real tensors, read now
             compiled = compile_aten(aten_gm, aten_inputs, known, opts)
-        if plain and isinstance(compiled, CompiledGraph):
+        if direct and isinstance(compiled, CompiledGraph):
             why = front_cache.unsafe_reason(gm, example_inputs, aten_gm, aten_inputs)
             if why is None:
-                direct.append(front_cache.DynamoCallable(compiled, front_cache.returns_tuple(gm)))
+                unwrapped.append(
+                    front_cache.DynamoCallable(compiled, front_cache.returns_tuple(gm))
+                )
                 if front_key is not None:
                     front_cache.store(front_key, gm, aten_gm, compiled.cache_key)
             else:
@@ -107,7 +109,7 @@ def _through_aot(gm, example_inputs, constants: dict, opts: Options, plain: bool
 
     wrapped = aot_autograd(fw_compiler=compiler, decompositions=decompositions())
     compiled = wrapped(gm, example_inputs)
-    return direct[0] if direct else compiled
+    return unwrapped[0] if unwrapped else compiled
 
 
 def _from_front_entry(key: str, constants: dict, target, opts: Options):

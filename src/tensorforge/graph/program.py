@@ -201,7 +201,7 @@ class CompiledGraph:
         self.steps = steps
         self.target = target
         self.device = device
-        self._arenas: dict[tuple, dict] = {}
+        self._arenas: dict[object, dict] = {}  # `_sizes` -> arenas
         self._last_use = self._liveness()
         # each symbol bound once per call: from its own argument where Dynamo passes one (it
         # does for every symbol of dynamic=True), else from the first input size that is it
@@ -222,7 +222,7 @@ class CompiledGraph:
         self.cache_key: str | None = None  # its kernels' entry in the graph cache (cache.py)
         self.reuse = True
         self.lean = True  # calls through a CallPlan where the kernels allow (call_plan.py)
-        self._plans: dict[tuple, call_plan.CallPlan] = {}
+        self._plans: dict[object, call_plan.CallPlan] = {}  # `_sizes` -> plan
         self._binds = bool(self._shape_symbols) or any(isinstance(b, str) for b in program.inputs)
         self._constants: dict | None = None
         # a CUDA graph of the kernels: where every step is a kernel and the sizes are static
@@ -349,7 +349,7 @@ class CompiledGraph:
             plan = self._plans[key] = call_plan.CallPlan(self, bindings, temps, constants)
         return plan
 
-    def _memory(self, key: tuple, bindings: dict) -> tuple[dict, dict]:
+    def _memory(self, key: object, bindings: dict) -> tuple[dict, dict]:
         """(intermediates, constants): the arenas of this set of sizes, made on its first call,
         and the constants on the kernels' device, placed once."""
         temps = self._arenas.get(key)

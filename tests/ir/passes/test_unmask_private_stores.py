@@ -54,8 +54,8 @@ def test_the_gpu_pipeline_leaves_stores_masked():
 
 @pytest.mark.parametrize("m", [2, 5, 16, 17, 63, 64, 65, 197, 1000])
 def test_vector_partials_of_a_run_time_row_length_reduce_it_exactly(m):
-    # each row's max and sum over m elements in 4 x 16 vector partials, the last step's lanes
-    # past the row masked: the store of each partial is whole after this pass
+    # each row's max over m elements in 4 x 16 vector partials, the last step's lanes past the
+    # row masked: the store of each partial is whole after this pass
     rows, n = te.size_var("rows", min_value=1), te.size_var("m", min_value=2)
     x = te.placeholder((rows, n), name="x")
     k = te.reduce_axis((0, n), name="k")

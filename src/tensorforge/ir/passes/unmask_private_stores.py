@@ -27,6 +27,7 @@ from tensorforge.te.expr import Const, Select, Var
 
 
 def unmask_private_stores(stmt: Stmt) -> Stmt:
+    """`A[v] = x if m` -> `A[v] = select(m, x, A[v])` where A is this thread's own buffer."""
     return _visit(stmt, {}, frozenset())
 
 
