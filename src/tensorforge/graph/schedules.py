@@ -79,7 +79,8 @@ def schedule_kernel(
     `s`: a fresh schedule of the kernel to apply the rule to (tuning.py records the calls).
     `schedule` (the backend's option): "rules"; "first_guess": the auto-scheduler's first guess
     where it applies (CPU: static sizes, and row operators of run-time sizes given their
-    `size_hints`, te.var -> example value); "auto": the first guess except for HAND_SCHEDULED."""
+    `size_hints`, te.var -> example value; CUDA: `schedules_cuda.wants_staged_gemm`'s products);
+    "auto": the first guess except for HAND_SCHEDULED."""
     out = spec.out
     if schedule != "rules" and not simple and s is None:
         guessed = _first_guess(spec, target, schedule, size_hints or {})
@@ -115,7 +116,8 @@ def schedule_kernel(
 
 def _first_guess(spec, target, schedule: str, size_hints: dict):
     """The auto-scheduler's first guess for the kernel (tune.auto.analytic), or None where the
-    rules serve: CUDA kernels other than large products (schedules_cuda.wants_staged_gemm),
+    rules serve: CUDA kernels other than large products and split-K convolutions' partial
+    products (schedules_cuda.wants_staged_gemm),
     symbolic sizes (but for row operators: `_guesses_run_time_rows`), a hand-scheduled anchor
     under "auto", or a computation the sketch rules cannot schedule."""
     from tensorforge.tune.auto.analytic import first_guess_schedule

@@ -139,7 +139,8 @@ def wants_staged_gemm(anchor, target) -> bool:
     """Whether a product is large enough for the auto-scheduler's GPU GEMM (block tiles of up
     to 128 x 128 staged through shared memory, as ops' hand schedule; schedules.py takes its
     first guess) rather than these register tiles: STAGED_GEMM_FLOP or more, and 64 x 64
-    tiles enough to fill the SMs. On an H200, an MLP (768 -> 3072 -> 768) at 2048 rows: 1.141
+    tiles enough to fill the SMs; always a split-K convolution's partial products (made for
+    those tiles: lower_conv_gemm). On an H200, an MLP (768 -> 3072 -> 768) at 2048 rows: 1.141
     ms with register tiles, 0.545 with staged tiles (eager torch, cuBLAS: 0.50); at 512 rows
     (2.4 GFLOP a product) 0.185 against 0.270."""
     if anchor is None or anchor.kind != "matmul" or not _static(anchor.info["shape"]):
