@@ -473,34 +473,3 @@ def test_rule_rows_with_a_tail_reduce_in_vector_accumulators(m):
     lowered = str(tf.lower(s, [b.placeholder for b in kernel.spec.reads] + [kernel.spec.out]))
     lanes = tf.Target("llvm").vector_lanes("float32")
     assert ("row_max.rf" in lowered) == (m >= lanes), lowered
-
-
-@pytest.mark.parametrize("splits", [1, 2, 3])
-def test_split_k_convolutions_match_eager(monkeypatch, splits):
-    """The CUDA split-K form (lower_conv_gemm: columns, partial products over slices of the
-    reduction, their sum with the epilogue) built for this CPU, against eager: strides,
-    dilation, padding, batch 2, filters no multiple of the 64-tile, a 1 x 1, an epilogue of
-    bias, ReLU and an add."""
-    from tensorforge.graph import lower_linalg
-
-    def forced(target, shape, channels, window, dtype):
-        return splits if channels * window % splits == 0 else 0
-
-    monkeypatch.setattr(lower_linalg, "cuda_conv_splits", forced)
-    x, w, b = rand(2, 6, 9, 7, seed=40), rand(5, 6, 3, 3, seed=41), rand(5, seed=42)
-    w_1x1 = rand(7, 6, 1, 1, seed=43)
-
-    def fn(x, w, b, w_1x1):
-        return (
-            F.relu(F.conv2d(x, w, b, padding=1)) + x[:, :5],
-            F.conv2d(x, w, None, stride=2, dilation=2),
-            F.conv2d(x, w_1x1, None, stride=2),
-        )
-
-    compiled = check(fn, x, w, b, w_1x1, constants=(1, 2, 3))
-    partials = [s for s in compiled.steps if getattr(s, "spec", None) and s.spec.anchor
-                and s.spec.anchor.info.get("split_k")]  # fmt: skip
-    assert {p.spec.anchor.info["shape"][0] for p in partials} == {splits}
-    assert len(partials) == 3
-    if splits == 1:  # one slice: the reduction padded to whole 16-term slices (54 and 6 terms)
-        assert sorted(p.spec.anchor.info["k"] for p in partials) == [16, 64, 64]
