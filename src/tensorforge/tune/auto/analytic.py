@@ -4,7 +4,8 @@ In the spirit of Mullapudi2016 and TVM's rule-based schedules: the register tile
 vector registers (accumulators + one vector operand + one broadcast fit, FMAs per load as high as
 possible, little waste at the edges), the reduction block and the accumulator tile to L1 and L2,
 the parallel loop to the cores; vector partials for row reductions; costly intermediates computed
-once per row rather than inlined into each reader.
+once per row rather than inlined into each reader. On CUDA the tiles, shared-memory slices and
+their padding come from analytic_gpu.py.
 """
 
 from __future__ import annotations
