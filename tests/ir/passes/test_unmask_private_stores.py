@@ -47,6 +47,16 @@ def test_a_store_stays_masked_where_another_thread_or_past_the_buffer_could_be_t
         assert unmask_private_stores(stmt) == stmt
 
 
+def test_a_mask_known_lane_by_lane_stays_a_mask():
+    """Codegen stores its on lanes as plain pieces; a select would load the old lanes too (a
+    register tile's padded last vector: conv2d 3x3 at 14 x 14 x 256 1.70 -> 1.87 ms)."""
+    lanes = Ramp(c(0), c(1), 16)
+    mask = LT(lanes, Broadcast(c(14), 16))
+    step = store(RF, lanes, Max(load(RF, lanes), load(X, lanes)), mask)
+    stmt = Allocate(RF, c(64), step)
+    assert unmask_private_stores(stmt) == stmt
+
+
 def test_the_gpu_pipeline_leaves_stores_masked():
     assert unmask_private_stores in passes_for(Target("llvm"))
     assert unmask_private_stores not in passes_for(Target("cuda"))
