@@ -1,6 +1,6 @@
-"""The split-K convolution (graph/lower_conv_gemm.py), built for this CPU against eager: the CUDA
-form's columns, partial products and their sum are plain te, so their indexing is checked here
-(on the GPU: tests/graph/test_schedules_cuda.py)."""
+"""The split-K convolutions and products (graph/lower_conv_gemm.py), built for this CPU against
+eager: the CUDA form's columns, partial products and their sum are plain te, so their indexing
+is checked here (on the GPU: tests/graph/test_schedules_cuda.py)."""
 
 import pytest
 
@@ -40,3 +40,26 @@ def test_split_k_convolutions_match_eager(monkeypatch, splits):
     assert len(partials) == 3
     if splits == 1:  # one slice: the reduction padded to whole 16-term slices (54 and 6 terms)
         assert sorted(p.spec.anchor.info["k"] for p in partials) == [16, 64, 64]
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_split_k_products_match_eager(monkeypatch, splits):
+    """Linear layers as partial products over slices of k and their sum (+ bias, GELU; an
+    input of (batch, tokens, features) and a plain matrix), built for this CPU."""
+    from tensorforge.graph import lower_linalg
+
+    def forced(target, shape, k, dtype):
+        return splits if k % splits == 0 else 0
+
+    monkeypatch.setattr(lower_linalg, "cuda_matmul_splits", forced)
+    x, w, b = rand(2, 5, 12, seed=50), rand(7, 12, seed=51), rand(7, seed=52)
+    y, v = rand(3, 20, seed=53), rand(9, 20, seed=54)
+
+    def fn(x, w, b, y, v):
+        return F.gelu(F.linear(x, w, b)), F.linear(y, v)
+
+    compiled = check(fn, x, w, b, y, v, constants=(1, 2, 4))
+    partials = [s for s in compiled.steps if getattr(s, "spec", None) and s.spec.anchor
+                and s.spec.anchor.info.get("split_k")]  # fmt: skip
+    assert len(partials) == 2
+    assert {p.spec.anchor.info["shape"][0] for p in partials} == {splits}

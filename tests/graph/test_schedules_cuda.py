@@ -25,6 +25,7 @@ from tensorforge.graph.schedules_cuda import (  # noqa: E402
     THREADS,
     conv_plan,
     cuda_conv_splits,
+    cuda_matmul_splits,
     gemm_plan,
 )
 from tensorforge.target import Target  # noqa: E402
@@ -200,12 +201,26 @@ def test_cuda_conv_splits_only_convolutions_of_few_outputs():
     assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512, 9, "float16") == 0
     assert cuda_conv_splits(cpu, (1, 512, 7, 7), 512, 9, "float32") == 0
     assert cuda_conv_splits(cuda, (1, 64, 112, 112), 3, 49, "float32") == 1  # an image stem
+    assert cuda_conv_splits(cuda, (1, 6, 28, 28), 1, 25, "float32") == 0  # LeNet's 6 filters
+    assert cuda_conv_splits(cuda, (64, 64, 112, 112), 3, 49, "float32") == 0  # 514 MB columns
     for channels in (64, 72, 128, 512, 4096):  # 72 x 9 = 648 terms: 2 slices of 324
         terms = channels * (9 if channels < 4096 else 1)
         splits = cuda_conv_splits(cuda, (1, 64, 7, 7), channels, terms // channels, "float32")
         assert splits > 1, channels
         part = terms // splits
         assert part * splits == terms and part % 4 == 0 and part >= MIN_SPLIT_TERMS
+
+
+def test_cuda_matmul_splits_only_products_of_few_tiles_and_enough_work():
+    cuda = Target("cuda -arch=sm_90")
+    assert cuda_matmul_splits(cuda, (1, 128, 2304), 768, "float32") == 2  # GPT-2's QKV
+    assert cuda_matmul_splits(cuda, (1, 128, 768), 3072, "float32") == 8  # its fc2
+    assert cuda_matmul_splits(cuda, (1, 128, 768), 768, "float32") == 0  # 0.15 GFLOP
+    assert cuda_matmul_splits(cuda, (64, 3072), 768, "float32") == 0  # an MLP at 64 rows
+    assert cuda_matmul_splits(cuda, (100, 3072), 1536, "float32") == 0  # rows no 64-tiles
+    assert cuda_matmul_splits(cuda, (1024, 1024), 1024, "float32") == 0  # tiles enough
+    assert cuda_matmul_splits(cuda, (2048, 2048), 2048, "float32") == 0  # staged whole
+    assert cuda_matmul_splits(Target("llvm"), (1, 128, 2304), 768, "float32") == 0
 
 
 def small_map_conv_graph():
@@ -300,3 +315,38 @@ def test_a_product_read_through_a_head_transpose_matches_eager():
     want = fn(*inputs)
     assert got.shape == want.shape
     assert ((got - want).abs().max() / want.abs().max()).item() < 1e-4
+
+
+def split_product_graph():
+    """A linear of few output tiles and enough work to split (2 x 64 tokens, 768 -> 2304, +
+    bias + GELU: 0.45 GFLOP in 72 tiles of 64 x 64), as GPT-2's QKV."""
+
+    def fn(x, w, b):
+        return (F.gelu(F.linear(x, w, b)),)
+
+    gen = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(2, 64, 768, generator=gen), torch.randn(2304, 768, generator=gen) / 28,
+              torch.randn(2304, generator=gen)]  # fmt: skip
+    return fn, inputs, (1, 2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_products_of_few_tiles_split_the_reduction(tmp_path):
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=split_product_graph)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    (partial,) = [s for s in kernels if s.spec.anchor and s.spec.anchor.info.get("split_k")]
+    assert partial.spec.anchor.info["shape"] == (2, 128, 2304)  # 2 slices of the 128 rows
+    assert_compiles_with_nvcc(tmp_path, partial.module.get_source("cuda"))
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_products_of_few_tiles_match_eager():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=split_product_graph)
+    assert not compiled.program.fallbacks
+    for _ in range(3):
+        (got,) = compiled(list(inputs))
+        torch.cuda.synchronize()
+        (expected,) = fn(*inputs)
+        assert ((got - expected).abs().max() / expected.abs().max()).item() < 1e-4

@@ -17,6 +17,7 @@ from tensorforge import te
 from tensorforge.graph.schedules_cuda import SPLIT_CONV_TILE
 from tensorforge.graph.values import Anchor, Lazy
 from tensorforge.ops.matmul import round_up
+from tensorforge.tune.auto.analytic_gpu import K_SLICE
 
 
 def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, columns=None, depth=None):
@@ -67,7 +68,7 @@ def conv_split_k(
     N, F, OH, OW = shape
     K, P = w[0].numel(), OH * OW
     rows, columns = round_up(F, SPLIT_CONV_TILE), round_up(P, SPLIT_CONV_TILE)
-    depth = K if splits > 1 else round_up(K, 16)  # an image stem's 3 x 7 x 7: 160 terms
+    depth = K if splits > 1 else round_up(K, K_SLICE)  # an image stem's 3 x 7 x 7: 160 terms
     part = depth // splits
     col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, columns, depth)
     # (Z, rows, part): each slice's weights a matrix of its own, rows contiguous along k
@@ -83,14 +84,46 @@ def conv_split_k(
         ),
         name=ctx.unique(f"conv_{node.name}_partial"),
     )
-    info = {"shape": (splits, N, rows, columns), "stages": [partial], "k": part, "split_k": True}
-    product = Anchor("matmul", partial, frozenset(col.reads | weights.reads), (node.name,), info)
+    reads = col.reads | weights.reads
+    return _sum_of_slices(
+        ctx, node, partial, part, reads, shape, dtype, lambda n, f, y, xx: (n, f, y * OW + xx)
+    )
+
+
+def matmul_split_k(ctx, node, a: Lazy, b: torch.Tensor, shape, dtype, splits: int) -> Lazy:
+    """C[..., i, j] = sum_k A[..., i, k] B[k, j] (B constant) as `splits` partial products over
+    slices of k (the staged first guess, its blocks spanning the slices) and their sum, which
+    the epilogue joins: a product of few output tiles (GPT-2's projections at 128 tokens)."""
+    k_all = b.shape[0]
+    part = k_all // splits
+    # (Z, part, m): each slice's rows of B, contiguous along j
+    weights = ctx.add_constant(b.reshape(splits, part, b.shape[1]), f"{node.name}_bsplit")
+    k = te.reduce_axis((0, part), name="k")
+    partial = te.compute(
+        (splits, *shape),
+        lambda *idx: te.sum(  # (z, ..., i, j)
+            a.at((*idx[1:-1], idx[0] * part + k.var)) * weights.at((idx[0], k.var, idx[-1])),
+            axis=k,
+        ),
+        name=ctx.unique(f"mm_{node.name}_partial"),
+    )
+    return _sum_of_slices(ctx, node, partial, part, a.reads | weights.reads, shape, dtype, None)
+
+
+def _sum_of_slices(ctx, node, partial, part: int, reads, shape, dtype, index) -> Lazy:
+    """The partial products as a kernel of their own (the auto-scheduler's staged GEMM:
+    `split_k` anchors), and their sum over the slices as an anchor the epilogue joins; `index`
+    maps an output index into the partials' (after the slice), the same where None."""
+    splits, *space = (int(e.value) for e in partial.shape)
+    info = {"shape": (splits, *space), "stages": [partial], "k": part, "split_k": True}
+    product = Anchor("matmul", partial, frozenset(reads), (node.name,), info)
     summed = ctx.materialize(ctx.anchored(product, lambda ia: partial[tuple(ia)], dtype))
     z = te.reduce_axis((0, splits), name="z")
+    index = index or (lambda *idx: idx)
     total = te.compute(
         shape,
-        lambda n, f, y, xx: te.sum(summed.at((z.var, n, f, y * OW + xx)), axis=z),
-        name=ctx.unique(f"conv_{node.name}_sum"),
+        lambda *idx: te.sum(summed.at((z.var, *index(*idx))), axis=z),
+        name=ctx.unique(f"{node.name}_sum"),
     )
     info = {"shape": tuple(shape), "stages": [total]}
     anchor = Anchor("reduce", total, frozenset(summed.reads), (node.name,), info)

@@ -13,10 +13,10 @@ import operator
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col
+from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k
 from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.schedules_cuda import cuda_conv_splits
+from tensorforge.graph.schedules_cuda import cuda_conv_splits, cuda_matmul_splits
 from tensorforge.graph.symbols import is_symbolic
 from tensorforge.graph.values import Anchor, Lazy, Unsupported
 
@@ -74,6 +74,9 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         b_at = lambda kk, j, *bi: b.at((*bi, kk, j))  # noqa: E731
         reads = a.reads | b.reads
     shape = ctx.shape_of(node)
+    splits = cuda_matmul_splits(ctx.target, shape, k, dtype) if constant is not None else 0
+    if splits:
+        return matmul_split_k(ctx, node, a, constant, shape, dtype, splits)
     # NOTE: rows known only at run time: the CPU schedule's last row tile is peeled, and its
     # accumulators are a whole tile (12 rows); a read of row min(i, n - 1) keeps the rows past
     # n inside A (their sums are never stored), so that tile runs unguarded instead of testing

@@ -328,6 +328,7 @@ SPLIT_CONV_OUTPUTS = 1 << 17
 MIN_SPLIT_TERMS = 64
 SPLIT_CONV_TILE = 64  # the first guess's block tile on such products, both sides padded to it
 STEM_CHANNELS = 4
+STEM_COLUMNS = 1 << 23  # elements of a stem's im2col columns (ResNet's at batch 1: 2M)
 
 
 def cuda_conv_splits(target, shape, channels: int, window: int, dtype: str) -> int:
@@ -344,7 +345,11 @@ def cuda_conv_splits(target, shape, channels: int, window: int, dtype: str) -> i
     N, F, OH, OW = shape
     terms = channels * window
     if channels <= STEM_CHANNELS and window > 1:
-        return 1
+        # padded to whole 64-filter tiles and laid out as columns: not for a few filters
+        # (LeNet's 6 would do 10x the work) nor columns past STEM_COLUMNS (a batch of 64 at
+        # 224 x 224: 514 MB)
+        columns = N * -(-channels * window // 16) * 16 * OH * OW
+        return 1 if F >= SPLIT_CONV_TILE // 2 and columns <= STEM_COLUMNS else 0
     if N * F * OH * OW > SPLIT_CONV_OUTPUTS or terms < 2 * MIN_SPLIT_TERMS:
         return 0
     tiles = N * -(-F // SPLIT_CONV_TILE) * -(-(OH * OW) // SPLIT_CONV_TILE)
@@ -354,6 +359,40 @@ def cuda_conv_splits(target, shape, channels: int, window: int, dtype: str) -> i
         and terms % (2 * splits) == 0
         and terms // (2 * splits) >= MIN_SPLIT_TERMS
         and terms // (2 * splits) % 4 == 0
+    ):
+        splits *= 2
+    return splits if splits > 1 else 0
+
+
+# products of few tiles from this many FLOP on as split-K staged products (lower_conv_gemm):
+# H200, GPT-2 block at 128 tokens 0.141 -> 0.130 ms (QKV, fc1, fc2 at 0.45-0.6 GFLOP: 36.6,
+# 34.3, 39.1 -> 30.7, 30.6, 30.4 us + ~2 for each sum); an MLP at 64 rows (0.3 GFLOP a product)
+# 0.045 -> 0.058 ms: its GPU time fell 6 us, but two more kernels cost more on the host
+SPLIT_MATMUL_FLOP = 0.4e9
+
+
+def cuda_matmul_splits(target, shape, k, dtype: str) -> int:
+    """Slices of k for a split-K product on CUDA (lower_conv_gemm.matmul_split_k), or 0 for
+    the register tiles: a static product of SPLIT_MATMUL_FLOP up to STAGED_GEMM_FLOP whose
+    sides are whole 64-tiles (no guarded tail) and whose tiles leave SMs idle, split as a
+    convolution's, each slice whole 16-term shared slices."""
+    if target.kind != "cuda" or dtype != "float32" or not _static(shape):
+        return 0
+    *lead, n, m = shape
+    flop = 2 * numel(shape) * k if isinstance(k, int) else 0
+    if (
+        n % SPLIT_CONV_TILE
+        or m % SPLIT_CONV_TILE
+        or not SPLIT_MATMUL_FLOP <= flop < STAGED_GEMM_FLOP
+    ):
+        return 0
+    tiles = numel(lead) * (n // SPLIT_CONV_TILE) * (m // SPLIT_CONV_TILE)
+    splits = 1
+    while (
+        tiles * splits < target.sm_count
+        and k % (2 * splits) == 0
+        and k // (2 * splits) >= MIN_SPLIT_TERMS
+        and k // (2 * splits) % 16 == 0
     ):
         splits *= 2
     return splits if splits > 1 else 0

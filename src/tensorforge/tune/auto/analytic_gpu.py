@@ -21,6 +21,7 @@ from tensorforge.te.visit import walk
 from tensorforge.tune.auto.decisions import divisors
 from tensorforge.tune.auto.extents import extent_of
 
+K_SLICE = 16  # a product's shared slice of its reduction (split-K partials pad to it)
 CONV_THREADS = 16  # threads along a block's output positions (x its filters' threads)
 CONV_SLICE_TERMS = 64  # about this many terms (channels x window) per shared slice
 
@@ -138,7 +139,7 @@ def reduce_tiles(extents: Sequence[int], levels: int, hint: dict) -> list[list[i
         return out
     if extents:
         e = extents[-1]
-        out[-1][0] = next((k for k in (16, 8, 4) if e % k == 0), min(e, 16))
+        out[-1][0] = next((k for k in (K_SLICE, 8, 4) if e % k == 0), min(e, K_SLICE))
     return out
 
 
