@@ -22,6 +22,7 @@ import torch
 
 from tensorforge.graph import cache as graph_cache
 from tensorforge.graph import front_cache
+from tensorforge.graph.attention_decompositions import ATTENTION_DECOMPOSITIONS
 from tensorforge.graph.lowerer import Lowerer
 from tensorforge.graph.options import Options
 from tensorforge.graph.program import CompiledGraph, build_kernels
@@ -50,6 +51,7 @@ def decompositions() -> dict:
     from torch._decomp import core_aten_decompositions
 
     table = dict(core_aten_decompositions())
+    table.update(ATTENTION_DECOMPOSITIONS)  # a GPU's fused attention kernels, as the CPU's
     kept = set(KEPT_WHOLE)
     return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", op) not in kept}
 
