@@ -1,12 +1,13 @@
 """Convolutions as matrix products over im2col columns: the columns themselves, and on CUDA the
-split-K form for convolutions whose outputs are too few to fill the GPU.
+split-K form for convolutions, and for products, whose outputs are too few to fill the GPU.
 
 The split-K form is two kernels after the columns. The first is a batched product,
 partial[z, n, f, p] = sum over the z-th slice of the reduction (c, ky, kx) of W * col, which the
 auto-scheduler's GPU first guess stages through shared memory (its blocks span the slices, so
 a 7 x 7 x 512 layer runs on 256 blocks rather than 8 tiles' worth). The second sums the slices
 per output, one thread each, and carries the convolution's epilogue (bias, the folded batch
-norm, the residual add, ReLU).
+norm, the residual add, ReLU). A product of few tiles (GPT-2's projections at 128 tokens) is
+split the same way over slices of its k, without columns (`matmul_split_k`).
 """
 
 from __future__ import annotations
