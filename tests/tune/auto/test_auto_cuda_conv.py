@@ -52,10 +52,33 @@ def test_resnet_layer_guess_tiles_filters_and_whole_rows():
     assert (ry, rx) == (3, 3) and 64 % rc == 0 and rc * 9 <= 64  # channels under the window
 
 
+def conv_window_first(b, c, h, w, f):
+    """A convolution whose reduction lists its window before its channels."""
+    X = te.placeholder((b, c, h + 2, w + 2), name="X")
+    W = te.placeholder((f, c, 3, 3), name="W")
+    ry, rx = te.reduce_axis((0, 3), name="ry"), te.reduce_axis((0, 3), name="rx")
+    rc = te.reduce_axis((0, c), name="rc")
+    Y = te.compute(
+        (b, f, h, w),
+        lambda n, o, y, x: te.sum(X[n, rc, y + ry, x + rx] * W[o, rc, ry, rx], axis=[ry, rx, rc]),
+        name="Y",
+    )
+    return [X, W, Y]
+
+
+def test_the_slice_takes_channels_under_the_window_in_any_order():
+    task = SearchTask(conv_window_first, (1, 64, 14, 14, 64), TARGET)
+    _, used = _guess(task)
+    (r_tiles,) = [v for k, v in used.items() if k.startswith("grtile:")]
+    ry, rx, rc = (math.prod(t) for t in r_tiles)
+    assert (ry, rx) == (3, 3) and 64 % rc == 0 and 1 < rc and rc * 9 <= 64
+
+
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_conv_guesses_compile_on_odd_shapes(tmp_path):
     tasks = [SearchTask(conv2d, shape, TARGET) for shape in ODD]
     tasks.append(SearchTask(conv_bn_relu, (1, 8, 9, 9, 12), TARGET))
+    tasks.append(SearchTask(conv_window_first, (1, 16, 7, 5, 9), TARGET))
     for k, task in enumerate(tasks):
         s, tensors = task.instantiate(_guess(task)[0])
         path = tmp_path / f"c{k}.cu"

@@ -95,6 +95,20 @@ def filter_axis(op: Any) -> int | None:
     return None
 
 
+def window_axes(op: Any) -> list[int]:
+    """The reduction axes that slide a window: read in an index beside a spatial axis
+    (`X[n, c, y + ry, x + rx]`: ry and rx, not c)."""
+    spatial = [iv.var for iv in op.axis]
+    reads = [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
+    out = []
+    for a, iv in enumerate(op.reduce_axis):
+        for read in reads:
+            if any(_uses(i, iv.var) and any(_uses(i, v) for v in spatial) for i in read.indices):
+                out.append(a)
+                break
+    return out
+
+
 def conv_tiles(extents: list[int], levels: int, row: int, machine: Any) -> list[list[int]]:
     """Filters (axis `row`) in 4s a thread, up to 16 threads; output positions a run of whole
     rows: a thread 4 (else 2, 1) adjacent columns, up to CONV_THREADS threads over the columns
@@ -125,18 +139,23 @@ def reduce_tiles(extents: Sequence[int], levels: int, hint: dict) -> list[list[i
     float4 fetches stay legal), the others one at a time; the slices of every input fit twice
     (double buffering) in the shared memory of a block. A convolution's slice is a few
     channels (a power of two dividing them, about CONV_SLICE_TERMS terms) under its whole
-    window: a window tap a slice made 3-term steps, a barrier each."""
+    window (`window_axes`, in whatever order the reduction lists them): a window tap a slice
+    made 3-term steps, a barrier each."""
     out = [[1] * (levels - 1) for _ in extents]
     op = hint.get("op")
     if op is not None and len(extents) >= 2 and filter_axis(op) is not None:
-        channels, window = extents[0], math.prod(extents[1:])
-        step = 1
-        while step * 2 * window <= CONV_SLICE_TERMS and channels % (step * 2) == 0:
-            step *= 2
-        out[0][0] = step
-        for a in range(1, len(extents)):
-            out[a][0] = extents[a]
-        return out
+        windows = window_axes(op)
+        rest = [a for a in range(len(extents)) if a not in windows]
+        if windows and rest:
+            channels = max(rest, key=lambda a: extents[a])  # (rc, ry, rx) or any other order
+            window = math.prod(extents[a] for a in windows)
+            step = 1
+            while step * 2 * window <= CONV_SLICE_TERMS and extents[channels] % (step * 2) == 0:
+                step *= 2
+            out[channels][0] = step
+            for a in windows:
+                out[a][0] = extents[a]
+            return out
     if extents:
         e = extents[-1]
         out[-1][0] = next((k for k in (K_SLICE, 8, 4) if e % k == 0), min(e, K_SLICE))
