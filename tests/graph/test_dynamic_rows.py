@@ -164,3 +164,21 @@ def test_each_symbol_is_bound_once_per_call_from_its_own_argument():
     assert compiled._shape_symbols == []
     names = compiled.program.symbols.var_names()
     assert sorted(compiled._bind([5, 17, x])) == names and len(names) == 2
+
+
+def test_size_hints_are_read_from_either_name_of_the_example_map():
+    """torch 2.13's shape environment holds the examples as backed_var_to_val; older releases
+    name the same map var_to_val: either gives the hint."""
+    from types import SimpleNamespace
+
+    import sympy
+
+    from tensorforge.graph.symbols import Symbols
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    for name in ("backed_var_to_val", "var_to_val"):
+        env = SimpleNamespace(var_to_range={}, **{name: {s0: sympy.Integer(197)}})
+        size = SimpleNamespace(node=SimpleNamespace(expr=s0, shape_env=env))
+        symbols = Symbols()
+        symbols.size(size)
+        assert list(symbols.size_hints().values()) == [197], name

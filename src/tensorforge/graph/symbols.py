@@ -39,7 +39,9 @@ class Symbols:
         symbol's value in the example inputs (its hint)."""
         shape_env = getattr(getattr(value, "node", None), "shape_env", None)
         ranges = getattr(shape_env, "var_to_range", {})
-        examples = getattr(shape_env, "backed_var_to_val", {})
+        # (the older torch releases name the same map var_to_val)
+        examples = getattr(shape_env, "backed_var_to_val", None)
+        examples = examples if examples is not None else getattr(shape_env, "var_to_val", {})
         for symbol in expr.free_symbols:
             low = getattr(ranges.get(symbol), "lower", None)  # an Integer, or -int_oo
             if isinstance(low, (int, sympy.Integer)) and symbol not in self.vars:
