@@ -11,6 +11,15 @@ import torch.nn.functional as F  # noqa: E402
 from tests.graph.test_lowering import check, rand, strict  # noqa: E402, F401 (strict: autouse)
 
 
+def split_partials(compiled) -> list:
+    """The kernels of a compiled graph that compute split-K partial products."""
+    return [
+        s
+        for s in compiled.steps
+        if getattr(s, "spec", None) and s.spec.anchor and s.spec.anchor.info.get("split_k")
+    ]
+
+
 @pytest.mark.parametrize("splits", [1, 2, 3])
 def test_split_k_convolutions_match_eager(monkeypatch, splits):
     """The CUDA split-K form (lower_conv_gemm: columns, partial products over slices of the
@@ -34,8 +43,7 @@ def test_split_k_convolutions_match_eager(monkeypatch, splits):
         )
 
     compiled = check(fn, x, w, b, w_1x1, constants=(1, 2, 3))
-    partials = [s for s in compiled.steps if getattr(s, "spec", None) and s.spec.anchor
-                and s.spec.anchor.info.get("split_k")]  # fmt: skip
+    partials = split_partials(compiled)
     assert {p.spec.anchor.info["shape"][0] for p in partials} == {splits}
     assert len(partials) == 3
     if splits == 1:  # one slice: the reduction padded to whole 16-term slices (54 and 6 terms)
@@ -59,7 +67,6 @@ def test_split_k_products_match_eager(monkeypatch, splits):
         return F.gelu(F.linear(x, w, b)), F.linear(y, v)
 
     compiled = check(fn, x, w, b, y, v, constants=(1, 2, 4))
-    partials = [s for s in compiled.steps if getattr(s, "spec", None) and s.spec.anchor
-                and s.spec.anchor.info.get("split_k")]  # fmt: skip
+    partials = split_partials(compiled)
     assert len(partials) == 2
     assert {p.spec.anchor.info["shape"][0] for p in partials} == {splits}

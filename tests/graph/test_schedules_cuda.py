@@ -109,10 +109,25 @@ def test_each_cuda_rule_builds_and_compiles_with_nvcc(tmp_path):
     for rule in ("gemm", "gemm_split", "rows"):
         assert SOURCES[rule] in used, (rule, used)
     modules = {id(s.module): s.module for s in kernels}.values()  # kernels alike share one
-    text = "\n".join(
+    assert_compiles_with_nvcc(tmp_path, joined_sources(modules))
+
+
+def assert_matches_eager(fn, inputs, compiled, tolerance: float) -> None:
+    """Three calls (the first ones launch kernels one by one, later ones a CUDA graph), each
+    output against eager torch: its shape, and its largest error relative to its largest value."""
+    for _ in range(3):
+        got = compiled(list(inputs))
+        torch.cuda.synchronize()
+        for g, e in zip(got, fn(*inputs)):
+            assert g.shape == e.shape
+            assert ((g - e).abs().max() / e.abs().max()).item() < tolerance
+
+
+def joined_sources(modules) -> str:
+    """The CUDA sources of built modules, one namespace each, as one translation unit."""
+    return "\n".join(
         f"namespace k{k} {{\n{m.get_source('cuda')}\n}}" for k, m in enumerate(modules)
     )
-    assert_compiles_with_nvcc(tmp_path, text)
 
 
 def assert_compiles_with_nvcc(tmp_path, text: str) -> None:
@@ -138,12 +153,7 @@ def assert_compiles_with_nvcc(tmp_path, text: str) -> None:
 def test_each_cuda_rule_matches_eager():
     fn, inputs, compiled = compiled_for("cuda", "cuda")
     assert isinstance(compiled, CompiledGraph) and not compiled.program.fallbacks
-    for _ in range(3):  # the first calls launch kernels one by one, later ones a CUDA graph
-        got = compiled(list(inputs))
-        torch.cuda.synchronize()
-        for g, e in zip(got, fn(*inputs)):
-            assert g.shape == e.shape
-            assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4
+    assert_matches_eager(fn, inputs, compiled, 1e-4)
     assert compiled._graph is not None
 
 
@@ -250,8 +260,7 @@ def test_small_map_convolutions_split_the_reduction(tmp_path):
     partials = [s for s in kernels if s.spec.anchor and s.spec.anchor.info.get("split_k")]
     assert sorted(s.spec.anchor.info["shape"][0] for s in partials) == [2, 2, 16]
     assert all(s.source == FIRST_GUESS for s in partials)
-    text = "\n".join(f"namespace k{k} {{\n{s.module.get_source('cuda')}\n}}"
-                     for k, s in enumerate(partials))  # fmt: skip
+    text = joined_sources(s.module for s in partials)
     assert "__shared__" in text
     assert_compiles_with_nvcc(tmp_path, text)
 
@@ -262,12 +271,7 @@ def test_small_map_convolutions_match_eager():
     torch.backends.cudnn.allow_tf32 = False
     fn, inputs, compiled = compiled_for("cuda", "cuda", graph=small_map_conv_graph)
     assert not compiled.program.fallbacks
-    for _ in range(3):
-        got = compiled(list(inputs))
-        torch.cuda.synchronize()
-        for g, e in zip(got, fn(*inputs)):
-            assert g.shape == e.shape
-            assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4
+    assert_matches_eager(fn, inputs, compiled, 1e-4)
 
 
 def head_projection_graph():
@@ -370,8 +374,7 @@ def test_row_reductions_take_a_block_per_row(tmp_path):
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
     reductions = [s for s in kernels if s.spec.anchor and s.spec.anchor.kind == "reduce"]
     assert reductions and all(s.source == SOURCES["rows"] for s in reductions)
-    text = "\n".join(f"namespace k{k} {{\n{s.module.get_source('cuda')}\n}}"
-                     for k, s in enumerate(reductions))  # fmt: skip
+    text = joined_sources(s.module for s in reductions)
     assert_compiles_with_nvcc(tmp_path, text)
 
 
@@ -380,9 +383,4 @@ def test_row_reductions_take_a_block_per_row(tmp_path):
 def test_row_reductions_match_eager():
     fn, inputs, compiled = compiled_for("cuda", "cuda", graph=rms_norm_graph)
     assert not compiled.program.fallbacks
-    for _ in range(3):
-        got = compiled(list(inputs))
-        torch.cuda.synchronize()
-        for g, e in zip(got, fn(*inputs)):
-            assert g.shape == e.shape
-            assert ((g - e).abs().max() / e.abs().max()).item() < 1e-5
+    assert_matches_eager(fn, inputs, compiled, 1e-5)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from tensorforge import te
 from tensorforge.graph.values import numel
 from tensorforge.ops.cuda import bind_elementwise_cuda
+from tensorforge.ops.matmul import round_up
+from tensorforge.tune.auto.analytic_gpu import K_SLICE
 
 THREADS = 256  # threads per block
 # split the reduction until this many threads share the work (H100, measured over whole models:
@@ -146,7 +148,7 @@ def wants_staged_gemm(anchor, target) -> bool:
     (2.4 GFLOP a product) 0.185 against 0.270."""
     if anchor is None or anchor.kind != "matmul" or not _static(anchor.info["shape"]):
         return False
-    if anchor.info.get("split_k"):  # a split-K convolution's slices: made for these tiles
+    if anchor.info.get("split_k"):  # split-K partial products: made for these tiles
         return True
     *batch, n, m = anchor.info["shape"]
     (k,) = [r.dom.extent.value for r in anchor.info["stages"][0].op.reduce_axis]
@@ -349,20 +351,12 @@ def cuda_conv_splits(target, shape, channels: int, window: int, dtype: str) -> i
         # padded to whole 64-filter tiles and laid out as columns: not for a few filters
         # (LeNet's 6 would do 10x the work) nor columns past STEM_COLUMNS (a batch of 64 at
         # 224 x 224: 514 MB)
-        columns = N * -(-channels * window // 16) * 16 * OH * OW
+        columns = N * round_up(terms, K_SLICE) * OH * OW
         return 1 if F >= SPLIT_CONV_TILE // 2 and columns <= STEM_COLUMNS else 0
     if N * F * OH * OW > SPLIT_CONV_OUTPUTS or terms < 2 * MIN_SPLIT_TERMS:
         return 0
     tiles = N * -(-F // SPLIT_CONV_TILE) * -(-(OH * OW) // SPLIT_CONV_TILE)
-    splits = 1
-    while (
-        tiles * splits < target.sm_count
-        and terms % (2 * splits) == 0
-        and terms // (2 * splits) >= MIN_SPLIT_TERMS
-        and terms // (2 * splits) % 4 == 0
-    ):
-        splits *= 2
-    return splits if splits > 1 else 0
+    return _splits_to_fill(tiles, terms, target.sm_count, 4)  # whole float4 rows a slice
 
 
 # products of few tiles from this many FLOP on as split-K staged products (lower_conv_gemm):
@@ -388,13 +382,17 @@ def cuda_matmul_splits(target, shape, k, dtype: str) -> int:
     ):
         return 0
     tiles = numel(lead) * (n // SPLIT_CONV_TILE) * (m // SPLIT_CONV_TILE)
+    return _splits_to_fill(tiles, k, target.sm_count, K_SLICE)
+
+
+def _splits_to_fill(tiles: int, terms: int, sm_count: int, align: int) -> int:
+    """Slices of `terms` (a power of two, each a multiple of `align` of at least
+    MIN_SPLIT_TERMS) doubled until `tiles` of them cover the SMs once; 0 for one slice."""
     splits = 1
-    while (
-        tiles * splits < target.sm_count
-        and k % (2 * splits) == 0
-        and k // (2 * splits) >= MIN_SPLIT_TERMS
-        and k // (2 * splits) % 16 == 0
-    ):
+    while tiles * splits < sm_count:
+        part = terms // (2 * splits)
+        if terms % (2 * splits) or part < MIN_SPLIT_TERMS or part % align:
+            break
         splits *= 2
     return splits if splits > 1 else 0
 

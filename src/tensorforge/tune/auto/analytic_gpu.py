@@ -82,7 +82,7 @@ def filter_axis(op: Any) -> int | None:
     weights). None for anything else (a product's last two axes index different inputs)."""
     if len(op.axis) < 3 or len(op.reduce_axis) < 2:
         return None
-    reads = [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
+    reads = _reads(op)
     readers = [
         {id(r.tensor) for r in reads if any(_uses(i, iv.var) for i in r.indices)} for iv in op.axis
     ]
@@ -99,7 +99,7 @@ def window_axes(op: Any) -> list[int]:
     """The reduction axes that slide a window: read in an index beside a spatial axis
     (`X[n, c, y + ry, x + rx]`: ry and rx, not c)."""
     spatial = [iv.var for iv in op.axis]
-    reads = [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
+    reads = _reads(op)
     out = []
     for a, iv in enumerate(op.reduce_axis):
         for read in reads:
@@ -170,11 +170,15 @@ def shared_pad(options: Sequence[Any], hint: dict) -> Any:
     if op is None or tensor is None:
         return options[0]
     reduce_vars = {id(iv.var) for iv in op.reduce_axis}
-    reads = [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
+    reads = _reads(op)
     reads = [r for r in reads if r.tensor is tensor]
     if reads and all(id(r.indices[-1]) in reduce_vars for r in reads) and 4 in options:
         return 4
     return options[0]
+
+
+def _reads(op: Any) -> list:
+    return [n for body in op.body for n in walk(body) if isinstance(n, TensorRead)]
 
 
 def _uses(index: Any, var: Any) -> bool:
