@@ -39,13 +39,14 @@ def to_half(value, dtype):
     return value.to(dtype) if value.is_floating_point() else value
 
 
-def check_half(model, *args, dtype, capsys):
-    """The model in `dtype` compiled and run eagerly, each against float32 on the same values."""
+def check_half(model, *args, dtype, capsys, device="cpu"):
+    """The model in `dtype` compiled and run eagerly, each against float32 on the same values
+    (cuDNN off for the reference: its TF32 default rounds convolutions to 10-bit mantissas)."""
     torch.manual_seed(0)
-    model = zoo.randomize_norms(model).eval().to(dtype)
-    args = [to_half(a, dtype) for a in args]
+    model = zoo.randomize_norms(model).eval().to(device, dtype)
+    args = [to_half(a.to(device), dtype) for a in args]
     reference_model = copy.deepcopy(model).float()
-    with torch.no_grad():
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=False):
         reference = reference_model(*[a.float() if a.is_floating_point() else a for a in args])
         torch._dynamo.reset()
         fast = torch.compile(model, backend=backend, options={"report": True})

@@ -369,7 +369,7 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
         cy = te.max(te.min(iy, H - 1), 0)
         cx = te.max(te.min(ix, W - 1), 0)
         v = x.at((n, c, cy, cx))
-        v = in_dtype(v, opmath_dtype(v.dtype)) if combine is te.sum else v  # sums in float32
+        v = in_dtype(v, opmath_dtype(v.dtype))  # sums in float32 (a max is exact either way)
         # NOTE: a maximum over contiguous windows needs no test for the padding: a position
         # past an edge is clamped onto the edge, which the same window holds (torch keeps the
         # padding at most half the window, so every window holds an element of the input)
