@@ -324,6 +324,12 @@ class Target:
         A100: 108); a schedule needs at least this many blocks to fill the GPU."""
         return _SM_COUNT.get(self.arch, 80)
 
+    @property
+    def max_threads_per_sm(self) -> int:
+        """Threads one SM holds at once (2048 on sm_70, sm_80 and sm_90; fewer on sm_75, sm_86
+        and sm_89); with sm_count, the threads a launch needs to fill the GPU."""
+        return _THREADS_PER_SM.get(self.arch, 2048)
+
     def __str__(self) -> str:
         if self.is_gpu:
             return f"{self.kind} -arch={self.arch}"
@@ -359,6 +365,7 @@ class Target:
 
 
 _SM_COUNT = {"sm_90": 132, "sm_90a": 132, "sm_89": 128, "sm_86": 84, "sm_80": 108, "sm_75": 72}
+_THREADS_PER_SM = {"sm_89": 1536, "sm_86": 1536, "sm_75": 1024}
 
 
 def _check_triple(spec: str, triple: str | None) -> None:

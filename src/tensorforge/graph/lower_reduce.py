@@ -13,6 +13,7 @@ import operator
 import torch
 
 from tensorforge import te
+from tensorforge.graph.lower_split_rows import row_chunks, split_moments, split_softmax
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Anchor, Lazy, Unsupported, numel
 
@@ -157,15 +158,28 @@ def _softmax(ctx, node, x, dim, safe: bool):
     out = ctx.dtype_of(node)
     rows, m = x.shape[:-1], x.shape[-1]
     xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
-    k1 = te.reduce_axis((0, m), name="k1")
-    k2 = te.reduce_axis((0, m), name="k2")
-    mx = te.compute(rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max"))
-    e = te.compute(x.shape, lambda *i: te.exp(xv(i) - mx[i[:-1]]), name=ctx.unique("exp"))
-    sm = te.compute(rows, lambda *i: te.sum(e[i + (k2.var,)], axis=k2), name=ctx.unique("row_sum"))
-    anchor = _anchor(ctx, "softmax", [mx, e, sm], x.reads, x.shape, x.nodes + (node.name,))
+    chunks = row_chunks(ctx.target, rows, m, out)
+    if chunks is not None:  # few long rows on CUDA
+        mx, sm, stats = split_softmax(ctx, node, xv, x.reads, rows, chunks, out)
+        stages, info = [mx, sm], {"row_block": chunks.row_block}
+        e = lambda ia: te.exp(xv(ia) - mx[tuple(ia[:-1])])  # noqa: E731
+    else:
+        k1 = te.reduce_axis((0, m), name="k1")
+        k2 = te.reduce_axis((0, m), name="k2")
+        mx = te.compute(
+            rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max")
+        )
+        exps = te.compute(x.shape, lambda *i: te.exp(xv(i) - mx[i[:-1]]), name=ctx.unique("exp"))
+        sm = te.compute(
+            rows, lambda *i: te.sum(exps[i + (k2.var,)], axis=k2), name=ctx.unique("row_sum")
+        )
+        stages, info, stats = [mx, exps, sm], {}, frozenset()
+        e = lambda ia: exps[tuple(ia)]  # noqa: E731
+    reads, nodes = x.reads | stats, x.nodes + (node.name,)
+    anchor = _anchor(ctx, "softmax", stages, reads, x.shape, nodes, **info)
 
     def at(ia):
-        v = e[tuple(ia)] * (1.0 / sm[tuple(ia[:-1])])
+        v = e(ia) * (1.0 / sm[tuple(ia[:-1])])
         if not safe:
             return v
         masked = mx[tuple(ia[:-1])] == te.const(float("-inf"), out)  # the row's max is -inf
@@ -181,23 +195,38 @@ def log_softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
     out = ctx.dtype_of(node)
     rows, m = x.shape[:-1], x.shape[-1]
     xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
-    k1 = te.reduce_axis((0, m), name="k1")
-    k2 = te.reduce_axis((0, m), name="k2")
-    mx = te.compute(rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max"))
-    sm = te.compute(
-        rows,
-        lambda *i: te.sum(te.exp(xv(i + (k2.var,)) - mx[i]), axis=k2),
-        name=ctx.unique("row_sum"),
-    )
-    anchor = _anchor(ctx, "softmax", [mx, sm], x.reads, x.shape, x.nodes + (node.name,))
+    chunks = row_chunks(ctx.target, rows, m, out)
+    if chunks is not None:  # few long rows on CUDA
+        mx, sm, stats = split_softmax(ctx, node, xv, x.reads, rows, chunks, out)
+        info = {"row_block": chunks.row_block}
+    else:
+        k1 = te.reduce_axis((0, m), name="k1")
+        k2 = te.reduce_axis((0, m), name="k2")
+        mx = te.compute(
+            rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max")
+        )
+        sm = te.compute(
+            rows,
+            lambda *i: te.sum(te.exp(xv(i + (k2.var,)) - mx[i]), axis=k2),
+            name=ctx.unique("row_sum"),
+        )
+        info, stats = {}, frozenset()
+    reads, nodes = x.reads | stats, x.nodes + (node.name,)
+    anchor = _anchor(ctx, "softmax", [mx, sm], reads, x.shape, nodes, **info)
     return ctx.anchored(
         anchor, lambda ia: xv(ia) - mx[tuple(ia[:-1])] - te.log(sm[tuple(ia[:-1])]), out
     )
 
 
-def _row_moments(ctx, xv, rows, m: int, n, prefix: str):
+def _row_moments(ctx, node, x, xv, rows, m: int, n, prefix: str):
     """Each row's sum, and its sum of squared deviations from the mean (a second pass, as torch
-    computes the variance), of the `m` values `xv(row + (k,))`; `n`: m as a float."""
+    computes the variance), of the `m` values `xv(row + (k,))` (reading x); `n`: m as a float.
+    Also the buffers they read besides x's and the anchor's schedule facts: on CUDA, few long
+    rows are split in chunks (lower_split_rows)."""
+    chunks = row_chunks(ctx.target, rows, m, n.dtype)
+    if chunks is not None:
+        total, squares, reads = split_moments(ctx, node, xv, x.reads, rows, chunks, n, n.dtype)
+        return total, squares, reads, {"row_block": chunks.row_block}
     k1 = te.reduce_axis((0, m), name="k1")
     k2 = te.reduce_axis((0, m), name="k2")
     total = te.compute(
@@ -208,7 +237,7 @@ def _row_moments(ctx, xv, rows, m: int, n, prefix: str):
         lambda *i: te.sum(_sq(xv(i + (k2.var,)) - total[i] / n), axis=k2),
         name=ctx.unique(f"{prefix}_sq"),
     )
-    return total, squares
+    return total, squares, frozenset(), {}
 
 
 def _normalized(value, total, squares, row: tuple, n, eps):
@@ -226,7 +255,7 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     rows, m = x.shape[:-1], x.shape[-1]
     n = _float_size(m, out)
     xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
-    total, squares = _row_moments(ctx, xv, rows, m, n, "ln")
+    total, squares, stats, info = _row_moments(ctx, node, x, xv, rows, m, n, "ln")
     w = ctx.lazy(weight) if weight is not None else None
     b = ctx.lazy(bias) if bias is not None else None
     w = ctx.no_anchor(w) if w is not None else None
@@ -240,8 +269,9 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
             v = v + b.at((ia[-1],)).astype(out)
         return v
 
-    reads = _reads(x, w, b)
-    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, x.shape, x.nodes + (node.name,))
+    reads = _reads(x, w, b) | stats
+    nodes = x.nodes + (node.name,)
+    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, x.shape, nodes, **info)
     return ctx.anchored(anchor, at, out), None, None
 
 
@@ -273,7 +303,7 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
 
     xv = lambda ia: x.at(logical(ia)).astype(out)  # noqa: E731
     rows = (x.shape[0], group)
-    total, squares = _row_moments(ctx, xv, rows, m, n, "gn")
+    total, squares, stats, info = _row_moments(ctx, node, x, xv, rows, m, n, "gn")
     w = ctx.no_anchor(ctx.lazy(weight)) if weight is not None else None
     b = ctx.no_anchor(ctx.lazy(bias)) if bias is not None else None
 
@@ -287,8 +317,9 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
         return v
 
     shape = (*rows, m)
-    reads = _reads(x, w, b)
-    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, shape, x.nodes + (node.name,))
+    reads = _reads(x, w, b) | stats
+    nodes = x.nodes + (node.name,)
+    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
     value = Lazy(
         x.shape, out, _no_logical, frozenset(), anchor.nodes, 4, anchor, at_anchor, logical
     )

@@ -40,6 +40,7 @@ SOURCES = {
     "gemm": "cuda gemm: register tiles",
     "gemm_split": "cuda gemm: register tiles, split-K",
     "rows": "cuda row operator: a block per row",
+    "split_rows": "cuda row operator: chunk statistics combined per block",
     "simple": "cuda: a thread per output",
     "elementwise": "cuda element-wise: a vector per thread",
 }
@@ -53,6 +54,9 @@ def schedule_cuda(s, out, anchor) -> str:
         return _gemm(s, out, anchor)
     if kind == "conv2d" and _static(anchor.info["shape"]):
         return _conv(s, out, anchor)
+    if anchor is not None and anchor.info.get("row_block"):
+        _split_rows(s, out, anchor)
+        return SOURCES["split_rows"]
     if kind in ("softmax", "layer_norm") and len(s[out].op.axis) > 1 or _row_reduction(out, anchor):
         _rows(s, out, anchor)
         return SOURCES["rows"]
@@ -509,6 +513,26 @@ def _rows(s, out, anchor) -> None:
         (k,) = s[stage].op.reduce_axis
         _, ki = s[stage].split(k, factor=threads)
         s[stage].bind(ki, te.thread_axis("threadIdx.x"))
+
+
+def _split_rows(s, out, anchor) -> None:
+    """A row operator whose rows were split in chunks (lower_split_rows): blocks of
+    `row_block` consecutive elements of a row, each combining its row's chunk statistics once
+    (reductions over the chunks across the block's threads, in shared memory), then its
+    threads along the row, an element each per step (coalesced)."""
+    *rows, j = s[out].op.axis
+    jo, ji = s[out].split(j, factor=anchor.info["row_block"])
+    step, thread = s[out].split(ji, factor=THREADS)
+    block = s[out].fuse(*rows, jo) if rows else jo
+    s[out].bind(block, te.thread_axis("blockIdx.x"))
+    s[out].bind(thread, te.thread_axis("threadIdx.x"))
+    s[out].unroll(step)  # a thread's loads issue together
+    for stage in reversed(anchor.info["stages"]):
+        s[stage].set_scope("shared")
+        s[stage].compute_at(s[out], block)
+        (chunk,) = s[stage].op.reduce_axis
+        _, lane = s[stage].split(chunk, factor=min(THREADS, _extent(chunk)))
+        s[stage].bind(lane, te.thread_axis("threadIdx.x"))
 
 
 def _row_reduction(out, anchor) -> bool:
