@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
-from tensorforge.graph import lower_reduce  # noqa: E402
+from tensorforge.graph import lower_reduce, lower_split_rows  # noqa: E402
 from tensorforge.graph.lower_split_rows import Chunks, row_chunks  # noqa: E402
 from tensorforge.target import Target  # noqa: E402
 from tests.graph.test_lowering import check, rand, strict  # noqa: E402, F401 (strict: autouse)
@@ -28,6 +28,7 @@ def split_in(monkeypatch):
             return Chunks.of(length, min(chunks, length))
 
         monkeypatch.setattr(lower_reduce, "row_chunks", forced)
+        monkeypatch.setattr(lower_split_rows, "row_chunks", forced)
 
     return force
 
@@ -94,6 +95,24 @@ def test_softmax_chunks_that_are_all_minus_infinity_add_nothing(split_in):
 
     compiled = check(fn, x)
     assert len(chunk_kernels(compiled)) == 2
+
+
+@pytest.mark.parametrize("chunks", [5, 64])
+def test_sums_and_means_along_long_rows_from_chunks_match_eager(split_in, chunks):
+    split_in(chunks)
+    x = rand(3, 7, 311, seed=9)
+
+    def fn(x):
+        return (
+            x.sum(-1) * 2.0,  # an epilogue on the combined sums
+            x.mean((1, 2), keepdim=True),
+            x.mean(),
+            torch.amax(x, -1, keepdim=True) - torch.amin(x, (1, 2))[:, None, None],
+            x.sum(0),  # over a leading dimension: not split
+        )
+
+    compiled = check(fn, x)
+    assert len(chunk_kernels(compiled)) == 5  # the amin over two dimensions is one of them
 
 
 def test_row_chunks_split_few_long_rows_on_cuda_only():

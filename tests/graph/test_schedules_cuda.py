@@ -389,7 +389,8 @@ def test_row_reductions_match_eager():
 def long_rows_graph():
     """Row operators of few long rows (graph/lower_split_rows.py): group norms at batch 1 as a
     UNet's (64 x 32 x 32 in 8 groups + SiLU; 320 x 64 x 64 in 32 groups of 1000 + noise), and a
-    softmax, log-softmax and layer norm along one row of 65537 (a prime: a short last chunk)."""
+    softmax, log-softmax, layer norm and mean along one row of 65537 (a prime: a short last
+    chunk), a sum over each of 64 channels' 32 x 32 positions."""
 
     def fn(x, w, b, y, w2, b2, row, ln_w):
         return (
@@ -398,6 +399,8 @@ def long_rows_graph():
             torch.softmax(row, -1),
             torch.log_softmax(row, -1),
             F.layer_norm(row, (row.shape[-1],), ln_w),
+            row.mean() * 2.0,
+            x.sum((2, 3)),
         )
 
     gen = torch.Generator().manual_seed(13)
@@ -413,11 +416,13 @@ def test_few_long_rows_split_in_chunks(tmp_path):
     _, _, compiled = compiled_for("cuda -arch=sm_90", graph=long_rows_graph)
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
     chunks = [s for s in kernels if s.spec.name.endswith("_chunks")]
-    # (1, 8) rows of 8192 in 16 chunks, (1, 32) of 40960 in 64, 65537 terms in 128 (3 kernels)
-    assert sorted(s.spec.anchor.info["shape"][-2] for s in chunks) == [16, 64, 128, 128, 128]
+    # (1, 8) rows of 8192 in 16 chunks, (1, 32) of 40960 in 64, 65537 terms in 128 (4 kernels),
+    # (1, 64) of 1024 in 2
+    counts = sorted(s.spec.anchor.info["shape"][-2] for s in chunks)
+    assert counts == [2, 16, 64, 128, 128, 128, 128]
     assert all(s.source == SOURCES["rows"] for s in chunks)
     combined = [s for s in kernels if s.source == SOURCES["split_rows"]]
-    assert len(combined) == 5
+    assert len(combined) == 7
     modules = {id(s.module): s.module for s in chunks + combined}.values()  # alike: shared
     assert_compiles_with_nvcc(tmp_path, joined_sources(modules))
 

@@ -13,7 +13,12 @@ import operator
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_split_rows import row_chunks, split_moments, split_softmax
+from tensorforge.graph.lower_split_rows import (
+    row_chunks,
+    split_moments,
+    split_reduction,
+    split_softmax,
+)
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Anchor, Lazy, Unsupported, numel
 
@@ -84,6 +89,10 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
     }[node.target]
     if node.target is aten.sum.default:
         dims, keepdim = None, False
+    x = ctx.no_anchor(x)
+    split = split_reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
+    if split is not None:  # few long rows on CUDA
+        return split
     x, stage, shape, *_ = _reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
     anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
@@ -92,6 +101,12 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
 @lowers(aten.mean.dim, aten.mean.default)
 def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
     out_dtype = ctx.dtype_of(node)
+    x = ctx.no_anchor(x)
+    count = numel([x.shape[d] for d in dims] if dims else x.shape)
+    if isinstance(count, int):  # few long rows on CUDA
+        split = split_reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype, 1.0 / count)
+        if split is not None:
+            return split
     x, stage, shape, _, _, count = _reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype)
     anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     inv = 1.0 / count if isinstance(count, int) else None

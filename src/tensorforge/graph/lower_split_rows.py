@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tensorforge import te
 from tensorforge.graph.schedules_cuda import ROW_THREADS, THREADS
-from tensorforge.graph.values import Anchor, numel
+from tensorforge.graph.values import Anchor, Lazy, numel
 
 MIN_CHUNK = 512  # terms of a chunk: a block of 128 threads, 4 each (schedules_cuda._row_threads)
 MAX_CHUNKS = 128  # chunks of a row: each block of the second kernel combines them once
@@ -158,6 +158,57 @@ def split_softmax(ctx, node, xv, reads, rows, chunks: Chunks, dtype: str):
         rows, lambda *i: te.sum(rescaled(i, z2.var), axis=z2), name=ctx.unique("row_sum")
     )
     return row_max, row_sum, part.reads
+
+
+def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scale=None):
+    """`combine` (te.sum, te.max, te.min) of x over `dims` (all where empty), times `scale`
+    (a mean's 1 / count) where given, as chunk results and their combination; None where the
+    reduced dimensions are not the trailing ones (rows contiguous in memory) or row_chunks
+    does not split them. The value's anchor space is the kept dimensions and a trailing 1, the
+    axis the second kernel's threads would take (schedules_cuda._split_rows)."""
+    ndim = x.ndim
+    dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
+    kept = tuple(x.shape[: ndim - len(dims)])
+    reduced = tuple(x.shape[ndim - len(dims) :])
+    if dims != list(range(len(kept), ndim)) or not all(isinstance(d, int) for d in reduced):
+        return None
+    chunks = row_chunks(ctx.target, kept, numel(reduced), dtype)
+    if chunks is None:
+        return None
+
+    def xv(idx):  # (*kept, term along the flattened row)
+        *lead, j = idx
+        index = []
+        for size in reversed(reduced):
+            index.append(j % size)
+            j = j // size
+        v = x.at((*lead, *reversed(index)))
+        return v if v.dtype == dtype else v.astype(dtype)
+
+    stage = _chunk_reduce(ctx, f"{node.name}_chunk", combine, xv, kept, chunks)
+    part = _statistics(ctx, node, [stage], [lambda i: stage[i]], x.reads, dtype)
+    z = te.reduce_axis((0, chunks.count), name="z")
+    total = te.compute(
+        kept, lambda *i: combine(part.at((*i, z.var, 0)), axis=z), name=ctx.unique(node.name)
+    )
+    info = {"shape": (*kept, 1), "stages": [total], "row_block": THREADS}
+    anchor = Anchor("reduce", total, frozenset(part.reads), x.nodes + (node.name,), info)
+
+    def at_anchor(ia):
+        value = total[tuple(ia[:-1])]
+        return value if scale is None else value * te.const(scale, dtype)
+
+    def to_logical(ia):  # (*kept, 0) -> the output's index (its reduced dimensions kept as 1s)
+        return tuple(ia[:-1]) + ((0,) * len(dims) if keepdim else ())
+
+    shape = kept + ((1,) * len(dims) if keepdim else ())
+    return Lazy(
+        shape, dtype, _no_logical, frozenset(), anchor.nodes, 4, anchor, at_anchor, to_logical
+    )
+
+
+def _no_logical(idx):
+    raise AssertionError("an anchored value is read through its anchor")
 
 
 def _chunk_reduce(ctx, name, combine, xv, rows, chunks: Chunks, term=None):
