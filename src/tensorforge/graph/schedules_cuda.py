@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorforge import te
+from tensorforge.graph.schedules_tensor_core import schedule_tensor_core
 from tensorforge.graph.values import numel
 from tensorforge.ops.cuda import bind_elementwise_cuda
 from tensorforge.ops.matmul import round_up
@@ -50,6 +51,8 @@ def schedule_cuda(s, out, anchor) -> str:
     """Apply the CUDA schedule of a kernel (output stage `out`, anchor or None) to `s`; the
     name of the rule used."""
     kind = anchor.kind if anchor is not None else None
+    if kind == "matmul" and "tensor_core" in anchor.info:
+        return schedule_tensor_core(s, out, anchor)
     if kind == "matmul" and _static(anchor.info["shape"]) and len(anchor.info["stages"]) == 1:
         return _gemm(s, out, anchor)
     if kind == "conv2d" and _static(anchor.info["shape"]):
@@ -151,6 +154,8 @@ def wants_staged_gemm(anchor, target) -> bool:
     ms with register tiles, 0.545 with staged tiles (eager torch, cuBLAS: 0.50); at 512 rows
     (2.4 GFLOP a product) 0.185 against 0.270."""
     if anchor is None or anchor.kind != "matmul" or not _static(anchor.info["shape"]):
+        return False
+    if "tensor_core" in anchor.info:  # lower_tensor_core's: schedules_tensor_core
         return False
     if anchor.info.get("split_k"):  # split-K partial products: made for these tiles
         return True
