@@ -10,6 +10,8 @@ mode="reduce-overhead" (CUDA graphs, as tensorforge's), each timing ending in a 
 Besides the blocks, single operators of few long rows (not in the default list): the UNet
 block's two GroupNorms alone at batch 1 (`groupnorm`: 8 groups of 16 x 64 x 64,
 `groupnorm_small`: 8 of 8 x 32 x 32) and a softmax along one row of 65536 (`softmax_row`).
+`--whole-rows`: tensorforge without splitting such rows in chunks (graph/lower_split_rows.py:
+a block per row, as before it), the compiled-graph cache off; run with and without it.
 
 The blocks (tests/graph/zoo_models.py, plain torch) at modest sizes: MobileNetV2 inverted
 residuals, a ViT encoder block and a BERT one with an additive attention mask (SDPA), a LLaMA
@@ -154,6 +156,7 @@ def main(argv=None) -> int:
     table = cases()
     parser.add_argument("--models", default=DEFAULT_MODELS, help=f"of {','.join(table)}")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--whole-rows", action="store_true", help="no chunks of long rows")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", default=None, help="append one JSON line per model here")
@@ -161,6 +164,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ["TF_NUM_THREADS"] = str(args.threads)
+    if args.whole_rows:
+        from tensorforge.graph import lower_split_rows
+
+        lower_split_rows.MAX_CHUNKS = 1  # row_chunks splits nothing
+        os.environ["TENSORFORGE_CACHE"] = "0"  # (the cache's key does not cover the setting)
     if args.device == "cuda":  # fp32 products as fp32 (tensorforge's are)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
