@@ -1,14 +1,14 @@
 """Row operators of few long rows on CUDA as chunk statistics and their combination: group
 norm in a UNet at batch 1 (8 rows of 8K-64K terms), a softmax or layer norm over one long row.
 
-A block per row (schedules_cuda._rows) runs such an operator on a handful of SMs. Split as
-the split-K products are (lower_conv_gemm), it is two kernels:
+A block per row (schedules_cuda_rows.schedule_rows) runs such an operator on a handful of SMs.
+Split as the split-K products are (lower_conv_gemm), it is two kernels:
 
 1. chunk statistics, partial[*row, p, s]: statistic s of chunk p of the row, a row operator
    whose rows are the chunks (a block per chunk: rows x chunks blocks);
 2. the operator's own kernel: each block combines its row's chunk statistics (reductions over
    the chunks, across its threads) and applies the epilogue to its stretch of the row
-   (schedules_cuda._split_rows), so it runs on many blocks too.
+   (schedules_cuda_rows.schedule_split_rows), so it runs on many blocks too.
 
 Moments: a chunk's sum and its squared deviations from its own mean, combined by Chan, Golub
 and LeVeque's formula, M2 = sum_p M2_p + n_p (mean_p - mean)^2: no sum of squares less a square
@@ -21,10 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorforge import te
-from tensorforge.graph.schedules_cuda import ROW_THREADS, THREADS
+from tensorforge.graph.schedules_cuda_rows import ROW_THREADS
 from tensorforge.graph.values import Anchor, Lazy, numel
 
-MIN_CHUNK = 512  # terms of a chunk: a block of 128 threads, 4 each (schedules_cuda._row_threads)
+MIN_CHUNK = (
+    512  # terms of a chunk: a block of 128 threads, 4 each (schedules_cuda_rows._row_threads)
+)
 MAX_CHUNKS = 128  # chunks of a row: each block of the second kernel combines them once
 
 
@@ -66,12 +68,12 @@ class Chunks:
     @staticmethod
     def of(total: int, chunks: int, sm_count: int = 1, rows: int = 1) -> Chunks:
         """`chunks` or fewer (none empty: 9 terms in 4 chunks are 3 of 3); the second kernel's
-        blocks THREADS x 4 elements, fewer while they number under 2 per SM."""
+        blocks ROW_THREADS x 4 elements, fewer while they number under 2 per SM."""
         length = -(-total // chunks)
         per_thread = 4
-        while per_thread > 1 and rows * -(-total // (THREADS * per_thread)) < 2 * sm_count:
+        while per_thread > 1 and rows * -(-total // (ROW_THREADS * per_thread)) < 2 * sm_count:
             per_thread //= 2
-        return Chunks(-(-total // length), length, total, THREADS * per_thread)
+        return Chunks(-(-total // length), length, total, ROW_THREADS * per_thread)
 
     def term(self, p, k):
         """The row index of term k of chunk p (past the row's end: its last term)."""
@@ -165,7 +167,7 @@ def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scal
     (a mean's 1 / count) where given, as chunk results and their combination; None where the
     reduced dimensions are not the trailing ones (rows contiguous in memory) or row_chunks
     does not split them. The value's anchor space is the kept dimensions and a trailing 1, the
-    axis the second kernel's threads would take (schedules_cuda._split_rows)."""
+    axis the second kernel's threads would take (schedules_cuda_rows.schedule_split_rows)."""
     ndim = x.ndim
     dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
     kept = tuple(x.shape[: ndim - len(dims)])
@@ -191,7 +193,7 @@ def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scal
     total = te.compute(
         kept, lambda *i: combine(part.at((*i, z.var, 0)), axis=z), name=ctx.unique(node.name)
     )
-    info = {"shape": (*kept, 1), "stages": [total], "row_block": THREADS}
+    info = {"shape": (*kept, 1), "stages": [total], "row_block": ROW_THREADS}
     anchor = Anchor("reduce", total, frozenset(part.reads), x.nodes + (node.name,), info)
 
     def at_anchor(ia):
