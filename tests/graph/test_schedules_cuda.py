@@ -433,3 +433,42 @@ def test_few_long_rows_match_eager():
     fn, inputs, compiled = compiled_for("cuda", "cuda", graph=long_rows_graph)
     assert not compiled.program.fallbacks
     assert_matches_eager(fn, inputs, compiled, 1e-4)
+
+
+def unet_block_graph():
+    """The zoo's UNet block as benchmarks/torch_zoo.py runs it (64 channels, 8 groups, batch 1):
+    its two group norms are 8 rows of 8K and of 64K terms."""
+    from torch.func import functional_call
+
+    from tests.graph import zoo_models as zoo
+
+    torch.manual_seed(0)
+    model = zoo.randomize_norms(zoo.UNetBlock(64, 8)).eval()
+    state = {name: p.detach() for name, p in model.named_parameters()}
+    names = list(state)
+
+    def fn(x, skip, *weights):
+        return (functional_call(model, dict(zip(names, weights)), (x, skip)),)
+
+    gen = torch.Generator().manual_seed(17)
+    images = [torch.randn(1, 64, 32, 32, generator=gen), torch.randn(1, 64, 64, 64, generator=gen)]
+    inputs = images + [state[n] for n in names]
+    return fn, inputs, tuple(range(2, len(inputs)))
+
+
+def test_unet_block_group_norms_split_in_chunks():
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=unet_block_graph)
+    assert not compiled.program.fallbacks
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    chunks = [s.spec.anchor.info["shape"] for s in kernels if s.spec.name.endswith("_chunks")]
+    assert chunks == [(1, 8, 16, 2), (1, 8, 128, 2)]
+    assert len([s for s in kernels if s.source == SOURCES["split_rows"]]) == 2
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_unet_block_matches_eager():
+    torch.backends.cudnn.allow_tf32 = False
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=unet_block_graph)
+    assert not compiled.program.fallbacks
+    assert_matches_eager(fn, inputs, compiled, 1e-4)
