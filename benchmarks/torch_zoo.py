@@ -1,8 +1,17 @@
-"""Common model blocks, float32 inference on CPU: eager vs torch.compile(inductor) vs tensorforge.
+"""Common model blocks, float32 inference: eager vs torch.compile(inductor) vs tensorforge.
 
     python benchmarks/torch_zoo.py [--models mbv2,vit,bert_mask,llama,unet,embed,lstm]
                                    [--threads 1] [--repeats 7] [--json out.jsonl]
-                                   [--target "llvm -mcpu=znver3" ...]
+                                   [--target "llvm -mcpu=znver3" ...] [--device cuda]
+    python benchmarks/torch_zoo.py --device cuda --models unet,groupnorm,groupnorm_small,softmax_row
+
+On CPU by default; `--device cuda`: the blocks on the GPU (TF32 off), Inductor in
+mode="reduce-overhead" (CUDA graphs, as tensorforge's), each timing ending in a synchronize.
+Besides the blocks, single operators of few long rows (not in the default list): the UNet
+block's two GroupNorms alone at batch 1 (`groupnorm`: 8 groups of 16 x 64 x 64,
+`groupnorm_small`: 8 of 8 x 32 x 32) and a softmax along one row of 65536 (`softmax_row`).
+`--whole-rows`: tensorforge without splitting such rows in chunks (graph/lower_split_rows.py:
+a block per row, as before it), the compiled-graph cache off; run with and without it.
 
 The blocks (tests/graph/zoo_models.py, plain torch) at modest sizes: MobileNetV2 inverted
 residuals, a ViT encoder block and a BERT one with an additive attention mask (SDPA), a LLaMA
@@ -60,13 +69,25 @@ def cases() -> dict:
             lambda: (torch.randint(0, 1000, (8, 128)),),
         ),
         "lstm": (lambda: zoo.RecurrentClassifier(64, 128), lambda: (torch.randn(4, 32, 64),)),
+        "groupnorm": (lambda: torch.nn.GroupNorm(8, 128), lambda: (torch.randn(1, 128, 64, 64),)),
+        "groupnorm_small": (
+            lambda: torch.nn.GroupNorm(8, 64),
+            lambda: (torch.randn(1, 64, 32, 32),),
+        ),
+        "softmax_row": (lambda: torch.nn.Softmax(-1), lambda: (torch.randn(1, 65536),)),
     }
 
 
+DEFAULT_MODELS = "mbv2,vit,bert_mask,llama,unet,embed,lstm"  # the blocks
+
+
 def time_calls(fn, args, calls: int) -> float:
+    cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
     start = time.perf_counter()
     for _ in range(calls):
         fn(*args)
+    if cuda:
+        torch.cuda.synchronize()
     return (time.perf_counter() - start) / calls
 
 
@@ -81,10 +102,10 @@ def fallbacks_of(model, args, target: str | None = None) -> tuple[int, int]:
     return len(counts), sum(counts)
 
 
-def run_case(name, make, inputs, repeats: int, threads: int, targets=None) -> dict:
+def run_case(name, make, inputs, repeats: int, threads: int, targets=None, device="cpu") -> dict:
     torch.manual_seed(0)
-    model = zoo.randomize_norms(make()).eval()
-    args = inputs()
+    model = zoo.randomize_norms(make()).eval().to(device)
+    args = tuple(a.to(device) for a in inputs())
     tf_targets = tensorforge_backends(targets)
     backends = ("eager", "inductor", *tf_targets)
     fns, errors, compile_s = {}, {}, {}
@@ -99,12 +120,16 @@ def run_case(name, make, inputs, repeats: int, threads: int, targets=None) -> di
                 # compiled functions compile again on their next call, inside the timing
                 chosen = tf_backend if b in tf_targets else b
                 options = {"target": tf_targets[b]} if tf_targets.get(b) else None
-                fn = torch.compile(copy.deepcopy(model), backend=chosen, options=options)
+                mode = "reduce-overhead" if b == "inductor" and device == "cuda" else None
+                if mode:  # CUDA graphs, as tensorforge's (options and mode exclude each other)
+                    fn = torch.compile(copy.deepcopy(model), backend=chosen, mode=mode)
+                else:
+                    fn = torch.compile(copy.deepcopy(model), backend=chosen, options=options)
             got = fn(*args)
             compile_s[b] = time.perf_counter() - start
             errors[b] = relative_error(got, expected)
             fns[b] = fn
-            fn(*args)
+            fn(*args), fn(*args)  # reduce-overhead and tensorforge record CUDA graphs late
         once = time_calls(fns["eager"], args, 1)
         calls = max(1, min(50, int(0.05 / max(once, 1e-6))))
         samples = {b: [] for b in backends}
@@ -113,7 +138,8 @@ def run_case(name, make, inputs, repeats: int, threads: int, targets=None) -> di
                 samples[b].append(time_calls(fns[b], args, calls))
         graphs, fallbacks = fallbacks_of(model, args, next(iter(tf_targets.values())))
     median = {b: statistics.median(s) for b, s in samples.items()}
-    row = {"model": name, "threads": threads, "graphs": graphs, "fallbacks": fallbacks}
+    row = {"model": name, "threads": threads, "device": device}
+    row.update(graphs=graphs, fallbacks=fallbacks)
     for b in backends:
         row[f"{b}_ms"] = round(median[b] * 1e3, 3)
         row[f"{b}_error"] = errors[b]
@@ -128,7 +154,9 @@ def run_case(name, make, inputs, repeats: int, threads: int, targets=None) -> di
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     table = cases()
-    parser.add_argument("--models", default=",".join(table))
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"of {','.join(table)}")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--whole-rows", action="store_true", help="no chunks of long rows")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", default=None, help="append one JSON line per model here")
@@ -136,22 +164,30 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ["TF_NUM_THREADS"] = str(args.threads)
+    if args.whole_rows:
+        from tensorforge.graph import lower_split_rows
+
+        lower_split_rows.MAX_CHUNKS = 1  # row_chunks splits nothing
+        os.environ["TENSORFORGE_CACHE"] = "0"  # (the cache's key does not cover the setting)
+    if args.device == "cuda":  # fp32 products as fp32 (tensorforge's are)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     rows = []
     for name in args.models.split(","):
         make, inputs = table[name]
-        row = run_case(name, make, inputs, args.repeats, args.threads, args.target)
+        row = run_case(name, make, inputs, args.repeats, args.threads, args.target, args.device)
         rows.append(row)
         emit(row, args.json)
     for b in tensorforge_backends(args.target):
         suffix = "" if b == "tensorforge" else b.removeprefix("tensorforge")
         print(f"\n{b}:")
         print(
-            f"{'model':10} {'eager ms':>9} {'ind ms':>9} {'tf ms':>9} {'tf/eager':>8} {'tf/ind':>7}"
+            f"{'model':15} {'eager ms':>9} {'ind ms':>9} {'tf ms':>9} {'tf/eager':>8} {'tf/ind':>7}"
             f" {'tf err':>8} {'graphs':>6} {'fallbacks':>9}"
         )
         for r in rows:
             print(
-                f"{r['model']:10} {r['eager_ms']:9.3f} {r['inductor_ms']:9.3f} "
+                f"{r['model']:15} {r['eager_ms']:9.3f} {r['inductor_ms']:9.3f} "
                 f"{r[b + '_ms']:9.3f} {r[f'tf{suffix}_vs_eager']:8.2f} "
                 f"{r[f'tf{suffix}_vs_inductor']:7.2f} "
                 f"{r[b + '_error']:8.1e} {r['graphs']:6d} {r['fallbacks']:9d}"

@@ -319,10 +319,21 @@ class Target:
         return 48 * 1024
 
     @property
+    def max_shared_memory_opt_in(self) -> int:
+        """Bytes of shared memory a block may have by opting in (dynamic shared memory)."""
+        return _SHARED_OPT_IN.get(self.arch, 64 * 1024)
+
+    @property
     def sm_count(self) -> int:
         """Streaming multiprocessors of the usual part of this architecture (H100 SXM: 132,
         A100: 108); a schedule needs at least this many blocks to fill the GPU."""
         return _SM_COUNT.get(self.arch, 80)
+
+    @property
+    def max_threads_per_sm(self) -> int:
+        """Threads one SM holds at once (2048 on sm_70, sm_80 and sm_90; fewer on sm_75, sm_86
+        and sm_89); with sm_count, the threads a launch needs to fill the GPU."""
+        return _THREADS_PER_SM.get(self.arch, 2048)
 
     def __str__(self) -> str:
         if self.is_gpu:
@@ -358,7 +369,10 @@ class Target:
         raise TargetError("no target in scope: use `with tf.Target(...):`")
 
 
+_SHARED_OPT_IN = {"sm_90": 227 << 10, "sm_90a": 227 << 10, "sm_89": 99 << 10, "sm_86": 99 << 10,
+                  "sm_80": 163 << 10, "sm_75": 64 << 10}  # fmt: skip
 _SM_COUNT = {"sm_90": 132, "sm_90a": 132, "sm_89": 128, "sm_86": 84, "sm_80": 108, "sm_75": 72}
+_THREADS_PER_SM = {"sm_89": 1536, "sm_86": 1536, "sm_75": 1024}
 
 
 def _check_triple(spec: str, triple: str | None) -> None:

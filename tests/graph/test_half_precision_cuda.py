@@ -33,7 +33,11 @@ MODELS = {  # name: (model, input shapes)
 }
 
 # a local of a 16-bit float type, or half arithmetic: a kernel computing in half precision
-HALF_MATH = re.compile(r"\b(half|__nv_bfloat16)\s+\w+(\[\d+\])?\s*[=;]|__h(add|sub|mul|div|fma)\b")
+# (shared tiles of half values, which tensor-core products stage, are storage)
+HALF_MATH = re.compile(
+    r"^(?!\s*__shared__).*\b(half|__nv_bfloat16)\s+\w+(\[\d+\])?\s*[=;]|__h(add|sub|mul|div|fma)\b",
+    re.M,
+)
 
 
 def kernels_for_cuda(model, shapes, dtype):

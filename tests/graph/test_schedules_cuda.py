@@ -391,3 +391,91 @@ def test_row_reductions_match_eager():
     fn, inputs, compiled = compiled_for("cuda", "cuda", graph=rms_norm_graph)
     assert not compiled.program.fallbacks
     assert_matches_eager(fn, inputs, compiled, 1e-5)
+
+
+def long_rows_graph():
+    """Row operators of few long rows (graph/lower_split_rows.py): group norms at batch 1 as a
+    UNet's (64 x 32 x 32 in 8 groups + SiLU; 320 x 64 x 64 in 32 groups of 1000 + noise), and a
+    softmax, log-softmax, layer norm and mean along one row of 65537 (a prime: a short last
+    chunk), a sum over each of 64 channels' 32 x 32 positions."""
+
+    def fn(x, w, b, y, w2, b2, row, ln_w):
+        return (
+            F.silu(F.group_norm(x, 8, w, b)),
+            F.group_norm(y, 32, w2, b2),
+            torch.softmax(row, -1),
+            torch.log_softmax(row, -1),
+            F.layer_norm(row, (row.shape[-1],), ln_w),
+            row.mean() * 2.0,
+            x.sum((2, 3)),
+        )
+
+    gen = torch.Generator().manual_seed(13)
+    shapes = [(1, 64, 32, 32), (64,), (64,), (1, 320, 64, 64), (320,), (320,), (1, 65537),
+              (65537,)]  # fmt: skip
+    inputs = [torch.randn(*s, generator=gen) for s in shapes]
+    inputs[3] += 1000.0
+    return fn, inputs, (1, 2, 4, 5, 7)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_few_long_rows_split_in_chunks(tmp_path):
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=long_rows_graph)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    chunks = [s for s in kernels if s.spec.name.endswith("_chunks")]
+    # (1, 8) rows of 8192 in 16 chunks, (1, 32) of 40960 in 64, 65537 terms in 128 (4 kernels),
+    # (1, 64) of 1024 in 2
+    counts = sorted(s.spec.anchor.info["shape"][-2] for s in chunks)
+    assert counts == [2, 16, 64, 128, 128, 128, 128]
+    assert all(s.source == SOURCES["rows"] for s in chunks)
+    combined = [s for s in kernels if s.source == SOURCES["split_rows"]]
+    assert len(combined) == 7
+    modules = {id(s.module): s.module for s in chunks + combined}.values()  # alike: shared
+    assert_compiles_with_nvcc(tmp_path, joined_sources(modules))
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_few_long_rows_match_eager():
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=long_rows_graph)
+    assert not compiled.program.fallbacks
+    assert_matches_eager(fn, inputs, compiled, 1e-4)
+
+
+def unet_block_graph():
+    """The zoo's UNet block as benchmarks/torch_zoo.py runs it (64 channels, 8 groups, batch 1):
+    its two group norms are 8 rows of 8K and of 64K terms."""
+    from torch.func import functional_call
+
+    from tests.graph import zoo_models as zoo
+
+    torch.manual_seed(0)
+    model = zoo.randomize_norms(zoo.UNetBlock(64, 8)).eval()
+    state = {name: p.detach() for name, p in model.named_parameters()}
+    names = list(state)
+
+    def fn(x, skip, *weights):
+        return (functional_call(model, dict(zip(names, weights)), (x, skip)),)
+
+    gen = torch.Generator().manual_seed(17)
+    images = [torch.randn(1, 64, 32, 32, generator=gen), torch.randn(1, 64, 64, 64, generator=gen)]
+    inputs = images + [state[n] for n in names]
+    return fn, inputs, tuple(range(2, len(inputs)))
+
+
+def test_unet_block_group_norms_split_in_chunks():
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=unet_block_graph)
+    assert not compiled.program.fallbacks
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    chunks = [s.spec.anchor.info["shape"] for s in kernels if s.spec.name.endswith("_chunks")]
+    assert chunks == [(1, 8, 16, 2), (1, 8, 128, 2)]
+    assert len([s for s in kernels if s.source == SOURCES["split_rows"]]) == 2
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_unet_block_matches_eager():
+    torch.backends.cudnn.allow_tf32 = False
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=unet_block_graph)
+    assert not compiled.program.fallbacks
+    assert_matches_eager(fn, inputs, compiled, 1e-4)

@@ -14,11 +14,20 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k
-from tensorforge.graph.lowerer import _no_logical, rounded
+from tensorforge.graph.lower_tensor_core import tensor_core_product, wants_tensor_cores
+from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.schedules_cuda import cuda_conv_splits, cuda_matmul_splits
 from tensorforge.graph.symbols import is_symbolic
-from tensorforge.graph.values import Anchor, Lazy, Unsupported, in_dtype, in_opmath, opmath_dtype
+from tensorforge.graph.values import (
+    Anchor,
+    Lazy,
+    Unsupported,
+    in_dtype,
+    in_opmath,
+    opmath_dtype,
+    rounded,
+)
 from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
@@ -76,6 +85,8 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         b_at = lambda kk, j, *bi: b.at((*bi, kk, j))  # noqa: E731
         reads = a.reads | b.reads
     shape = ctx.shape_of(node)
+    if wants_tensor_cores(ctx.target, dtype, shape, k, constant is not None):
+        return tensor_core_product(ctx, node, a, b, constant, shape, dtype)
     splits = cuda_matmul_splits(ctx.target, shape, k, dtype) if constant is not None else 0
     if splits:
         return matmul_split_k(ctx, node, a, constant, shape, dtype, splits)

@@ -14,9 +14,22 @@ import operator
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lowerer import rounded
+from tensorforge.graph.lower_split_rows import (
+    row_chunks,
+    split_moments,
+    split_reduction,
+    split_softmax,
+)
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.values import Anchor, Lazy, Unsupported, in_dtype, numel, opmath_dtype
+from tensorforge.graph.values import (
+    Anchor,
+    Lazy,
+    Unsupported,
+    in_dtype,
+    numel,
+    opmath_dtype,
+    rounded,
+)
 
 aten = torch.ops.aten
 
@@ -86,6 +99,10 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
     }[node.target]
     if node.target is aten.sum.default:
         dims, keepdim = None, False
+    x = ctx.no_anchor(x)
+    split = split_reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
+    if split is not None:  # few long rows on CUDA
+        return split
     x, stage, shape, *_ = _reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
     anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
@@ -94,6 +111,12 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
 @lowers(aten.mean.dim, aten.mean.default)
 def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
     out_dtype = ctx.dtype_of(node)
+    x = ctx.no_anchor(x)
+    count = numel([x.shape[d] for d in dims] if dims else x.shape)
+    if isinstance(count, int):  # few long rows on CUDA
+        split = split_reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype, 1.0 / count)
+        if split is not None:
+            return split
     x, stage, shape, _, _, count = _reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype)
     anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     inv = 1.0 / count if isinstance(count, int) else None
@@ -162,15 +185,28 @@ def _softmax(ctx, node, x, dim, safe: bool):
     acc = opmath_dtype(out)
     rows, m = x.shape[:-1], x.shape[-1]
     xv = lambda i: in_dtype(x.at(tuple(i)), acc)  # noqa: E731
-    k1 = te.reduce_axis((0, m), name="k1")
-    k2 = te.reduce_axis((0, m), name="k2")
-    mx = te.compute(rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max"))
-    e = te.compute(x.shape, lambda *i: te.exp(xv(i) - mx[i[:-1]]), name=ctx.unique("exp"))
-    sm = te.compute(rows, lambda *i: te.sum(e[i + (k2.var,)], axis=k2), name=ctx.unique("row_sum"))
-    anchor = _anchor(ctx, "softmax", [mx, e, sm], x.reads, x.shape, x.nodes + (node.name,))
+    chunks = row_chunks(ctx.target, rows, m, acc)
+    if chunks is not None:  # few long rows on CUDA
+        mx, sm, stats = split_softmax(ctx, node, xv, x.reads, rows, chunks, acc)
+        stages, info = [mx, sm], {"row_block": chunks.row_block}
+        e = lambda ia: te.exp(xv(ia) - mx[tuple(ia[:-1])])  # noqa: E731
+    else:
+        k1 = te.reduce_axis((0, m), name="k1")
+        k2 = te.reduce_axis((0, m), name="k2")
+        mx = te.compute(
+            rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max")
+        )
+        exps = te.compute(x.shape, lambda *i: te.exp(xv(i) - mx[i[:-1]]), name=ctx.unique("exp"))
+        sm = te.compute(
+            rows, lambda *i: te.sum(exps[i + (k2.var,)], axis=k2), name=ctx.unique("row_sum")
+        )
+        stages, info, stats = [mx, exps, sm], {}, frozenset()
+        e = lambda ia: exps[tuple(ia)]  # noqa: E731
+    reads, nodes = x.reads | stats, x.nodes + (node.name,)
+    anchor = _anchor(ctx, "softmax", stages, reads, x.shape, nodes, **info)
 
     def at(ia):
-        v = e[tuple(ia)] * (1.0 / sm[tuple(ia[:-1])])
+        v = e(ia) * (1.0 / sm[tuple(ia[:-1])])
         if not safe:
             return v
         masked = mx[tuple(ia[:-1])] == te.const(float("-inf"), acc)  # the row's max is -inf
@@ -185,24 +221,40 @@ def log_softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
     _last_dim(x, dim)
     out = ctx.dtype_of(node)
     rows, m = x.shape[:-1], x.shape[-1]
-    xv = lambda i: in_dtype(x.at(tuple(i)), opmath_dtype(out))  # noqa: E731
-    k1 = te.reduce_axis((0, m), name="k1")
-    k2 = te.reduce_axis((0, m), name="k2")
-    mx = te.compute(rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max"))
-    sm = te.compute(
-        rows,
-        lambda *i: te.sum(te.exp(xv(i + (k2.var,)) - mx[i]), axis=k2),
-        name=ctx.unique("row_sum"),
-    )
-    anchor = _anchor(ctx, "softmax", [mx, sm], x.reads, x.shape, x.nodes + (node.name,))
+    acc = opmath_dtype(out)
+    xv = lambda i: in_dtype(x.at(tuple(i)), acc)  # noqa: E731
+    chunks = row_chunks(ctx.target, rows, m, acc)
+    if chunks is not None:  # few long rows on CUDA
+        mx, sm, stats = split_softmax(ctx, node, xv, x.reads, rows, chunks, acc)
+        info = {"row_block": chunks.row_block}
+    else:
+        k1 = te.reduce_axis((0, m), name="k1")
+        k2 = te.reduce_axis((0, m), name="k2")
+        mx = te.compute(
+            rows, lambda *i: te.max(xv(i + (k1.var,)), axis=k1), name=ctx.unique("row_max")
+        )
+        sm = te.compute(
+            rows,
+            lambda *i: te.sum(te.exp(xv(i + (k2.var,)) - mx[i]), axis=k2),
+            name=ctx.unique("row_sum"),
+        )
+        info, stats = {}, frozenset()
+    reads, nodes = x.reads | stats, x.nodes + (node.name,)
+    anchor = _anchor(ctx, "softmax", [mx, sm], reads, x.shape, nodes, **info)
     return ctx.anchored(
         anchor, lambda ia: xv(ia) - mx[tuple(ia[:-1])] - te.log(sm[tuple(ia[:-1])]), out
     )
 
 
-def _row_moments(ctx, xv, rows, m: int, n, prefix: str):
+def _row_moments(ctx, node, x, xv, rows, m: int, n, prefix: str):
     """Each row's sum, and its sum of squared deviations from the mean (a second pass, as torch
-    computes the variance), of the `m` values `xv(row + (k,))`; `n`: m as a float."""
+    computes the variance), of the `m` values `xv(row + (k,))` (reading x); `n`: m as a float.
+    Also the buffers they read besides x's and the anchor's schedule facts: on CUDA, few long
+    rows are split in chunks (lower_split_rows)."""
+    chunks = row_chunks(ctx.target, rows, m, n.dtype)
+    if chunks is not None:
+        total, squares, reads = split_moments(ctx, node, xv, x.reads, rows, chunks, n, n.dtype)
+        return total, squares, reads, {"row_block": chunks.row_block}
     k1 = te.reduce_axis((0, m), name="k1")
     k2 = te.reduce_axis((0, m), name="k2")
     total = te.compute(
@@ -213,7 +265,7 @@ def _row_moments(ctx, xv, rows, m: int, n, prefix: str):
         lambda *i: te.sum(_sq(xv(i + (k2.var,)) - total[i] / n), axis=k2),
         name=ctx.unique(f"{prefix}_sq"),
     )
-    return total, squares
+    return total, squares, frozenset(), {}
 
 
 def _normalized(value, total, squares, row: tuple, n, eps):
@@ -232,7 +284,7 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     rows, m = x.shape[:-1], x.shape[-1]
     n = _float_size(m, acc)
     xv = lambda i: in_dtype(x.at(tuple(i)), acc)  # noqa: E731
-    total, squares = _row_moments(ctx, xv, rows, m, n, "ln")
+    total, squares, stats, info = _row_moments(ctx, node, x, xv, rows, m, n, "ln")
     w = ctx.lazy(weight) if weight is not None else None
     b = ctx.lazy(bias) if bias is not None else None
     w = ctx.no_anchor(w) if w is not None else None
@@ -246,8 +298,9 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
             v = v + in_dtype(b.at((ia[-1],)), acc)
         return v
 
-    reads = _reads(x, w, b)
-    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, x.shape, x.nodes + (node.name,))
+    reads = _reads(x, w, b) | stats
+    nodes = x.nodes + (node.name,)
+    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, x.shape, nodes, **info)
     return ctx.anchored(anchor, at, out), None, None
 
 
@@ -280,7 +333,7 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
 
     xv = lambda ia: in_dtype(x.at(logical(ia)), acc)  # noqa: E731
     rows = (x.shape[0], group)
-    total, squares = _row_moments(ctx, xv, rows, m, n, "gn")
+    total, squares, stats, info = _row_moments(ctx, node, x, xv, rows, m, n, "gn")
     w = ctx.no_anchor(ctx.lazy(weight)) if weight is not None else None
     b = ctx.no_anchor(ctx.lazy(bias)) if bias is not None else None
 
@@ -294,8 +347,9 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
         return v
 
     shape = (*rows, m)
-    reads = _reads(x, w, b)
-    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, shape, x.nodes + (node.name,))
+    reads = _reads(x, w, b) | stats
+    nodes = x.nodes + (node.name,)
+    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
     at_anchor = rounded(at_anchor, out)
     value = Lazy(
         x.shape, out, _no_logical, frozenset(), anchor.nodes, 4, anchor, at_anchor, logical

@@ -29,6 +29,7 @@ from tensorforge.graph.values import (
     in_dtype,
     opmath_dtype,
     read_buffer,
+    rounded,
 )
 
 TORCH_TO_TE = {
@@ -512,13 +513,6 @@ def worth_materializing(value: Lazy, users: int) -> bool:
 def _typed(e, dtype: str):
     e = te.const(e, dtype) if not isinstance(e, te.Expr) else e
     return in_dtype(e, dtype)
-
-
-def rounded(at, dtype: str):
-    """The index function `at` with its values in `dtype`: a reduction's float32 accumulator read
-    as the half value it stands for (`in_dtype` drops the rounding again where a consumer
-    computes in float32, so it happens once, where the value is stored)."""
-    return lambda index: _typed(at(index), dtype)
 
 
 def _no_logical(idx):

@@ -8,8 +8,8 @@ epilogue is the stage it is computed in.
   across the block's `threadIdx.z` (split-K): each slice accumulates its partial tile in
   registers, writes it to shared memory, and the block sums the slices while it applies the
   epilogue, one output per thread, coalesced.
-- softmax / log-softmax / layer norm: a block per row; its threads reduce strided parts of the
-  row and combine across the block (warp shuffles), then apply the epilogue along the row.
+- softmax / log-softmax / layer norm, reductions along rows: a block per row, or blocks along
+  rows split in chunks (schedules_cuda_rows.py).
 - everything else: a thread per output element (`schedule_simple`), vectorized where the
   output's rows are whole vectors.
 """
@@ -19,6 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorforge import te
+from tensorforge.graph.schedules_cuda_rows import (
+    is_row_reduction,
+    schedule_rows,
+    schedule_split_rows,
+    static_extent,
+)
+from tensorforge.graph.schedules_tensor_core import schedule_tensor_core
 from tensorforge.graph.values import numel
 from tensorforge.ops.cuda import bind_elementwise_cuda
 from tensorforge.ops.matmul import round_up
@@ -33,13 +40,12 @@ CONV_FILL_THREADS = 1 << 16
 MIN_K_SLICE = 16  # ... while each slice still reduces at least this many terms
 STAGED_GEMM_FLOP = 3e9  # products from here on: shared-memory block tiles (wants_staged_gemm)
 UNROLL_K = 4  # reduction steps unrolled in a thread's tile loop
-ROW_THREADS = 256
-ROW_REDUCTION = 64  # a reduction this long along each row runs across a block (_row_reduction)
 
 SOURCES = {
     "gemm": "cuda gemm: register tiles",
     "gemm_split": "cuda gemm: register tiles, split-K",
     "rows": "cuda row operator: a block per row",
+    "split_rows": "cuda row operator: chunk statistics combined per block",
     "simple": "cuda: a thread per output",
     "elementwise": "cuda element-wise: a vector per thread",
 }
@@ -49,12 +55,21 @@ def schedule_cuda(s, out, anchor) -> str:
     """Apply the CUDA schedule of a kernel (output stage `out`, anchor or None) to `s`; the
     name of the rule used."""
     kind = anchor.kind if anchor is not None else None
+    if kind == "matmul" and "tensor_core" in anchor.info:
+        return schedule_tensor_core(s, out, anchor)
     if kind == "matmul" and _static(anchor.info["shape"]) and len(anchor.info["stages"]) == 1:
         return _gemm(s, out, anchor)
     if kind == "conv2d" and _static(anchor.info["shape"]):
         return _conv(s, out, anchor)
-    if kind in ("softmax", "layer_norm") and len(s[out].op.axis) > 1 or _row_reduction(out, anchor):
-        _rows(s, out, anchor)
+    if anchor is not None and anchor.info.get("row_block"):
+        schedule_split_rows(s, out, anchor)
+        return SOURCES["split_rows"]
+    if (
+        kind in ("softmax", "layer_norm")
+        and len(s[out].op.axis) > 1
+        or is_row_reduction(out, anchor)
+    ):
+        schedule_rows(s, out, anchor)
         return SOURCES["rows"]
     if anchor is None and _vector_width(out) > 1:
         _elementwise(s, out, _vector_width(out))
@@ -149,6 +164,8 @@ def wants_staged_gemm(anchor, target) -> bool:
     ms with register tiles, 0.545 with staged tiles (eager torch, cuBLAS: 0.50); at 512 rows
     (2.4 GFLOP a product) 0.185 against 0.270."""
     if anchor is None or anchor.kind != "matmul" or not _static(anchor.info["shape"]):
+        return False
+    if "tensor_core" in anchor.info:  # lower_tensor_core's: schedules_tensor_core
         return False
     if anchor.info.get("split_k"):  # split-K partial products: made for these tiles
         return True
@@ -465,7 +482,7 @@ def _conv_register_tile(s, stage, f_ax, x_ax, plan) -> None:
     s[stage].unroll(x_ax)
     if window:  # a window row unrolled: its loads issue together (kx, and ky for 3 x 3)
         s[stage].unroll(window[-1])
-        if len(window) > 1 and numel([_extent(w) or 99 for w in window]) <= 9:
+        if len(window) > 1 and numel([static_extent(w) or 99 for w in window]) <= 9:
             s[stage].unroll(window[0])
     else:
         _unroll_reduction(s, stage, rc)
@@ -474,71 +491,10 @@ def _conv_register_tile(s, stage, f_ax, x_ax, plan) -> None:
 def _unroll_reduction(s, stage, axis) -> None:
     """UNROLL_K steps of the reduction unrolled: their loads issue before the FMAs wait (a loop
     of one step at a time waits out a memory latency per step where operands come from DRAM)."""
-    extent = _extent(axis)
+    extent = static_extent(axis)
     if extent is not None and extent >= 2 * UNROLL_K and extent % UNROLL_K == 0:
         _, inner = s[stage].split(axis, factor=UNROLL_K)
         s[stage].unroll(inner)
-
-
-def _extent(axis) -> int | None:
-    value = getattr(axis.dom.extent, "value", None) if axis.dom is not None else None
-    return value if isinstance(value, int) else None
-
-
-# -- row operators ------------------------------------------------------------------------------
-
-
-def _rows(s, out, anchor) -> None:
-    """A block per row: each reduction stage reduced across the block's threads (its result in
-    shared memory, for every thread), element-wise stages inlined, the epilogue along the row."""
-    *rows, j = s[out].op.axis
-    row = s[out].fuse(*rows) if len(rows) > 1 else rows[0]
-    length = getattr(s[out].op.axis[-1].dom.extent, "value", None)
-    terms = [_extent(st.op.reduce_axis[0]) for st in anchor.info["stages"] if st.op.reduce_axis]
-    if isinstance(length, int) and all(isinstance(t, int) for t in terms):
-        length = max([length, *terms])  # a row of 1 output over 512 terms: 128 threads
-    threads = ROW_THREADS if not isinstance(length, int) else _row_threads(length)
-    jo, ji = s[out].split(j, factor=threads)
-    s[out].reorder(row, ji, jo)
-    s[out].bind(row, te.thread_axis("blockIdx.x"))
-    s[out].bind(ji, te.thread_axis("threadIdx.x"))
-    for stage in reversed(anchor.info["stages"]):
-        if not stage.op.reduce_axis:  # softmax's exps: recomputed where they are read
-            s[stage].compute_inline()
-            continue
-        s[stage].set_scope("shared")
-        s[stage].compute_at(s[out], row)
-        (k,) = s[stage].op.reduce_axis
-        _, ki = s[stage].split(k, factor=threads)
-        s[stage].bind(ki, te.thread_axis("threadIdx.x"))
-
-
-def _row_reduction(out, anchor) -> bool:
-    """A reduction along each row of the output, read back by its epilogue (RMSNorm's mean of
-    squares: x * rsqrt(mean(x * x) + eps)): a block per row like layer norm's. A thread per
-    output ran each row's sum on one thread, 128 threads in all, for LLaMA's 128 x 512 (H200:
-    35 and 68 us, against 1.4-1.7 for Inductor's). Rows of at least ROW_REDUCTION terms."""
-    if anchor is None or anchor.kind != "reduce" or len(out.op.axis) < 2:
-        return False
-    shape = [getattr(e, "value", None) for e in out.shape]
-    for stage in anchor.info["stages"]:
-        if (
-            len(stage.op.reduce_axis) != 1
-            or (_extent(stage.op.reduce_axis[0]) or 0) < ROW_REDUCTION
-        ):
-            return False
-        kept = [getattr(e, "value", None) for e in stage.shape]
-        if kept not in (shape[:-1], shape[:-1] + [1]):  # a value per row of the output
-            return False
-    return True
-
-
-def _row_threads(length: int) -> int:
-    """Threads per row: a warp for short rows, up to ROW_THREADS, a few elements each."""
-    threads = 32
-    while threads < ROW_THREADS and threads * 4 < length:
-        threads *= 2
-    return threads
 
 
 def _static(shape) -> bool:

@@ -124,6 +124,18 @@ def in_dtype(e: Expr, dtype: str) -> Expr:
     return e if e.dtype == dtype else e.astype(dtype)
 
 
+def rounded(at: Callable[[Index], Expr], dtype: str) -> Callable[[Index], Expr]:
+    """The index function `at` with its values in `dtype`: a reduction's float32 accumulator read
+    as the half value it stands for (`in_dtype` drops the rounding again where a consumer
+    computes in float32, so it happens once, where the value is stored)."""
+
+    def at_dtype(index):
+        value = at(index)
+        return in_dtype(value if isinstance(value, Expr) else te.const(value, dtype), dtype)
+
+    return at_dtype
+
+
 def in_opmath(e: Expr) -> Expr:
     """`e` in the dtype it is computed in (`opmath_dtype`), unrounded where it can be."""
     return in_dtype(e, opmath_dtype(e.dtype))

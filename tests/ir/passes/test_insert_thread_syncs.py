@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from tensorforge import tir
+from tensorforge.ir.extern import AddressOf
 from tensorforge.ir.passes.insert_thread_syncs import insert_thread_syncs
-from tensorforge.ir.stmt import Allocate, IfThenElse, LetStmt, Seq, Sync
+from tensorforge.ir.stmt import Allocate, Evaluate, IfThenElse, LetStmt, Seq, Sync
 from tensorforge.te.expr import Var
 from tests.ir.builders import bind, buf, c, f32, load, loop, store
 
@@ -131,4 +133,31 @@ def test_a_tile_of_the_same_name_after_a_managed_pipeline_gets_its_barrier():
     before = bind(t, 64, "threadIdx.x", Seq((Allocate(S1, c(64), managed), tail)))
     expected_tail = Allocate(S2, c(64), Seq((write, Seq((Sync(), read)))))
     expected = bind(t, 64, "threadIdx.x", Seq((Allocate(S1, c(64), managed), expected_tail)))
+    assert insert_thread_syncs(before) == expected
+
+
+def test_extern_store_through_a_pointer_is_a_write():
+    """A tensorized store (a warp's fragment into a shared tile, by address) is a write of the
+    whole tile: the threads reading the tile afterwards wait for it (access "w")."""
+    S, B = buf("S", 64, scope="shared"), buf("B", 64)
+    w, t = Var("w"), Var("t")
+    fragment = Evaluate(
+        tir.call_extern("handle", "store_fragment", AddressOf(load(S, w * 16), "w"))
+    )
+    store_tile = bind(w, 4, "threadIdx.y", fragment)
+    read = bind(t, 64, "threadIdx.x", store(B, t, load(S, t)))
+    before = Allocate(S, c(64), Seq((store_tile, read)))
+    expected = Allocate(S, c(64), Seq((store_tile, Seq((Sync(), read)))))
+    assert insert_thread_syncs(before) == expected
+
+
+def test_extern_read_through_a_pointer_is_a_read():
+    """A tensorized multiply reading the shared tile by address ("r") after threads wrote it."""
+    S, A = buf("S", 64, scope="shared"), buf("A", 64)
+    w, t = Var("w"), Var("t")
+    write = bind(t, 64, "threadIdx.x", store(S, t, load(A, t)))
+    mma = Evaluate(tir.call_extern("handle", "mma", AddressOf(load(S, w * 16), "r")))
+    use = bind(w, 4, "threadIdx.y", mma)
+    before = Allocate(S, c(64), Seq((write, use)))
+    expected = Allocate(S, c(64), Seq((write, Seq((Sync(), use)))))
     assert insert_thread_syncs(before) == expected

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorforge.ir.expr import BufferLoad
+from tensorforge.ir.extern import AddressOf
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -177,7 +178,21 @@ class _Planner:
     def accesses(self, node: object, reads_only: bool = False) -> _Pending:
         """The shared accesses of `node` (a statement or expression, everything under it)."""
         writes, reads = set(), set()
+        # an extern call's pointer into a shared tile (a tensorized store or fill) touches a
+        # region, any thread's elements: its access mode says read, write or both
+        through_pointer = set()
         for n in walk(node):
+            if isinstance(n, AddressOf) and n.load.buffer.scope == "shared":
+                through_pointer.add(id(n.load))
+                if n.load.buffer.name in self.managed:
+                    continue
+                if "w" in n.access and not reads_only:
+                    writes.add((n.load.buffer.name, None))
+                if "r" in n.access:
+                    reads.add((n.load.buffer.name, None))
+        for n in walk(node):
+            if id(n) in through_pointer:
+                continue
             if getattr(n, "buffer", None) is not None and n.buffer.name in self.managed:
                 continue
             if isinstance(n, BufferStore) and n.buffer.scope == "shared" and not reads_only:

@@ -1,0 +1,86 @@
+"""The CUDA schedule of a tensor-core product (graph/lower_tensor_core.py) and its epilogue.
+
+A block computes one block_m x block_n tile of the kernel's output:
+- its 4 warps each accumulate a warp_m x warp_n fragment with `mma.sync` (ops/tensor_core.py's
+  intrinsics, through `tensorize`), the A and B tiles of each k step filled by 16-byte `cp.async`
+  copies `stages` steps ahead (double_buffer with mbarriers), rows padded so `ldmatrix` reads
+  hit distinct banks;
+- the warps store their fragments into the block's float32 tile in shared memory;
+- all 128 threads then compute the epilogue from it, consecutive threads on consecutive
+  columns (coalesced stores; rows and columns past the output's are not stored).
+"""
+
+from __future__ import annotations
+
+from tensorforge import te
+from tensorforge.ops.tensor_core import mma_store, mma_sync
+
+WARP = 32
+PAD = 8  # halves added to each shared row: ldmatrix's 8 rows in distinct banks
+# ptxas budgets registers for this many resident blocks (1: up to 255 a thread, the fragments of
+# the next k step in flight beside the accumulators)
+LAUNCH_MIN_BLOCKS = 1
+EPILOGUE_VECTOR = 4  # columns a thread computes at once: one 16-byte read of the float32 tile
+SOURCE = "cuda tensor cores: mma.sync fragments, epilogue from a shared tile"
+
+
+def schedule_tensor_core(s, out, anchor) -> str:
+    """Schedule the product `anchor` (info["tensor_core"]: its tiles) under output stage `out`."""
+    tiles = anchor.info["tensor_core"]
+    C, staged, a_tile, *b_tile = anchor.info["stages"]
+    dtype = a_tile.dtype
+    tx = te.thread_axis((0, WARP), "threadIdx.x")
+    ty = te.thread_axis((0, tiles.warps), "threadIdx.y")
+
+    *lead, i, j = s[out].op.axis
+    bi, bj, ii, jj = s[out].tile(i, j, tiles.block_m, tiles.block_n)
+    for axis in lead:
+        s[out].bind(axis, te.thread_axis("blockIdx.z"))
+    s[out].bind(bi, te.thread_axis("blockIdx.y"))
+    s[out].bind(bj, te.thread_axis("blockIdx.x"))
+    if LAUNCH_MIN_BLOCKS:
+        s[out].pragma(bj, "launch_min_blocks", LAUNCH_MIN_BLOCKS)
+    rest, vec = s[out].split(s[out].fuse(ii, jj), factor=EPILOGUE_VECTOR)
+    rest, lane = s[out].split(rest, factor=WARP)
+    _, warp_rows = s[out].split(rest, factor=tiles.warps)
+    s[out].bind(lane, tx)
+    s[out].bind(warp_rows, ty)
+    s[out].vectorize(vec)
+
+    s[staged].set_scope("shared")
+    s[staged].compute_at(s[out], bj)
+    *_, si, sj = s[staged].op.axis
+    wi, si = s[staged].split(si, factor=tiles.warp_m)
+    wj, sj = s[staged].split(sj, factor=tiles.warp_n)
+    s[staged].reorder(wi, wj, si, sj)
+    warp = s[staged].fuse(wi, wj)
+    s[staged].bind(warp, ty)
+    s[staged].tensorize(si, mma_store(tiles.warp_m, tiles.warp_n, "float32", "none"))
+
+    s[C].set_scope("warp")
+    s[C].compute_at(s[staged], warp)
+    *_, ci, cj = s[C].op.axis
+    (kr,) = s[C].op.reduce_axis
+    ko, ki = s[C].split(kr, factor=tiles.block_k)
+    s[C].reorder(ko, ci, cj, ki)
+    s[C].tensorize(ci, mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype))
+
+    s[a_tile].set_scope("shared")
+    if b_tile:
+        (b_shared,) = b_tile
+        s[b_shared].set_scope("shared")
+    else:  # a constant right matrix: its tile copied in
+        b_input = next(t for t in s[C].op.input_tensors if t is not a_tile)
+        b_shared = s.cache_read(b_input, "shared", [C])
+    for stage, row_len in ((a_tile, tiles.block_k), (b_shared, tiles.block_n)):
+        s[stage].compute_at(s[C], ko)
+        s[stage].storage_align(s[stage].op.axis[-2], row_len, PAD)
+        rest, vec = s[stage].split(s[stage].fuse(*s[stage].op.axis), factor=8)  # 16 bytes
+        rest, lane = s[stage].split(rest, factor=WARP)
+        _, warp_rows = s[stage].split(rest, factor=tiles.warps)
+        s[stage].bind(lane, tx)
+        s[stage].bind(warp_rows, ty)
+        s[stage].vectorize(vec)
+        if tiles.stages > 1:  # cp.async fills `stages - 1` k steps ahead of the mma
+            s[stage].double_buffer(tiles.stages, "mbarrier")
+    return SOURCE
