@@ -22,6 +22,7 @@ from tensorforge.graph.values import in_dtype, in_opmath, opmath_dtype  # noqa: 
 from tensorforge.te import Cast, placeholder  # noqa: E402
 from tests.graph import zoo_models as zoo  # noqa: E402
 from tests.graph.models import MLP, Block, SmallCNN  # noqa: E402
+from tests.graph.test_lower_split_rows import split_in  # noqa: E402, F401 (a fixture)
 
 HALF = [torch.float16, torch.bfloat16]
 
@@ -157,3 +158,25 @@ def test_in_dtype_drops_a_rounding_between_fused_operations():
     assert in_dtype(h.astype("float32").astype("float16"), "float64") == Cast(
         "float64", Cast("float16", Cast("float32", h))
     )  # to another dtype: the rounding stays
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_split_rows_keep_float32_chunk_statistics(split_in, dtype):  # noqa: F811 (a fixture)
+    # CUDA's few-long-rows form (lower_split_rows), forced here: chunk statistics of half rows
+    # are float32 in memory, each result rounded once
+    split_in(7)
+    x = (torch.randn(2, 4099, generator=torch.Generator().manual_seed(3)) + 0.5).to(dtype)
+
+    def fn(x):
+        return x.sum(-1), torch.softmax(x, -1), torch.nn.functional.layer_norm(x, (4099,))
+
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    compiled = compile_aten(gm, [x], {}, Options())
+    assert compiled.program.fallbacks == []
+    chunks = [s.spec for s in compiled.steps if "_chunk" in s.spec.name]
+    assert len(chunks) == 3 and all(spec.buffer.dtype == "float32" for spec in chunks)
+    unit = torch.finfo(dtype).eps / 2
+    for got, expected, reference in zip(compiled([x]), fn(x), fn(x.double())):
+        assert got.dtype == dtype
+        ours, eagers = error(got, reference), error(expected, reference)
+        assert ours <= 2 * eagers + unit / 4, f"{ours:.2e}, eager's {eagers:.2e}"

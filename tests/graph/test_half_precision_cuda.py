@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch import nn  # noqa: E402
 from torch.func import functional_call  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
@@ -30,6 +31,7 @@ MODELS = {  # name: (model, input shapes)
     "mobilenet_v2": (lambda: zoo.MobileNetV2Blocks(8), [(1, 8, 15, 17)]),
     "llama": (lambda: zoo.LlamaBlock(32, 4, 88), [(1, 129, 32)]),
     "unet": (lambda: zoo.UNetBlock(8, 4), [(1, 8, 15, 17), (1, 8, 30, 34)]),
+    "group_norm_long_rows": (lambda: nn.GroupNorm(8, 32), [(1, 32, 64, 64)]),  # split rows
 }
 
 # a local of a 16-bit float type, or half arithmetic: a kernel computing in half precision
@@ -71,6 +73,15 @@ def test_half_models_compile_with_nvcc(name, dtype, tmp_path):
     assert HALF_MATH.search(text) is None, HALF_MATH.search(text)
     assert ("__nv_bfloat16" if dtype is torch.bfloat16 else "half*") in text
     assert_compiles_with_nvcc(tmp_path, text)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_rows_split_with_float32_chunk_statistics(dtype):
+    make, shapes = MODELS["group_norm_long_rows"]  # 8 rows of 16K terms: 32 chunks of 512
+    kernels = kernels_for_cuda(make(), shapes, dtype)
+    (chunks,) = [k.spec for k in kernels if "_chunks" in k.spec.name]
+    assert chunks.buffer.dtype == "float32" and chunks.out.shape[-2].value == 32
+    assert kernels[-1].spec.buffer.dtype == str(dtype).removeprefix("torch.")
 
 
 @NVCC
