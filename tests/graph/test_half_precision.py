@@ -40,7 +40,7 @@ def to_half(value, dtype):
     return value.to(dtype) if value.is_floating_point() else value
 
 
-def check_half(model, *args, dtype, capsys, device="cpu"):
+def check_half(model, *args, dtype, capsys, device="cpu", dynamic=None):
     """The model in `dtype` compiled and run eagerly, each against float32 on the same values
     (cuDNN off for the reference: its TF32 default rounds convolutions to 10-bit mantissas)."""
     torch.manual_seed(0)
@@ -50,7 +50,7 @@ def check_half(model, *args, dtype, capsys, device="cpu"):
     with torch.no_grad(), torch.backends.cudnn.flags(enabled=False):
         reference = reference_model(*[a.float() if a.is_floating_point() else a for a in args])
         torch._dynamo.reset()
-        fast = torch.compile(model, backend=backend, options={"report": True})
+        fast = torch.compile(model, backend=backend, dynamic=dynamic, options={"report": True})
         got, expected = fast(*args), model(*args)
     report = capsys.readouterr().err
     assert re.findall(r"EAGER (\S+)", report) == [], report
@@ -66,6 +66,12 @@ def check_half(model, *args, dtype, capsys, device="cpu"):
 @pytest.mark.parametrize("d_in, hidden, rows", [(37, 64, 5), (4099, 13, 3), (1, 1, 1)])
 def test_mlp(d_in, hidden, rows, dtype, capsys):
     check_half(MLP(d_in, hidden, 10), torch.randn(rows, d_in), dtype=dtype, capsys=capsys)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("rows", [9, 64])
+def test_mlp_of_run_time_rows(rows, dtype, capsys):
+    check_half(MLP(37, 64, 10), torch.randn(rows, 37), dtype=dtype, capsys=capsys, dynamic=True)
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -180,3 +186,19 @@ def test_split_rows_keep_float32_chunk_statistics(split_in, dtype):  # noqa: F81
         assert got.dtype == dtype
         ours, eagers = error(got, reference), error(expected, reference)
         assert ours <= 2 * eagers + unit / 4, f"{ours:.2e}, eager's {eagers:.2e}"
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_check_holds_half_kernels_to_a_few_roundings(dtype, capsys):
+    x = torch.randn(5, 37, generator=torch.Generator().manual_seed(4)).to(dtype)
+    w = torch.randn(37, 11, generator=torch.Generator().manual_seed(5)).to(dtype)
+
+    def fn(x, w):
+        return torch.softmax(torch.relu(x @ w) * 0.5 + 1.0, -1)
+
+    gm = make_fx(fn, decomposition_table=decompositions())(x, w)
+    compiled = compile_aten(gm, [x, w], {1: w}, Options(check=True))
+    compiled([x, w])
+    capsys.readouterr()
+    assert compiled.worst.error > 1e-4  # past the float32 tolerance: a few half roundings ...
+    assert compiled.first_failure is None  # ... within 4 eps of the dtype

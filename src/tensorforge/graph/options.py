@@ -25,9 +25,7 @@ class Options:
     tuning_log: str | None = None
     check: bool = False
     report: bool = False
-    tolerance: float = (
-        1e-4  # check: relative (max abs error / max abs value) past which a kernel is named
-    )
+    tolerance: float = 1e-4  # check: relative (max abs error / max abs value) past which a kernel is named  # (a float16 / bfloat16 kernel's is at least 4 of its dtype's eps: report.HALF_ROUNDINGS)
     schedule: str = "auto"
 
     @staticmethod
