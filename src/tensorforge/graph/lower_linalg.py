@@ -14,21 +14,17 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k
-from tensorforge.graph.lower_tensor_core import tensor_core_product, wants_tensor_cores
+from tensorforge.graph.lower_tensor_core import (
+    tensor_core_conv,
+    tensor_core_product,
+    wants_tensor_core_conv,
+    wants_tensor_cores,
+)
 from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.schedules_cuda import cuda_conv_splits, cuda_matmul_splits
 from tensorforge.graph.symbols import is_symbolic
-from tensorforge.graph.values import (
-    Anchor,
-    Lazy,
-    Unsupported,
-    in_dtype,
-    in_opmath,
-    opmath_dtype,
-    rounded,
-)
-from tensorforge.te import dtype as dt
+from tensorforge.graph.values import Anchor, Lazy, Unsupported
 
 aten = torch.ops.aten
 
@@ -57,7 +53,7 @@ def pack_panels(b: torch.Tensor, nr: int) -> torch.Tensor:
 
 def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     dtype = ctx.dtype_of(node)
-    if not dt.is_float(dtype):
+    if not dtype.startswith("float"):
         raise Unsupported("an integer matrix product")
     a = ctx.view_of_memory(a)
     constant = ctx.constant(b) if not batched else None
@@ -65,14 +61,13 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     *lead, n, k = a.shape
     m = b.shape[-1]
     r = te.reduce_axis((0, k), name="k")
-    acc = opmath_dtype(dtype)  # half products accumulate in float32, rounded once (as eager)
     info = {}
     if constant is not None and ctx.target.kind == "llvm":
-        mr, nr = matmul_tiles(ctx.target, acc)
+        mr, nr = matmul_tiles(ctx.target, dtype)
         if isinstance(n, int) and n <= 2:
             # a matrix-vector product: one or two rows of accumulators, so wider panels keep
             # 8 independent FMA chains in flight (two would wait on each other's latency)
-            nr = ctx.target.vector_lanes(acc) * 8 // n
+            nr = ctx.target.vector_lanes(dtype) * 8 // n
         packed = ctx.add_constant(pack_panels(constant, nr), f"{node.name}_packed")
         info = {"mr": mr, "nr": nr, "panels": packed.source.name}  # the schedule prefetches it
         b_at = lambda kk, j: packed.at((j // nr, kk, j % nr))  # noqa: E731
@@ -101,8 +96,7 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     def body(*idx):
         *bi, i, j = idx
         row = i if last_row is None else te.min(i, last_row)
-        product = in_dtype(a.at((*bi, row, r.var)), acc) * in_dtype(b_at(r.var, j, *bi), acc)
-        return te.sum(product, axis=r)
+        return te.sum(a.at((*bi, row, r.var)) * b_at(r.var, j, *bi), axis=r)
 
     C = te.compute(shape, body, name=ctx.unique(f"mm_{node.name}"))
     info.update(shape=shape, stages=[C], k=k)
@@ -230,10 +224,12 @@ def convolution(
     F, cg, KH, KW = weight.shape
     fg = F // groups
     shape = ctx.shape_of(node)
-    acc = opmath_dtype(dtype)
-    lanes = _filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
+    lanes = _filter_lanes(ctx.target.vector_lanes(dtype), F) if ctx.target.kind == "llvm" else 0
     if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
+        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+    if wants_tensor_core_conv(ctx.target, dtype, shape, groups, C * KH * KW, w is not None):
+        out = tensor_core_conv(ctx, node, x, w, shape, stride, padding, dilation, dtype)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
     if groups == 1 and splits:
@@ -250,8 +246,7 @@ def convolution(
     def body(n, f, y, xx):
         c = rc.var if groups == 1 else (f // fg) * cg + rc.var
         v = x.at((n, c, y * sh + ry.var * dh, xx * sw + rx.var * dw))
-        product = in_dtype(v, acc) * in_dtype(weight.at((f, rc.var, ry.var, rx.var)), acc)
-        return te.sum(product, axis=[rc, ry, rx])
+        return te.sum(v * weight.at((f, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
 
     conv = te.compute(shape, body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": groups, "depthwise": cg == 1}
@@ -374,8 +369,7 @@ def _conv_filter_vectors(
 
     def body(n, fo, y, xx, fi):
         v = src.at((n, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw))
-        w = in_opmath(weights.at((fo, rc.var, ry.var, rx.var, fi)))
-        return te.sum(in_dtype(v, w.dtype) * w, axis=[rc, ry, rx])
+        return te.sum(v * weights.at((fo, rc.var, ry.var, rx.var, fi)), axis=[rc, ry, rx])
 
     conv = te.compute((N, F // lanes, OH, OW, lanes), body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": 1, "depthwise": False, "lanes": lanes}
@@ -435,15 +429,12 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
     F, _, KH, KW = w.shape
     _, _, OH, OW = shape
     K, P = C * KH * KW, OH * OW
-    acc = opmath_dtype(dtype)
     weights = ctx.add_constant(w.reshape(F, K), f"{node.name}_wmat")
     col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation)
     r = te.reduce_axis((0, K), name="k")
     C_ = te.compute(
         (N, F, P),
-        lambda n, f, p: te.sum(
-            in_dtype(weights.at((f, r.var)), acc) * in_dtype(col_at(n, r.var, p), acc), axis=r
-        ),
+        lambda n, f, p: te.sum(weights.at((f, r.var)) * col_at(n, r.var, p), axis=r),
         name=ctx.unique(f"conv_{node.name}"),
     )
     info = {"shape": (N, F, P), "stages": [C_], "k": K}
@@ -456,7 +447,7 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
         (node.name,),
         4,
         anchor,
-        rounded(lambda ia: C_[tuple(ia)], dtype),
+        lambda ia: C_[tuple(ia)],
         lambda ia: (ia[0], ia[1], ia[2] // OW, ia[2] % OW),
     )
 

@@ -10,7 +10,6 @@ from tensorforge import te
 from tensorforge.graph.lowerer import NATIVE
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Lazy, Unsupported
-from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
 
@@ -140,7 +139,7 @@ def div(ctx, node, a, b, rounding_mode=None):
     dtype = ctx.dtype_of(node)
     if rounding_mode is None:
         return ctx.pointwise(lambda x, y: x / y, [a, b])
-    if not dt.is_float(dtype):
+    if not dtype.startswith("float"):
         raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
     rounding = te.floor if rounding_mode == "floor" else _trunc
     return ctx.pointwise(lambda x, y: rounding(x / y), [a, b])
@@ -250,13 +249,10 @@ def _common_dtype(values) -> str:
             dtypes.append("float32")
         elif isinstance(v, int):
             dtypes.append("int64")
-    order = ["bool", "uint8", "int8", "int16", "int32", "int64"]
-    order += ["bfloat16", "float16", "float32", "float64"]
+    order = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
     tensor_dtypes = [v.dtype for v in values if isinstance(v, Lazy)]
-    if {"bfloat16", "float16"} <= set(tensor_dtypes):
-        return "float32"  # neither holds the other (torch promotes the two to float32)
     best = max(tensor_dtypes or dtypes, key=order.index)
-    if any(dt.is_float(d) for d in dtypes) and not dt.is_float(best):
+    if any(d.startswith("float") for d in dtypes) and not best.startswith("float"):
         best = "float32"
     return best
 

@@ -79,12 +79,10 @@ def schedule_cuda(s, out, anchor) -> str:
 
 
 def _vector_width(out) -> int:
-    """The lanes of a 16-byte store where the output's rows are whole vectors of them: 4 of
-    32-bit values (float4), 8 of float16 or bfloat16 (a uint4 of packed pairs, each lane
-    computed in float32); 1 otherwise."""
+    """4 (float4 stores) where the output's rows are whole vectors of 32-bit values."""
     last = getattr(out.shape[-1], "value", None) if out.shape else None
-    lanes = {"float32": 4, "int32": 4, "float16": 8, "bfloat16": 8}.get(out.dtype, 1)
-    return lanes if isinstance(last, int) and last % lanes == 0 else 1
+    wide = out.dtype in ("float32", "int32") and isinstance(last, int) and last % 4 == 0
+    return 4 if wide else 1
 
 
 def _elementwise(s, out, width: int) -> None:
@@ -375,7 +373,7 @@ def cuda_conv_splits(target, shape, channels: int, window: int, dtype: str) -> i
     if N * F * OH * OW > SPLIT_CONV_OUTPUTS or terms < 2 * MIN_SPLIT_TERMS:
         return 0
     tiles = N * -(-F // SPLIT_CONV_TILE) * -(-(OH * OW) // SPLIT_CONV_TILE)
-    return _splits_to_fill(tiles, terms, target.sm_count, 4)  # whole float4 rows a slice
+    return splits_to_fill(tiles, terms, target.sm_count, 4)  # whole float4 rows a slice
 
 
 # products of few tiles from this many FLOP on as split-K staged products (lower_conv_gemm):
@@ -401,10 +399,10 @@ def cuda_matmul_splits(target, shape, k, dtype: str) -> int:
     ):
         return 0
     tiles = numel(lead) * (n // SPLIT_CONV_TILE) * (m // SPLIT_CONV_TILE)
-    return _splits_to_fill(tiles, k, target.sm_count, K_SLICE)
+    return splits_to_fill(tiles, k, target.sm_count, K_SLICE)
 
 
-def _splits_to_fill(tiles: int, terms: int, sm_count: int, align: int) -> int:
+def splits_to_fill(tiles: int, terms: int, sm_count: int, align: int) -> int:
     """Slices of `terms` (a power of two, each a multiple of `align` of at least
     MIN_SPLIT_TERMS) doubled until `tiles` of them cover the SMs once; 0 for one slice."""
     splits = 1
