@@ -2,7 +2,7 @@
 
     python benchmarks/torch_models.py [--models mlp1,mlp64,resnet18,gpt2] [--threads 1,2]
                                       [--backends eager,inductor,tensorforge] [--repeats 5]
-                                      [--small] [--json out.jsonl]
+                                      [--small] [--json out.jsonl] [--dtype bfloat16]
                                       [--target "llvm -mcpu=znver3" ...]
 
 Same process, interleaved: each repeat times every backend in turn (a few calls each), and the
@@ -14,7 +14,9 @@ that far from float32 (its `eager_error`); `_error64` is each one's against eage
 Models are written in plain torch below. `--target` (repeatable) compiles tensorforge for each
 CPU target given (options={"target": ...}), each its own column `tensorforge@<mcpu>`, timed in
 the same interleaved rounds (AVX2 code on an AVX-512 host: `--target llvm --target "llvm
--mcpu=znver3"`).
+-mcpu=znver3"`). `--dtype float16` or `bfloat16` runs the models, weights and inputs, in that
+dtype; the reference is then the float32 model on the same (rounded) weights and inputs, so
+`eager_error` is eager's own half-precision error.
 """
 
 from __future__ import annotations
@@ -162,18 +164,23 @@ def tensorforge_backends(targets: list[str] | None) -> dict[str, str | None]:
     return {f"tensorforge@{Target(t).mcpu}": t for t in targets}
 
 
-def run_model(name, make, shape, backends, repeats, threads, device="cpu", targets=None) -> dict:
+def run_model(
+    name, make, shape, backends, repeats, threads, device="cpu", targets=None, dtype="float32"
+) -> dict:
     torch.manual_seed(0)
     # NOTE: a reset per model: MLP b1 and b64 share one forward, and Dynamo compiles a forward
     # it saw at another shape again with that size symbolic (automatic dynamic shapes), which
     # would time MLP b64 through the symbolic-size kernels
     torch._dynamo.reset()
-    model = make().eval().to(device)
-    x = torch.randn(*shape).to(device)
+    model = make().eval().to(device, getattr(torch, dtype))
+    x = torch.randn(*shape).to(device, getattr(torch, dtype))
     fns, compile_s, errors = {}, {}, {}
     tf_targets = tensorforge_backends(targets)
     with torch.no_grad():
-        expected, exact = references(model, x)
+        if dtype == "float32":
+            expected, exact = references(model, x)
+        else:  # float32 on the same half values
+            expected, exact = references(copy.deepcopy(model).float(), x.float())
         for b in backends:
             start = time.perf_counter()
             if b == "eager":
@@ -188,7 +195,7 @@ def run_model(name, make, shape, backends, repeats, threads, device="cpu", targe
                 fn = torch.compile(copy.deepcopy(model), backend=b)
             got = fn(x)  # compiles
             compile_s[b] = time.perf_counter() - start
-            errors[b] = relative_error(got, expected), relative_error(got.double(), exact)
+            errors[b] = relative_error(got.float(), expected), relative_error(got.double(), exact)
             fns[b] = fn
             fn(x), fn(x)  # warm: reduce-overhead and tensorforge make CUDA graphs on later calls
         once = time_calls(fns["eager"], x, 1)
@@ -199,6 +206,7 @@ def run_model(name, make, shape, backends, repeats, threads, device="cpu", targe
                 samples[b].append(time_calls(fns[b], x, calls))
     median = {b: statistics.median(s) for b, s in samples.items()}
     row = {"model": name, "threads": threads, "shape": list(shape), "device": device}
+    row["dtype"] = dtype
     for b in backends:
         row[f"{b}_ms"] = round(median[b] * 1e3, 3)
         row[f"{b}_compile_s"] = round(compile_s[b], 2)
@@ -222,6 +230,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--small", action="store_true", help="quarter-size models (a smoke run)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", default=None, help="append one JSON line per case here")
     add_target_option(parser)
     args = parser.parse_args(argv)
@@ -242,7 +251,15 @@ def main(argv=None) -> int:
         for name in args.models.split(","):
             make, shape = table[name]
             row = run_model(
-                name, make, shape, backends, args.repeats, threads, args.device, args.target
+                name,
+                make,
+                shape,
+                backends,
+                args.repeats,
+                threads,
+                args.device,
+                args.target,
+                args.dtype,
             )
             rows.append(row)
             emit(row, args.json)

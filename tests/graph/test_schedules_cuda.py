@@ -124,10 +124,17 @@ def assert_matches_eager(fn, inputs, compiled, tolerance: float) -> None:
 
 
 def joined_sources(modules) -> str:
-    """The CUDA sources of built modules, one namespace each, as one translation unit."""
-    return "\n".join(
-        f"namespace k{k} {{\n{m.get_source('cuda')}\n}}" for k, m in enumerate(modules)
+    """The CUDA sources of built modules, one namespace each, as one translation unit; their
+    #include lines go first, outside the namespaces (cuda_fp16.h declared inside the first
+    namespace would leave __half2float undeclared in the others)."""
+    sources = [m.get_source("cuda").splitlines() for m in modules]
+    includes = dict.fromkeys(
+        line for lines in sources for line in lines if line.startswith("#include")
     )
+    bodies = [
+        "\n".join(line for line in lines if not line.startswith("#include")) for lines in sources
+    ]
+    return "\n".join([*includes, *(f"namespace k{k} {{\n{b}\n}}" for k, b in enumerate(bodies))])
 
 
 def assert_compiles_with_nvcc(tmp_path, text: str) -> None:

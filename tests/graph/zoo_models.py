@@ -99,7 +99,7 @@ class LlamaBlock(nn.Module):
         t = torch.arange(T, device=x.device, dtype=torch.float32)
         freqs = torch.outer(t, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)  # (as Hugging Face's LLaMA)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -16,7 +16,7 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.schedules_cuda import SPLIT_CONV_TILE
-from tensorforge.graph.values import Anchor, Lazy
+from tensorforge.graph.values import Anchor, Lazy, in_opmath, opmath_dtype
 from tensorforge.ops.matmul import round_up
 from tensorforge.tune.auto.analytic_gpu import K_SLICE
 
@@ -81,7 +81,7 @@ def conv_split_k(
     partial = te.compute(
         (splits, N, rows, columns),
         lambda z, n, f, p: te.sum(
-            weights.at((z, f, k.var)) * col_at(n, z * part + k.var, p), axis=k
+            _product(weights.at((z, f, k.var)), col_at(n, z * part + k.var, p)), axis=k
         ),
         name=ctx.unique(f"conv_{node.name}_partial"),
     )
@@ -103,7 +103,9 @@ def matmul_split_k(ctx, node, a: Lazy, b: torch.Tensor, shape, dtype, splits: in
     partial = te.compute(
         (splits, *shape),
         lambda *idx: te.sum(  # (z, ..., i, j)
-            a.at((*idx[1:-1], idx[0] * part + k.var)) * weights.at((idx[0], k.var, idx[-1])),
+            _product(
+                a.at((*idx[1:-1], idx[0] * part + k.var)), weights.at((idx[0], k.var, idx[-1]))
+            ),
             axis=k,
         ),
         name=ctx.unique(f"mm_{node.name}_partial"),
@@ -111,14 +113,21 @@ def matmul_split_k(ctx, node, a: Lazy, b: torch.Tensor, shape, dtype, splits: in
     return _sum_of_slices(ctx, node, partial, part, a.reads | weights.reads, shape, dtype, None)
 
 
+def _product(a, b):
+    """a * b in float32 where either is a half type (the partial sums accumulate in it)."""
+    return in_opmath(a) * in_opmath(b)
+
+
 def _sum_of_slices(ctx, node, partial, part: int, reads, shape, dtype, index) -> Lazy:
     """The partial products as a kernel of their own (the auto-scheduler's staged GEMM:
     `split_k` anchors), and their sum over the slices as an anchor the epilogue joins; `index`
-    maps an output index into the partials' (after the slice), the same where None."""
+    maps an output index into the partials' (after the slice), the same where None. The
+    partials of a half product stay float32 in memory; their sum is rounded once."""
     splits, *space = (int(e.value) for e in partial.shape)
     info = {"shape": (splits, *space), "stages": [partial], "k": part, "split_k": True}
     product = Anchor("matmul", partial, frozenset(reads), (node.name,), info)
-    summed = ctx.materialize(ctx.anchored(product, lambda ia: partial[tuple(ia)], dtype))
+    acc = opmath_dtype(dtype)
+    summed = ctx.materialize(ctx.anchored(product, lambda ia: partial[tuple(ia)], acc))
     z = te.reduce_axis((0, splits), name="z")
     index = index or (lambda *idx: idx)
     total = te.compute(

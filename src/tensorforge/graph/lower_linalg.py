@@ -24,7 +24,16 @@ from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.schedules_cuda import cuda_conv_splits, cuda_matmul_splits
 from tensorforge.graph.symbols import is_symbolic
-from tensorforge.graph.values import Anchor, Lazy, Unsupported
+from tensorforge.graph.values import (
+    Anchor,
+    Lazy,
+    Unsupported,
+    in_dtype,
+    in_opmath,
+    opmath_dtype,
+    rounded,
+)
+from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
 
@@ -53,7 +62,7 @@ def pack_panels(b: torch.Tensor, nr: int) -> torch.Tensor:
 
 def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     dtype = ctx.dtype_of(node)
-    if not dtype.startswith("float"):
+    if not dt.is_float(dtype):
         raise Unsupported("an integer matrix product")
     a = ctx.view_of_memory(a)
     constant = ctx.constant(b) if not batched else None
@@ -61,13 +70,14 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     *lead, n, k = a.shape
     m = b.shape[-1]
     r = te.reduce_axis((0, k), name="k")
+    acc = opmath_dtype(dtype)  # half products accumulate in float32, rounded once (as eager)
     info = {}
     if constant is not None and ctx.target.kind == "llvm":
-        mr, nr = matmul_tiles(ctx.target, dtype)
+        mr, nr = matmul_tiles(ctx.target, acc)
         if isinstance(n, int) and n <= 2:
             # a matrix-vector product: one or two rows of accumulators, so wider panels keep
             # 8 independent FMA chains in flight (two would wait on each other's latency)
-            nr = ctx.target.vector_lanes(dtype) * 8 // n
+            nr = ctx.target.vector_lanes(acc) * 8 // n
         packed = ctx.add_constant(pack_panels(constant, nr), f"{node.name}_packed")
         info = {"mr": mr, "nr": nr, "panels": packed.source.name}  # the schedule prefetches it
         b_at = lambda kk, j: packed.at((j // nr, kk, j % nr))  # noqa: E731
@@ -96,7 +106,8 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     def body(*idx):
         *bi, i, j = idx
         row = i if last_row is None else te.min(i, last_row)
-        return te.sum(a.at((*bi, row, r.var)) * b_at(r.var, j, *bi), axis=r)
+        product = in_dtype(a.at((*bi, row, r.var)), acc) * in_dtype(b_at(r.var, j, *bi), acc)
+        return te.sum(product, axis=r)
 
     C = te.compute(shape, body, name=ctx.unique(f"mm_{node.name}"))
     info.update(shape=shape, stages=[C], k=k)
@@ -224,7 +235,8 @@ def convolution(
     F, cg, KH, KW = weight.shape
     fg = F // groups
     shape = ctx.shape_of(node)
-    lanes = _filter_lanes(ctx.target.vector_lanes(dtype), F) if ctx.target.kind == "llvm" else 0
+    acc = opmath_dtype(dtype)
+    lanes = _filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
     if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
@@ -246,7 +258,8 @@ def convolution(
     def body(n, f, y, xx):
         c = rc.var if groups == 1 else (f // fg) * cg + rc.var
         v = x.at((n, c, y * sh + ry.var * dh, xx * sw + rx.var * dw))
-        return te.sum(v * weight.at((f, rc.var, ry.var, rx.var)), axis=[rc, ry, rx])
+        product = in_dtype(v, acc) * in_dtype(weight.at((f, rc.var, ry.var, rx.var)), acc)
+        return te.sum(product, axis=[rc, ry, rx])
 
     conv = te.compute(shape, body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": groups, "depthwise": cg == 1}
@@ -369,7 +382,8 @@ def _conv_filter_vectors(
 
     def body(n, fo, y, xx, fi):
         v = src.at((n, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw))
-        return te.sum(v * weights.at((fo, rc.var, ry.var, rx.var, fi)), axis=[rc, ry, rx])
+        w = in_opmath(weights.at((fo, rc.var, ry.var, rx.var, fi)))
+        return te.sum(in_dtype(v, w.dtype) * w, axis=[rc, ry, rx])
 
     conv = te.compute((N, F // lanes, OH, OW, lanes), body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": 1, "depthwise": False, "lanes": lanes}
@@ -429,12 +443,15 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
     F, _, KH, KW = w.shape
     _, _, OH, OW = shape
     K, P = C * KH * KW, OH * OW
+    acc = opmath_dtype(dtype)
     weights = ctx.add_constant(w.reshape(F, K), f"{node.name}_wmat")
     col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation)
     r = te.reduce_axis((0, K), name="k")
     C_ = te.compute(
         (N, F, P),
-        lambda n, f, p: te.sum(weights.at((f, r.var)) * col_at(n, r.var, p), axis=r),
+        lambda n, f, p: te.sum(
+            in_dtype(weights.at((f, r.var)), acc) * in_dtype(col_at(n, r.var, p), acc), axis=r
+        ),
         name=ctx.unique(f"conv_{node.name}"),
     )
     info = {"shape": (N, F, P), "stages": [C_], "k": K}
@@ -447,7 +464,7 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
         (node.name,),
         4,
         anchor,
-        lambda ia: C_[tuple(ia)],
+        rounded(lambda ia: C_[tuple(ia)], dtype),
         lambda ia: (ia[0], ia[1], ia[2] // OW, ia[2] % OW),
     )
 

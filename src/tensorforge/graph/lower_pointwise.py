@@ -10,6 +10,7 @@ from tensorforge import te
 from tensorforge.graph.lowerer import NATIVE
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Lazy, Unsupported
+from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
 
@@ -139,7 +140,7 @@ def div(ctx, node, a, b, rounding_mode=None):
     dtype = ctx.dtype_of(node)
     if rounding_mode is None:
         return ctx.pointwise(lambda x, y: x / y, [a, b])
-    if not dtype.startswith("float"):
+    if not dt.is_float(dtype):
         raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
     rounding = te.floor if rounding_mode == "floor" else _trunc
     return ctx.pointwise(lambda x, y: rounding(x / y), [a, b])
@@ -249,10 +250,13 @@ def _common_dtype(values) -> str:
             dtypes.append("float32")
         elif isinstance(v, int):
             dtypes.append("int64")
-    order = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+    order = ["bool", "uint8", "int8", "int16", "int32", "int64"]
+    order += ["bfloat16", "float16", "float32", "float64"]
     tensor_dtypes = [v.dtype for v in values if isinstance(v, Lazy)]
+    if {"bfloat16", "float16"} <= set(tensor_dtypes):
+        return "float32"  # neither holds the other (torch promotes the two to float32)
     best = max(tensor_dtypes or dtypes, key=order.index)
-    if any(d.startswith("float") for d in dtypes) and not best.startswith("float"):
+    if any(dt.is_float(d) for d in dtypes) and not dt.is_float(best):
         best = "float32"
     return best
 

@@ -3,7 +3,8 @@ layer norm, inference batch norm, max/avg/adaptive-avg pools.
 
 Each makes an `Anchor`: its reduction stages as te computes reading the (element-wise) input,
 which is inlined into them (the prologue); what the consumers compute from the result is the
-epilogue, in the same kernel.
+epilogue, in the same kernel. Half-precision inputs are reduced in float32 (eager torch's
+accumulation type) and the results rounded once, where they are stored.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from tensorforge.graph.lower_split_rows import (
     split_softmax,
 )
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.values import Anchor, Lazy, Unsupported, numel
+from tensorforge.graph.values import (
+    Anchor,
+    Lazy,
+    Unsupported,
+    in_dtype,
+    numel,
+    opmath_dtype,
+    rounded,
+)
 
 aten = torch.ops.aten
 
@@ -42,7 +51,9 @@ def _only_first_used(node) -> None:
 
 
 def _reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red"):
-    """The anchor of reducing `x` over `dims` (all when empty) with `combine` (te.sum, te.max)."""
+    """The anchor of reducing `x` over `dims` (all when empty) with `combine` (te.sum, te.max),
+    computed in `dtype`'s opmath dtype (float32 for a half type)."""
+    dtype = opmath_dtype(dtype)
     x = ctx.no_anchor(x)
     ndim = x.ndim
     dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
@@ -63,8 +74,7 @@ def _reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name=
         return tuple(index)
 
     def body(*i):
-        v = x.at(full(i))
-        v = v if v.dtype == dtype else v.astype(dtype)
+        v = in_dtype(x.at(full(i)), dtype)
         return combine(prologue(v, i) if prologue else v, axis=axes)
 
     stage = te.compute(out_shape, body, name=ctx.unique(f"{name}_{node.name}"))
@@ -113,17 +123,18 @@ def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
     if inv is not None:
         return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] * inv, out_dtype)
     return ctx.anchored(
-        anchor, lambda ia: stage[tuple(ia)] / _float_size(count, out_dtype), out_dtype
+        anchor, lambda ia: stage[tuple(ia)] / _float_size(count, stage.dtype), out_dtype
     )
 
 
 def _variance(ctx, node, x, dims, correction, keepdim):
     dtype = ctx.dtype_of(node, 0) if isinstance(node.meta["val"], tuple) else ctx.dtype_of(node)
     x, total, shape, full, axes, count = _reduction(ctx, node, x, dims, keepdim, te.sum, dtype)
-    n = _float_size(count, dtype)
+    acc = total.dtype
+    n = _float_size(count, acc)
     squares = te.compute(
         shape,
-        lambda *i: te.sum(_sq(x.at(full(i)).astype(dtype) - total[i] / n), axis=axes),
+        lambda *i: te.sum(_sq(in_dtype(x.at(full(i)), acc) - total[i] / n), axis=axes),
         name=ctx.unique(f"sq_{node.name}"),
     )
     correction = 1 if correction is None else correction
@@ -171,11 +182,12 @@ def _softmax(ctx, node, x, dim, safe: bool):
     x = ctx.no_anchor(x)
     _last_dim(x, dim)
     out = ctx.dtype_of(node)
+    acc = opmath_dtype(out)
     rows, m = x.shape[:-1], x.shape[-1]
-    xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
-    chunks = row_chunks(ctx.target, rows, m, out)
+    xv = lambda i: in_dtype(x.at(tuple(i)), acc)  # noqa: E731
+    chunks = row_chunks(ctx.target, rows, m, acc)
     if chunks is not None:  # few long rows on CUDA
-        mx, sm, stats = split_softmax(ctx, node, xv, x.reads, rows, chunks, out)
+        mx, sm, stats = split_softmax(ctx, node, xv, x.reads, rows, chunks, acc)
         stages, info = [mx, sm], {"row_block": chunks.row_block}
         e = lambda ia: te.exp(xv(ia) - mx[tuple(ia[:-1])])  # noqa: E731
     else:
@@ -197,8 +209,8 @@ def _softmax(ctx, node, x, dim, safe: bool):
         v = e(ia) * (1.0 / sm[tuple(ia[:-1])])
         if not safe:
             return v
-        masked = mx[tuple(ia[:-1])] == te.const(float("-inf"), out)  # the row's max is -inf
-        return te.if_then_else(masked, te.const(0.0, out), v)
+        masked = mx[tuple(ia[:-1])] == te.const(float("-inf"), acc)  # the row's max is -inf
+        return te.if_then_else(masked, te.const(0.0, acc), v)
 
     return ctx.anchored(anchor, at, out)
 
@@ -209,10 +221,11 @@ def log_softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
     _last_dim(x, dim)
     out = ctx.dtype_of(node)
     rows, m = x.shape[:-1], x.shape[-1]
-    xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
-    chunks = row_chunks(ctx.target, rows, m, out)
+    acc = opmath_dtype(out)
+    xv = lambda i: in_dtype(x.at(tuple(i)), acc)  # noqa: E731
+    chunks = row_chunks(ctx.target, rows, m, acc)
     if chunks is not None:  # few long rows on CUDA
-        mx, sm, stats = split_softmax(ctx, node, xv, x.reads, rows, chunks, out)
+        mx, sm, stats = split_softmax(ctx, node, xv, x.reads, rows, chunks, acc)
         info = {"row_block": chunks.row_block}
     else:
         k1 = te.reduce_axis((0, m), name="k1")
@@ -267,9 +280,10 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     if len(normalized_shape) != 1:
         raise Unsupported("layer norm over several dimensions")
     out = ctx.dtype_of(node, 0)
+    acc = opmath_dtype(out)
     rows, m = x.shape[:-1], x.shape[-1]
-    n = _float_size(m, out)
-    xv = lambda i: x.at(tuple(i)).astype(out)  # noqa: E731
+    n = _float_size(m, acc)
+    xv = lambda i: in_dtype(x.at(tuple(i)), acc)  # noqa: E731
     total, squares, stats, info = _row_moments(ctx, node, x, xv, rows, m, n, "ln")
     w = ctx.lazy(weight) if weight is not None else None
     b = ctx.lazy(bias) if bias is not None else None
@@ -279,9 +293,9 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     def at(ia):
         v = _normalized(xv(ia), total, squares, tuple(ia[:-1]), n, eps)
         if w is not None:
-            v = v * w.at((ia[-1],)).astype(out)
+            v = v * in_dtype(w.at((ia[-1],)), acc)
         if b is not None:
-            v = v + b.at((ia[-1],)).astype(out)
+            v = v + in_dtype(b.at((ia[-1],)), acc)
         return v
 
     reads = _reads(x, w, b) | stats
@@ -300,13 +314,14 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
     if x.cost > 4:  # NOTE: the three passes recompute it: a gather or concatenation is stored once
         x = ctx.materialize(x)
     out = ctx.dtype_of(node, 0)
+    acc = opmath_dtype(out)
     dims = tuple(x.shape[1:])
     if not all(isinstance(d, int) for d in dims) or dims[0] % group:
         raise Unsupported("group norm channels or positions that are not static")
     per_group, spatial = dims[0] // group, dims[1:]
     positions = numel(spatial)
     m = per_group * positions
-    n = _float_size(m, out)
+    n = _float_size(m, acc)
 
     def logical(ia):  # (sample, group, row element) -> (sample, channel, *position)
         sample, g, j = ia
@@ -316,7 +331,7 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
             rest = rest // size
         return (sample, g * per_group + j // positions, *reversed(index))
 
-    xv = lambda ia: x.at(logical(ia)).astype(out)  # noqa: E731
+    xv = lambda ia: in_dtype(x.at(logical(ia)), acc)  # noqa: E731
     rows = (x.shape[0], group)
     total, squares, stats, info = _row_moments(ctx, node, x, xv, rows, m, n, "gn")
     w = ctx.no_anchor(ctx.lazy(weight)) if weight is not None else None
@@ -326,15 +341,16 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
         v = _normalized(xv(ia), total, squares, tuple(ia[:-1]), n, eps)
         channel = (ia[1] * per_group + ia[2] // positions,)
         if w is not None:
-            v = v * w.at(channel).astype(out)
+            v = v * in_dtype(w.at(channel), acc)
         if b is not None:
-            v = v + b.at(channel).astype(out)
+            v = v + in_dtype(b.at(channel), acc)
         return v
 
     shape = (*rows, m)
     reads = _reads(x, w, b) | stats
     nodes = x.nodes + (node.name,)
     anchor = _anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
+    at_anchor = rounded(at_anchor, out)
     value = Lazy(
         x.shape, out, _no_logical, frozenset(), anchor.nodes, 4, anchor, at_anchor, logical
     )
@@ -407,6 +423,7 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
         cy = te.max(te.min(iy, H - 1), 0)
         cx = te.max(te.min(ix, W - 1), 0)
         v = x.at((n, c, cy, cx))
+        v = in_dtype(v, opmath_dtype(v.dtype))  # sums in float32 (a max is exact either way)
         # NOTE: a maximum over contiguous windows needs no test for the padding: a position
         # past an edge is clamped onto the edge, which the same window holds (torch keeps the
         # padding at most half the window, so every window holds an element of the input)
@@ -447,7 +464,7 @@ def avg_pool2d(
     x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W) = _window(
         ctx, node, x, kernel, stride, padding, [1], te.sum, "avgpool"
     )
-    dtype = x.dtype
+    dtype = stage.dtype
 
     def count(ia):
         if divisor_override:
@@ -461,7 +478,7 @@ def avg_pool2d(
         return ((y1 - y0) * (x1 - x0)).astype(dtype)
 
     anchor = _anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
-    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] / count(ia), dtype)
+    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] / count(ia), x.dtype)
 
 
 @lowers(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)

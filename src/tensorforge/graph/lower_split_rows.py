@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tensorforge import te
 from tensorforge.graph.schedules_cuda_rows import ROW_THREADS
-from tensorforge.graph.values import Anchor, Lazy, numel
+from tensorforge.graph.values import Anchor, Lazy, in_dtype, numel, opmath_dtype, rounded
 
 MIN_CHUNK = (
     512  # terms of a chunk: a block of 128 threads, 4 each (schedules_cuda_rows._row_threads)
@@ -167,14 +167,17 @@ def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scal
     (a mean's 1 / count) where given, as chunk results and their combination; None where the
     reduced dimensions are not the trailing ones (rows contiguous in memory) or row_chunks
     does not split them. The value's anchor space is the kept dimensions and a trailing 1, the
-    axis the second kernel's threads would take (schedules_cuda_rows.schedule_split_rows)."""
+    axis the second kernel's threads would take (schedules_cuda_rows.schedule_split_rows).
+    A half-precision row is reduced in float32, its chunk results kept so, the value rounded
+    to `dtype` once."""
+    acc = opmath_dtype(dtype)
     ndim = x.ndim
     dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
     kept = tuple(x.shape[: ndim - len(dims)])
     reduced = tuple(x.shape[ndim - len(dims) :])
     if dims != list(range(len(kept), ndim)) or not all(isinstance(d, int) for d in reduced):
         return None
-    chunks = row_chunks(ctx.target, kept, numel(reduced), dtype)
+    chunks = row_chunks(ctx.target, kept, numel(reduced), acc)
     if chunks is None:
         return None
 
@@ -184,11 +187,10 @@ def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scal
         for size in reversed(reduced):
             index.append(j % size)
             j = j // size
-        v = x.at((*lead, *reversed(index)))
-        return v if v.dtype == dtype else v.astype(dtype)
+        return in_dtype(x.at((*lead, *reversed(index))), acc)
 
     stage = _chunk_reduce(ctx, f"{node.name}_chunk", combine, xv, kept, chunks)
-    part = _statistics(ctx, node, [stage], [lambda i: stage[i]], x.reads, dtype)
+    part = _statistics(ctx, node, [stage], [lambda i: stage[i]], x.reads, acc)
     z = te.reduce_axis((0, chunks.count), name="z")
     total = te.compute(
         kept, lambda *i: combine(part.at((*i, z.var, 0)), axis=z), name=ctx.unique(node.name)
@@ -198,12 +200,13 @@ def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scal
 
     def at_anchor(ia):
         value = total[tuple(ia[:-1])]
-        return value if scale is None else value * te.const(scale, dtype)
+        return value if scale is None else value * te.const(scale, acc)
 
     def to_logical(ia):  # (*kept, 0) -> the output's index (its reduced dimensions kept as 1s)
         return tuple(ia[:-1]) + ((0,) * len(dims) if keepdim else ())
 
     shape = kept + ((1,) * len(dims) if keepdim else ())
+    at_anchor = rounded(at_anchor, dtype)
     return Lazy(
         shape, dtype, _no_logical, frozenset(), anchor.nodes, 4, anchor, at_anchor, to_logical
     )

@@ -21,12 +21,22 @@ import torch.fx
 from tensorforge import te
 from tensorforge.graph import symbols as sym
 from tensorforge.graph.registry import lowering_for
-from tensorforge.graph.values import Buffer, Lazy, Unsupported, broadcast_index, read_buffer
+from tensorforge.graph.values import (
+    Buffer,
+    Lazy,
+    Unsupported,
+    broadcast_index,
+    in_dtype,
+    opmath_dtype,
+    read_buffer,
+    rounded,
+)
 
 TORCH_TO_TE = {
     torch.float32: "float32",
     torch.float64: "float64",
     torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
     torch.int8: "int8",
     torch.int16: "int16",
     torch.int32: "int32",
@@ -353,11 +363,12 @@ class Lowerer:
     def pointwise(self, fn, operands, shape=None, dtype: str | None = None, compute=None) -> Lazy:
         """`fn(*exprs)` per element over operands broadcast to `shape` (the node's by default);
         Python numbers and size expressions enter as constants of the `compute` dtype (the
-        result's by default). An operand reading an anchor makes this its epilogue."""
+        result's by default; float32 for a half type, rounded once where the value is stored).
+        An operand reading an anchor makes this its epilogue."""
         node = self.node
         shape = self.shape_of(node) if shape is None else tuple(shape)
         dtype = dtype or self.dtype_of(node)
-        compute = compute or dtype
+        compute = opmath_dtype(compute or dtype) if compute != NATIVE else compute
         anchored = None
         ops = []
         for op in operands:
@@ -410,7 +421,8 @@ class Lowerer:
         )
 
     def anchored(self, anchor, at_anchor, dtype: str, nodes=()) -> Lazy:
-        """A value computed in `anchor`'s space (its `info["shape"]`, also the logical shape)."""
+        """A value computed in `anchor`'s space (its `info["shape"]`, also the logical shape);
+        `at_anchor` may give it in float32 where `dtype` is a half type (see `rounded`)."""
         shape = anchor.info["shape"]
         return Lazy(
             shape,
@@ -420,7 +432,7 @@ class Lowerer:
             tuple(nodes) + anchor.nodes,
             4,
             anchor,
-            at_anchor,
+            rounded(at_anchor, dtype),
             lambda ia: tuple(ia),
             None,
         )
@@ -500,7 +512,7 @@ def worth_materializing(value: Lazy, users: int) -> bool:
 
 def _typed(e, dtype: str):
     e = te.const(e, dtype) if not isinstance(e, te.Expr) else e
-    return e if e.dtype == dtype else e.astype(dtype)
+    return in_dtype(e, dtype)
 
 
 def _no_logical(idx):

@@ -15,8 +15,9 @@ import os
 from tensorforge import te
 from tensorforge.graph import schedules_cuda
 from tensorforge.graph.lower_linalg import matmul_tiles
-from tensorforge.graph.values import numel
+from tensorforge.graph.values import numel, opmath_dtype
 from tensorforge.ops.conv2d import filter_block
+from tensorforge.te import dtype as dt
 
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, one thread: waking the pool costs more
 PANEL_PREFETCH_BYTES = 1 << 20  # two weight panels and the left matrix: L2 holds them
@@ -56,11 +57,11 @@ def _hand_scheduled(spec, target) -> bool:
         # do not vectorize; rows of whole vectors keep the rules' (8 x 128 x 256, 1 thread:
         # 382 -> 120 us)
         m = getattr(spec.out.shape[-1], "value", None)
-        return _whole_vectors(m, target.vector_lanes(spec.out.dtype))
+        return _whole_vectors(m, target.vector_lanes(opmath_dtype(spec.out.dtype)))
     if kind != "softmax":
         return False
     m = getattr(spec.out.shape[-1], "value", None)
-    return _whole_vectors(m, target.vector_lanes(spec.out.dtype))
+    return _whole_vectors(m, target.vector_lanes(opmath_dtype(spec.out.dtype)))
 
 
 FIRST_GUESS = "first guess (auto-scheduler, no measurement)"
@@ -200,7 +201,7 @@ def _elementwise(s, out, target) -> None:
     if not axes:
         return
     fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
-    width = target.vector_lanes(out.dtype if out.dtype != "bool" else "int8") * 2
+    width = target.vector_lanes(opmath_dtype(out.dtype) if out.dtype != "bool" else "int8") * 2
     chunk, step = s[out].split(fused, factor=CHUNK)
     _, vector = s[out].split(step, factor=width)
     s[out].vectorize(vector)
@@ -240,7 +241,7 @@ def _matmul(s, out, anchor, target) -> None:
     (C,) = anchor.info["stages"]
     mr, nr = anchor.info.get("mr"), anchor.info.get("nr")
     if mr is None:
-        mr, nr = matmul_tiles(target, out.dtype)
+        mr, nr = matmul_tiles(target, opmath_dtype(out.dtype))
     *batch, i, j = s[out].op.axis
     n = anchor.info["shape"][-2]
     if isinstance(n, int):
@@ -332,7 +333,7 @@ def _conv2d(s, out, anchor, target) -> None:
         _conv2d_filter_vectors(s, out, anchor, target)
         return
     (conv,) = anchor.info["stages"]
-    lanes = target.vector_lanes(out.dtype)
+    lanes = target.vector_lanes(opmath_dtype(out.dtype))
     _, F, _, OW = anchor.info["shape"]
     row_vectors = -(-OW // lanes) if isinstance(OW, int) else 3
     x_vectors = row_vectors if row_vectors <= 4 else 3
@@ -404,7 +405,7 @@ def _rows(s, out, anchor, target) -> None:
     epilogue vectorized along it."""
     from tensorforge.ops.reduction_helpers import line_step, vectorized_row_reduction
 
-    lanes = target.vector_lanes(out.dtype)
+    lanes = target.vector_lanes(opmath_dtype(out.dtype))
     *rows, j = s[out].op.axis
     _, ji = s[out].split(j, factor=lanes)
     s[out].vectorize(ji)
@@ -425,7 +426,7 @@ def _rows(s, out, anchor, target) -> None:
                 s[stage].vectorize(sj)
             continue
         accumulators = _row_accumulators(m, lanes)
-        if len(reduce) == 1 and accumulators and stage.dtype.startswith("float"):
+        if len(reduce) == 1 and accumulators and dt.is_float(stage.dtype):
             vectorized_row_reduction(s, stage, s[out], row, lanes, accumulators)
         else:
             s[stage].compute_at(s[out], row)
@@ -454,7 +455,7 @@ def _reduction(s, out, anchor, target, vectorize: bool = True) -> None:
     axes = s[out].op.axis
     if not axes:
         return
-    lanes = target.vector_lanes(out.dtype) if out.dtype.startswith("float") else 1
+    lanes = target.vector_lanes(opmath_dtype(out.dtype)) if dt.is_float(out.dtype) else 1
     last = getattr(out.shape[-1], "value", None)
     stages = anchor.info["stages"]
     if anchor.kind == "window" and isinstance(last, int):

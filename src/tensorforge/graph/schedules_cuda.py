@@ -79,10 +79,12 @@ def schedule_cuda(s, out, anchor) -> str:
 
 
 def _vector_width(out) -> int:
-    """4 (float4 stores) where the output's rows are whole vectors of 32-bit values."""
+    """The lanes of a 16-byte store where the output's rows are whole vectors of them: 4 of
+    32-bit values (float4), 8 of float16 or bfloat16 (a uint4 of packed pairs, each lane
+    computed in float32); 1 otherwise."""
     last = getattr(out.shape[-1], "value", None) if out.shape else None
-    wide = out.dtype in ("float32", "int32") and isinstance(last, int) and last % 4 == 0
-    return 4 if wide else 1
+    lanes = {"float32": 4, "int32": 4, "float16": 8, "bfloat16": 8}.get(out.dtype, 1)
+    return lanes if isinstance(last, int) and last % lanes == 0 else 1
 
 
 def _elementwise(s, out, width: int) -> None:

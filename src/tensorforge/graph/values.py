@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tensorforge import te
-from tensorforge.te.expr import Expr
+from tensorforge.te import dtype as dt
+from tensorforge.te.expr import Cast, Expr
 
 Index = tuple  # a tuple of index expressions, one per dimension
 Shape = tuple  # a tuple of sizes: ints, or te expressions over the symbolic sizes
@@ -101,6 +102,43 @@ def _scalar_safe(buf: Buffer, at):
     if len(buf.shape) == 0:
         return lambda idx: buf.placeholder[()]
     return at
+
+
+# -- half precision: computed in float32, stored in 16 bits ------------------------------------
+
+
+def opmath_dtype(dtype: str) -> str:
+    """The dtype a value of `dtype` is computed in: float32 for float16 and bfloat16 (eager
+    torch's "opmath": products, sums and statistics accumulate in float32, and Inductor computes
+    a fused element-wise chain in float32 too), else `dtype` itself."""
+    return "float32" if dt.is_half(dtype) else dtype
+
+
+def in_dtype(e: Expr, dtype: str) -> Expr:
+    """`e` as `dtype`; where `e` is a value computed in `dtype` and rounded to a half type on the
+    way (`Cast(float16, x)`, x float32), the rounding is dropped: inside one kernel a chain is
+    computed in float32 and rounded once, where it is stored (Inductor's upcast-to-float32
+    code, explicit conversions included, as Inductor does by default)."""
+    if isinstance(e, Cast) and dt.is_half(e.dtype) and e.value.dtype == dtype:
+        return e.value  # Cast(float32, Cast(float16, x32)) -> x32
+    return e if e.dtype == dtype else e.astype(dtype)
+
+
+def rounded(at: Callable[[Index], Expr], dtype: str) -> Callable[[Index], Expr]:
+    """The index function `at` with its values in `dtype`: a reduction's float32 accumulator read
+    as the half value it stands for (`in_dtype` drops the rounding again where a consumer
+    computes in float32, so it happens once, where the value is stored)."""
+
+    def at_dtype(index):
+        value = at(index)
+        return in_dtype(value if isinstance(value, Expr) else te.const(value, dtype), dtype)
+
+    return at_dtype
+
+
+def in_opmath(e: Expr) -> Expr:
+    """`e` in the dtype it is computed in (`opmath_dtype`), unrounded where it can be."""
+    return in_dtype(e, opmath_dtype(e.dtype))
 
 
 # -- shapes and indices -----------------------------------------------------------------------
