@@ -87,14 +87,60 @@ def half_graph(dtype=torch.float16):
     return fn, inputs, (1, 2, 3)
 
 
+def half_convolutions(dtype=torch.float16):
+    """3 x 3 + folded batch norm + ReLU at 13 x 11, strided, a 1 x 1 downsample plus residual,
+    and an RGB stem (3 x 7 x 7 = 147 terms: padded to 160)."""
+
+    def fn(x, w3, mean, var, gamma, beta, ws2, w1, img, stem):
+        y = F.relu(F.batch_norm(F.conv2d(x, w3, padding=1), mean, var, gamma, beta))
+        down = F.conv2d(y, ws2, stride=2, padding=1) + F.conv2d(y, w1, stride=2)
+        return down, F.relu(F.conv2d(img, stem, stride=2, padding=3))
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(2, 24, 13, 11), (40, 24, 3, 3), (40,), (40,), (40,), (40,), (72, 40, 3, 3),
+              (72, 40, 1, 1), (1, 3, 30, 29), (64, 3, 7, 7)]  # fmt: skip
+    inputs = [torch.randn(*s, generator=gen) for s in shapes]
+    inputs[3] = inputs[3].abs() + 0.5  # a variance
+    return fn, [t.to(dtype) for t in inputs], (1, 2, 3, 4, 5, 6, 7, 9)
+
+
+def half_split_products(dtype=torch.float16):
+    """Few output tiles over long reductions: 16 rows from 3072 terms, and ResNet's last stage
+    at batch 1 (256 filters x 7 x 7 positions from 2304 terms): k splits across blocks."""
+
+    def fn(x, w, img, cw):
+        return F.relu(F.linear(x, w)), F.conv2d(img, cw, padding=1) + img
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(16, 3072), (768, 3072), (1, 256, 7, 7), (256, 256, 3, 3)]
+    inputs = [torch.randn(*s, generator=gen) / 8 for s in shapes]
+    return fn, [t.to(dtype) for t in inputs], (1, 3)
+
+
+def test_few_tiles_over_long_reductions_split_k():
+    _, _, compiled = compiled_for(SM90, graph=half_split_products)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    partials = [s for s in kernels if s.source == SOURCE]
+    assert len(partials) == 2
+    for step in partials:
+        splits, *_ = step.spec.anchor.info["shape"]
+        tiles = step.spec.anchor.info["tensor_core"]
+        assert splits > 1 and step.spec.anchor.info["k"] % tiles.block_k == 0
+    sums = [s for s in kernels if s.spec.anchor is not None and s.spec.anchor.kind == "reduce"]
+    assert len(sums) == 2  # each sums its slices and applies the epilogue (ReLU, residual)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("dtype", [torch.float16])
-def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, dtype):
-    _, _, compiled = compiled_for(SM90, graph=lambda: half_graph(dtype))
+@pytest.mark.parametrize(
+    "graph, products", [(half_graph, 5), (half_convolutions, 4), (half_split_products, 2)]
+)
+def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, graph, products):
+    _, _, compiled = compiled_for(SM90, graph=graph)
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
     on_tensor_cores = [s for s in kernels if s.source == SOURCE]
-    # the three linear layers (k = 96, 208: whole 16-term steps) and the two batched products
-    assert len(on_tensor_cores) == 5, [s.source for s in kernels]
+    # the three linear layers (k = 96, 208: whole 16-term steps) and the two batched products;
+    # the four convolutions
+    assert len(on_tensor_cores) == products, [s.source for s in kernels]
     for k, module in enumerate({id(s.module): s.module for s in on_tensor_cores}.values()):
         # one module a translation unit: the intrinsics' headers go inside no namespace
         source = tmp_path / f"k{k}.cu"
@@ -110,11 +156,10 @@ def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, dtyp
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not TORCH_CUDA, reason="needs torch with CUDA and a GPU")
+@pytest.mark.parametrize("graph", [half_graph, half_convolutions, half_split_products])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_graph_on_the_gpu_is_as_close_to_fp32_as_eager(dtype):
-    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=lambda: half_graph(dtype))
-    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
-    assert any(s.source == SOURCE for s in kernels)
+def test_half_graph_on_the_gpu_is_as_close_to_fp32_as_eager(graph, dtype):
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=lambda: graph(dtype))
     reference = fn(*[t.float() for t in inputs])
     eager = fn(*inputs)
     for _ in range(3):  # kernels one by one, then a CUDA graph

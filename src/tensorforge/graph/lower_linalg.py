@@ -14,7 +14,12 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k
-from tensorforge.graph.lower_tensor_core import tensor_core_product, wants_tensor_cores
+from tensorforge.graph.lower_tensor_core import (
+    tensor_core_conv,
+    tensor_core_product,
+    wants_tensor_core_conv,
+    wants_tensor_cores,
+)
 from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.schedules_cuda import cuda_conv_splits, cuda_matmul_splits
@@ -234,6 +239,9 @@ def convolution(
     lanes = _filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
     if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
+        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+    if wants_tensor_core_conv(ctx.target, dtype, shape, groups, C * KH * KW, w is not None):
+        out = tensor_core_conv(ctx, node, x, w, shape, stride, padding, dilation, dtype)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
     if groups == 1 and splits:

@@ -20,10 +20,15 @@ from dataclasses import dataclass, replace
 import torch
 
 from tensorforge import te
-from tensorforge.graph.values import Anchor, Lazy
+from tensorforge.graph.lower_conv_gemm import im2col
+from tensorforge.graph.lowerer import TE_TO_TORCH, _no_logical
+from tensorforge.graph.schedules_cuda import splits_to_fill
+from tensorforge.graph.values import Anchor, Lazy, numel
 from tensorforge.ops.matmul import round_up
 
 DTYPES = ("float16", "bfloat16")
+MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves; ResNet's stem at
+# batch 16: 32M), past which it stays direct
 MIN_ROWS = 16  # fewer rows: a matrix-vector product, bound by reading B (register tiles)
 BLOCK_K = 32  # terms of a k step (16 where k is odd 16-term steps)
 STAGES = 3  # k steps in flight
@@ -106,45 +111,115 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     """The anchor of a tensor-core product (see the module doc): a Lazy of the product's shape."""
     *lead, n, m = shape
     k = int(a.shape[-1])
-    batch = 1
-    for e in lead:
-        batch *= e
-    target = ctx.target
-    tiles = choose_tiles(batch, n, m, k, target.sm_count, target.max_shared_memory_opt_in)
+    tiles = _tiles_for(ctx.target, lead, n, m, k)
     rows, cols = round_up(n, tiles.block_m), round_up(m, tiles.block_n)
-    stem = node.name
     a_tile = te.compute(
         (*lead, rows, k),
         lambda *idx: a.at((*idx[:-2], te.min(idx[-2], n - 1), idx[-1])),
-        name=ctx.unique(f"{stem}_a_tile"),
+        name=ctx.unique(f"{node.name}_a_tile"),
     )
-    stages = []
     if constant is not None:
         padded = torch.zeros(k, cols, dtype=constant.dtype)
         padded[:, :m] = constant
-        weights = ctx.add_constant(padded, f"{stem}_b_padded")
-        b_tensor = weights.source.placeholder
-        reads = a.reads | weights.reads
+        weights = ctx.add_constant(padded, f"{node.name}_b_padded")
+        b_tile, reads = weights.source.placeholder, a.reads | weights.reads
     else:  # m is whole column tiles (wants_tensor_cores)
-        b_tensor = te.compute(
-            (*lead, k, cols), lambda *idx: b.at(idx), name=ctx.unique(f"{stem}_b_tile")
+        b_tile = te.compute(
+            (*lead, k, cols), lambda *idx: b.at(idx), name=ctx.unique(f"{node.name}_b_tile")
         )
-        stages.append(b_tensor)
         reads = a.reads | b.reads
-    r = te.reduce_axis((0, k), name="k")
+    anchor, value = _product(ctx, node, shape, tiles, a_tile, b_tile, reads)
+    return ctx.anchored(anchor, lambda ia: value(ia).astype(dtype), dtype)
+
+
+def wants_tensor_core_conv(target, dtype: str, shape, groups: int, terms, constant: bool) -> bool:
+    """Half convolutions with constant weights and one group on sm_80+, of static sizes, whose
+    im2col columns (`terms` = C x KH x KW rows of them) hold at most MAX_COLUMNS elements."""
+    if target.kind != "cuda" or dtype not in DTYPES or _arch_number(target) < 80:
+        return False
+    if groups != 1 or not constant or not all(isinstance(e, int) for e in shape):
+        return False
+    N, _, OH, OW = shape
+    return N * round_up(terms, 16) * OH * OW <= MAX_COLUMNS
+
+
+def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype):
+    """out[n, f, p] = sum_r W[f, r] col[n, r, p] on tensor cores: the filters are the rows (the
+    constant weights, zero-padded to whole row tiles and 16-term steps), the output positions
+    the columns (im2col, zero-padded to whole column tiles). A Lazy of the convolution's shape."""
+    N, F, OH, OW = shape
+    K, P = w[0].numel(), OH * OW
+    depth = round_up(K, 16)
+    tiles = _tiles_for(ctx.target, [N], F, P, depth)
+    rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
+    col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, cols, depth)
+    # (a plain 1 x 1 convolution over whole tiles reads the input itself)
+    b_tile = te.compute((N, depth, cols), col_at, name=ctx.unique(f"{node.name}_col_tile"))
+    padded = torch.zeros(rows, depth, dtype=TE_TO_TORCH[dtype])  # (folded BN: float32 weights)
+    padded[:F, :K] = w.reshape(F, K)
+    weights = ctx.add_constant(padded, f"{node.name}_w_padded")
+    a_tile = te.compute(
+        (rows, depth), lambda f, r: weights.at((f, r)), name=ctx.unique(f"{node.name}_w_tile")
+    )
+    reads = col.reads | weights.reads
+    anchor, value = _product(ctx, node, (N, F, P), tiles, a_tile, b_tile, reads)
+    return Lazy(
+        shape,
+        dtype,
+        _no_logical,
+        frozenset(),
+        (node.name,),
+        4,
+        anchor,
+        lambda ia: value(ia).astype(dtype),
+        lambda ia: (ia[0], ia[1], ia[2] // OW, ia[2] % OW),
+    )
+
+
+def _tiles_for(target, lead, n: int, m: int, k: int) -> TensorCoreTiles:
+    batch = 1
+    for e in lead:
+        batch *= e
+    return choose_tiles(batch, n, m, k, target.sm_count, target.max_shared_memory_opt_in)
+
+
+def _product(ctx, node, shape, tiles, a_tile: te.Tensor, b_tile: te.Tensor, reads):
+    """C[*b, i, j] = sum_k float32(a_tile[(*b,) i, k]) * float32(b_tile[(*b,) k, j]) over whole
+    tiles (either side may be one matrix for the whole batch: the weights): its anchor, and the
+    float32 value at an index of `shape`. Where the tiles are too few to fill the SMs and k is
+    long, k is split into slices (each its blocks), partial products a kernel of their own, and
+    the anchor is their sum (the epilogue's kernel)."""
+    *lead, n, m = shape
+    rows, k = (int(e.value) for e in a_tile.shape[-2:])
+    cols = int(b_tile.shape[-1].value)
+    blocks = numel(lead) * (rows // tiles.block_m) * (cols // tiles.block_n)
+    splits = max(1, splits_to_fill(blocks, k, ctx.target.sm_count, tiles.block_k))
+    part = k // splits
+    a_batched, b_batched = len(a_tile.shape) > 2, len(b_tile.shape) > 2
+    r = te.reduce_axis((0, part), name="k")
 
     def product(*idx):
-        *bi, i, j = idx
-        b_at = b_tensor[(r.var, j)] if constant is not None else b_tensor[(*bi, r.var, j)]
-        return te.sum(a_tile[(*bi, i, r.var)].astype("float32") * b_at.astype("float32"), axis=r)
+        z, *bi, i, j = idx if splits > 1 else (0, *idx)
+        kk = z * part + r.var if splits > 1 else r.var
+        a_at = a_tile[(*bi, i, kk) if a_batched else (i, kk)]
+        b_at = b_tile[(*bi, kk, j) if b_batched else (kk, j)]
+        return te.sum(a_at.astype("float32") * b_at.astype("float32"), axis=r)
 
-    C = te.compute((*lead, rows, cols), product, name=ctx.unique(f"mm_{stem}"))
-    staged = te.compute(C.shape, lambda *idx: C[idx], name=ctx.unique(f"mm_{stem}_tile"))
-    info = {
-        "shape": tuple(shape),
-        "stages": [C, staged, a_tile, *stages],
-        "k": k,
-        "tensor_core": tiles,
-    }
+    slices = (splits,) if splits > 1 else ()
+    C = te.compute((*slices, *lead, rows, cols), product, name=ctx.unique(f"mm_{node.name}"))
+    staged = te.compute(C.shape, lambda *idx: C[idx], name=ctx.unique(f"mm_{node.name}_tile"))
+    stages = [C, staged, a_tile] + ([b_tile] if isinstance(b_tile.op, te.ComputeOp) else [])
+    info = {"shape": (*slices, *shape), "stages": stages, "k": part, "tensor_core": tiles}
     anchor = Anchor("matmul", C, frozenset(reads), (node.name,), info)
-    return ctx.anchored(anchor, lambda ia: staged[tuple(ia)].astype(dtype), dtype)
+    if splits == 1:
+        return anchor, lambda ia: staged[tuple(ia)]
+    partials = ctx.materialize(ctx.anchored(anchor, lambda ia: staged[tuple(ia)], "float32"))
+    z = te.reduce_axis((0, splits), name="z")
+    total = te.compute(
+        tuple(shape),
+        lambda *idx: te.sum(partials.at((z.var, *idx)), axis=z),
+        name=ctx.unique(f"{node.name}_sum"),
+    )
+    info = {"shape": tuple(shape), "stages": [total]}
+    summed = Anchor("reduce", total, frozenset(partials.reads), (node.name,), info)
+    return summed, lambda ia: total[tuple(ia)]

@@ -375,7 +375,7 @@ def cuda_conv_splits(target, shape, channels: int, window: int, dtype: str) -> i
     if N * F * OH * OW > SPLIT_CONV_OUTPUTS or terms < 2 * MIN_SPLIT_TERMS:
         return 0
     tiles = N * -(-F // SPLIT_CONV_TILE) * -(-(OH * OW) // SPLIT_CONV_TILE)
-    return _splits_to_fill(tiles, terms, target.sm_count, 4)  # whole float4 rows a slice
+    return splits_to_fill(tiles, terms, target.sm_count, 4)  # whole float4 rows a slice
 
 
 # products of few tiles from this many FLOP on as split-K staged products (lower_conv_gemm):
@@ -401,10 +401,10 @@ def cuda_matmul_splits(target, shape, k, dtype: str) -> int:
     ):
         return 0
     tiles = numel(lead) * (n // SPLIT_CONV_TILE) * (m // SPLIT_CONV_TILE)
-    return _splits_to_fill(tiles, k, target.sm_count, K_SLICE)
+    return splits_to_fill(tiles, k, target.sm_count, K_SLICE)
 
 
-def _splits_to_fill(tiles: int, terms: int, sm_count: int, align: int) -> int:
+def splits_to_fill(tiles: int, terms: int, sm_count: int, align: int) -> int:
     """Slices of `terms` (a power of two, each a multiple of `align` of at least
     MIN_SPLIT_TERMS) doubled until `tiles` of them cover the SMs once; 0 for one slice."""
     splits = 1

@@ -34,8 +34,8 @@ def schedule_tensor_core(s, out, anchor) -> str:
 
     *lead, i, j = s[out].op.axis
     bi, bj, ii, jj = s[out].tile(i, j, tiles.block_m, tiles.block_n)
-    for axis in lead:
-        s[out].bind(axis, te.thread_axis("blockIdx.z"))
+    if lead:  # the batch, and the slices of a split k
+        s[out].bind(s[out].fuse(*lead) if len(lead) > 1 else lead[0], te.thread_axis("blockIdx.z"))
     s[out].bind(bi, te.thread_axis("blockIdx.y"))
     s[out].bind(bj, te.thread_axis("blockIdx.x"))
     if LAUNCH_MIN_BLOCKS:
