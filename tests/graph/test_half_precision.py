@@ -202,3 +202,27 @@ def test_check_holds_half_kernels_to_a_few_roundings(dtype, capsys):
     capsys.readouterr()
     assert compiled.worst.error > 1e-4  # past the float32 tolerance: a few half roundings ...
     assert compiled.first_failure is None  # ... within 4 eps of the dtype
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(
+    "make, shape",
+    [(lambda: MLP(4099, 64, 10), (5, 4099)), (Block, (2, 7, 32)), (SmallCNN, (2, 3, 15, 13))],
+    ids=["mlp_4099", "gpt2_block", "conv_bn_relu"],
+)
+def test_float32_models_under_autocast(make, shape, dtype, capsys):
+    # autocast's graphs mix the dtypes: weights cast to half at compile time, products in half,
+    # layer norm and softmax in float32
+    torch.manual_seed(0)
+    model = zoo.randomize_norms(make()).eval()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        reference = model(x).double()
+        torch._dynamo.reset()
+        fast = torch.compile(model, backend=backend, options={"report": True})
+        with torch.autocast("cpu", dtype=dtype):
+            got, expected = fast(x), model(x)
+    assert re.findall(r"EAGER (\S+)", capsys.readouterr().err) == []
+    assert got.dtype == expected.dtype
+    ours, eagers = error(got, reference), error(expected, reference)
+    assert ours <= 2 * eagers + torch.finfo(dtype).eps / 8, f"{ours:.2e}, eager's {eagers:.2e}"
