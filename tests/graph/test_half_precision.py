@@ -226,3 +226,26 @@ def test_float32_models_under_autocast(make, shape, dtype, capsys):
     assert got.dtype == expected.dtype
     ours, eagers = error(got, reference), error(expected, reference)
     assert ours <= 2 * eagers + torch.finfo(dtype).eps / 8, f"{ours:.2e}, eager's {eagers:.2e}"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_fused_chain_is_rounded_once_where_it_is_stored(dtype):
+    # where and masked_fill choose in float32 too: the chain's only rounding is the store's
+    torch_dtype = getattr(torch, dtype)
+    x, y = torch.randn(3, 37).to(torch_dtype), torch.randn(3, 37).to(torch_dtype)
+    mask = torch.rand(3, 37, generator=torch.Generator().manual_seed(0)) > 0.5
+
+    def fn(x, y, mask):
+        chosen = torch.where(mask, torch.sigmoid(x) * y + 1.0, x)
+        return (chosen.masked_fill(~mask, 0.25) * 2.0 - y).to(torch.float32).to(torch_dtype)
+
+    gm = make_fx(fn, decomposition_table=decompositions())(x, y, mask)
+    compiled = compile_aten(gm, [x, y, mask], {}, Options())
+    (kernel,) = compiled.program.steps
+    roundings = re.findall(rf"{dtype}\((?!-?[\d.]+\))", str(kernel.out.op.body))  # no literals
+    assert len(roundings) == 1, kernel.out.op.body
+    reference = fn(x.double(), y.double(), mask).double()
+    got, expected = compiled([x, y, mask])[0], fn(x, y, mask)
+    assert (
+        error(got, reference) <= 2 * error(expected, reference) + torch.finfo(torch_dtype).eps / 8
+    )
