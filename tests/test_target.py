@@ -117,3 +117,14 @@ def test_cache_sizes_of_named_cpus_and_this_host():
     assert 16 * 1024 <= l1 <= 256 * 1024 and l1 < l2
     with pytest.raises(tf.TargetError, match="CPU target"):
         _ = tf.Target("cuda -arch=sm_90").cache_bytes
+
+
+@pytest.mark.parametrize(
+    "arch, opt_in",
+    [("sm_90", 227 << 10), ("sm_90a", 227 << 10), ("sm_80", 163 << 10), ("sm_87", 163 << 10),
+     ("sm_86", 99 << 10), ("sm_100", 227 << 10), ("sm_75", 64 << 10)],
+)  # fmt: skip
+def test_shared_memory_a_block_may_opt_in_to(arch, opt_in):
+    """One table, which the CUDA code generator enforces and the tensor-core tiles are chosen
+    by (before, the Target had a second one of six architectures: sm_100 and sm_87 got 64 KiB)."""
+    assert tf.Target(f"cuda -arch={arch}").max_shared_memory_opt_in == opt_in

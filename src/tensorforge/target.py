@@ -320,8 +320,12 @@ class Target:
 
     @property
     def max_shared_memory_opt_in(self) -> int:
-        """Bytes of shared memory a block may have by opting in (dynamic shared memory)."""
-        return _SHARED_OPT_IN.get(self.arch, 64 * 1024)
+        """Bytes of shared memory a block may have by opting in (dynamic shared memory:
+        cudaDevAttrMaxSharedMemoryPerBlockOptin); the static 48 KiB on an architecture the table
+        does not know. The CUDA code generator refuses a kernel past it."""
+        match = re.match(r"sm_(\d+)", self.arch or "")
+        known = _SHARED_OPT_IN.get(int(match.group(1))) if match else None
+        return known or self.max_shared_memory_per_block
 
     @property
     def sm_count(self) -> int:
@@ -369,8 +373,11 @@ class Target:
         raise TargetError("no target in scope: use `with tf.Target(...):`")
 
 
-_SHARED_OPT_IN = {"sm_90": 227 << 10, "sm_90a": 227 << 10, "sm_89": 99 << 10, "sm_86": 99 << 10,
-                  "sm_80": 163 << 10, "sm_75": 64 << 10}  # fmt: skip
+# by compute capability (sm_90a: 90): 227, 163, 99, 96 or 64 KiB
+_SHARED_OPT_IN = {
+    70: 96 << 10, 72: 96 << 10, 75: 64 << 10, 80: 163 << 10, 86: 99 << 10, 87: 163 << 10,
+    89: 99 << 10, 90: 227 << 10, 100: 227 << 10, 103: 227 << 10, 120: 99 << 10,
+}  # fmt: skip
 _SM_COUNT = {"sm_90": 132, "sm_90a": 132, "sm_89": 128, "sm_86": 84, "sm_80": 108, "sm_75": 72}
 _THREADS_PER_SM = {"sm_89": 1536, "sm_86": 1536, "sm_75": 1024}
 

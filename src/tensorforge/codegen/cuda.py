@@ -10,7 +10,6 @@ a ThreadAllReduce must have been lowered (lower_thread_allreduce). Shared memory
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -55,11 +54,6 @@ from tensorforge.te import expr as E
 from tensorforge.te.extern_call import ExternCall
 
 STATIC_SHARED_LIMIT = 48 * 1024
-# the most shared memory one block may opt in to, by architecture (cudaDevAttrMaxSharedMemoryPerBlockOptin)
-_SHARED_OPTIN = {
-    70: 98304, 72: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376,
-    90: 232448, 100: 232448, 103: 232448, 120: 101376,
-}  # fmt: skip
 
 
 class CUDACodegen:
@@ -121,15 +115,6 @@ def _write_kernels(func: PrimFunc, target: Target) -> KernelSource:
             Param(a.buffer.name, "buffer", a.buffer.dtype, (_shape_entry(a.extent),))
             for a in allocations
         ),
-    )
-
-
-def max_shared_bytes(arch: str) -> int:
-    match = re.match(r"sm_(\d+)", arch or "")
-    return (
-        _SHARED_OPTIN.get(int(match.group(1)), STATIC_SHARED_LIMIT)
-        if match
-        else STATIC_SHARED_LIMIT
     )
 
 
@@ -318,7 +303,7 @@ class _KernelWriter(PipelineWriter):
             self.shared_offsets[key] = offset
             offset += -(-size // self.shared_align) * self.shared_align
         self.shared_bytes = offset
-        limit = max_shared_bytes(self.target.arch)
+        limit = self.target.max_shared_memory_opt_in
         if offset > limit:
             raise BuildError(
                 f"'{self.func.name}' needs {offset} bytes of shared memory per block, more than the "
