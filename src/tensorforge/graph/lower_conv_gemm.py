@@ -57,6 +57,12 @@ def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, column
     return col, lambda n, r, p: col.at((n, r, p))
 
 
+def positions(width: int):
+    """An index (n, f, p) of a product over im2col positions p = y * width + x, as the
+    convolution's output index (n, f, y, x): the `to_logical` of such a product's value."""
+    return lambda ia: (ia[0], ia[1], ia[2] // width, ia[2] % width)
+
+
 def conv_split_k(
     ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype, splits: int
 ) -> Lazy:

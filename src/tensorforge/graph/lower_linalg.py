@@ -13,14 +13,13 @@ import operator
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k
+from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k, positions
 from tensorforge.graph.lower_tensor_core import (
     tensor_core_conv,
     tensor_core_product,
     wants_tensor_core_conv,
     wants_tensor_cores,
 )
-from tensorforge.graph.lowerer import _no_logical
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.schedules_cuda import cuda_conv_splits, cuda_matmul_splits
 from tensorforge.graph.symbols import is_symbolic
@@ -31,7 +30,6 @@ from tensorforge.graph.values import (
     in_dtype,
     in_opmath,
     opmath_dtype,
-    rounded,
 )
 from tensorforge.te import dtype as dt
 
@@ -456,16 +454,8 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
     )
     info = {"shape": (N, F, P), "stages": [C_], "k": K}
     anchor = Anchor("matmul", C_, frozenset(col.reads | weights.reads), (node.name,), info)
-    return Lazy(
-        shape,
-        dtype,
-        _no_logical,
-        frozenset(),
-        (node.name,),
-        4,
-        anchor,
-        rounded(lambda ia: C_[tuple(ia)], dtype),
-        lambda ia: (ia[0], ia[1], ia[2] // OW, ia[2] % OW),
+    return ctx.anchored(
+        anchor, lambda ia: C_[tuple(ia)], dtype, shape=shape, to_logical=positions(OW)
     )
 
 

@@ -28,7 +28,6 @@ from tensorforge.graph.values import (
     in_dtype,
     numel,
     opmath_dtype,
-    rounded,
 )
 
 aten = torch.ops.aten
@@ -350,15 +349,8 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
     reads = _reads(x, w, b) | stats
     nodes = x.nodes + (node.name,)
     anchor = _anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
-    at_anchor = rounded(at_anchor, out)
-    value = Lazy(
-        x.shape, out, _no_logical, frozenset(), anchor.nodes, 4, anchor, at_anchor, logical
-    )
+    value = ctx.anchored(anchor, at_anchor, out, shape=x.shape, to_logical=logical)
     return value, None, None
-
-
-def _no_logical(idx):
-    raise AssertionError("an anchored value is read through its anchor")
 
 
 @lowers(aten.native_batch_norm.default)

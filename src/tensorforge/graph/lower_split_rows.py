@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tensorforge import te
 from tensorforge.graph.schedules_cuda_rows import ROW_THREADS
-from tensorforge.graph.values import Anchor, Lazy, in_dtype, numel, opmath_dtype, rounded
+from tensorforge.graph.values import Anchor, in_dtype, numel, opmath_dtype
 
 MIN_CHUNK = (
     512  # terms of a chunk: a block of 128 threads, 4 each (schedules_cuda_rows._row_threads)
@@ -206,14 +206,7 @@ def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scal
         return tuple(ia[:-1]) + ((0,) * len(dims) if keepdim else ())
 
     shape = kept + ((1,) * len(dims) if keepdim else ())
-    at_anchor = rounded(at_anchor, dtype)
-    return Lazy(
-        shape, dtype, _no_logical, frozenset(), anchor.nodes, 4, anchor, at_anchor, to_logical
-    )
-
-
-def _no_logical(idx):
-    raise AssertionError("an anchored value is read through its anchor")
+    return ctx.anchored(anchor, at_anchor, dtype, shape=shape, to_logical=to_logical)
 
 
 def _chunk_reduce(ctx, name, combine, xv, rows, chunks: Chunks, term=None):

@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_conv_gemm import im2col
-from tensorforge.graph.lowerer import TE_TO_TORCH, _no_logical
+from tensorforge.graph.lower_conv_gemm import im2col, positions
+from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules_cuda import splits_to_fill
 from tensorforge.graph.values import Anchor, Lazy, numel
 from tensorforge.ops.matmul import round_up
@@ -138,7 +138,7 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
         )
         reads = a.reads | b.reads
     anchor, value = _product(ctx, node, shape, tiles, a_tile, b_tile, reads)
-    return ctx.anchored(anchor, lambda ia: value(ia).astype(dtype), dtype)
+    return ctx.anchored(anchor, value, dtype)
 
 
 def wants_tensor_core_conv(target, dtype: str, shape, groups: int, terms, constant: bool) -> bool:
@@ -172,17 +172,7 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     )
     reads = col.reads | weights.reads
     anchor, value = _product(ctx, node, (N, F, P), tiles, a_tile, b_tile, reads)
-    return Lazy(
-        shape,
-        dtype,
-        _no_logical,
-        frozenset(),
-        (node.name,),
-        4,
-        anchor,
-        lambda ia: value(ia).astype(dtype),
-        lambda ia: (ia[0], ia[1], ia[2] // OW, ia[2] % OW),
-    )
+    return ctx.anchored(anchor, value, dtype, shape=shape, to_logical=positions(OW))
 
 
 def _tiles_for(target, lead, n: int, m: int, k: int, whole_columns: bool = False):

@@ -420,12 +420,15 @@ class Lowerer:
             shape, dtype, _no_logical, reads, nodes, cost, anchor, at_anchor, to_logical, None
         )
 
-    def anchored(self, anchor, at_anchor, dtype: str, nodes=()) -> Lazy:
-        """A value computed in `anchor`'s space (its `info["shape"]`, also the logical shape);
-        `at_anchor` may give it in float32 where `dtype` is a half type (see `rounded`)."""
-        shape = anchor.info["shape"]
+    def anchored(
+        self, anchor, at_anchor, dtype: str, nodes=(), shape=None, to_logical=None
+    ) -> Lazy:
+        """A value computed in `anchor`'s space (its `info["shape"]`): a value of `shape` (the
+        anchor's by default), onto which `to_logical` maps an anchor index (the same index by
+        default). `at_anchor` may give it in float32 where `dtype` is a half type (see
+        `rounded`)."""
         return Lazy(
-            shape,
+            anchor.info["shape"] if shape is None else tuple(shape),
             dtype,
             _no_logical,
             frozenset(),
@@ -433,7 +436,7 @@ class Lowerer:
             4,
             anchor,
             rounded(at_anchor, dtype),
-            lambda ia: tuple(ia),
+            (lambda ia: tuple(ia)) if to_logical is None else to_logical,
             None,
         )
 
