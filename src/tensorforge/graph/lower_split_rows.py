@@ -24,9 +24,8 @@ from tensorforge import te
 from tensorforge.graph.schedules_cuda_rows import ROW_THREADS
 from tensorforge.graph.values import Anchor, in_dtype, numel, opmath_dtype
 
-MIN_CHUNK = (
-    512  # terms of a chunk: a block of 128 threads, 4 each (schedules_cuda_rows._row_threads)
-)
+# terms of a chunk at least: a block of 128 threads, 4 each (schedules_cuda_rows._row_threads)
+MIN_CHUNK = 512
 MAX_CHUNKS = 128  # chunks of a row: each block of the second kernel combines them once
 
 

@@ -30,7 +30,7 @@ DTYPES = ("float16", "bfloat16")
 MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves; ResNet's stem at
 # batch 16: 32M), past which it stays direct
 MIN_ROWS = 16  # fewer rows: a matrix-vector product, bound by reading B (register tiles)
-BLOCK_K = 32  # terms of a k step (16 where k is odd 16-term steps)
+BLOCK_K = 32  # terms of a k step (16 where k is an odd number of 16-term steps)
 STAGES = 3  # k steps in flight
 
 # block tiles, largest first, with the warp tile of each of its 4 or 8 warps (8 where a block
@@ -81,7 +81,7 @@ def choose_tiles(
     does not pad the rows past twice their number. Tiles whose shared memory (2+ stages) is
     past `shared_limit` are left out, and with `whole_columns` (a right matrix that cannot be
     padded: computed in the graph) tiles whose width does not divide m."""
-    block_k = next(b for b in (BLOCK_K, 32, 16) if k % b == 0)
+    block_k = next(b for b in (BLOCK_K, 32, 16) if k % b == 0)  # (BLOCK_K may be 64)
     stages = max(1, min(STAGES, k // block_k))
     rows = round_up(n, 16)
     fits = []

@@ -25,7 +25,9 @@ class Options:
     tuning_log: str | None = None
     check: bool = False
     report: bool = False
-    tolerance: float = 1e-4  # check: relative (max abs error / max abs value) past which a kernel is named  # (a float16 / bfloat16 kernel's is at least 4 of its dtype's eps: report.HALF_ROUNDINGS)
+    # check: the relative error (max abs error / max abs value) past which a kernel is named;
+    # a float16 / bfloat16 kernel's is at least 4 of its dtype's eps (report.HALF_ROUNDINGS)
+    tolerance: float = 1e-4
     schedule: str = "auto"
 
     @staticmethod
