@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from tensorforge.errors import TensorForgeError
-from tensorforge.graph.lowerer import KernelSpec, Program
+from tensorforge.graph.lowered import KernelSpec, Program
 from tensorforge.runtime import disk_cache, library_file
 from tensorforge.runtime.device import Device
 from tensorforge.runtime.native_call import num_threads

@@ -27,7 +27,8 @@ import torch
 
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph import symbols as sym
-from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg
+from tensorforge.graph.lowered import BufferArg
+from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.runtime.native_call import NativeKernel, num_threads
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import operator
 import os
-from dataclasses import dataclass, field
 
 import torch
 import torch.fx
 
 from tensorforge import te
 from tensorforge.graph import symbols as sym
+from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.registry import lowering_for
 from tensorforge.graph.values import (
     Buffer,
@@ -50,52 +50,8 @@ TE_TO_TORCH = {v: k for k, v in TORCH_TO_TE.items()}
 # operations (a few adds and multiplies): cheaper than a store and a load per element. Past it, or
 # with a transcendental inside (exp, erf count 8), it is written once (see worth_materializing).
 INLINE_COST = 6
-MAX_COST = 96
-NATIVE = "native"  # pointwise(compute=NATIVE): operands keep their dtypes (where, masked_fill)  # any value past this is materialized, so kernels stay a readable size
-
-
-@dataclass
-class KernelSpec:
-    """One kernel to build: `out` (a te compute) written into `buffer`, reading `reads`."""
-
-    name: str
-    out: te.Tensor
-    buffer: Buffer
-    reads: list[Buffer]
-    anchor: object
-    nodes: tuple[str, ...]
-
-
-@dataclass
-class EagerSpec:
-    """One node run by torch: `args`/`kwargs` hold `BufferArg`s, sizes (ints or te exprs) and
-    literals; the results land in `outputs` (None where a result is not a tensor kept)."""
-
-    name: str
-    target: object
-    args: tuple
-    kwargs: dict
-    outputs: list
-    reason: str
-
-
-@dataclass(frozen=True)
-class BufferArg:
-    buffer: Buffer
-    shape: tuple
-
-
-@dataclass
-class Program:
-    """What lowering produced: steps in order, the graph's inputs, outputs and constants."""
-
-    steps: list = field(default_factory=list)
-    inputs: list = field(default_factory=list)  # per graph input: Buffer, a symbol name, or None
-    outputs: list = field(default_factory=list)  # per graph output: BufferArg, size, or literal
-    constants: dict = field(default_factory=dict)  # Buffer -> torch.Tensor
-    symbols: sym.Symbols = field(default_factory=sym.Symbols)
-    fallbacks: list = field(default_factory=list)  # (node name, reason)
-    folded: list = field(default_factory=list)  # nodes computed once at compile time
+MAX_COST = 96  # any value past this is materialized, so kernels stay a readable size
+NATIVE = "native"  # pointwise(compute=NATIVE): operands keep their dtypes (where, masked_fill)
 
 
 def te_dtype(dtype: torch.dtype) -> str:

@@ -24,7 +24,8 @@ from tensorforge.errors import TensorForgeError
 from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
 from tensorforge.graph.cuda_call_plan import GraphLaunchPlan
-from tensorforge.graph.lowerer import TE_TO_TORCH, BufferArg, EagerSpec, KernelSpec, Program
+from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
+from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules import schedule_kernel
 
 
