@@ -57,6 +57,13 @@ def test_tiles_fit_the_warps_and_the_shared_memory(batch, n, m, k, shared_limit)
     assert t.block_m <= max(16, 2 * n)  # rows padded at most to twice their number
 
 
+def test_a_computed_right_matrix_takes_tiles_that_divide_its_columns():
+    """Attention's K^T and V are not padded: a 256-wide tile over 192 columns would read past
+    them (96 heads x 192 x 192 would otherwise take 128 x 256 blocks)."""
+    assert choose_tiles(96, 192, 192, 64, 132).block_n == 256
+    assert 192 % choose_tiles(96, 192, 192, 64, 132, whole_columns=True).block_n == 0
+
+
 def test_the_target_bounds_the_shared_memory():
     assert Target(SM90).max_shared_memory_opt_in == 227 << 10
     sm86 = Target("cuda -arch=sm_86")

@@ -69,11 +69,18 @@ class TensorCoreTiles:
 
 
 def choose_tiles(
-    batch: int, n: int, m: int, k: int, sm_count: int, shared_limit: int = 227 << 10
+    batch: int,
+    n: int,
+    m: int,
+    k: int,
+    sm_count: int,
+    shared_limit: int = 227 << 10,
+    whole_columns: bool = False,
 ) -> TensorCoreTiles:
     """The largest block tile that still gives every SM a block; else the smallest one that
     does not pad the rows past twice their number. Tiles whose shared memory (2+ stages) is
-    past `shared_limit` are left out."""
+    past `shared_limit` are left out, and with `whole_columns` (a right matrix that cannot be
+    padded: computed in the graph) tiles whose width does not divide m."""
     block_k = next(b for b in (BLOCK_K, 32, 16) if k % b == 0)
     stages = max(1, min(STAGES, k // block_k))
     rows = round_up(n, 16)
@@ -82,6 +89,8 @@ def choose_tiles(
         tiles = TensorCoreTiles(*tile[:2], block_k, *tile[2:], stages)
         while tiles.shared_bytes() > shared_limit and tiles.stages > min(2, stages):
             tiles = replace(tiles, stages=tiles.stages - 1)
+        if whole_columns and m % tile[1]:
+            continue
         if tiles.shared_bytes() <= shared_limit and (tile[0] <= rows or tile is BLOCK_TILES[-1]):
             fits.append(tiles)
     for tiles in fits:
@@ -111,7 +120,7 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     """The anchor of a tensor-core product (see the module doc): a Lazy of the product's shape."""
     *lead, n, m = shape
     k = int(a.shape[-1])
-    tiles = _tiles_for(ctx.target, lead, n, m, k)
+    tiles = _tiles_for(ctx.target, lead, n, m, k, whole_columns=constant is None)
     rows, cols = round_up(n, tiles.block_m), round_up(m, tiles.block_n)
     a_tile = te.compute(
         (*lead, rows, k),
@@ -176,11 +185,10 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     )
 
 
-def _tiles_for(target, lead, n: int, m: int, k: int) -> TensorCoreTiles:
-    batch = 1
-    for e in lead:
-        batch *= e
-    return choose_tiles(batch, n, m, k, target.sm_count, target.max_shared_memory_opt_in)
+def _tiles_for(target, lead, n: int, m: int, k: int, whole_columns: bool = False):
+    batch = numel(lead)
+    limit = target.max_shared_memory_opt_in
+    return choose_tiles(batch, n, m, k, target.sm_count, limit, whole_columns)
 
 
 def _product(ctx, node, shape, tiles, a_tile: te.Tensor, b_tile: te.Tensor, reads):
