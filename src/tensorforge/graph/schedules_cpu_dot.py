@@ -35,12 +35,12 @@ def schedule_cpu_dot(s, out, anchor, target) -> str:
     i, j = s[out].op.axis
     io, jo, ii, ji = s[out].tile(i, j, tiles.mr, tiles.nr)
     s[out].vectorize(ji)
-    n, m = anchor.info["shape"]
-    threads = numel([n, m]) >= PARALLEL_MIN_ELEMENTS
+    tile = s[out].fuse(io, jo)  # one task per tile: as many as there are, rows or panels
+    threads = numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
     if threads:
-        s[out].parallel(io if n > tiles.mr else jo)
+        s[out].parallel(tile)
 
-    s[C].compute_at(s[out], jo)
+    s[C].compute_at(s[out], tile)
     ci, cj = s[C].op.axis
     (ck,) = s[C].op.reduce_axis
     depth = anchor.info["k"]
