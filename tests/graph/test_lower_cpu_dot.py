@@ -15,8 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from tensorforge.graph import backend  # noqa: E402
+from tensorforge.graph import Options, backend, compile_aten, decompositions  # noqa: E402
 from tensorforge.graph.lower_cpu_dot import choose_tiles, wants_cpu_dot  # noqa: E402
 from tensorforge.ops import cpu_dot  # noqa: E402
 from tensorforge.target import Target  # noqa: E402
@@ -142,3 +143,21 @@ def test_wants_cpu_dot_reads_the_target(target, dtype, shape, expected):
 )
 def test_row_tiles_divide_the_rows_where_they_can(rows, expected):
     assert choose_tiles(Target("llvm -mcpu=znver4"), rows, 768, 768).mr == expected
+
+
+def test_an_amx_target_builds_with_amx_tiles():
+    """Sapphire Rapids (AMX): its 16-row tiles, rows padded to them; built, not run (this host
+    may lack AMX and AVX512-FP16)."""
+    a, b = torch.randn(100, 515, dtype=torch.bfloat16), torch.randn(515, 200, dtype=torch.bfloat16)
+    gm = make_fx(lambda a, b: a @ b, decomposition_table=decompositions())(a, b)
+    options = Options(target="llvm -mcpu=sapphirerapids")
+    (kernel,) = compile_aten(gm, [a, b], {1: b}, options).program.steps
+    tiles = kernel.anchor.info["cpu_dot"]
+    assert tiles.amx and tiles.mr % 16 == 0 and tiles.kc % 32 == 0
+
+
+@needs_dot
+def test_a_named_target_with_the_instruction_takes_it(capsys):
+    """Zen 4's code (AVX512-BF16; runs on a host with the instruction, such as Zen 5)."""
+    report = check_bf16(Mlp(37, 100, 10), torch.randn(7, 37), capsys, "llvm -mcpu=znver4")
+    assert dot_kernels(report) == 2, report
