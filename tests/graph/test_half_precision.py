@@ -202,3 +202,50 @@ def test_check_holds_half_kernels_to_a_few_roundings(dtype, capsys):
     capsys.readouterr()
     assert compiled.worst.error > 1e-4  # past the float32 tolerance: a few half roundings ...
     assert compiled.first_failure is None  # ... within 4 eps of the dtype
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(
+    "make, shape",
+    [(lambda: MLP(4099, 64, 10), (5, 4099)), (Block, (2, 7, 32)), (SmallCNN, (2, 3, 15, 13))],
+    ids=["mlp_4099", "gpt2_block", "conv_bn_relu"],
+)
+def test_float32_models_under_autocast(make, shape, dtype, capsys):
+    # autocast's graphs mix the dtypes: weights cast to half at compile time, products in half,
+    # layer norm and softmax in float32
+    torch.manual_seed(0)
+    model = zoo.randomize_norms(make()).eval()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        reference = model(x).double()
+        torch._dynamo.reset()
+        fast = torch.compile(model, backend=backend, options={"report": True})
+        with torch.autocast("cpu", dtype=dtype):
+            got, expected = fast(x), model(x)
+    assert re.findall(r"EAGER (\S+)", capsys.readouterr().err) == []
+    assert got.dtype == expected.dtype
+    ours, eagers = error(got, reference), error(expected, reference)
+    assert ours <= 2 * eagers + torch.finfo(dtype).eps / 8, f"{ours:.2e}, eager's {eagers:.2e}"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_fused_chain_is_rounded_once_where_it_is_stored(dtype):
+    # where and masked_fill choose in float32 too: the chain's only rounding is the store's
+    torch_dtype = getattr(torch, dtype)
+    x, y = torch.randn(3, 37).to(torch_dtype), torch.randn(3, 37).to(torch_dtype)
+    mask = torch.rand(3, 37, generator=torch.Generator().manual_seed(0)) > 0.5
+
+    def fn(x, y, mask):
+        chosen = torch.where(mask, torch.sigmoid(x) * y + 1.0, x)
+        return (chosen.masked_fill(~mask, 0.25) * 2.0 - y).to(torch.float32).to(torch_dtype)
+
+    gm = make_fx(fn, decomposition_table=decompositions())(x, y, mask)
+    compiled = compile_aten(gm, [x, y, mask], {}, Options())
+    (kernel,) = compiled.program.steps
+    roundings = re.findall(rf"{dtype}\((?!-?[\d.]+\))", str(kernel.out.op.body))  # no literals
+    assert len(roundings) == 1, kernel.out.op.body
+    reference = fn(x.double(), y.double(), mask).double()
+    got, expected = compiled([x, y, mask])[0], fn(x, y, mask)
+    assert (
+        error(got, reference) <= 2 * error(expected, reference) + torch.finfo(torch_dtype).eps / 8
+    )

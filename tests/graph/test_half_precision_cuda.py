@@ -87,11 +87,7 @@ def test_half_rows_split_with_float32_chunk_statistics(dtype):
 @NVCC
 @pytest.mark.parametrize("dtype", HALF)
 def test_half_element_wise_kernels_move_8_lanes_a_thread(dtype, tmp_path):
-    def fn(x, y, b):
-        return torch.sigmoid(x) * y + 2.0, torch.nn.functional.gelu(x + b)
-
-    inputs = [torch.randn(64, 4096).to(dtype), torch.randn(64, 4096).to(dtype)]
-    inputs.append(torch.randn(4096).to(dtype))
+    fn, inputs = element_wise_graph(dtype)
     gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
     compiled = compile_aten(gm, inputs, {}, Options(target="cuda -arch=sm_90"))
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
@@ -101,6 +97,31 @@ def test_half_element_wise_kernels_move_8_lanes_a_thread(dtype, tmp_path):
     assert text.count("grid=(128, 1, 1) block=(256, 1, 1)") == 2
     assert text.count("16-byte store") == 2 and HALF_MATH.search(text) is None
     assert_compiles_with_nvcc(tmp_path, text)
+
+
+def element_wise_graph(dtype):
+    def fn(x, y, b):
+        return torch.sigmoid(x) * y + 2.0, torch.nn.functional.gelu(x + b)
+
+    generator = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(64, 4096, generator=generator).to(dtype) for _ in range(2)]
+    return fn, inputs + [torch.randn(4096, generator=generator).to(dtype)]
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_element_wise_kernels_match_eager_on_the_gpu(dtype):
+    fn, inputs = element_wise_graph(dtype)
+    inputs = [t.cuda() for t in inputs]
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    compiled = compile_aten(gm, inputs, {}, Options(target="cuda"))
+    references = fn(*[t.double() for t in inputs])
+    for got, expected, reference in zip(compiled(inputs), fn(*inputs), references):
+        assert got.dtype == dtype and got.shape == expected.shape
+        ours = ((got.double() - reference).abs().max() / reference.abs().max()).item()
+        eagers = ((expected.double() - reference).abs().max() / reference.abs().max()).item()
+        assert ours <= 2 * eagers + torch.finfo(dtype).eps / 8
 
 
 @pytest.mark.cuda

@@ -9,7 +9,7 @@ import torch
 from tensorforge import te
 from tensorforge.graph.lowerer import NATIVE
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.values import Lazy, Unsupported
+from tensorforge.graph.values import Lazy, Unsupported, in_dtype, opmath_dtype
 from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
@@ -193,18 +193,23 @@ def where(ctx, node, cond, a, b):
     cond = ctx.lazy(cond)
     ops = [cond, a, b]
 
-    def fn(c, x, y):
-        return te.if_then_else(c.astype("bool"), x.astype(dtype), y.astype(dtype))
+    compute = opmath_dtype(dtype)  # a half choice is made in float32, as the chain around it
 
-    return _mixed(ctx, fn, ops, [cond.dtype, dtype, dtype])
+    def fn(c, x, y):
+        return te.if_then_else(c.astype("bool"), in_dtype(x, compute), in_dtype(y, compute))
+
+    return _mixed(ctx, fn, ops, [cond.dtype, compute, compute])
 
 
 @lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(ctx, node, x, mask, value):
     x, mask = ctx.lazy(x), ctx.lazy(mask)
-    dtype = ctx.dtype_of(node)
-    fn = lambda v, m, f: te.if_then_else(m.astype("bool"), f, v)  # noqa: E731
-    return _mixed(ctx, fn, [x, mask, value], [dtype, mask.dtype, dtype])
+    compute = opmath_dtype(ctx.dtype_of(node))
+
+    def fn(v, m, f):
+        return te.if_then_else(m.astype("bool"), in_dtype(f, compute), in_dtype(v, compute))
+
+    return _mixed(ctx, fn, [x, mask, value], [compute, mask.dtype, compute])
 
 
 def _mixed(ctx, fn, ops, dtypes):
