@@ -1,7 +1,8 @@
 """Matrix products and convolution as anchors (mm, addmm, bmm, convolution), and embedding.
 
 Weights are constants: a constant right-hand matrix is packed once, at compile time, into the
-column panels the CPU matmul schedule reads (`packed[j // nr][k][j % nr]`, zero-padded), and a
+column panels the CPU matmul schedule reads (`packed[j // nr][k][j % nr]`, zero-padded), or,
+for bfloat16 on a CPU with its dot instruction, the dot micro-kernel's (lower_cpu_dot.py); a
 batch norm that follows a convolution is folded into its weights and bias.
 """
 
