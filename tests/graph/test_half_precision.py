@@ -249,3 +249,26 @@ def test_a_fused_chain_is_rounded_once_where_it_is_stored(dtype):
     assert (
         error(got, reference) <= 2 * error(expected, reference) + torch.finfo(torch_dtype).eps / 8
     )
+
+
+class Pools(nn.Module):
+    """A batch norm that follows no convolution, pools, and statistics over other axes."""
+
+    def __init__(self, channels=6):
+        super().__init__()
+        self.norm = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        y = torch.relu(self.norm(x))
+        pooled = (
+            torch.nn.functional.avg_pool2d(y, 3, 2, 1)
+            + torch.nn.functional.max_pool2d(y, 2)[..., :7, :6].mean()
+        )
+        var, mean = torch.var_mean(x, dim=(2, 3), keepdim=True)
+        spread = (x - mean) * torch.rsqrt(var + 1e-5) + x.amax(1, keepdim=True) - x.amin(1, True)
+        return pooled.sum(1), torch.nn.functional.adaptive_avg_pool2d(spread, 1).flatten(1)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_pools_batch_norm_and_statistics(dtype, capsys):
+    check_half(Pools(), torch.randn(2, 6, 13, 11) * 2 + 1, dtype=dtype, capsys=capsys)
