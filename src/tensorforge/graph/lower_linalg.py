@@ -1,7 +1,8 @@
 """Matrix products and convolution as anchors (mm, addmm, bmm, convolution), and embedding.
 
 Weights are constants: a constant right-hand matrix is packed once, at compile time, into the
-column panels the CPU matmul schedule reads (`packed[j // nr][k][j % nr]`, zero-padded), and a
+column panels the CPU matmul schedule reads (`packed[j // nr][k][j % nr]`, zero-padded), or,
+for bfloat16 on a CPU with its dot instruction, the dot micro-kernel's (lower_cpu_dot.py); a
 batch norm that follows a convolution is folded into its weights and bias.
 """
 
@@ -14,6 +15,7 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k, positions
+from tensorforge.graph.lower_cpu_dot import cpu_dot_product, wants_cpu_dot
 from tensorforge.graph.lower_tensor_core import (
     tensor_core_conv,
     tensor_core_product,
@@ -69,6 +71,9 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     m = b.shape[-1]
     r = te.reduce_axis((0, k), name="k")
     acc = opmath_dtype(dtype)  # half products accumulate in float32, rounded once (as eager)
+    shape = ctx.shape_of(node)
+    if wants_cpu_dot(ctx.target, dtype, shape, k, constant):
+        return cpu_dot_product(ctx, node, a, constant, shape, dtype)
     info = {}
     if constant is not None and ctx.target.kind == "llvm":
         mr, nr = matmul_tiles(ctx.target, acc)
@@ -87,7 +92,6 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         b = ctx.view_of_memory(b) if _rows_contiguous(node.args[1]) else ctx.buffer(b)
         b_at = lambda kk, j, *bi: b.at((*bi, kk, j))  # noqa: E731
         reads = a.reads | b.reads
-    shape = ctx.shape_of(node)
     if wants_tensor_cores(ctx.target, dtype, shape, k, constant is not None):
         return tensor_core_product(ctx, node, a, b, constant, shape, dtype)
     splits = cuda_matmul_splits(ctx.target, shape, k, dtype) if constant is not None else 0

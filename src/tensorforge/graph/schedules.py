@@ -15,6 +15,7 @@ import os
 from tensorforge import te
 from tensorforge.graph import schedules_cuda
 from tensorforge.graph.lower_linalg import matmul_tiles
+from tensorforge.graph.schedules_cpu_dot import schedule_cpu_dot
 from tensorforge.graph.values import numel, opmath_dtype
 from tensorforge.ops.conv2d import filter_block
 from tensorforge.te import dtype as dt
@@ -104,6 +105,8 @@ def schedule_kernel(
             _transpose(s, out)
             return s, TRANSPOSE_SOURCE
         _elementwise(s, out, target)
+    elif kind == "matmul" and "cpu_dot" in anchor.info:
+        return s, schedule_cpu_dot(s, out, anchor, target)
     elif kind == "matmul":
         _matmul(s, out, anchor, target)
     elif kind == "conv2d":
@@ -128,6 +131,8 @@ def _first_guess(spec, target, schedule: str, size_hints: dict):
             return None
     elif schedule == "auto" and _hand_scheduled(spec, target):
         return None
+    elif spec.anchor is not None and "cpu_dot" in spec.anchor.info:
+        return None  # the micro-kernel's calls are the product's schedule
     tensors = [b.placeholder for b in spec.reads] + [spec.out]
     static = all(isinstance(getattr(e, "value", None), int) for t in tensors for e in t.shape)
     if not static and not _guesses_run_time_rows(spec, target, tensors, size_hints):

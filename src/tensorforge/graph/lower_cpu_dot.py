@@ -1,0 +1,96 @@
+"""bfloat16 products on the CPU's dot-product instructions (AVX512-BF16 `vdpbf16ps`, AMX
+`tdpbf16ps`): mm, addmm and linear layers whose right matrix is a constant (the weights).
+
+The product is declared the way ops/cpu_dot's micro-kernel intrinsic matches it:
+
+    At[i, k]  = A[min(i, n - 1), k] if k < K else 0       (rows to whole tiles, k to whole blocks)
+    P[p, q, x, t] = B[2q + t, p nr + x]                    (VNNI panels, packed at compile time)
+    C[i, j]   = sum_k float32(At[i, k]) * float32(P[j / nr, k / 2, j % nr, k % 2])
+
+and the kernel's epilogue (bias, GELU, residual adds, the cast to bfloat16: any element-wise
+chain) reads C tile by tile (graph/schedules_cpu_dot.py). Rows past n read row n - 1 (in
+bounds, never stored); k past K reads zeros, as the panels' padding holds zeros, so no NaN of
+a neighbouring value reaches a sum. Targets without the instruction keep lower_linalg's float32
+register tiles.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.values import Anchor, Lazy
+from tensorforge.ops import cpu_dot
+
+KIND = "bfloat16"
+MOST_ROWS = 64  # rows of C per micro-kernel call: A's 64 x kc block stays in L1 beside the panel
+
+
+def wants_cpu_dot(target, dtype: str, shape, k, constant: torch.Tensor | None) -> bool:
+    """A bfloat16 product of static sizes with constant weights, for a CPU target that has the
+    dot instruction (the target's features, not this host's)."""
+    if target.kind != "llvm" or dtype != "bfloat16" or constant is None:
+        return False
+    if len(shape) != 2 or not all(isinstance(e, int) for e in (*shape, k)):
+        return False
+    return cpu_dot.has_feature(KIND, target)
+
+
+def choose_tiles(target, n: int, m: int, k: int) -> cpu_dot.DotTiles:
+    """The target's tiles (cpu_dot.DotTiles) fitted to the product, with row tiles that leave
+    no padded rows where they can: all n rows up to MOST_ROWS, else a divisor of n from 32 to
+    MOST_ROWS (128 tokens: 2 x 64), else the target's. AMX tiles take rows in 16s."""
+    tiles = cpu_dot.DotTiles.for_target(KIND, target).fitted(n, m, k, KIND)
+    if tiles.amx:
+        return tiles
+    if n <= MOST_ROWS:
+        rows = n
+    else:
+        rows = next((r for r in range(MOST_ROWS, 31, -1) if n % r == 0), tiles.mr)
+    return cpu_dot.DotTiles(rows, tiles.nr, tiles.kc, tiles.amx, tiles.order)
+
+
+def cpu_dot_product(ctx, node, a: Lazy, constant: torch.Tensor, shape, dtype: str) -> Lazy:
+    """The anchor of a product on the dot micro-kernel (see the module doc), as a Lazy of the
+    product's shape."""
+    n, m = shape
+    k = int(a.shape[-1])
+    tiles = choose_tiles(ctx.target, n, m, k)
+    cpu_dot.load_microkernels(ctx.target)  # their symbols, for the kernel built (or loaded) next
+    rows, cols = cpu_dot.round_up(n, tiles.mr), cpu_dot.round_up(m, tiles.nr)
+    depth = cpu_dot.round_up(k, tiles.kc)
+    step = cpu_dot.KINDS[KIND].step
+    padded = torch.zeros(depth, cols, dtype=torch.bfloat16)
+    padded[:k, :m] = constant
+    panels = padded.reshape(depth // step, step, cols // tiles.nr, tiles.nr)
+    weights = ctx.add_constant(panels.permute(2, 0, 3, 1), f"{node.name}_panels")
+    a_tile = _a_tile(ctx, node, a, n, k, rows, depth)
+    r = te.reduce_axis((0, depth), name="k")
+    packed, nr = weights.source.placeholder, tiles.nr
+
+    def product(i, j):
+        b_at = packed[j // nr, r.var // step, j % nr, r.var % step]
+        return te.sum(a_tile[i, r.var].astype("float32") * b_at.astype("float32"), axis=r)
+
+    C = te.compute((rows, cols), product, name=ctx.unique(f"mm_{node.name}"))
+    stages = [C] + ([a_tile] if isinstance(a_tile.op, te.ComputeOp) else [])
+    info = {"shape": tuple(shape), "stages": stages, "k": depth, "cpu_dot": tiles}
+    anchor = Anchor("matmul", C, frozenset(a.reads | weights.reads), (node.name,), info)
+    return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)
+
+
+def _a_tile(ctx, node, a: Lazy, n: int, k: int, rows: int, depth: int) -> te.Tensor:
+    """The left matrix as the micro-kernel reads it: its own buffer where that is already an
+    n x k bfloat16 matrix of whole tiles, else a stage that lays it out so (padded, and a view
+    of another shape, such as [batch, seq, k] rows, made one matrix)."""
+    source = a.source
+    if (rows, depth) == (n, k) and source is not None and a.dtype == "bfloat16":
+        if tuple(source.shape) == (n, k):
+            return source.placeholder
+    zero = te.const(0, "bfloat16")
+
+    def at(i, kk):
+        value = a.at((te.min(i, n - 1), kk)).astype("bfloat16")
+        return value if depth == k else te.if_then_else(kk < k, value, zero)
+
+    return te.compute((rows, depth), at, name=ctx.unique(f"{node.name}_a_tile"))

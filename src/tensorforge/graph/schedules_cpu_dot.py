@@ -1,0 +1,59 @@
+"""The CPU schedule of a product on the dot micro-kernel (graph/lower_cpu_dot.py) and its
+epilogue.
+
+The output is cut into mr x nr tiles, row tiles outside and column panels inside (A's mr x k
+rows stay in L2 while the panels stream past them once). At each tile the product is
+computed into an mr x nr float32 buffer by ops/cpu_dot's micro-kernel (`tensorize`), one call
+per kc block of k (the first initializes the tile, or a reset does where there are several),
+and the epilogue then reads that buffer while it is in L1, in vectors along the row.
+"""
+
+from __future__ import annotations
+
+from tensorforge.graph.values import numel
+from tensorforge.ops import cpu_dot
+from tensorforge.ops.cpu_dot_kernels import vector_path
+
+PARALLEL_MIN_ELEMENTS = 1 << 14  # outputs below which one thread does all (as schedules.py)
+COPY_VECTOR = 64  # bfloat16 lanes of the left matrix's copy: one zmm
+
+
+def source(anchor, target) -> str:
+    """The schedule's name in the report: the micro-kernel's instructions and tiles."""
+    tiles = anchor.info["cpu_dot"]
+    path = ("amx-bf16 / " if tiles.amx else "") + vector_path("bfloat16", target)
+    return (
+        f"matmul: bfloat16 dot micro-kernel ({path}, ops/cpu_dot), {tiles.mr} x {tiles.nr} "
+        f"tiles, kc {tiles.kc}"
+    )
+
+
+def schedule_cpu_dot(s, out, anchor, target) -> str:
+    """Schedule the product `anchor` (info["cpu_dot"]: its DotTiles) under output stage `out`."""
+    tiles = anchor.info["cpu_dot"]
+    C, *a_tile = anchor.info["stages"]
+    i, j = s[out].op.axis
+    io, jo, ii, ji = s[out].tile(i, j, tiles.mr, tiles.nr)
+    s[out].vectorize(ji)
+    tile = s[out].fuse(io, jo)  # one task per tile: as many as there are, rows or panels
+    threads = numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
+    if threads:
+        s[out].parallel(tile)
+
+    s[C].compute_at(s[out], tile)
+    ci, cj = s[C].op.axis
+    (ck,) = s[C].op.reduce_axis
+    depth = anchor.info["k"]
+    if depth > tiles.kc:  # k blocks outside: the tile reset, then accumulated block by block
+        ko, ki = s[C].split(ck, factor=tiles.kc)
+        s[C].reorder(ko, ci, cj, ki)
+    intrin = cpu_dot.dot_intrin("bfloat16", tiles.mr, tiles.kc, tiles.nr, target, tiles.amx)
+    s[C].tensorize(ci, intrin)
+
+    for stage in a_tile:  # the left matrix laid out (padded) before the products, in vectors
+        rows, cols = s[stage].op.axis
+        _, lanes = s[stage].split(cols, factor=COPY_VECTOR)
+        s[stage].vectorize(lanes)
+        if threads:
+            s[stage].parallel(rows)
+    return source(anchor, target)
