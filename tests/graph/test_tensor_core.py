@@ -162,7 +162,7 @@ def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, grap
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not TORCH_CUDA, reason="needs torch with CUDA and a GPU")
+@TORCH_CUDA
 @pytest.mark.parametrize("graph", [half_graph, half_convolutions, half_split_products])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_graph_on_the_gpu_is_as_close_to_fp32_as_eager(graph, dtype):
