@@ -272,3 +272,30 @@ class Pools(nn.Module):
 @pytest.mark.parametrize("dtype", HALF)
 def test_pools_batch_norm_and_statistics(dtype, capsys):
     check_half(Pools(), torch.randn(2, 6, 13, 11) * 2 + 1, dtype=dtype, capsys=capsys)
+
+
+@pytest.mark.parametrize("dtype, x, y", [("float16", 0.1, 30.0), ("bfloat16", 0.0810546875, 37.0)])
+def test_an_operator_that_jumps_reads_half_operands_as_stored(dtype, x, y):
+    # x * y is a hair under 3 in float32 and exactly 3 rounded to the half dtype, as eager
+    # stores it: a comparison, a conversion to an integer, a floor or a floor division of it
+    # sees 3 in eager, so it must here too (computed in float32 unrounded: 2, False, 0)
+    torch_dtype = getattr(torch, dtype)
+    xs, ys = torch.full((3, 5), x).to(torch_dtype), torch.full((3, 5), y).to(torch_dtype)
+    assert (xs.float() * ys.float() < 3).all() and (xs * ys == 3).all()  # the case straddles
+
+    def fn(x, y):
+        p = x * y
+        return (
+            p.to(torch.int32),
+            torch.floor(p),
+            torch.ceil(p - 3.0),
+            p >= 3,
+            p == 3,
+            torch.div(p, 3, rounding_mode="floor"),
+        )
+
+    gm = make_fx(fn, decomposition_table=decompositions())(xs, ys)
+    compiled = compile_aten(gm, [xs, ys], {}, Options())
+    assert compiled.program.fallbacks == []
+    for k, (got, expected) in enumerate(zip(compiled([xs, ys]), fn(xs, ys))):
+        assert got.dtype == expected.dtype and torch.equal(got, expected), (k, got, expected)

@@ -38,6 +38,7 @@ UNARY = {
     aten.bitwise_not: lambda x: x == _zero(x),
 }
 FLOAT_RESULT = {aten.exp, aten.log, aten.sqrt, aten.rsqrt, aten.tanh, aten.sigmoid, aten.erf}
+JUMPS = {aten.floor, aten.ceil}  # not continuous: half operands are read as stored
 
 
 def _unary(op, fn):
@@ -47,7 +48,7 @@ def _unary(op, fn):
         x = ctx.lazy(x)
         if op in (aten.logical_not, aten.bitwise_not):
             return ctx.pointwise(fn, [x], compute=x.dtype)
-        return ctx.pointwise(fn, [x])
+        return ctx.pointwise(fn, [x], jumps=op in JUMPS)
 
     return lower
 
@@ -143,7 +144,7 @@ def div(ctx, node, a, b, rounding_mode=None):
     if not dt.is_float(dtype):
         raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
     rounding = te.floor if rounding_mode == "floor" else _trunc
-    return ctx.pointwise(lambda x, y: rounding(x / y), [a, b])
+    return ctx.pointwise(lambda x, y: rounding(x / y), [a, b], jumps=True)
 
 
 def _trunc(v):

@@ -31,6 +31,7 @@ from tensorforge.graph.values import (
     read_buffer,
     rounded,
 )
+from tensorforge.te import dtype as dt
 
 TORCH_TO_TE = {
     torch.float32: "float32",
@@ -316,11 +317,23 @@ class Lowerer:
         return small and not any(sym.is_symbolic(s) for s in sizes)
 
     # -- element-wise -----------------------------------------------------------------------
-    def pointwise(self, fn, operands, shape=None, dtype: str | None = None, compute=None) -> Lazy:
+    def pointwise(
+        self,
+        fn,
+        operands,
+        shape=None,
+        dtype: str | None = None,
+        compute=None,
+        jumps: bool = False,
+    ) -> Lazy:
         """`fn(*exprs)` per element over operands broadcast to `shape` (the node's by default);
         Python numbers and size expressions enter as constants of the `compute` dtype (the
         result's by default; float32 for a half type, rounded once where the value is stored).
-        An operand reading an anchor makes this its epilogue."""
+        An operand reading an anchor makes this its epilogue.
+
+        `jumps`: `fn` is not continuous (floor, ceil, a rounding division). Then, and for an
+        integer or bool result (a comparison, a conversion), half operands are read as stored,
+        rounded, as eager reads them: unrounded, x * y = 2.9993 (3.0 in float16) floors to 2."""
         node = self.node
         shape = self.shape_of(node) if shape is None else tuple(shape)
         dtype = dtype or self.dtype_of(node)
@@ -340,9 +353,14 @@ class Lowerer:
         nodes = nodes + (node.name,) if node is not None else nodes
 
         native = compute == NATIVE  # each operand keeps its own dtype
+        as_stored = jumps or not dt.is_float(dtype)
 
         def cast(e):
-            return e if native else _typed(e, compute)
+            if native:
+                return e
+            if as_stored and dt.is_half(e.dtype):
+                return e.astype(compute)  # float32(float16(x32)): the rounding stays
+            return _typed(e, compute)
 
         def scalar(op):
             return cast(op if isinstance(op, te.Expr) else te.const(op, compute))
