@@ -128,3 +128,9 @@ def test_shared_memory_a_block_may_opt_in_to(arch, opt_in):
     """One table, which the CUDA code generator enforces and the tensor-core tiles are chosen
     by (before, the Target had a second one of six architectures: sm_100 and sm_87 got 64 KiB)."""
     assert tf.Target(f"cuda -arch={arch}").max_shared_memory_opt_in == opt_in
+
+
+def test_sm_version_is_the_compute_capability():
+    assert tf.Target("cuda -arch=sm_90a").sm_version == 90
+    assert tf.Target("cuda -arch=sm_100").sm_version == 100
+    assert tf.Target("llvm").sm_version == 0

@@ -319,13 +319,17 @@ class Target:
         return 48 * 1024
 
     @property
+    def sm_version(self) -> int:
+        """The architecture's compute capability as a number (sm_90a: 90); 0 off CUDA."""
+        match = re.match(r"sm_(\d+)", self.arch or "")
+        return int(match.group(1)) if match else 0
+
+    @property
     def max_shared_memory_opt_in(self) -> int:
         """Bytes of shared memory a block may have by opting in (dynamic shared memory:
         cudaDevAttrMaxSharedMemoryPerBlockOptin); the static 48 KiB on an architecture the table
         does not know. The CUDA code generator refuses a kernel past it."""
-        match = re.match(r"sm_(\d+)", self.arch or "")
-        known = _SHARED_OPT_IN.get(int(match.group(1))) if match else None
-        return known or self.max_shared_memory_per_block
+        return _SHARED_OPT_IN.get(self.sm_version, self.max_shared_memory_per_block)
 
     @property
     def sm_count(self) -> int:

@@ -99,16 +99,10 @@ def choose_tiles(
     return fits[-1]
 
 
-def _arch_number(target) -> int:
-    arch = target.arch or ""
-    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
-    return int(digits) if digits else 0
-
-
 def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool) -> bool:
     """Half products on sm_80+ of static sizes, 16+ rows and whole 16-term k steps; a right
     matrix computed in the graph (bmm) needs whole 64-column tiles too (it is not padded)."""
-    if target.kind != "cuda" or dtype not in DTYPES or _arch_number(target) < 80:
+    if target.kind != "cuda" or dtype not in DTYPES or target.sm_version < 80:
         return False
     if not all(isinstance(e, int) for e in (*shape, k)):
         return False
@@ -144,7 +138,7 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
 def wants_tensor_core_conv(target, dtype: str, shape, groups: int, terms, constant: bool) -> bool:
     """Half convolutions with constant weights and one group on sm_80+, of static sizes, whose
     im2col columns (`terms` = C x KH x KW rows of them) hold at most MAX_COLUMNS elements."""
-    if target.kind != "cuda" or dtype not in DTYPES or _arch_number(target) < 80:
+    if target.kind != "cuda" or dtype not in DTYPES or target.sm_version < 80:
         return False
     if groups != 1 or not constant or not all(isinstance(e, int) for e in shape):
         return False
