@@ -20,15 +20,11 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
 from tensorforge.graph.program import BuiltKernel, CompiledGraph  # noqa: E402
 from tensorforge.graph.schedules_cuda import (  # noqa: E402
-    MIN_SPLIT_TERMS,
     SOURCES,
     THREADS,
     conv_plan,
-    cuda_conv_splits,
-    cuda_matmul_splits,
     gemm_plan,
 )
-from tensorforge.target import Target  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 
 
@@ -205,39 +201,6 @@ def test_large_products_match_eager():
         for g, e in zip(got, fn(*inputs)):
             assert g.shape == e.shape
             assert ((g - e).abs().max() / e.abs().max()).item() < 1e-4
-
-
-def test_cuda_conv_splits_only_convolutions_of_few_outputs():
-    cuda, cpu = Target("cuda -arch=sm_90"), Target("llvm")
-    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512, 9, "float32") == 32
-    assert cuda_conv_splits(cuda, (1, 256, 14, 14), 256, 9, "float32") == 16
-    assert cuda_conv_splits(cuda, (1, 256, 14, 14), 128, 1, "float32") == 2
-    assert cuda_conv_splits(cuda, (1, 64, 56, 56), 64, 9, "float32") == 0  # outputs enough
-    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 67, 9, "float32") == 0  # odd terms
-    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 64, 1, "float32") == 0  # too few terms
-    assert cuda_conv_splits(cuda, (1, 512, 7, 7), 512, 9, "float16") == 0
-    assert cuda_conv_splits(cpu, (1, 512, 7, 7), 512, 9, "float32") == 0
-    assert cuda_conv_splits(cuda, (1, 64, 112, 112), 3, 49, "float32") == 1  # an image stem
-    assert cuda_conv_splits(cuda, (1, 6, 28, 28), 1, 25, "float32") == 0  # LeNet's 6 filters
-    assert cuda_conv_splits(cuda, (64, 64, 112, 112), 3, 49, "float32") == 0  # 514 MB columns
-    for channels in (64, 72, 128, 512, 4096):  # 72 x 9 = 648 terms: 2 slices of 324
-        terms = channels * (9 if channels < 4096 else 1)
-        splits = cuda_conv_splits(cuda, (1, 64, 7, 7), channels, terms // channels, "float32")
-        assert splits > 1, channels
-        part = terms // splits
-        assert part * splits == terms and part % 4 == 0 and part >= MIN_SPLIT_TERMS
-
-
-def test_cuda_matmul_splits_only_products_of_few_tiles_and_enough_work():
-    cuda = Target("cuda -arch=sm_90")
-    assert cuda_matmul_splits(cuda, (1, 128, 2304), 768, "float32") == 2  # GPT-2's QKV
-    assert cuda_matmul_splits(cuda, (1, 128, 768), 3072, "float32") == 8  # its fc2
-    assert cuda_matmul_splits(cuda, (1, 128, 768), 768, "float32") == 0  # 0.15 GFLOP
-    assert cuda_matmul_splits(cuda, (64, 3072), 768, "float32") == 0  # an MLP at 64 rows
-    assert cuda_matmul_splits(cuda, (100, 3072), 1536, "float32") == 0  # rows no 64-tiles
-    assert cuda_matmul_splits(cuda, (1024, 1024), 1024, "float32") == 0  # tiles enough
-    assert cuda_matmul_splits(cuda, (2048, 2048), 2048, "float32") == 0  # staged whole
-    assert cuda_matmul_splits(Target("llvm"), (1, 128, 2304), 768, "float32") == 0
 
 
 def small_map_conv_graph():

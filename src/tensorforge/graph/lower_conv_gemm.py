@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge import te
-from tensorforge.graph.schedules_cuda import SPLIT_CONV_TILE
+from tensorforge.graph.split_k import SPLIT_CONV_TILE
 from tensorforge.graph.values import Anchor, Lazy, in_opmath, opmath_dtype
 from tensorforge.ops.matmul import round_up
 from tensorforge.tune.auto.analytic_gpu import K_SLICE

@@ -23,7 +23,7 @@ from tensorforge.graph.lower_tensor_core import (
     wants_tensor_cores,
 )
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.schedules_cuda import cuda_conv_splits, cuda_matmul_splits
+from tensorforge.graph.split_k import cuda_conv_splits, cuda_matmul_splits
 from tensorforge.graph.symbols import is_symbolic
 from tensorforge.graph.values import (
     Anchor,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tensorforge import te
 from tensorforge.graph.schedules_cuda_rows import ROW_THREADS
-from tensorforge.graph.values import Anchor, in_dtype, numel, opmath_dtype
+from tensorforge.graph.values import Anchor, in_dtype, is_static, numel, opmath_dtype
 
 # terms of a chunk at least: a block of 128 threads, 4 each (schedules_cuda_rows._row_threads)
 MIN_CHUNK = 512
@@ -40,7 +40,7 @@ def row_chunks(target, rows, length, dtype: str) -> Chunks | None:
     8K-term rows, 128 of 512 for 64K; a 64K-term softmax row: 128 chunks."""
     if target.kind != "cuda" or dtype != "float32":
         return None
-    if not isinstance(length, int) or not all(isinstance(r, int) for r in rows):
+    if not is_static((*rows, length)):
         return None
     count = numel(rows)
     capacity = target.sm_count * target.max_threads_per_sm // ROW_THREADS  # blocks
@@ -174,7 +174,7 @@ def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scal
     dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
     kept = tuple(x.shape[: ndim - len(dims)])
     reduced = tuple(x.shape[ndim - len(dims) :])
-    if dims != list(range(len(kept), ndim)) or not all(isinstance(d, int) for d in reduced):
+    if dims != list(range(len(kept), ndim)) or not is_static(reduced):
         return None
     chunks = row_chunks(ctx.target, kept, numel(reduced), acc)
     if chunks is None:

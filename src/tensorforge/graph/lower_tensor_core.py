@@ -22,8 +22,8 @@ import torch
 from tensorforge import te
 from tensorforge.graph.lower_conv_gemm import im2col, positions
 from tensorforge.graph.lowerer import TE_TO_TORCH
-from tensorforge.graph.schedules_cuda import splits_to_fill
-from tensorforge.graph.values import Anchor, Lazy, numel
+from tensorforge.graph.split_k import splits_to_fill
+from tensorforge.graph.values import Anchor, Lazy, is_static, numel
 from tensorforge.ops.matmul import round_up
 
 DTYPES = ("float16", "bfloat16")
@@ -104,7 +104,7 @@ def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool) -> bool:
     matrix computed in the graph (bmm) needs whole 64-column tiles too (it is not padded)."""
     if target.kind != "cuda" or dtype not in DTYPES or target.sm_version < 80:
         return False
-    if not all(isinstance(e, int) for e in (*shape, k)):
+    if not is_static((*shape, k)):
         return False
     n, m = shape[-2:]
     return n >= MIN_ROWS and k % 16 == 0 and (b_constant or m % 64 == 0)
@@ -140,7 +140,7 @@ def wants_tensor_core_conv(target, dtype: str, shape, groups: int, terms, consta
     im2col columns (`terms` = C x KH x KW rows of them) hold at most MAX_COLUMNS elements."""
     if target.kind != "cuda" or dtype not in DTYPES or target.sm_version < 80:
         return False
-    if groups != 1 or not constant or not all(isinstance(e, int) for e in shape):
+    if groups != 1 or not constant or not is_static(shape):
         return False
     N, _, OH, OW = shape
     return N * round_up(terms, 16) * OH * OW <= MAX_COLUMNS

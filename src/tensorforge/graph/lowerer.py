@@ -27,6 +27,7 @@ from tensorforge.graph.values import (
     Unsupported,
     broadcast_index,
     in_dtype,
+    is_static,
     opmath_dtype,
     read_buffer,
     rounded,
@@ -229,7 +230,7 @@ class Lowerer:
         if value.source.kind != "constant":
             return None
         return self.program.constants[value.source].reshape(
-            tuple(int(s) for s in value.shape) if _static(value.shape) else (-1,)
+            tuple(int(s) for s in value.shape) if is_static(value.shape) else (-1,)
         )
 
     def _fold_constants(self, node: torch.fx.Node, args, kwargs):
@@ -500,10 +501,6 @@ def _same(a, b) -> bool:
     from tensorforge.graph.values import same_shape
 
     return same_shape(a, b)
-
-
-def _static(shape) -> bool:
-    return all(isinstance(s, int) for s in shape)
 
 
 def _as_list(value) -> list:

@@ -160,6 +160,11 @@ def same_shape(a: Sequence, b: Sequence) -> bool:
     return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
 
 
+def is_static(sizes) -> bool:
+    """Whether every size is known at compile time (an int, not a symbolic expression)."""
+    return all(isinstance(size, int) for size in sizes)
+
+
 def numel(shape: Shape):
     total = 1
     for size in shape:
