@@ -37,16 +37,14 @@ def wants_cpu_dot(target, dtype: str, shape, k, constant: torch.Tensor | None) -
 
 
 def choose_tiles(target, n: int, m: int, k: int) -> cpu_dot.DotTiles:
-    """The target's tiles (cpu_dot.DotTiles) fitted to the product, with row tiles that leave
-    no padded rows where they can: all n rows up to MOST_ROWS, else a divisor of n from 32 to
-    MOST_ROWS (128 tokens: 2 x 64), else the target's. AMX tiles take rows in 16s."""
+    """The target's tiles (cpu_dot.DotTiles) fitted to the product, with the rows cut into
+    equal tiles of at most MOST_ROWS, so fewer rows are padded than tiles (128 tokens: 2 x 64;
+    130 rows: 3 x 44, two padded, where the target's 48-row tiles would pad 14). AMX tiles
+    take rows in 16s."""
     tiles = cpu_dot.DotTiles.for_target(KIND, target).fitted(n, m, k, KIND)
     if tiles.amx:
         return tiles
-    if n <= MOST_ROWS:
-        rows = n
-    else:
-        rows = next((r for r in range(MOST_ROWS, 31, -1) if n % r == 0), tiles.mr)
+    rows = -(-n // -(-n // MOST_ROWS))
     return cpu_dot.DotTiles(rows, tiles.nr, tiles.kc, tiles.amx, tiles.order)
 
 
