@@ -87,7 +87,7 @@ def dot_kernels(report: str) -> int:
         (1, 37, 100, 10),  # one row; odd k; columns short of a 16-column strip
         (7, 515, 33, 200),  # odd k past kc (3 blocks); 200 = 3 x 64 + 8 columns
         (100, 64, 130, 48),  # 2 row tiles of 50
-        (130, 40, 64, 64),  # rows padded to 3 x 44
+        (130, 40, 160, 64),  # rows padded to 3 x 44; fc1 in parallel tiles (20800 outputs)
     ],
 )
 def test_mlp_on_the_dot_kernel(rows, d_in, hidden, d_out, capsys):
