@@ -10,8 +10,9 @@ The product is declared the way ops/cpu_dot's micro-kernel intrinsic matches it:
 and the kernel's epilogue (bias, GELU, residual adds, the cast to bfloat16: any element-wise
 chain) reads C tile by tile (graph/schedules_cpu_dot.py). Rows past n read row n - 1 (in
 bounds, never stored); k past K reads zeros, as the panels' padding holds zeros, so no NaN of
-a neighbouring value reaches a sum. Targets without the instruction keep lower_linalg's float32
-register tiles.
+a neighbouring value reaches a sum. Targets without the instruction, rows known only at run time
+and bmm (both operands computed: no panels to pack ahead) keep lower_linalg's float32 register
+tiles.
 """
 
 from __future__ import annotations
