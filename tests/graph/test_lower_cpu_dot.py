@@ -87,7 +87,7 @@ def dot_kernels(report: str) -> int:
         (1, 37, 100, 10),  # one row; odd k; columns short of a 16-column strip
         (7, 515, 33, 200),  # odd k past kc (3 blocks); 200 = 3 x 64 + 8 columns
         (100, 64, 130, 48),  # 2 row tiles of 50
-        (130, 40, 64, 64),  # no row tile divides 130: rows padded to 3 x 48
+        (130, 40, 160, 64),  # rows padded to 3 x 44; fc1 in parallel tiles (20800 outputs)
     ],
 )
 def test_mlp_on_the_dot_kernel(rows, d_in, hidden, d_out, capsys):
@@ -144,9 +144,9 @@ def test_wants_cpu_dot_reads_the_target(target, dtype, shape, expected):
 
 @pytest.mark.parametrize(
     "rows, expected",
-    [(1, 1), (64, 64), (100, 50), (128, 64), (130, 48), (4096, 64)],
+    [(1, 1), (64, 64), (67, 34), (100, 50), (128, 64), (130, 44), (4096, 64), (4097, 64)],
 )
-def test_row_tiles_divide_the_rows_where_they_can(rows, expected):
+def test_row_tiles_are_equal_and_pad_fewer_rows_than_tiles(rows, expected):
     assert choose_tiles(Target("llvm -mcpu=znver4"), rows, 768, 768).mr == expected
 
 

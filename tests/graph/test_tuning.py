@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from tensorforge import lower  # noqa: E402
 from tensorforge.graph import backend, tuning  # noqa: E402
 from tensorforge.graph.schedules import schedule_kernel  # noqa: E402
+from tensorforge.ops import cpu_dot  # noqa: E402
 from tensorforge.target import Target  # noqa: E402
 
 MODEL_FILE = """
@@ -44,6 +45,22 @@ def test_a_rule_based_schedule_replays_from_its_trace():
         replayed_s, tensors = task.instantiate(tuning.rule_trace(spec, target))
         replayed = str(lower(replayed_s, tensors, name="f"))
         assert replayed == direct and "ramp(" in direct  # vectorized: the rule was applied
+
+
+@pytest.mark.skipif(
+    not cpu_dot.has_feature("bfloat16", Target("llvm")), reason="this CPU has no AVX512-BF16"
+)
+def test_bfloat16_dot_kernels_are_not_tuning_tasks():
+    """Products on ops/cpu_dot's micro-kernel (a bfloat16 linear here) are left out: the
+    auto-scheduler's sketches cannot express its tensorized call."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(9, 5), torch.nn.GELU()).to(torch.bfloat16)
+    x = torch.randn(3, 9, dtype=torch.bfloat16)
+    kernels = collected(model, x)
+    dot = [(spec, t) for spec, t in kernels if spec.anchor and "cpu_dot" in spec.anchor.info]
+    assert dot
+    assert all(tuning.kernel_task(spec, target) is None for spec, target in dot)
+    assert tuning.collect_tasks(dot) == []
 
 
 def test_tune_torch_writes_a_log_the_backend_applies(tmp_path, capsys):

@@ -10,8 +10,9 @@ The product is declared the way ops/cpu_dot's micro-kernel intrinsic matches it:
 and the kernel's epilogue (bias, GELU, residual adds, the cast to bfloat16: any element-wise
 chain) reads C tile by tile (graph/schedules_cpu_dot.py). Rows past n read row n - 1 (in
 bounds, never stored); k past K reads zeros, as the panels' padding holds zeros, so no NaN of
-a neighbouring value reaches a sum. Targets without the instruction keep lower_linalg's float32
-register tiles.
+a neighbouring value reaches a sum. Targets without the instruction, rows known only at run time
+and bmm (both operands computed: no panels to pack ahead) keep lower_linalg's float32 register
+tiles.
 """
 
 from __future__ import annotations
@@ -37,16 +38,14 @@ def wants_cpu_dot(target, dtype: str, shape, k, constant: torch.Tensor | None) -
 
 
 def choose_tiles(target, n: int, m: int, k: int) -> cpu_dot.DotTiles:
-    """The target's tiles (cpu_dot.DotTiles) fitted to the product, with row tiles that leave
-    no padded rows where they can: all n rows up to MOST_ROWS, else a divisor of n from 32 to
-    MOST_ROWS (128 tokens: 2 x 64), else the target's. AMX tiles take rows in 16s."""
+    """The target's tiles (cpu_dot.DotTiles) fitted to the product, with the rows cut into
+    equal tiles of at most MOST_ROWS, so fewer rows are padded than tiles (128 tokens: 2 x 64;
+    130 rows: 3 x 44, two padded, where the target's 48-row tiles would pad 14). AMX tiles
+    take rows in 16s."""
     tiles = cpu_dot.DotTiles.for_target(KIND, target).fitted(n, m, k, KIND)
     if tiles.amx:
         return tiles
-    if n <= MOST_ROWS:
-        rows = n
-    else:
-        rows = next((r for r in range(MOST_ROWS, 31, -1) if n % r == 0), tiles.mr)
+    rows = -(-n // -(-n // MOST_ROWS))
     return cpu_dot.DotTiles(rows, tiles.nr, tiles.kc, tiles.amx, tiles.order)
 
 

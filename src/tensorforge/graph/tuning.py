@@ -65,10 +65,11 @@ def is_static(spec) -> bool:
 
 
 def kernel_task(spec, target):
-    """The auto-scheduler task of a kernel (None where its sizes are symbolic)."""
+    """The auto-scheduler task of a kernel (None where its sizes are symbolic, or where its
+    product is ops/cpu_dot's micro-kernel: a tensorized call the sketches cannot express)."""
     from tensorforge.tune.auto import SearchTask
 
-    if not is_static(spec):
+    if not is_static(spec) or (spec.anchor is not None and "cpu_dot" in spec.anchor.info):
         return None
     tensors = kernel_tensors(spec)
 
