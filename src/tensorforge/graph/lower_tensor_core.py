@@ -1,5 +1,6 @@
 """Half-precision products on tensor cores (CUDA, sm_80+): mm, addmm, bmm and linear layers of
-float16 or bfloat16 whose reduction is whole 16-term steps.
+float16 or bfloat16 whose reduction is whole 16-term steps, and convolutions as the product of
+their weights and im2col columns (`tensor_core_conv`).
 
 The product is declared the way the tensor-core intrinsics match it (ops/tensor_core.py):
 
@@ -10,7 +11,9 @@ The product is declared the way the tensor-core intrinsics match it (ops/tensor_
 and the kernel's epilogue (bias, GELU, residual adds, the cast to half: any element-wise chain)
 reads CS. Staging the accumulators in shared memory is what lets an arbitrary epilogue follow the
 fragments, whose layout only the store intrinsic knows. Rows past n read row n - 1 (in bounds,
-never stored); a constant right matrix is zero-padded to whole column tiles at compile time.
+never stored); a constant right matrix is zero-padded to whole column tiles at compile time, and
+one computed in the graph (attention's K^T, V) is read unpadded, so its columns must be whole
+tiles. Few tiles over a long k split k into slices whose float32 partials a second kernel sums.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The CUDA schedule of a tensor-core product (graph/lower_tensor_core.py) and its epilogue.
 
 A block computes one block_m x block_n tile of the kernel's output:
-- its 4 warps each accumulate a warp_m x warp_n fragment with `mma.sync` (ops/tensor_core.py's
+- its 4 or 8 warps each accumulate a warp_m x warp_n fragment with `mma.sync` (ops/tensor_core.py's
   intrinsics, through `tensorize`), the A and B tiles of each k step filled by 16-byte `cp.async`
   copies `stages` steps ahead (double_buffer with mbarriers), rows padded so `ldmatrix` reads
   hit distinct banks;
 - the warps store their fragments into the block's float32 tile in shared memory;
-- all 128 threads then compute the epilogue from it, consecutive threads on consecutive
-  columns (coalesced stores; rows and columns past the output's are not stored).
+- all its threads then compute the epilogue from it, EPILOGUE_VECTOR consecutive columns a
+  thread (coalesced stores; rows and columns past the output's are not stored).
 """
 
 from __future__ import annotations
