@@ -299,3 +299,19 @@ def test_an_operator_that_jumps_reads_half_operands_as_stored(dtype, x, y):
     assert compiled.program.fallbacks == []
     for k, (got, expected) in enumerate(zip(compiled([xs, ys]), fn(xs, ys))):
         assert got.dtype == expected.dtype and torch.equal(got, expected), (k, got, expected)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_a_half_tensor_is_compared_with_a_number_rounded_to_its_dtype(dtype):
+    # eager compares float16(0.1) >= 0.1 as float16 values (the number rounded: True); in
+    # float32 the number is not rounded and float16(0.1) < 0.1
+    x = torch.tensor([[0.1, 0.25, -0.1, 2048.0]]).to(dtype)
+    assert x[0, 0].float() != 0.1  # the case: 0.1 is not a half value (nor is 2049)
+
+    def fn(x):
+        return x >= 0.1, x == 0.1, x < 0.1, x != 0.1, torch.where(x > -0.1, x, 0.0), x == 2049
+
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    compiled = compile_aten(gm, [x], {}, Options())
+    for k, (got, expected) in enumerate(zip(compiled([x]), fn(x))):
+        assert torch.equal(got, expected), (k, got, expected)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lowerer import NATIVE
+from tensorforge.graph.lowerer import NATIVE, TE_TO_TORCH
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Lazy, Unsupported, in_dtype, opmath_dtype
 from tensorforge.te import dtype as dt
@@ -154,6 +154,8 @@ def _trunc(v):
 def _compare(fn):
     def lower(ctx, node, a, b):
         compute = _common_dtype([a, b])
+        if dt.is_half(compute):  # eager compares half values: a number is rounded to them too
+            a, b = (_rounded_number(v, compute) for v in (a, b))
         return ctx.pointwise(fn, [a, b], compute=compute)
 
     return lower
@@ -211,6 +213,14 @@ def masked_fill(ctx, node, x, mask, value):
         return te.if_then_else(m.astype("bool"), in_dtype(f, compute), in_dtype(v, compute))
 
     return _mixed(ctx, fn, [x, mask, value], [compute, mask.dtype, compute])
+
+
+def _rounded_number(value, dtype: str):
+    """A Python number as the nearest `dtype` value (2049 in float16: 2048; other operands
+    unchanged)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return value
+    return torch.tensor(value, dtype=TE_TO_TORCH[dtype]).item()
 
 
 def _mixed(ctx, fn, ops, dtypes):
