@@ -124,6 +124,29 @@ def half_split_products(dtype=torch.float16):
     return fn, [t.to(dtype) for t in inputs], (1, 3)
 
 
+def half_edge_products(dtype=torch.float16):
+    """Edges of the tiles: 16 rows and one 16-term k step (no pipeline) into 3 columns, a
+    batched product of one k step, and one output column over 257 16-term steps (a prime: k
+    is not split, block_k 16)."""
+
+    def fn(x, w, q, k, x2, w2):
+        return F.linear(x, w) * 2.0, q @ k, F.linear(x2, w2)
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(16, 16), (3, 16), (5, 16, 16), (5, 16, 64), (31, 4112), (1, 4112)]
+    inputs = [torch.randn(*s, generator=gen) / 4 for s in shapes]
+    return fn, [t.to(dtype) for t in inputs], (1, 5)
+
+
+def test_edge_products_take_one_stage_or_unsplit_k():
+    _, _, compiled = compiled_for(SM90, graph=half_edge_products)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert [s.source for s in kernels] == [SOURCE] * 3
+    tiles = [s.spec.anchor.info["tensor_core"] for s in kernels]
+    assert [(t.block_k, t.stages) for t in tiles] == [(16, 1), (16, 1), (16, 3)]
+    assert kernels[-1].spec.anchor.info["shape"] == (31, 1)  # not split: 4112 / 2 is no 16s
+
+
 def test_few_tiles_over_long_reductions_split_k():
     _, _, compiled = compiled_for(SM90, graph=half_split_products)
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
@@ -139,7 +162,8 @@ def test_few_tiles_over_long_reductions_split_k():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize(
-    "graph, products", [(half_graph, 5), (half_convolutions, 4), (half_split_products, 2)]
+    "graph, products",
+    [(half_graph, 5), (half_convolutions, 4), (half_split_products, 2), (half_edge_products, 3)],
 )
 def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, graph, products):
     _, _, compiled = compiled_for(SM90, graph=graph)
@@ -149,11 +173,12 @@ def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, grap
     # the four convolutions
     assert len(on_tensor_cores) == products, [s.source for s in kernels]
     for k, module in enumerate({id(s.module): s.module for s in on_tensor_cores}.values()):
-        # one module a translation unit: the intrinsics' headers go inside no namespace
+        # one module a translation unit: the intrinsics' headers go inside no namespace; to a
+        # cubin, so ptxas checks the mma, ldmatrix and cp.async operands and the registers too
         source = tmp_path / f"k{k}.cu"
         source.write_text(module.get_source("cuda"))
         result = subprocess.run(
-            ["nvcc", "-arch=sm_90", "--ptx", "-o", str(tmp_path / f"k{k}.ptx"), str(source)],
+            ["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / f"k{k}.cubin"), str(source)],
             capture_output=True,
             text=True,
             check=False,
@@ -163,7 +188,9 @@ def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, grap
 
 @pytest.mark.cuda
 @TORCH_CUDA
-@pytest.mark.parametrize("graph", [half_graph, half_convolutions, half_split_products])
+@pytest.mark.parametrize(
+    "graph", [half_graph, half_convolutions, half_split_products, half_edge_products]
+)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_graph_on_the_gpu_is_as_close_to_fp32_as_eager(graph, dtype):
     fn, inputs, compiled = compiled_for("cuda", "cuda", graph=lambda: graph(dtype))
