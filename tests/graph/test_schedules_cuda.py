@@ -139,9 +139,9 @@ def assert_compiles_with_nvcc(tmp_path, text: str) -> None:
         [
             "nvcc",
             "-arch=sm_90",
-            "--ptx",
+            "-cubin",  # ptxas too: operands, registers, shared memory
             "-o",
-            str(tmp_path / "k.ptx"),
+            str(tmp_path / "k.cubin"),
             str(tmp_path / "kernels.cu"),
         ],
         capture_output=True,
