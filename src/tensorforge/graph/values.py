@@ -118,7 +118,8 @@ def in_dtype(e: Expr, dtype: str) -> Expr:
     """`e` as `dtype`; where `e` is a value computed in `dtype` and rounded to a half type on the
     way (`Cast(float16, x)`, x float32), the rounding is dropped: inside one kernel a chain is
     computed in float32 and rounded once, where it is stored (Inductor's upcast-to-float32
-    code, explicit conversions included, as Inductor does by default)."""
+    code, explicit conversions included, as Inductor does by default). An operator whose result
+    jumps (a comparison, floor) does not call it on its operands: Lowerer.pointwise(jumps=)."""
     if isinstance(e, Cast) and dt.is_half(e.dtype) and e.value.dtype == dtype:
         return e.value  # Cast(float32, Cast(float16, x32)) -> x32
     return e if e.dtype == dtype else e.astype(dtype)
