@@ -10,11 +10,11 @@ and the epilogue then reads that buffer while it is in L1, in vectors along the 
 
 from __future__ import annotations
 
+from tensorforge.graph.schedules_cpu_products import PARALLEL_MIN_ELEMENTS
 from tensorforge.graph.values import numel
 from tensorforge.ops import cpu_dot
 from tensorforge.ops.cpu_dot_kernels import vector_path
 
-PARALLEL_MIN_ELEMENTS = 1 << 14  # outputs below which one thread does all (as schedules.py)
 COPY_VECTOR = 64  # bfloat16 lanes of the left matrix's copy: one zmm
 
 
