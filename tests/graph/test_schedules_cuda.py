@@ -108,6 +108,13 @@ def test_each_cuda_rule_builds_and_compiles_with_nvcc(tmp_path):
     assert_compiles_with_nvcc(tmp_path, joined_sources(modules))
 
 
+def assert_graph_matches_eager(graph, tolerance: float) -> None:
+    """`graph` compiled for the GPU whole (no eager fallback), its calls against eager."""
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=graph)
+    assert not compiled.program.fallbacks
+    assert_matches_eager(fn, inputs, compiled, tolerance)
+
+
 def assert_matches_eager(fn, inputs, compiled, tolerance: float) -> None:
     """Three calls (the first ones launch kernels one by one, later ones a CUDA graph), each
     output against eager torch: its shape, and its largest error relative to its largest value."""
@@ -239,9 +246,7 @@ def test_small_map_convolutions_split_the_reduction(tmp_path):
 @TORCH_CUDA
 def test_small_map_convolutions_match_eager():
     torch.backends.cudnn.allow_tf32 = False
-    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=small_map_conv_graph)
-    assert not compiled.program.fallbacks
-    assert_matches_eager(fn, inputs, compiled, 1e-4)
+    assert_graph_matches_eager(small_map_conv_graph, 1e-4)
 
 
 def head_projection_graph():
@@ -351,9 +356,7 @@ def test_row_reductions_take_a_block_per_row(tmp_path):
 @pytest.mark.cuda
 @TORCH_CUDA
 def test_row_reductions_match_eager():
-    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=rms_norm_graph)
-    assert not compiled.program.fallbacks
-    assert_matches_eager(fn, inputs, compiled, 1e-5)
+    assert_graph_matches_eager(rms_norm_graph, 1e-5)
 
 
 def long_rows_graph():
@@ -400,9 +403,7 @@ def test_few_long_rows_split_in_chunks(tmp_path):
 @pytest.mark.cuda
 @TORCH_CUDA
 def test_few_long_rows_match_eager():
-    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=long_rows_graph)
-    assert not compiled.program.fallbacks
-    assert_matches_eager(fn, inputs, compiled, 1e-4)
+    assert_graph_matches_eager(long_rows_graph, 1e-4)
 
 
 def unet_block_graph():
@@ -439,6 +440,4 @@ def test_unet_block_group_norms_split_in_chunks():
 @TORCH_CUDA
 def test_unet_block_matches_eager():
     torch.backends.cudnn.allow_tf32 = False
-    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=unet_block_graph)
-    assert not compiled.program.fallbacks
-    assert_matches_eager(fn, inputs, compiled, 1e-4)
+    assert_graph_matches_eager(unet_block_graph, 1e-4)

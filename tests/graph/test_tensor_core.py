@@ -6,7 +6,6 @@ that nvcc compiles for sm_90. On a GPU: against an fp32 reference, no worse than
 """
 
 import shutil
-import subprocess
 
 import pytest
 
@@ -23,7 +22,11 @@ from tensorforge.graph.program import BuiltKernel  # noqa: E402
 from tensorforge.graph.schedules_tensor_core import SOURCE  # noqa: E402
 from tensorforge.target import Target  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
-from tests.graph.test_schedules_cuda import compiled_for  # noqa: E402
+from tests.graph.test_schedules_cuda import (  # noqa: E402
+    assert_compiles_with_nvcc,
+    compiled_for,
+    joined_sources,
+)
 
 SM90 = "cuda -arch=sm_90"
 
@@ -172,18 +175,9 @@ def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, grap
     # the three linear layers (k = 96, 208: whole 16-term steps) and the two batched products;
     # the four convolutions
     assert len(on_tensor_cores) == products, [s.source for s in kernels]
-    for k, module in enumerate({id(s.module): s.module for s in on_tensor_cores}.values()):
-        # one module a translation unit: the intrinsics' headers go inside no namespace; to a
-        # cubin, so ptxas checks the mma, ldmatrix and cp.async operands and the registers too
-        source = tmp_path / f"k{k}.cu"
-        source.write_text(module.get_source("cuda"))
-        result = subprocess.run(
-            ["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / f"k{k}.cubin"), str(source)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
+    modules = {id(s.module): s.module for s in on_tensor_cores}.values()  # alike: shared
+    # to a cubin, so ptxas checks the mma, ldmatrix and cp.async operands and the registers too
+    assert_compiles_with_nvcc(tmp_path, joined_sources(modules))
 
 
 @pytest.mark.cuda

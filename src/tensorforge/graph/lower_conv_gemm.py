@@ -132,15 +132,24 @@ def _sum_of_slices(ctx, node, partial, part: int, reads, shape, dtype, index) ->
     splits, *space = (int(e.value) for e in partial.shape)
     info = {"shape": (splits, *space), "stages": [partial], "k": part, "split_k": True}
     product = Anchor("matmul", partial, frozenset(reads), (node.name,), info)
-    acc = opmath_dtype(dtype)
-    summed = ctx.materialize(ctx.anchored(product, lambda ia: partial[tuple(ia)], acc))
+    at_partial = lambda ia: partial[tuple(ia)]  # noqa: E731
+    anchor, total = sum_of_partials(ctx, node, product, at_partial, shape, dtype, index)
+    return ctx.anchored(anchor, lambda ia: total[tuple(ia)], dtype)
+
+
+def sum_of_partials(ctx, node, product: Anchor, at_partial, shape, dtype: str, index=None):
+    """Split-K's second half: the partial products (`product`, its first axis the slices; the
+    value `at_partial` at its indices) written to memory in the accumulator's dtype, and the
+    anchor of their sum over the slices, with that sum (`shape`, a compute the epilogue reads).
+    `index` maps an output index into the partials' (after the slice), the same where None."""
+    partials = ctx.materialize(ctx.anchored(product, at_partial, opmath_dtype(dtype)))
+    splits = product.info["shape"][0]
     z = te.reduce_axis((0, splits), name="z")
     index = index or (lambda *idx: idx)
     total = te.compute(
-        shape,
-        lambda *idx: te.sum(summed.at((z.var, *index(*idx))), axis=z),
+        tuple(shape),
+        lambda *idx: te.sum(partials.at((z.var, *index(*idx))), axis=z),
         name=ctx.unique(f"{node.name}_sum"),
     )
     info = {"shape": tuple(shape), "stages": [total]}
-    anchor = Anchor("reduce", total, frozenset(summed.reads), (node.name,), info)
-    return ctx.anchored(anchor, lambda ia: total[tuple(ia)], dtype)
+    return Anchor("reduce", total, frozenset(partials.reads), (node.name,), info), total

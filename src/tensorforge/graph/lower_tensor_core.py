@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_conv_gemm import im2col, positions
+from tensorforge.graph.lower_conv_gemm import im2col, positions, sum_of_partials
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.split_k import splits_to_fill
 from tensorforge.graph.values import Anchor, Lazy, is_static, numel
+from tensorforge.ops.gemm_fp16 import TensorCoreTiles as PipelineTiles
 from tensorforge.ops.matmul import round_up
 
 DTYPES = ("float16", "bfloat16")
@@ -49,26 +50,13 @@ BLOCK_TILES = (
 
 
 @dataclass(frozen=True)
-class TensorCoreTiles:
-    """A block computes block_m x block_n of the product with warps of warp_m x warp_n, over
-    k steps of block_k staged `stages` deep in shared memory."""
+class TensorCoreTiles(PipelineTiles):
+    """ops/gemm_fp16's tiles (a block of block_m x block_n, warps of warp_m x warp_n, k steps of
+    block_k staged `stages` deep in padded shared rows), and besides them the block's float32
+    tile in shared memory, from which the epilogue reads."""
 
-    block_m: int
-    block_n: int
-    block_k: int
-    warp_m: int
-    warp_n: int
-    stages: int
-
-    @property
-    def warps(self) -> int:
-        return (self.block_m // self.warp_m) * (self.block_n // self.warp_n)
-
-    def shared_bytes(self) -> int:
-        """The A and B tiles of each stage (rows padded by 8 halves) and the float32 tile."""
-        a = self.block_m * (self.block_k + 8)
-        b = self.block_k * (self.block_n + 8)
-        return (a + b) * 2 * self.stages + self.block_m * self.block_n * 4
+    def shared_bytes(self, elem_bytes: int = 2) -> int:
+        return super().shared_bytes(elem_bytes) + self.block_m * self.block_n * 4
 
 
 def choose_tiles(
@@ -102,12 +90,15 @@ def choose_tiles(
     return fits[-1]
 
 
+def _has_tensor_cores(target, dtype: str) -> bool:
+    """mma.m16n8k16 on this dtype: a half dtype on CUDA sm_80+."""
+    return target.kind == "cuda" and dtype in DTYPES and target.sm_version >= 80
+
+
 def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool) -> bool:
     """Half products on sm_80+ of static sizes, 16+ rows and whole 16-term k steps; a right
     matrix computed in the graph (bmm) needs whole 64-column tiles too (it is not padded)."""
-    if target.kind != "cuda" or dtype not in DTYPES or target.sm_version < 80:
-        return False
-    if not is_static((*shape, k)):
+    if not _has_tensor_cores(target, dtype) or not is_static((*shape, k)):
         return False
     n, m = shape[-2:]
     return n >= MIN_ROWS and k % 16 == 0 and (b_constant or m % 64 == 0)
@@ -141,9 +132,7 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
 def wants_tensor_core_conv(target, dtype: str, shape, groups: int, terms, constant: bool) -> bool:
     """Half convolutions with constant weights and one group on sm_80+, of static sizes, whose
     im2col columns (`terms` = C x KH x KW rows of them) hold at most MAX_COLUMNS elements."""
-    if target.kind != "cuda" or dtype not in DTYPES or target.sm_version < 80:
-        return False
-    if groups != 1 or not constant or not is_static(shape):
+    if not _has_tensor_cores(target, dtype) or groups != 1 or not constant or not is_static(shape):
         return False
     N, _, OH, OW = shape
     return N * round_up(terms, 16) * OH * OW <= MAX_COLUMNS
@@ -208,13 +197,7 @@ def _product(ctx, node, shape, tiles, a_tile: te.Tensor, b_tile: te.Tensor, read
     anchor = Anchor("matmul", C, frozenset(reads), (node.name,), info)
     if splits == 1:
         return anchor, lambda ia: staged[tuple(ia)]
-    partials = ctx.materialize(ctx.anchored(anchor, lambda ia: staged[tuple(ia)], "float32"))
-    z = te.reduce_axis((0, splits), name="z")
-    total = te.compute(
-        tuple(shape),
-        lambda *idx: te.sum(partials.at((z.var, *idx)), axis=z),
-        name=ctx.unique(f"{node.name}_sum"),
+    summed, total = sum_of_partials(
+        ctx, node, anchor, lambda ia: staged[tuple(ia)], shape, "float32"
     )
-    info = {"shape": tuple(shape), "stages": [total]}
-    summed = Anchor("reduce", total, frozenset(partials.reads), (node.name,), info)
     return summed, lambda ia: total[tuple(ia)]

@@ -10,7 +10,7 @@ import os
 
 from tensorforge.graph.lower_linalg import matmul_tiles
 from tensorforge.graph.values import numel, opmath_dtype
-from tensorforge.ops.conv2d import filter_block
+from tensorforge.ops.conv2d import filter_block, register_tile
 
 PARALLEL_MIN_ELEMENTS = 1 << 14  # below this, one thread: waking the pool costs more
 PANEL_PREFETCH_BYTES = 1 << 20  # two weight panels and the left matrix: L2 holds them
@@ -131,21 +131,8 @@ def schedule_conv2d(s, out, anchor, target) -> None:
     x_vectors = row_vectors if row_vectors <= 4 else 3
     most = filter_block(x_vectors, target)
     f_block = next((b for b in (8, 4, 2, 1) if b <= most and isinstance(F, int) and F % b == 0), 1)
-    b, f, y, x = s[out].op.axis
-    fo, fi = s[out].split(f, factor=f_block)
-    xo, xi = s[out].split(x, factor=lanes * x_vectors)
-    s[out].reorder(b, y, fo, xo, fi, xi)
-    s[out].vectorize(xi)
-    rows = s[out].fuse(b, y)
-    s[out].parallel(rows)
-    s[conv].compute_at(s[out], xo)
-    cb, cf, cy, cx = s[conv].op.axis
-    rc, ry, rx = s[conv].op.reduce_axis
-    s[conv].reorder(cb, cy, rc, ry, rx, cf, cx)
-    s[conv].unroll(cf)
-    cxo, cxi = s[conv].split(cx, factor=lanes)
-    s[conv].unroll(cxo)
-    s[conv].vectorize(cxi)
+    b, y = register_tile(s, out, conv, f_block, lanes, x_vectors)
+    s[out].parallel(s[out].fuse(b, y))
 
 
 def _conv2d_filter_vectors(s, out, anchor, target) -> None:

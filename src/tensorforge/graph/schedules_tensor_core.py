@@ -13,10 +13,9 @@ A block computes one block_m x block_n tile of the kernel's output:
 from __future__ import annotations
 
 from tensorforge import te
+from tensorforge.ops.gemm_fp16 import PAD, WARP
 from tensorforge.ops.tensor_core import mma_store, mma_sync
 
-WARP = 32
-PAD = 8  # halves added to each shared row: ldmatrix's 8 rows in distinct banks
 # ptxas budgets registers for this many resident blocks (1: up to 255 a thread, the fragments of
 # the next k step in flight beside the accumulators)
 LAUNCH_MIN_BLOCKS = 1

@@ -188,13 +188,21 @@ def _schedule(
         xo, xi = s[padded].split(x, factor=lanes)
         s[padded].vectorize(xi)
     acc = s.cache_write(out, "local")
+    _, y = register_tile(s, out, acc, f_block, lanes, x_vectors)
+    if parallel:
+        s[out].parallel(y)
+    return s, [data, weight, out]
+
+
+def register_tile(s, out, acc, f_block: int, lanes: int, x_vectors: int):
+    """Tile `out` (b, f, y, x) in `f_block` filters x `x_vectors` vectors of a row, each tile
+    accumulated in registers by `acc` (the convolution's reduction stage) over the whole window,
+    the epilogue applied as the tile is stored. Returns (b, y), the loops to run in parallel."""
     b, f, y, x = s[out].op.axis
     fo, fi = s[out].split(f, factor=f_block)
     xo, xi = s[out].split(x, factor=lanes * x_vectors)
     s[out].reorder(b, y, fo, xo, fi, xi)
     s[out].vectorize(xi)
-    if parallel:
-        s[out].parallel(y)
     s[acc].compute_at(s[out], xo)
     ab, af, ay, ax = s[acc].op.axis
     rc, ry, rx = s[acc].op.reduce_axis
@@ -203,4 +211,4 @@ def _schedule(
     axo, axi = s[acc].split(ax, factor=lanes)
     s[acc].unroll(axo)
     s[acc].vectorize(axi)
-    return s, [data, weight, out]
+    return b, y
