@@ -80,16 +80,64 @@ def cpu_dot_product(ctx, node, a: Lazy, constant: torch.Tensor, shape, dtype: st
 
 def _a_tile(ctx, node, a: Lazy, n: int, k: int, rows: int, depth: int) -> te.Tensor:
     """The left matrix as the micro-kernel reads it: its own buffer where that is already an
-    n x k bfloat16 matrix of whole tiles, else a stage that lays it out so (padded, and a view
-    of another shape, such as [batch, seq, k] rows, made one matrix)."""
-    source = a.source
+    n x k bfloat16 matrix of whole tiles (batches of them, for bmm), else a stage that lays it
+    out so (padded, and a view of another shape, such as [batch, seq, k] rows, made one
+    matrix, or attention's Q, a strided view of the qkv projection)."""
+    source, *lead = a.source, *a.shape[:-2]
     if (rows, depth) == (n, k) and source is not None and a.dtype == "bfloat16":
-        if tuple(source.shape) == (n, k):
+        if tuple(source.shape) == (*lead, n, k):
             return source.placeholder
     zero = te.const(0, "bfloat16")
 
-    def at(i, kk):
-        value = a.at((te.min(i, n - 1), kk)).astype("bfloat16")
+    def at(*idx):
+        *bi, i, kk = idx
+        value = a.at((*bi, te.min(i, n - 1), kk)).astype("bfloat16")
         return value if depth == k else te.if_then_else(kk < k, value, zero)
 
-    return te.compute((rows, depth), at, name=ctx.unique(f"{node.name}_a_tile"))
+    return te.compute((*lead, rows, depth), at, name=ctx.unique(f"{node.name}_a_tile"))
+
+
+def wants_cpu_dot_bmm(target, dtype: str, shape, k) -> bool:
+    """A batched bfloat16 product of static sizes (attention's Q K^T and P V: both operands
+    computed), for a CPU target that has the dot instruction."""
+    if target.kind != "llvm" or dtype != "bfloat16":
+        return False
+    if len(shape) != 3 or not all(isinstance(e, int) for e in (*shape, k)):
+        return False
+    return cpu_dot.has_feature(KIND, target)
+
+
+def cpu_dot_bmm(ctx, node, a: Lazy, b: Lazy, shape, dtype: str) -> Lazy:
+    """The anchor of a batched product on the dot micro-kernel: the right matrices packed into
+    the VNNI panels at run time, in the kernel, before the products (a stage:
+    P[e, p, q, x, t] = B[e, 2q + t, p nr + x], zero past k and m), then each batch entry's
+    product as mm's (the module doc)."""
+    batch, n, m = shape
+    k = int(a.shape[-1])
+    tiles = choose_tiles(ctx.target, n, m, k)
+    cpu_dot.load_microkernels(ctx.target)
+    rows, cols = cpu_dot.round_up(n, tiles.mr), cpu_dot.round_up(m, tiles.nr)
+    depth = cpu_dot.round_up(k, tiles.kc)
+    step, nr = cpu_dot.KINDS[KIND].step, tiles.nr
+    a_tile = _a_tile(ctx, node, a, n, k, rows, depth)
+    zero = te.const(0, "bfloat16")
+
+    def pack(e, p, q, x, t):
+        kk, j = q * step + t, p * nr + x
+        value = b.at((e, te.min(kk, k - 1), te.min(j, m - 1))).astype("bfloat16")
+        return te.if_then_else(te.all(kk < k, j < m), value, zero)
+
+    panel_shape = (batch, cols // nr, depth // step, nr, step)
+    panels = te.compute(panel_shape, pack, name=ctx.unique(f"{node.name}_panels"))
+    r = te.reduce_axis((0, depth), name="k")
+
+    def product(e, i, j):
+        b_at = panels[e, j // nr, r.var // step, j % nr, r.var % step]
+        return te.sum(a_tile[e, i, r.var].astype("float32") * b_at.astype("float32"), axis=r)
+
+    C = te.compute((batch, rows, cols), product, name=ctx.unique(f"mm_{node.name}"))
+    stages = [C] + ([a_tile] if isinstance(a_tile.op, te.ComputeOp) else [])
+    info = {"shape": tuple(shape), "stages": stages, "k": depth, "cpu_dot": tiles}
+    info["pack"] = panels
+    anchor = Anchor("matmul", C, frozenset(a.reads | b.reads), (node.name,), info)
+    return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)

@@ -29,31 +29,39 @@ def source(anchor, target) -> str:
 
 
 def schedule_cpu_dot(s, out, anchor, target) -> str:
-    """Schedule the product `anchor` (info["cpu_dot"]: its DotTiles) under output stage `out`."""
+    """Schedule the product `anchor` (info["cpu_dot"]: its DotTiles) under output stage `out`:
+    one task per tile of each batch entry; the left matrix's copy and (bmm) the right ones'
+    panels, where the kernel makes them, before the products."""
     tiles = anchor.info["cpu_dot"]
     C, *a_tile = anchor.info["stages"]
-    i, j = s[out].op.axis
+    *batch, i, j = s[out].op.axis
     io, jo, ii, ji = s[out].tile(i, j, tiles.mr, tiles.nr)
     s[out].vectorize(ji)
-    tile = s[out].fuse(io, jo)  # one task per tile: as many as there are, rows or panels
+    tile = s[out].fuse(*batch, io, jo)  # one task per tile: as many as there are
     threads = numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
     if threads:
         s[out].parallel(tile)
 
     s[C].compute_at(s[out], tile)
-    ci, cj = s[C].op.axis
+    *cb, ci, cj = s[C].op.axis
     (ck,) = s[C].op.reduce_axis
     depth = anchor.info["k"]
     if depth > tiles.kc:  # k blocks outside: the tile reset, then accumulated block by block
         ko, ki = s[C].split(ck, factor=tiles.kc)
-        s[C].reorder(ko, ci, cj, ki)
+        s[C].reorder(*cb, ko, ci, cj, ki)
     intrin = cpu_dot.dot_intrin("bfloat16", tiles.mr, tiles.kc, tiles.nr, target, tiles.amx)
     s[C].tensorize(ci, intrin)
 
     for stage in a_tile:  # the left matrix laid out (padded) before the products, in vectors
-        rows, cols = s[stage].op.axis
+        *lead, rows, cols = s[stage].op.axis
         _, lanes = s[stage].split(cols, factor=COPY_VECTOR)
         s[stage].vectorize(lanes)
         if threads:
-            s[stage].parallel(rows)
+            s[stage].parallel(s[stage].fuse(*lead, rows))
+    pack = anchor.info.get("pack")
+    if pack is not None:  # bmm: the right matrices' panels, a panel row (nr x 2) a vector
+        e, p, q, x, t = s[pack].op.axis
+        s[pack].vectorize(s[pack].fuse(x, t))
+        if threads:
+            s[pack].parallel(s[pack].fuse(e, p))
     return source(anchor, target)
