@@ -124,9 +124,36 @@ def test_targets_without_the_instruction_keep_float32_tiles(target, capsys):
     assert "register-tiled panels" in report, report
 
 
-def test_rows_known_at_run_time_keep_float32_tiles(capsys):
-    report = check_bf16(Mlp(37, 64, 37, residual=True), torch.randn(9, 37), capsys, dynamic=True)
-    assert dot_kernels(report) == 0, report
+@needs_dot
+def test_rows_known_at_run_time_compile_once_and_take_the_dot_kernel(capsys):
+    """One compile under dynamic=True serves 7, 64, 65 (a last tile of 1 row) and 129 rows:
+    the last tile's calls take the rows left, no padding; each as accurate as eager on fresh
+    data. 1 row compiles again (Dynamo specializes a size of 1: F.linear guards on it)."""
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    torch.manual_seed(0)
+    model = Mlp(37, 100, 37, residual=True).eval().to(torch.bfloat16)
+    fast, graphs = compiled_once(model)
+    unit = torch.finfo(torch.bfloat16).eps / 2
+    with torch.no_grad():
+        for rows in (9, 7, 64, 65, 129, 1):
+            x = (torch.randn(rows, 37) * 2).to(torch.bfloat16)
+            reference = copy.deepcopy(model).float()(x.float()).double()
+            ours, eagers = error(fast(x), reference), error(model(x), reference)
+            assert ours <= 2 * eagers + unit / 4, f"{rows} rows: {ours:.2e}, eager's {eagers:.2e}"
+            assert len(graphs) == (1 if rows > 1 else 2)
+    steps = _find_compiled(graphs[0]).steps
+    assert sum(DOT in getattr(step, "source", "") for step in steps) == 2, steps
+
+
+@needs_dot
+def test_rows_known_at_run_time_of_a_gpt2_block(capsys):
+    """dynamic=True over the sequence: the linear layers take the dot kernel (attention's
+    products, of a run-time sequence, keep the float32 tiles)."""
+    torch.manual_seed(3)
+    report = check_bf16(Block(64, 4), torch.randn(1, 33, 64), capsys, dynamic=True)
+    assert dot_kernels(report) == 4, report
 
 
 @pytest.mark.parametrize(

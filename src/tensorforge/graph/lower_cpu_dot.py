@@ -28,11 +28,11 @@ MOST_ROWS = 64  # rows of C per micro-kernel call: A's 64 x kc block stays in L1
 
 
 def wants_cpu_dot(target, dtype: str, shape, k, constant: torch.Tensor | None) -> bool:
-    """A bfloat16 product of static sizes with constant weights, for a CPU target that has the
-    dot instruction (the target's features, not this host's)."""
+    """A bfloat16 product with constant weights (rows static or known only at run time), for a
+    CPU target that has the dot instruction (the target's features, not this host's)."""
     if target.kind != "llvm" or dtype != "bfloat16" or constant is None:
         return False
-    if len(shape) != 2 or not all(isinstance(e, int) for e in (*shape, k)):
+    if len(shape) != 2 or not all(isinstance(e, int) for e in (shape[1], k)):
         return False
     return cpu_dot.has_feature(KIND, target)
 
@@ -54,9 +54,12 @@ def cpu_dot_product(ctx, node, a: Lazy, constant: torch.Tensor, shape, dtype: st
     product's shape."""
     n, m = shape
     k = int(a.shape[-1])
-    tiles = choose_tiles(ctx.target, n, m, k)
+    static = isinstance(n, int)
+    tiles = choose_tiles(ctx.target, n if static else MOST_ROWS, m, k)
     cpu_dot.load_microkernels(ctx.target)  # their symbols, for the kernel built (or loaded) next
-    rows, cols = cpu_dot.round_up(n, tiles.mr), cpu_dot.round_up(m, tiles.nr)
+    # rows known at run time: no padding, the last tile's calls take the rows left (dot_intrin)
+    rows = cpu_dot.round_up(n, tiles.mr) if static else n
+    cols = cpu_dot.round_up(m, tiles.nr)
     depth = cpu_dot.round_up(k, tiles.kc)
     step = cpu_dot.KINDS[KIND].step
     padded = torch.zeros(depth, cols, dtype=torch.bfloat16)
@@ -64,6 +67,8 @@ def cpu_dot_product(ctx, node, a: Lazy, constant: torch.Tensor, shape, dtype: st
     panels = padded.reshape(depth // step, step, cols // tiles.nr, tiles.nr)
     weights = ctx.add_constant(panels.permute(2, 0, 3, 1), f"{node.name}_panels")
     a_tile = _a_tile(ctx, node, a, n, k, rows, depth)
+    if not static:  # C's tiles whole (the last one's rows past n never written nor read)
+        rows = (n + tiles.mr - 1) // tiles.mr * tiles.mr
     r = te.reduce_axis((0, depth), name="k")
     packed, nr = weights.source.placeholder, tiles.nr
 
@@ -74,6 +79,8 @@ def cpu_dot_product(ctx, node, a: Lazy, constant: torch.Tensor, shape, dtype: st
     C = te.compute((rows, cols), product, name=ctx.unique(f"mm_{node.name}"))
     stages = [C] + ([a_tile] if isinstance(a_tile.op, te.ComputeOp) else [])
     info = {"shape": tuple(shape), "stages": stages, "k": depth, "cpu_dot": tiles}
+    if not static:
+        info["run_time_rows"] = n
     anchor = Anchor("matmul", C, frozenset(a.reads | weights.reads), (node.name,), info)
     return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)
 
@@ -84,14 +91,15 @@ def _a_tile(ctx, node, a: Lazy, n: int, k: int, rows: int, depth: int) -> te.Ten
     out so (padded, and a view of another shape, such as [batch, seq, k] rows, made one
     matrix, or attention's Q, a strided view of the qkv projection)."""
     source, *lead = a.source, *a.shape[:-2]
-    if (rows, depth) == (n, k) and source is not None and a.dtype == "bfloat16":
-        if tuple(source.shape) == (*lead, n, k):
+    padded = rows is not n and rows != n  # (rows known at run time are never padded)
+    if not padded and depth == k and source is not None and a.dtype == "bfloat16":
+        if isinstance(n, int) and tuple(source.shape) == (*lead, n, k):
             return source.placeholder
     zero = te.const(0, "bfloat16")
 
     def at(*idx):
         *bi, i, kk = idx
-        value = a.at((*bi, te.min(i, n - 1), kk)).astype("bfloat16")
+        value = a.at((*bi, te.min(i, n - 1) if padded else i, kk)).astype("bfloat16")
         return value if depth == k else te.if_then_else(kk < k, value, zero)
 
     return te.compute((*lead, rows, depth), at, name=ctx.unique(f"{node.name}_a_tile"))

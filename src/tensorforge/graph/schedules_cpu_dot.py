@@ -37,10 +37,18 @@ def schedule_cpu_dot(s, out, anchor, target) -> str:
     *batch, i, j = s[out].op.axis
     io, jo, ii, ji = s[out].tile(i, j, tiles.mr, tiles.nr)
     s[out].vectorize(ji)
-    tile = s[out].fuse(*batch, io, jo)  # one task per tile: as many as there are
-    threads = numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
+    rows = anchor.info.get("run_time_rows")  # None: static rows, padded to whole tiles
+    if rows is None:
+        tile = s[out].fuse(*batch, io, jo)  # one task per tile: as many as there are
+    else:
+        # the column panels in parallel, the row tiles inside: a row tile's loop of its own
+        # proves its C tile inside C's rows (rounded up to whole tiles), which a fused index
+        # (io = fused // panels) did not, so its calls were taken for a partial tile's
+        s[out].reorder(jo, io)
+        tile = io
+    threads = rows is not None or numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
     if threads:
-        s[out].parallel(tile)
+        s[out].parallel(jo if rows is not None else tile)
 
     s[C].compute_at(s[out], tile)
     *cb, ci, cj = s[C].op.axis
@@ -49,7 +57,7 @@ def schedule_cpu_dot(s, out, anchor, target) -> str:
     if depth > tiles.kc:  # k blocks outside: the tile reset, then accumulated block by block
         ko, ki = s[C].split(ck, factor=tiles.kc)
         s[C].reorder(*cb, ko, ci, cj, ki)
-    intrin = cpu_dot.dot_intrin("bfloat16", tiles.mr, tiles.kc, tiles.nr, target, tiles.amx)
+    intrin = cpu_dot.dot_intrin("bfloat16", tiles.mr, tiles.kc, tiles.nr, target, tiles.amx, rows)
     s[C].tensorize(ci, intrin)
 
     for stage in a_tile:  # the left matrix laid out (padded) before the products, in vectors
