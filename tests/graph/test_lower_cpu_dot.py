@@ -125,20 +125,22 @@ def test_targets_without_the_instruction_keep_float32_tiles(target, capsys):
 
 
 @needs_dot
-def test_rows_known_at_run_time_compile_once_and_take_the_dot_kernel(capsys):
+@pytest.mark.parametrize("d_in, hidden, d_out", [(37, 100, 37), (515, 33, 200)])
+def test_rows_known_at_run_time_compile_once_and_take_the_dot_kernel(d_in, hidden, d_out):
     """One compile under dynamic=True serves 7, 64, 65 (a last tile of 1 row) and 129 rows:
     the last tile's calls take the rows left, no padding; each as accurate as eager on fresh
-    data. 1 row compiles again (Dynamo specializes a size of 1: F.linear guards on it)."""
+    data. 1 row compiles again (Dynamo specializes a size of 1: F.linear guards on it).
+    515 inputs: k in 3 blocks (each tile reset before them)."""
     from tests.graph.test_dynamic_and_cuda import _find_compiled
     from tests.graph.test_dynamic_rows import compiled_once
 
     torch.manual_seed(0)
-    model = Mlp(37, 100, 37, residual=True).eval().to(torch.bfloat16)
+    model = Mlp(d_in, hidden, d_out, residual=d_in == d_out).eval().to(torch.bfloat16)
     fast, graphs = compiled_once(model)
     unit = torch.finfo(torch.bfloat16).eps / 2
     with torch.no_grad():
         for rows in (9, 7, 64, 65, 129, 1):
-            x = (torch.randn(rows, 37) * 2).to(torch.bfloat16)
+            x = (torch.randn(rows, d_in) * 2).to(torch.bfloat16)
             reference = copy.deepcopy(model).float()(x.float()).double()
             ours, eagers = error(fast(x), reference), error(model(x), reference)
             assert ours <= 2 * eagers + unit / 4, f"{rows} rows: {ours:.2e}, eager's {eagers:.2e}"

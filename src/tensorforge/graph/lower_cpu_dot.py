@@ -1,5 +1,6 @@
 """bfloat16 products on the CPU's dot-product instructions (AVX512-BF16 `vdpbf16ps`, AMX
-`tdpbf16ps`): mm, addmm and linear layers whose right matrix is a constant (the weights).
+`tdpbf16ps`): mm, addmm and linear layers whose right matrix is a constant (the weights), and
+bmm / matmul of two computed matrices (attention's Q K^T and P V).
 
 The product is declared the way ops/cpu_dot's micro-kernel intrinsic matches it:
 
@@ -10,9 +11,15 @@ The product is declared the way ops/cpu_dot's micro-kernel intrinsic matches it:
 and the kernel's epilogue (bias, GELU, residual adds, the cast to bfloat16: any element-wise
 chain) reads C tile by tile (graph/schedules_cpu_dot.py). Rows past n read row n - 1 (in
 bounds, never stored); k past K reads zeros, as the panels' padding holds zeros, so no NaN of
-a neighbouring value reaches a sum. Targets without the instruction, rows known only at run time
-and bmm (both operands computed: no panels to pack ahead) keep lower_linalg's float32 register
-tiles.
+a neighbouring value reaches a sum.
+
+Rows known only at run time (dynamic=True) are not padded: C's rows are rounded up to whole
+tiles, and each call of the micro-kernel is given the rows its tile has (dot_intrin's `rows`),
+so A's rows past n are never read and C's never written (nor read: the epilogue's rows are
+guarded). bmm packs each batch entry's right matrix into the panels at run time, a stage of the
+product's kernel (P[e, p, q, x, t] = B[e, 2q + t, p nr + x], zero past K and m): attention's
+K^T is read there as it lies, with no transpose kernel before it. Targets without the
+instruction, and bmm of run-time sizes, keep lower_linalg's float32 register tiles.
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.values import Anchor, Lazy
+from tensorforge.ir.arith import simplify_expr
 from tensorforge.ops import cpu_dot
+from tensorforge.te.expr import TensorRead
+from tensorforge.te.visit import walk
 
 KIND = "bfloat16"
 MOST_ROWS = 64  # rows of C per micro-kernel call: A's 64 x kc block stays in L1 beside the panel
@@ -66,7 +76,7 @@ def cpu_dot_product(ctx, node, a: Lazy, constant: torch.Tensor, shape, dtype: st
     padded[:k, :m] = constant
     panels = padded.reshape(depth // step, step, cols // tiles.nr, tiles.nr)
     weights = ctx.add_constant(panels.permute(2, 0, 3, 1), f"{node.name}_panels")
-    a_tile = _a_tile(ctx, node, a, n, k, rows, depth)
+    a_at, a_tile = _a_tile(ctx, node, a, n, k, rows, depth)
     if not static:  # C's tiles whole (the last one's rows past n never written nor read)
         rows = (n + tiles.mr - 1) // tiles.mr * tiles.mr
     r = te.reduce_axis((0, depth), name="k")
@@ -74,10 +84,10 @@ def cpu_dot_product(ctx, node, a: Lazy, constant: torch.Tensor, shape, dtype: st
 
     def product(i, j):
         b_at = packed[j // nr, r.var // step, j % nr, r.var % step]
-        return te.sum(a_tile[i, r.var].astype("float32") * b_at.astype("float32"), axis=r)
+        return te.sum(a_at((i, r.var)).astype("float32") * b_at.astype("float32"), axis=r)
 
     C = te.compute((rows, cols), product, name=ctx.unique(f"mm_{node.name}"))
-    stages = [C] + ([a_tile] if isinstance(a_tile.op, te.ComputeOp) else [])
+    stages = [C] + ([a_tile] if a_tile is not None else [])
     info = {"shape": tuple(shape), "stages": stages, "k": depth, "cpu_dot": tiles}
     if not static:
         info["run_time_rows"] = n
@@ -85,16 +95,14 @@ def cpu_dot_product(ctx, node, a: Lazy, constant: torch.Tensor, shape, dtype: st
     return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)
 
 
-def _a_tile(ctx, node, a: Lazy, n: int, k: int, rows: int, depth: int) -> te.Tensor:
-    """The left matrix as the micro-kernel reads it: its own buffer where that is already an
-    n x k bfloat16 matrix of whole tiles (batches of them, for bmm), else a stage that lays it
-    out so (padded, and a view of another shape, such as [batch, seq, k] rows, made one
-    matrix, or attention's Q, a strided view of the qkv projection)."""
-    source, *lead = a.source, *a.shape[:-2]
+def _a_tile(ctx, node, a: Lazy, n: int, k: int, rows: int, depth: int):
+    """The left matrix as the micro-kernel reads it: (read, None) where `a` is already such
+    rows in memory (row-major rows of whole tiles of a bfloat16 buffer: its own, the qkv
+    projection's columns that are attention's Q), else (read, stage) of a stage that lays it
+    out so (padded, or of a view that is no such rows). read(index) -> the value."""
     padded = rows is not n and rows != n  # (rows known at run time are never padded)
-    if not padded and depth == k and source is not None and a.dtype == "bfloat16":
-        if isinstance(n, int) and tuple(source.shape) == (*lead, n, k):
-            return source.placeholder
+    if not padded and depth == k and _rows_in_memory(a):
+        return a.at, None
     zero = te.const(0, "bfloat16")
 
     def at(*idx):
@@ -102,7 +110,27 @@ def _a_tile(ctx, node, a: Lazy, n: int, k: int, rows: int, depth: int) -> te.Ten
         value = a.at((*bi, te.min(i, n - 1) if padded else i, kk)).astype("bfloat16")
         return value if depth == k else te.if_then_else(kk < k, value, zero)
 
-    return te.compute((*lead, rows, depth), at, name=ctx.unique(f"{node.name}_a_tile"))
+    stage = te.compute((*a.shape[:-2], rows, depth), at, name=ctx.unique(f"{node.name}_a_tile"))
+    return (lambda idx: stage[tuple(idx)]), stage
+
+
+def _rows_in_memory(a: Lazy) -> bool:
+    """Does `a` read one bfloat16 buffer at [..., base + i, base + k] (bases free of i and k):
+    rows the micro-kernel can read where they lie, one row stride apart?"""
+    if a.dtype != "bfloat16" or len(a.reads) != 1 or a.ndim < 2:
+        return False
+    (buf,) = a.reads
+    idx = tuple(te.var(f"a_index{d}") for d in range(a.ndim))
+    read = a.at(idx)
+    if not isinstance(read, TensorRead) or read.tensor is not buf.placeholder:
+        return False
+    *outer, row, col = read.indices
+    i, kk = idx[-2:]
+
+    def free(e) -> bool:
+        return not any(v is i or v is kk for v in walk(simplify_expr(e)))
+
+    return all(map(free, outer)) and free(row - i) and free(col - kk)
 
 
 def wants_cpu_dot_bmm(target, dtype: str, shape, k) -> bool:
@@ -127,7 +155,7 @@ def cpu_dot_bmm(ctx, node, a: Lazy, b: Lazy, shape, dtype: str) -> Lazy:
     rows, cols = cpu_dot.round_up(n, tiles.mr), cpu_dot.round_up(m, tiles.nr)
     depth = cpu_dot.round_up(k, tiles.kc)
     step, nr = cpu_dot.KINDS[KIND].step, tiles.nr
-    a_tile = _a_tile(ctx, node, a, n, k, rows, depth)
+    a_at, a_tile = _a_tile(ctx, node, a, n, k, rows, depth)
     zero = te.const(0, "bfloat16")
 
     def pack(e, p, q, x, t):
@@ -141,10 +169,10 @@ def cpu_dot_bmm(ctx, node, a: Lazy, b: Lazy, shape, dtype: str) -> Lazy:
 
     def product(e, i, j):
         b_at = panels[e, j // nr, r.var // step, j % nr, r.var % step]
-        return te.sum(a_tile[e, i, r.var].astype("float32") * b_at.astype("float32"), axis=r)
+        return te.sum(a_at((e, i, r.var)).astype("float32") * b_at.astype("float32"), axis=r)
 
     C = te.compute((batch, rows, cols), product, name=ctx.unique(f"mm_{node.name}"))
-    stages = [C] + ([a_tile] if isinstance(a_tile.op, te.ComputeOp) else [])
+    stages = [C] + ([a_tile] if a_tile is not None else [])
     info = {"shape": tuple(shape), "stages": stages, "k": depth, "cpu_dot": tiles}
     info["pack"] = panels
     anchor = Anchor("matmul", C, frozenset(a.reads | b.reads), (node.name,), info)

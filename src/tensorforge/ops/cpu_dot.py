@@ -189,7 +189,9 @@ def dot_intrin(kind: str, mr: int, kc: int, nr: int = 64, target: Target | None 
                 kc, use_amx, init,
             )  # fmt: skip
 
-        reset = tir.call_extern("int32", spec.reset + tag, cc.access_ptr("w"), cc.strides[0], count, nr)  # fmt: skip
+        # (all mr rows: C's tile is whole, and the reset runs outside the k blocks, where A's
+        # offset, which names a k block, is not defined)
+        reset = tir.call_extern("int32", spec.reset + tag, cc.access_ptr("w"), cc.strides[0], mr, nr)  # fmt: skip
         return dot(1), reset, dot(0)
 
     return te.decl_tensor_intrin(c.op, fintrin, name=f"{kind}_dot_{mr}x{nr}x{kc}", binds=binds)
