@@ -86,3 +86,20 @@ def test_batched_products_of_odd_sizes(batch, n, k, m, capsys):
 def test_targets_without_the_instruction_keep_float32_attention(target, capsys):
     report = check_bf16(Attention(2, 16), torch.randn(1, 9, 32), capsys, target)
     assert dot_kernels(report) == 0, report
+
+
+def test_an_amx_target_builds_batched_products_with_amx_tiles():
+    """Sapphire Rapids (AMX): its 16-row tiles for each batch entry; built, not run (this
+    host may lack AMX and AVX512-FP16)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+
+    a = torch.randn(3, 100, 64, dtype=torch.bfloat16)
+    b = torch.randn(3, 64, 129, dtype=torch.bfloat16)
+    gm = make_fx(torch.bmm, decomposition_table=decompositions())(a, b)
+    options = Options(target="llvm -mcpu=sapphirerapids")
+    (kernel,) = compile_aten(gm, [a, b], {}, options).program.steps
+    tiles = kernel.anchor.info["cpu_dot"]
+    assert tiles.amx and tiles.mr % 16 == 0 and tiles.kc % 32 == 0
+    assert kernel.anchor.info["pack"] is not None  # b's panels packed in the kernel
