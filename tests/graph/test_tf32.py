@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from tensorforge.graph import Options  # noqa: E402
+from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
 from tensorforge.graph.cache import graph_key  # noqa: E402
 from tensorforge.graph.lower_tensor_core import choose_tiles, wants_tensor_cores  # noqa: E402
 from tensorforge.graph.options import Float32Precision  # noqa: E402
@@ -219,3 +219,15 @@ def test_with_the_flags_off_float32_stays_exact_on_the_gpu(name):
     torch.cuda.synchronize()
     for g, r in zip(got, reference):
         assert relative_error(g, r) < 1e-5
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_check_holds_a_tf32_graph_to_tf32s_rounding_on_the_gpu():
+    set_tf32(conv=True, matmul=True)
+    fn, inputs, constants = fp32(half_graph)()
+    inputs = [t.cuda() for t in inputs]
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    checked = compile_aten(gm, inputs, {k: inputs[k] for k in constants}, Options(check=True))
+    checked(list(inputs))
+    assert checked.tf32 and checked.checks and checked.first_failure is None, checked.worst.error
