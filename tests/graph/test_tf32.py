@@ -231,3 +231,22 @@ def test_check_holds_a_tf32_graph_to_tf32s_rounding_on_the_gpu():
     checked = compile_aten(gm, inputs, {k: inputs[k] for k in constants}, Options(check=True))
     checked(list(inputs))
     assert checked.tf32 and checked.checks and checked.first_failure is None, checked.worst.error
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_flipping_the_matmul_flag_compiles_the_model_again():
+    """Dynamo's global-state guard covers the matmul flag: the model is compiled again, and the
+    backend reads the flag anew (exact float32, then TF32)."""
+    torch._dynamo.reset()
+    linear = torch.nn.Linear(64, 96).cuda().eval()
+    x = torch.randn(32, 64, device="cuda")
+    reference = torch.nn.functional.linear(x.double(), linear.weight.double(), linear.bias.double())
+    compiled = torch.compile(linear, backend="tensorforge")
+    with torch.no_grad():
+        set_tf32(conv=True, matmul=False)
+        exact = compiled(x)
+        set_tf32(conv=True, matmul=True)
+        tf32 = compiled(x)
+    assert relative_error(exact, reference) < 1e-5
+    assert 1e-5 < relative_error(tf32, reference) < 2e-3

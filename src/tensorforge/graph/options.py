@@ -57,8 +57,10 @@ class Float32Precision:
     float32 accumulation), as torch's own kernels do: convolutions while
     `torch.backends.cudnn.allow_tf32` (True by default), matrix products (mm, addmm, bmm,
     linear) while `torch.backends.cuda.matmul.allow_tf32` (`set_float32_matmul_precision`
-    "high" or "medium"). Read when a graph is compiled, and part of its cache key: flipping a
-    flag compiles again. The default, both off, is exact float32."""
+    "high" or "medium"). Read when a graph is compiled, and part of its cache key: a graph
+    compiled under other flags never loads this one's kernels (Dynamo's own guard recompiles
+    a model when the matmul flag flips, not the cuDNN one). The default, both off, is exact
+    float32."""
 
     conv_tf32: bool = False
     matmul_tf32: bool = False
