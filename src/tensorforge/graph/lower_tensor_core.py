@@ -1,6 +1,8 @@
-"""Half-precision products on tensor cores (CUDA, sm_80+): mm, addmm, bmm and linear layers of
-float16 or bfloat16 whose reduction is whole 16-term steps, and convolutions as the product of
-their weights and im2col columns (`tensor_core_conv`).
+"""Products on tensor cores (CUDA, sm_80+): mm, addmm, bmm and linear layers of float16 or
+bfloat16 whose reduction is whole 16-term steps, and of float32 in TF32 (8-term steps) where
+torch's flags allow it (graph/options.py's Float32Precision: convolutions by default, matrix
+products under set_float32_matmul_precision("high")), and convolutions as the product of their
+weights and im2col columns (`tensor_core_conv`).
 
 The product is declared the way the tensor-core intrinsics match it (ops/tensor_core.py):
 
@@ -29,12 +31,15 @@ from tensorforge.graph.split_k import splits_to_fill
 from tensorforge.graph.values import Anchor, Lazy, is_static, numel
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles as PipelineTiles
 from tensorforge.ops.matmul import round_up
+from tensorforge.ops.tensor_core import OPERANDS
 
-DTYPES = ("float16", "bfloat16")
-MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves; ResNet's stem at
-# batch 16: 32M), past which it stays direct
+HALVES = ("float16", "bfloat16")
+MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves, 128 of floats;
+# ResNet's stem at batch 16: 32M), past which it stays direct
 MIN_ROWS = 16  # fewer rows: a matrix-vector product, bound by reading B (register tiles)
-BLOCK_K = 32  # terms of a k step (16 where k is an odd number of 16-term steps)
+BLOCK_K_BYTES = 64  # of a row of A a k step stages: 32 halves or 16 floats (half that where
+# k is an odd number of such steps)
+CONV_DEPTH = 16  # a convolution's reduction is zero-padded to whole steps of this many terms
 STAGES = 3  # k steps in flight
 
 # block tiles, largest first, with the warp tile of each of its 4 or 8 warps (8 where a block
@@ -53,10 +58,17 @@ BLOCK_TILES = (
 class TensorCoreTiles(PipelineTiles):
     """ops/gemm_fp16's tiles (a block of block_m x block_n, warps of warp_m x warp_n, k steps of
     block_k staged `stages` deep in padded shared rows), and besides them the block's float32
-    tile in shared memory, from which the epilogue reads."""
+    tile in shared memory, from which the epilogue reads. `dtype`: the operands' (OPERANDS:
+    their element size and the padding of their shared rows; float32 is TF32)."""
 
-    def shared_bytes(self, elem_bytes: int = 2) -> int:
-        return super().shared_bytes(elem_bytes) + self.block_m * self.block_n * 4
+    dtype: str = "float16"
+
+    def shared_bytes(self, elem_bytes: int | None = None) -> int:
+        operand = OPERANDS[self.dtype]
+        a = self.block_m * (self.block_k + operand.pad_a)
+        b = self.block_k * (self.block_n + operand.pad_b)
+        staged = (a + b) * (elem_bytes or operand.bytes) * max(1, self.stages)
+        return staged + self.block_m * self.block_n * 4
 
 
 def choose_tiles(
@@ -67,17 +79,20 @@ def choose_tiles(
     sm_count: int,
     shared_limit: int = 227 << 10,
     whole_columns: bool = False,
+    dtype: str = "float16",
 ) -> TensorCoreTiles:
     """The largest block tile that still gives every SM a block; else the smallest one that
     does not pad the rows past twice their number. Tiles whose shared memory (2+ stages) is
     past `shared_limit` are left out, and with `whole_columns` (a right matrix that cannot be
-    padded: computed in the graph) tiles whose width does not divide m."""
-    block_k = next(b for b in (BLOCK_K, 32, 16) if k % b == 0)  # (BLOCK_K may be 64)
+    padded: computed in the graph) tiles whose width does not divide m. float32 (TF32)
+    operands stage k steps of half as many terms: the same bytes, the same tiles."""
+    step = BLOCK_K_BYTES // OPERANDS[dtype].bytes
+    block_k = step if k % step == 0 else step // 2  # (k is whole mma steps: step / 2 divides)
     stages = max(1, min(STAGES, k // block_k))
     rows = round_up(n, 16)
     fits = []
     for tile in BLOCK_TILES:
-        tiles = TensorCoreTiles(*tile[:2], block_k, *tile[2:], stages)
+        tiles = TensorCoreTiles(*tile[:2], block_k, *tile[2:], stages, dtype=dtype)
         while tiles.shared_bytes() > shared_limit and tiles.stages > min(2, stages):
             tiles = replace(tiles, stages=tiles.stages - 1)
         if whole_columns and m % tile[1]:
@@ -90,25 +105,27 @@ def choose_tiles(
     return fits[-1]
 
 
-def _has_tensor_cores(target, dtype: str) -> bool:
-    """mma.m16n8k16 on this dtype: a half dtype on CUDA sm_80+."""
-    return target.kind == "cuda" and dtype in DTYPES and target.sm_version >= 80
+def _has_tensor_cores(target, dtype: str, tf32: bool) -> bool:
+    """mma.sync on this dtype, CUDA sm_80+: a half dtype, or float32 where TF32 is allowed."""
+    allowed = dtype in HALVES or (dtype == "float32" and tf32)
+    return target.kind == "cuda" and allowed and target.sm_version >= 80
 
 
-def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool) -> bool:
-    """Half products on sm_80+ of static sizes, 16+ rows and whole 16-term k steps; a right
-    matrix computed in the graph (bmm) needs whole 64-column tiles too (it is not padded)."""
-    if not _has_tensor_cores(target, dtype) or not is_static((*shape, k)):
+def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool, tf32: bool = False) -> bool:
+    """Half products (and float32 ones, with `tf32`) on sm_80+ of static sizes, 16+ rows and
+    whole mma k steps (16 terms; TF32's 8); a right matrix computed in the graph (bmm) needs
+    whole 64-column tiles too (it is not padded)."""
+    if not _has_tensor_cores(target, dtype, tf32) or not is_static((*shape, k)):
         return False
     n, m = shape[-2:]
-    return n >= MIN_ROWS and k % 16 == 0 and (b_constant or m % 64 == 0)
+    return n >= MIN_ROWS and k % OPERANDS[dtype].k_step == 0 and (b_constant or m % 64 == 0)
 
 
 def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | None, shape, dtype):
     """The anchor of a tensor-core product (see the module doc): a Lazy of the product's shape."""
     *lead, n, m = shape
     k = int(a.shape[-1])
-    tiles = _tiles_for(ctx.target, lead, n, m, k, whole_columns=constant is None)
+    tiles = _tiles_for(ctx.target, lead, n, m, k, dtype, whole_columns=constant is None)
     rows, cols = round_up(n, tiles.block_m), round_up(m, tiles.block_n)
     a_tile = te.compute(
         (*lead, rows, k),
@@ -129,13 +146,17 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     return ctx.anchored(anchor, value, dtype)
 
 
-def wants_tensor_core_conv(target, dtype: str, shape, groups: int, terms, constant: bool) -> bool:
-    """Half convolutions with constant weights and one group on sm_80+, of static sizes, whose
-    im2col columns (`terms` = C x KH x KW rows of them) hold at most MAX_COLUMNS elements."""
-    if not _has_tensor_cores(target, dtype) or groups != 1 or not constant or not is_static(shape):
+def wants_tensor_core_conv(
+    target, dtype: str, shape, groups: int, terms, constant: bool, tf32: bool = False
+) -> bool:
+    """Half convolutions (and float32 ones, with `tf32`) with constant weights and one group on
+    sm_80+, of static sizes, whose im2col columns (`terms` = C x KH x KW rows of them) hold at
+    most MAX_COLUMNS elements."""
+    wanted = _has_tensor_cores(target, dtype, tf32) and groups == 1 and constant
+    if not wanted or not is_static(shape):
         return False
     N, _, OH, OW = shape
-    return N * round_up(terms, 16) * OH * OW <= MAX_COLUMNS
+    return N * round_up(terms, CONV_DEPTH) * OH * OW <= MAX_COLUMNS
 
 
 def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype):
@@ -144,8 +165,8 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     the columns (im2col, zero-padded to whole column tiles). A Lazy of the convolution's shape."""
     N, F, OH, OW = shape
     K, P = w[0].numel(), OH * OW
-    depth = round_up(K, 16)
-    tiles = _tiles_for(ctx.target, [N], F, P, depth)
+    depth = round_up(K, CONV_DEPTH)
+    tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype)
     rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
     col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, cols, depth)
     # (a plain 1 x 1 convolution over whole tiles reads the input itself)
@@ -161,10 +182,10 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     return ctx.anchored(anchor, value, dtype, shape=shape, to_logical=positions(OW))
 
 
-def _tiles_for(target, lead, n: int, m: int, k: int, whole_columns: bool = False):
+def _tiles_for(target, lead, n: int, m: int, k: int, dtype: str, whole_columns: bool = False):
     batch = numel(lead)
     limit = target.max_shared_memory_opt_in
-    return choose_tiles(batch, n, m, k, target.sm_count, limit, whole_columns)
+    return choose_tiles(batch, n, m, k, target.sm_count, limit, whole_columns, dtype)
 
 
 def _product(ctx, node, shape, tiles, a_tile: te.Tensor, b_tile: te.Tensor, reads):
