@@ -18,8 +18,9 @@ tiles, and each call of the micro-kernel is given the rows its tile has (dot_int
 so A's rows past n are never read and C's never written (nor read: the epilogue's rows are
 guarded). bmm packs each batch entry's right matrix into the panels at run time, a stage of the
 product's kernel (P[e, p, q, x, t] = B[e, 2q + t, p nr + x], zero past K and m): attention's
-K^T is read there as it lies, with no transpose kernel before it. Targets without the
-instruction, and bmm of run-time sizes, keep lower_linalg's float32 register tiles.
+K^T is read there as it lies, with no transpose kernel before it; its columns and k, where
+known only at run time (a sequence), are rounded up to whole tiles and blocks, the copies
+zero-padded. Targets without the instruction keep lower_linalg's float32 register tiles.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ rows stay in L2 while the panels stream past them once), each batch entry's (bmm
 another. At each tile the product is computed into an mr x nr float32 buffer by ops/cpu_dot's
 micro-kernel (`tensorize`), one call per kc block of k (the first initializes the tile, or a
 reset does where there are several), and the epilogue then reads that buffer while it is in
-L1, in vectors along the row. Rows known only at run time put the column panels outside (in
-parallel) and the row tiles inside, the last one's calls given the rows left. The left
-matrix's copy (where it is padded or laid out) and bmm's panels are made before the products.
+L1, in vectors along the row. Sizes known only at run time put the batch entries, or else the
+column panels, outside (in parallel) and the row tiles inside, the last one's calls given the
+rows left. The left matrix's copy (where it is padded or laid out) and bmm's panels are made
+before the products.
 """
 
 from __future__ import annotations
