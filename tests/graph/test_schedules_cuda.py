@@ -140,12 +140,12 @@ def joined_sources(modules) -> str:
     return "\n".join([*includes, *(f"namespace k{k} {{\n{b}\n}}" for k, b in enumerate(bodies))])
 
 
-def assert_compiles_with_nvcc(tmp_path, text: str) -> None:
+def assert_compiles_with_nvcc(tmp_path, text: str, arch: str = "sm_90") -> None:
     (tmp_path / "kernels.cu").write_text(text)
     result = subprocess.run(
         [
             "nvcc",
-            "-arch=sm_90",
+            f"-arch={arch}",
             "-cubin",  # ptxas too: operands, registers, shared memory
             "-o",
             str(tmp_path / "k.cubin"),
