@@ -34,9 +34,10 @@ from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules_tensor_core import STAGING_PAD
 from tensorforge.graph.split_k import splits_to_fill
 from tensorforge.graph.values import Anchor, Lazy, is_static, numel
+from tensorforge.ir.arith import simplify_expr
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles as PipelineTiles
 from tensorforge.ops.matmul import round_up
-from tensorforge.te.expr import Const, TensorRead, Var
+from tensorforge.te.expr import Const, TensorRead, Var, structural_equal
 from tensorforge.te.tensor import PlaceholderOp
 from tensorforge.te.visit import walk
 
@@ -139,10 +140,10 @@ def reads_whole_rows(at, rank: int) -> bool:
     e = at(idx)
     if not (isinstance(e, TensorRead) and isinstance(e.tensor.op, PlaceholderOp)):
         return False
-    *outer, last = e.indices
+    *outer, last = (simplify_expr(i) for i in e.indices)  # (views leave `0 + i` behind)
     length = e.tensor.shape[-1]
     return (
-        last is idx[-1]
+        structural_equal(last, idx[-1])
         and not any(n is idx[-1] for o in outer for n in walk(o))
         and isinstance(length, Const)
         and length.value % 8 == 0
