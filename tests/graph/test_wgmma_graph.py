@@ -132,3 +132,10 @@ def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
             ours = ((g.float() - r).abs().max() / scale).item()
             theirs = ((e.float() - r).abs().max() / scale).item()
             assert ours <= 2 * theirs + 2e-3, (ours, theirs)
+
+
+def test_wgmma_pipelines_are_shallower_where_two_blocks_then_share_an_sm():
+    big = choose_wgmma_tiles(1, 2048, 3072, 768, 132, LIMIT, whole_columns=False)
+    small = choose_wgmma_tiles(1, 2048, 768, 3072, 132, LIMIT, whole_columns=False)
+    assert big.stages == 4 and 2 * big.shared_bytes() > LIMIT  # 128 x 128: one block an SM
+    assert small.stages == 3 and 2 * small.shared_bytes() <= LIMIT  # 64 x 128: two
