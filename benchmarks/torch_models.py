@@ -4,6 +4,7 @@
                                       [--backends eager,inductor,tensorforge] [--repeats 5]
                                       [--small] [--json out.jsonl] [--dtype bfloat16]
                                       [--target "llvm -mcpu=znver3" ...]
+                                      [--tf32 torch|on|off]
 
 Same process, interleaved: each repeat times every backend in turn (a few calls each), and the
 median over repeats is reported, with each backend's ratio to eager and tensorforge's to
@@ -16,7 +17,11 @@ CPU target given (options={"target": ...}), each its own column `tensorforge@<mc
 the same interleaved rounds (AVX2 code on an AVX-512 host: `--target llvm --target "llvm
 -mcpu=znver3"`). `--dtype float16` or `bfloat16` runs the models, weights and inputs, in that
 dtype; the reference is then the float32 model on the same (rounded) weights and inputs, so
-`eager_error` is eager's own half-precision error.
+`eager_error` is eager's own half-precision error. `--tf32` sets torch's TF32 flags, which every
+backend follows alike (eager's cuDNN / cuBLAS, Inductor, tensorforge: read when it compiles):
+"torch" keeps torch's defaults (convolutions in TF32, matrix products in float32), "on" adds the
+products (`set_float32_matmul_precision("high")`), "off" is float32 throughout; each row says
+which (`tf32`: "conv", "conv+matmul" or "off"; only CUDA float32 models use it).
 """
 
 from __future__ import annotations
@@ -207,6 +212,7 @@ def run_model(
     median = {b: statistics.median(s) for b, s in samples.items()}
     row = {"model": name, "threads": threads, "shape": list(shape), "device": device}
     row["dtype"] = dtype
+    row["tf32"] = tf32_in_use() if device == "cuda" and dtype == "float32" else "off"
     for b in backends:
         row[f"{b}_ms"] = round(median[b] * 1e3, 3)
         row[f"{b}_compile_s"] = round(compile_s[b], 2)
@@ -216,6 +222,22 @@ def run_model(
         if "inductor" in backends and b in backends:
             row[f"{b}_vs_inductor"] = round(median["inductor"] / median[b], 3)
     return row
+
+
+TF32_FLAGS = {"torch": None, "on": (True, True), "off": (False, False)}
+
+
+def set_tf32(choice: str) -> None:
+    """torch's (cuDNN convolution, cuBLAS matmul) TF32 flags, as `--tf32` asks."""
+    if TF32_FLAGS[choice] is not None:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = TF32_FLAGS[choice]
+
+
+def tf32_in_use() -> str:
+    """Which float32 products the flags put in TF32 now: "conv", "matmul", "conv+matmul", "off"."""
+    kinds = [k for k, on in (("conv", torch.backends.cudnn.allow_tf32),
+                             ("matmul", torch.backends.cuda.matmul.allow_tf32)) if on]  # fmt: skip
+    return "+".join(kinds) or "off"
 
 
 def main(argv=None) -> int:
@@ -232,8 +254,16 @@ def main(argv=None) -> int:
     parser.add_argument("--small", action="store_true", help="quarter-size models (a smoke run)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--json", default=None, help="append one JSON line per case here")
+    parser.add_argument(
+        "--tf32",
+        default="torch",
+        choices=list(TF32_FLAGS),
+        help="torch's TF32 flags for every backend (CUDA float32): torch's defaults "
+        "(convolutions only), on (convolutions and matmuls) or off",
+    )
     add_target_option(parser)
     args = parser.parse_args(argv)
+    set_tf32(args.tf32)
     backends = args.backends.split(",")
     if "tensorforge" in backends:  # one column per --target
         at = backends.index("tensorforge")
@@ -270,6 +300,7 @@ def main(argv=None) -> int:
         header = f"{'model':10} {'thr':>3} " + " ".join(f"{b + ' ms':>15}" for b in backends)
         header += (
             f" {'tf/eager':>9} {'tf/ind':>7} {'tf err':>8} {'eager err':>9} {'tf compile s':>12}"
+            f" {'tf32':>11}"
         )
         print(header)
         for r in rows:
@@ -278,7 +309,7 @@ def main(argv=None) -> int:
             )
             line += f" {r.get(tf + '_vs_eager', nan):>9.2f} {r.get(tf + '_vs_inductor', nan):>7.2f}"
             line += f" {r.get(tf + '_error', nan):>8.1e} {r['eager_error']:>9.1e}"
-            line += f" {r.get(tf + '_compile_s', nan):>12.1f}"
+            line += f" {r.get(tf + '_compile_s', nan):>12.1f} {r['tf32']:>11}"
             print(line)
     return 0
 

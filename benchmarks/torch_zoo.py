@@ -169,7 +169,7 @@ def main(argv=None) -> int:
 
         lower_split_rows.MAX_CHUNKS = 1  # row_chunks splits nothing
         os.environ["TENSORFORGE_CACHE"] = "0"  # (the cache's key does not cover the setting)
-    if args.device == "cuda":  # fp32 products as fp32 (tensorforge's are)
+    if args.device == "cuda":  # fp32 products as fp32 in every backend (all follow the flags)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     rows = []

@@ -92,7 +92,20 @@ def test_mma_intrinsic_checks_its_tile():
     with pytest.raises(tf.ScheduleError, match="multiple of 16"):
         mma_sync(24, 32, 16)
     with pytest.raises(tf.ScheduleError, match="dtype"):
-        mma_sync(32, 32, 16, "float32")
+        mma_sync(32, 32, 16, "float64")
+    with pytest.raises(tf.ScheduleError, match="k depth 12 of float32 must be a multiple of 8"):
+        mma_sync(32, 32, 12, "float32")
+
+
+def test_float32_tiles_take_the_tf32_mma():
+    """float32 tiles: m16n8k8 in TF32 (k steps of 8), each operand rounded to nearest."""
+    intrin = mma_sync(32, 32, 8, "float32")
+    (update,) = intrin.update
+    assert intrin.name == "mma_sync_float32_32x32x8"
+    assert update.name == "tf_mma_sync_tf32<32, 32, 8>"
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in update.source
+    assert "cvt.rna.tf32.f32" in update.source
+    assert mma_sync(32, 32, 16).update[0].name == "tf_mma_sync<32, 32, 16>"  # halves: m16n8k16
 
 
 def test_warp_fragment_read_elementwise_is_refused():

@@ -24,7 +24,7 @@ from tensorforge.graph import cache as graph_cache
 from tensorforge.graph import front_cache
 from tensorforge.graph.attention_decompositions import ATTENTION_DECOMPOSITIONS
 from tensorforge.graph.lowerer import Lowerer
-from tensorforge.graph.options import Options
+from tensorforge.graph.options import Float32Precision, Options
 from tensorforge.graph.program import CompiledGraph, build_kernels
 from tensorforge.graph.report import Checked
 from tensorforge.target import Target
@@ -173,8 +173,11 @@ def _compile(gm, constants: dict, target, opts: Options, cached_key: str | None 
     """Lower (folding the live weights), then load the kernels from the graph cache or build
     them. With `cached_key` (a first-level hit), only loading: None where the entry is gone."""
     device = torch.device("cuda" if target.kind == "cuda" else "cpu")
-    program = Lowerer(gm, constants, target).run()  # (constants from the live weights)
-    key = cached_key or graph_cache.graph_key(gm, constants, target, opts.tuning_log, opts.schedule)
+    precision = Float32Precision.of(target)  # torch's TF32 flags, as they are now
+    program = Lowerer(gm, constants, target, precision).run()  # (constants: the live weights)
+    key = cached_key or graph_cache.graph_key(
+        gm, constants, target, opts.tuning_log, opts.schedule, precision
+    )
     cached = graph_cache.enabled(target)
     steps = graph_cache.load(key, program, target) if cached else None
     if steps is None:

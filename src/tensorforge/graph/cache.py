@@ -4,17 +4,17 @@ compiling each of them again.
 
 The key is a hash of what the kernels are made from: the ATen graph (its code, each node's
 operator, shape and dtype, symbolic sizes by their expressions, which inputs are constants), the
-full target string, the tuning log's content, the `TENSORFORGE_*` settings, the tensorforge
-version and a fingerprint of its source files. Weight values are not in it: lowering decides
-nothing by them, and it runs again on every compile (a few hundred milliseconds), so what it
-derives from the live weights (batch norms folded into convolution weights, packed matrices)
-is always recomputed, never served from the cache. The entry holds the kernels' compiled code
-(runtime/library_file.py's format, checked before it is loaded: on the CPU one shared library,
-on CUDA each kernel's cubin with its launch) and, per kernel, the names the lowering gave it and
-its buffers: an entry that does not match the program lowered now is deleted and the graph
-compiled as if it were not there. Kernels alike (program.py's `structure_key`) are one function
-in the entry, as in the build. A CUDA graph (cuda_graph.py) is made of the loaded kernels as of
-built ones: both are CUDAExecutables with their image and launch.
+full target string, torch's TF32 flags (options.Float32Precision), the tuning log's content, the
+`TENSORFORGE_*` settings, the tensorforge version and a fingerprint of its source files. Weight
+values are not in it: lowering decides nothing by them, and it runs again on every compile (a few
+hundred milliseconds), so what it derives from the live weights (batch norms folded into
+convolution weights, packed matrices) is always recomputed, never served from the cache. The entry
+holds the kernels' compiled code (runtime/library_file.py's format, checked before it is loaded: on
+the CPU one shared library, on CUDA each kernel's cubin with its launch) and, per kernel, the names
+the lowering gave it and its buffers: an entry that does not match the program lowered now is
+deleted and the graph compiled as if it were not there. Kernels alike (program.py's
+`structure_key`) are one function in the entry, as in the build. A CUDA graph (cuda_graph.py) is
+made of the loaded kernels as of built ones: both are CUDAExecutables with their image and launch.
 
 Entries lie in $TENSORFORGE_CACHE_DIR/graphs (the kernel disk cache's folder, runtime/
 disk_cache.py, whose settings apply: TENSORFORGE_CACHE=0 turns this cache off too, and the
@@ -36,12 +36,13 @@ import torch
 
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph.lowered import KernelSpec, Program
+from tensorforge.graph.options import Float32Precision
 from tensorforge.runtime import disk_cache, library_file
 from tensorforge.runtime.device import Device
 from tensorforge.runtime.native_call import num_threads
 from tensorforge.runtime.registry import runtime_for
 
-FORMAT = 2  # bump when the entry's layout or what the key covers changes
+FORMAT = 3  # bump when the entry's layout or what the key covers changes
 _SETTINGS_IGNORED = ("TENSORFORGE_CACHE", "TENSORFORGE_GRAPH_STRICT", "TENSORFORGE_CUDA_GRAPH")
 
 
@@ -74,10 +75,11 @@ def graph_key(
     target,
     tuning_log: str | None = None,
     schedule: str = "auto",
+    precision: Float32Precision | None = None,
 ) -> str:
     """The hash naming the entry of this ATen graph compiled for `target` with these options
-    (module docstring)."""
-    parts = [*options_parts(target, tuning_log, schedule), gm.code]
+    and float32 `precision` (options.Float32Precision; None: exact), module docstring."""
+    parts = [*options_parts(target, tuning_log, schedule, precision), gm.code]
     for node in gm.graph.nodes:
         parts += [node.op, node.name, node.target, _value_signature(node.meta.get("val"))]
         if node.op == "get_attr":
@@ -88,8 +90,11 @@ def graph_key(
     return digest_of(parts)
 
 
-def options_parts(target, tuning_log: str | None, schedule: str) -> list:
-    """What a key holds besides the graph: formats, versions, target, options and settings."""
+def options_parts(
+    target, tuning_log: str | None, schedule: str, precision: Float32Precision | None = None
+) -> list:
+    """What a key holds besides the graph: formats, versions, target, options, torch's float32
+    precision flags (TF32) and settings."""
     settings = sorted(
         (k, v)
         for k, v in os.environ.items()
@@ -102,6 +107,7 @@ def options_parts(target, tuning_log: str | None, schedule: str) -> list:
     return [
         *("format", FORMAT, version, source_fingerprint(), target),
         *("tuning", tuning, "schedule", schedule, "settings", *settings, "threads", threads),
+        *("float32", precision or Float32Precision()),
     ]
 
 

@@ -32,6 +32,7 @@ import torch
 import torch.fx
 
 from tensorforge.graph import cache as graph_cache
+from tensorforge.graph.options import Float32Precision
 from tensorforge.runtime import library_file
 
 FORMAT = 1
@@ -102,7 +103,9 @@ def front_key(
         torch.__version__,
         torch.is_grad_enabled(),
         torch.get_default_dtype(),
-        *graph_cache.options_parts(target, opts.tuning_log, opts.schedule),
+        *graph_cache.options_parts(
+            target, opts.tuning_log, opts.schedule, Float32Precision.of(target)
+        ),
         gm.code,
     ]
     for node in gm.graph.nodes:

@@ -92,7 +92,8 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         b = ctx.view_of_memory(b) if _rows_contiguous(node.args[1]) else ctx.buffer(b)
         b_at = lambda kk, j, *bi: b.at((*bi, kk, j))  # noqa: E731
         reads = a.reads | b.reads
-    if wants_tensor_cores(ctx.target, dtype, shape, k, constant is not None):
+    tf32 = ctx.precision.matmul_tf32
+    if wants_tensor_cores(ctx.target, dtype, shape, k, constant is not None, tf32):
         return tensor_core_product(ctx, node, a, b, constant, shape, dtype)
     splits = cuda_matmul_splits(ctx.target, shape, k, dtype) if constant is not None else 0
     if splits:
@@ -242,7 +243,8 @@ def convolution(
     if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
-    if wants_tensor_core_conv(ctx.target, dtype, shape, groups, C * KH * KW, w is not None):
+    tf32 = ctx.precision.conv_tf32
+    if wants_tensor_core_conv(ctx.target, dtype, shape, groups, C * KH * KW, w is not None, tf32):
         out = tensor_core_conv(ctx, node, x, w, shape, stride, padding, dilation, dtype)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0

@@ -1,6 +1,8 @@
-"""Half-precision products on tensor cores (CUDA, sm_80+): mm, addmm, bmm and linear layers of
-float16 or bfloat16 whose reduction is whole 16-term steps, and convolutions as the product of
-their weights and im2col columns (`tensor_core_conv`).
+"""Products on tensor cores (CUDA, sm_80+): mm, addmm, bmm and linear layers of float16 or
+bfloat16 whose reduction is whole 16-term steps, and of float32 in TF32 (8-term steps) where
+torch's flags allow it (graph/options.py's Float32Precision: convolutions by default, matrix
+products under set_float32_matmul_precision("high")), and convolutions as the product of their
+weights and im2col columns (`tensor_core_conv`).
 
 The product is declared the way the tensor-core intrinsics match it (ops/tensor_core.py):
 
@@ -37,15 +39,18 @@ from tensorforge.graph.values import Anchor, Lazy, is_static, numel
 from tensorforge.ir.arith import simplify_expr
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles as PipelineTiles
 from tensorforge.ops.matmul import round_up
+from tensorforge.ops.tensor_core import OPERANDS
 from tensorforge.te.expr import Const, TensorRead, Var, structural_equal
 from tensorforge.te.tensor import PlaceholderOp
 from tensorforge.te.visit import walk
 
-DTYPES = ("float16", "bfloat16")
-MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves; ResNet's stem at
-# batch 16: 32M), past which it stays direct
+HALVES = ("float16", "bfloat16")
+MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves, 128 of floats;
+# ResNet's stem at batch 16: 32M), past which it stays direct
 MIN_ROWS = 16  # fewer rows: a matrix-vector product, bound by reading B (register tiles)
-BLOCK_K = 32  # terms of a k step (16 where k is an odd number of 16-term steps)
+BLOCK_K_BYTES = 64  # of a row of A a k step stages: 32 halves or 16 floats (half that where
+# k is an odd number of such steps)
+CONV_DEPTH = 16  # a convolution's reduction is zero-padded to whole steps of this many terms
 STAGES = 3  # k steps in flight
 
 # block tiles, largest first, with the warp tile of each of its 4 or 8 warps (8 where a block
@@ -71,10 +76,18 @@ WGMMA_STAGES = 4  # 3 at least: a step's multiplies stay in flight while the nex
 class TensorCoreTiles(PipelineTiles):
     """ops/gemm_fp16's tiles (a block of block_m x block_n, warps of warp_m x warp_n, k steps of
     block_k staged `stages` deep in padded shared rows), and besides them the block's float32
-    tile in shared memory, from which the epilogue reads."""
+    tile in shared memory, from which the epilogue reads. `dtype`: the operands' (OPERANDS:
+    their element size and the padding of their shared rows; float32 is TF32)."""
 
-    def shared_bytes(self, elem_bytes: int = 2) -> int:
-        return super().shared_bytes(elem_bytes) + self.block_m * (self.block_n + STAGING_PAD) * 4
+    dtype: str = "float16"
+
+    def shared_bytes(self, elem_bytes: int | None = None) -> int:
+        operand = OPERANDS[self.dtype]
+        pad_a, pad_b = (0, 0) if self.mma == "wgmma" else (operand.pad_a, operand.pad_b)
+        a = self.block_m * (self.block_k + pad_a)  # (wgmma's tiles are swizzled, not padded)
+        b = self.block_k * (self.block_n + pad_b)
+        staged = (a + b) * (elem_bytes or operand.bytes) * max(1, self.stages)
+        return staged + self.block_m * (self.block_n + STAGING_PAD) * 4
 
 
 def choose_tiles(
@@ -85,17 +98,20 @@ def choose_tiles(
     sm_count: int,
     shared_limit: int = 227 << 10,
     whole_columns: bool = False,
+    dtype: str = "float16",
 ) -> TensorCoreTiles:
     """The largest block tile that still gives every SM a block; else the smallest one that
     does not pad the rows past twice their number. Tiles whose shared memory (2+ stages) is
     past `shared_limit` are left out, and with `whole_columns` (a right matrix that cannot be
-    padded: computed in the graph) tiles whose width does not divide m."""
-    block_k = next(b for b in (BLOCK_K, 32, 16) if k % b == 0)  # (BLOCK_K may be 64)
+    padded: computed in the graph) tiles whose width does not divide m. float32 (TF32)
+    operands stage k steps of half as many terms: the same bytes, the same tiles."""
+    step = BLOCK_K_BYTES // OPERANDS[dtype].bytes
+    block_k = step if k % step == 0 else step // 2  # (k is whole mma steps: step / 2 divides)
     stages = max(1, min(STAGES, k // block_k))
     rows = round_up(n, 16)
     fits = []
     for tile in BLOCK_TILES:
-        tiles = TensorCoreTiles(*tile[:2], block_k, *tile[2:], stages)
+        tiles = TensorCoreTiles(*tile[:2], block_k, *tile[2:], stages, dtype=dtype)
         while tiles.shared_bytes() > shared_limit and tiles.stages > min(2, stages):
             tiles = replace(tiles, stages=tiles.stages - 1)
         if whole_columns and m % tile[1]:
@@ -112,8 +128,8 @@ def choose_wgmma_tiles(
     batch: int, n: int, m: int, k: int, sm_count: int, shared_limit: int, whole_columns: bool
 ) -> TensorCoreTiles | None:
     """The largest wgmma block tile that gives every SM a block and pads the product at most
-    1/8 more than the tile padding least, or None where none does or k is not 3+ steps of WGMMA_K: such products take
-    the mma.sync tiles and, over a long k, its split."""
+    1/8 more than the tile padding least, or None where none does or k is not 3+ steps of
+    WGMMA_K: such products take the mma.sync tiles and, over a long k, its split."""
     if k % WGMMA_K or k < 3 * WGMMA_K:
         return None
     fits = []
@@ -155,32 +171,35 @@ def reads_whole_rows(at, rank: int) -> bool:
     )
 
 
-def _has_wgmma(target) -> bool:
-    """wgmma exists on sm_90 (sm_90a code) only: Blackwell has other instructions."""
-    return target.kind == "cuda" and target.sm_version == 90
+def _has_wgmma(target, dtype: str) -> bool:
+    """wgmma of half operands (ops/wgmma.py's), which exists on sm_90 (sm_90a code) only:
+    Blackwell has other instructions."""
+    return target.kind == "cuda" and target.sm_version == 90 and dtype in HALVES
 
 
-def _has_tensor_cores(target, dtype: str) -> bool:
-    """mma.m16n8k16 on this dtype: a half dtype on CUDA sm_80+."""
-    return target.kind == "cuda" and dtype in DTYPES and target.sm_version >= 80
+def _has_tensor_cores(target, dtype: str, tf32: bool) -> bool:
+    """mma.sync on this dtype, CUDA sm_80+: a half dtype, or float32 where TF32 is allowed."""
+    allowed = dtype in HALVES or (dtype == "float32" and tf32)
+    return target.kind == "cuda" and allowed and target.sm_version >= 80
 
 
-def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool) -> bool:
-    """Half products on sm_80+ of static sizes, 16+ rows and whole 16-term k steps; a right
-    matrix computed in the graph (bmm) needs whole 64-column tiles too (it is not padded)."""
-    if not _has_tensor_cores(target, dtype) or not is_static((*shape, k)):
+def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool, tf32: bool = False) -> bool:
+    """Half products (and float32 ones, with `tf32`) on sm_80+ of static sizes, 16+ rows and
+    whole mma k steps (16 terms; TF32's 8); a right matrix computed in the graph (bmm) needs
+    whole 64-column tiles too (it is not padded)."""
+    if not _has_tensor_cores(target, dtype, tf32) or not is_static((*shape, k)):
         return False
     n, m = shape[-2:]
-    return n >= MIN_ROWS and k % 16 == 0 and (b_constant or m % 64 == 0)
+    return n >= MIN_ROWS and k % OPERANDS[dtype].k_step == 0 and (b_constant or m % 64 == 0)
 
 
 def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | None, shape, dtype):
     """The anchor of a tensor-core product (see the module doc): a Lazy of the product's shape."""
     *lead, n, m = shape
     k = int(a.shape[-1])
-    wgmma = _has_wgmma(ctx.target) and reads_whole_rows(a.at, a.ndim)
+    wgmma = _has_wgmma(ctx.target, dtype) and reads_whole_rows(a.at, a.ndim)
     wgmma = wgmma and (constant is not None or reads_whole_rows(b.at, b.ndim))
-    tiles = _tiles_for(ctx.target, lead, n, m, k, whole_columns=constant is None, wgmma=wgmma)
+    tiles = _tiles_for(ctx.target, lead, n, m, k, dtype, constant is None, wgmma)
     rows, cols = round_up(n, tiles.block_m), round_up(m, tiles.block_n)
     a_tile = te.compute(
         (*lead, rows, k),
@@ -201,13 +220,17 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     return ctx.anchored(anchor, value, dtype)
 
 
-def wants_tensor_core_conv(target, dtype: str, shape, groups: int, terms, constant: bool) -> bool:
-    """Half convolutions with constant weights and one group on sm_80+, of static sizes, whose
-    im2col columns (`terms` = C x KH x KW rows of them) hold at most MAX_COLUMNS elements."""
-    if not _has_tensor_cores(target, dtype) or groups != 1 or not constant or not is_static(shape):
+def wants_tensor_core_conv(
+    target, dtype: str, shape, groups: int, terms, constant: bool, tf32: bool = False
+) -> bool:
+    """Half convolutions (and float32 ones, with `tf32`) with constant weights and one group on
+    sm_80+, of static sizes, whose im2col columns (`terms` = C x KH x KW rows of them) hold at
+    most MAX_COLUMNS elements."""
+    wanted = _has_tensor_cores(target, dtype, tf32) and groups == 1 and constant
+    if not wanted or not is_static(shape):
         return False
     N, _, OH, OW = shape
-    return N * round_up(terms, 16) * OH * OW <= MAX_COLUMNS
+    return N * round_up(terms, CONV_DEPTH) * OH * OW <= MAX_COLUMNS
 
 
 def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype):
@@ -216,12 +239,12 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     the columns (im2col, zero-padded to whole column tiles). A Lazy of the convolution's shape."""
     N, F, OH, OW = shape
     K, P = w[0].numel(), OH * OW
-    depth = round_up(K, 16)
+    depth = round_up(K, CONV_DEPTH)
     # wgmma reads the materialized columns; a plain 1 x 1 convolution's are the input itself,
     # whose rows (image rows) are not the columns' (mma.sync tiles read it as it is)
     pointwise = w.shape[2:] == (1, 1) and tuple(stride) == (1, 1) and not any(padding)
-    wgmma = _has_wgmma(ctx.target) and not pointwise
-    tiles = _tiles_for(ctx.target, [N], F, P, depth, wgmma=wgmma)
+    wgmma = _has_wgmma(ctx.target, dtype) and not pointwise
+    tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma)
     rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
     col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, cols, depth)
     # (a plain 1 x 1 convolution over whole tiles reads the input itself)
@@ -237,14 +260,14 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     return ctx.anchored(anchor, value, dtype, shape=shape, to_logical=positions(OW))
 
 
-def _tiles_for(target, lead, n: int, m: int, k: int, whole_columns=False, wgmma=False):
+def _tiles_for(target, lead, n: int, m: int, k: int, dtype: str, whole_columns=False, wgmma=False):
     batch = numel(lead)
     limit = target.max_shared_memory_opt_in
     if wgmma:
         tiles = choose_wgmma_tiles(batch, n, m, k, target.sm_count, limit, whole_columns)
         if tiles is not None:
             return tiles
-    return choose_tiles(batch, n, m, k, target.sm_count, limit, whole_columns)
+    return choose_tiles(batch, n, m, k, target.sm_count, limit, whole_columns, dtype)
 
 
 def _product(ctx, node, shape, tiles, a_tile: te.Tensor, b_tile: te.Tensor, reads):

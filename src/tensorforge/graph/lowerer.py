@@ -20,6 +20,7 @@ import torch.fx
 from tensorforge import te
 from tensorforge.graph import symbols as sym
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
+from tensorforge.graph.options import Float32Precision
 from tensorforge.graph.registry import lowering_for
 from tensorforge.graph.values import (
     Buffer,
@@ -64,12 +65,20 @@ def te_dtype(dtype: torch.dtype) -> str:
 
 
 class Lowerer:
-    """Lowers one ATen FX graph; `constants` maps placeholder positions to the tensors they hold."""
+    """Lowers one ATen FX graph; `constants` maps placeholder positions to the tensors they hold;
+    `precision`: where float32 products may run in TF32 (default: nowhere)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, constants: dict[int, torch.Tensor], target):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        constants: dict[int, torch.Tensor],
+        target,
+        precision: Float32Precision | None = None,
+    ):
         self.gm = gm
         self.constant_inputs = constants
         self.target = target
+        self.precision = precision or Float32Precision()
         self.program = Program()
         self.env: dict[torch.fx.Node, object] = {}
         self._names: set[str] = set()

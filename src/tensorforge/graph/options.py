@@ -1,4 +1,5 @@
-"""The backend's options (API.md §9): `torch.compile(m, backend="tensorforge", options={...})`."""
+"""The backend's options (API.md §9): `torch.compile(m, backend="tensorforge", options={...})`,
+and the float32 precision torch's flags ask for (read when a graph is compiled)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class Options:
     check: bool = False
     report: bool = False
     # check: the relative error (max abs error / max abs value) past which a kernel is named;
-    # a float16 / bfloat16 kernel's is at least 4 of its dtype's eps (report.HALF_ROUNDINGS)
+    # a float16 / bfloat16 kernel's is at least 4 of its dtype's eps (report.HALF_ROUNDINGS),
+    # a float32 one's in a graph with TF32 products 4 of TF32's (2^-10)
     tolerance: float = 1e-4
     schedule: str = "auto"
 
@@ -47,3 +49,30 @@ class Options:
                 f"known: {', '.join(SCHEDULES)}"
             )
         return Options(**options)
+
+
+@dataclass(frozen=True)
+class Float32Precision:
+    """Where float32 products may run in TF32 on tensor cores (CUDA sm_80+: 10-bit mantissas,
+    float32 accumulation), as torch's own kernels do: convolutions while
+    `torch.backends.cudnn.allow_tf32` (True by default), matrix products (mm, addmm, bmm,
+    linear) while `torch.backends.cuda.matmul.allow_tf32` (`set_float32_matmul_precision`
+    "high" or "medium"). Read when a graph is compiled, and part of its cache key: a graph
+    compiled under other flags never loads this one's kernels (Dynamo's own guard recompiles
+    a model when the matmul flag flips, not the cuDNN one). The default, both off, is exact
+    float32."""
+
+    conv_tf32: bool = False
+    matmul_tf32: bool = False
+
+    @staticmethod
+    def of(target) -> Float32Precision:
+        """torch's flags now, for a CUDA target (elsewhere float32 is float32: both off)."""
+        if target.kind != "cuda":
+            return Float32Precision()
+        import torch
+
+        return Float32Precision(
+            conv_tf32=bool(torch.backends.cudnn.allow_tf32),
+            matmul_tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+        )

@@ -2,9 +2,10 @@
 
 A block computes one block_m x block_n tile of the kernel's output:
 - its 4 or 8 warps each accumulate a warp_m x warp_n fragment with `mma.sync` (ops/tensor_core.py's
-  intrinsics, through `tensorize`), the A and B tiles of each k step filled by 16-byte `cp.async`
-  copies `stages` steps ahead (double_buffer with mbarriers), rows padded so `ldmatrix` reads
-  hit distinct banks;
+  intrinsics, through `tensorize`; float32 tiles in TF32), the A and B tiles of each k step
+  filled by 16-byte `cp.async` copies (8 halves or 4 floats) `stages` steps ahead (double_buffer
+  with mbarriers), rows padded as the operand's fragment loads want them (OPERANDS: distinct
+  banks);
 - the warps store their fragments into the block's float32 tile in shared memory;
 - all its threads then compute the epilogue from it, EPILOGUE_VECTOR consecutive columns a
   thread (coalesced stores; rows and columns past the output's are not stored).
@@ -18,8 +19,8 @@ a tile one step late, and the store into the float32 tile first waits for them).
 from __future__ import annotations
 
 from tensorforge import te
-from tensorforge.ops.gemm_fp16 import PAD, WARP
-from tensorforge.ops.tensor_core import mma_store, mma_sync
+from tensorforge.ops.gemm_fp16 import WARP
+from tensorforge.ops.tensor_core import OPERANDS, mma_store, mma_sync
 from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
 
 # ptxas budgets registers for this many resident blocks (1: up to 255 a thread, the fragments of
@@ -39,6 +40,7 @@ def schedule_tensor_core(s, out, anchor) -> str:
     wgmma = tiles.mma == "wgmma"
     C, staged, a_tile, *b_tile = anchor.info["stages"]
     dtype = a_tile.dtype
+    operand = OPERANDS[dtype]
     tx = te.thread_axis((0, WARP), "threadIdx.x")
     ty = te.thread_axis((0, tiles.warps), "threadIdx.y")
 
@@ -88,18 +90,20 @@ def schedule_tensor_core(s, out, anchor) -> str:
     else:  # a constant right matrix: its tile copied in
         b_input = next(t for t in s[C].op.input_tensors if t is not a_tile)
         b_shared = s.cache_read(b_input, "shared", [C])
-    for stage, rows, row_len in (
-        (a_tile, tiles.block_m, tiles.block_k),
-        (b_shared, tiles.block_k, tiles.block_n),
-    ):
+    fills = (
+        (a_tile, tiles.block_m, tiles.block_k, operand.pad_a),
+        (b_shared, tiles.block_k, tiles.block_n, operand.pad_b),
+    )
+    for stage, rows, row_len, pad in fills:
         s[stage].compute_at(s[C], ko)
         *outer, row, col = s[stage].op.axis
-        if wgmma:  # 16-byte pieces of rows, each placed by the swizzle
-            col, vec = s[stage].split(col, factor=8)
+        lanes = 16 // operand.bytes  # 16 bytes a copy
+        if wgmma:  # pieces of rows, each placed by the swizzle
+            col, vec = s[stage].split(col, factor=lanes)
             rest = s[stage].fuse(*outer, row, col)
         else:
-            s[stage].storage_align(row, row_len, PAD)
-            rest, vec = s[stage].split(s[stage].fuse(*outer, row, col), factor=8)  # 16 bytes
+            s[stage].storage_align(row, row_len, pad)  # row stride row_len + pad
+            rest, vec = s[stage].split(s[stage].fuse(*outer, row, col), factor=lanes)
         rest, lane = s[stage].split(rest, factor=WARP)
         _, warp_rows = s[stage].split(rest, factor=tiles.warps)
         s[stage].bind(lane, tx)

@@ -1,6 +1,6 @@
 """Tensor-core intrinsics for `tensorize` on CUDA (sm_80+): `mma.sync.m16n8k16` on float16 or
-bfloat16 with float32 accumulation, `ldmatrix` fragment loads, and fragment stores with fused
-epilogues.
+bfloat16 and `mma.sync.m16n8k8` on float32 tiles rounded to TF32, both with float32
+accumulation, `ldmatrix` fragment loads, and fragment stores with fused epilogues.
 
 A warp computes a `wm x wn` tile of C. Its accumulator is a "warp"-scope stage (each lane keeps
 wm * wn / 32 floats in registers, in mma's layout); the A and B tiles come from shared memory.
@@ -17,12 +17,34 @@ one warp's: bind the warp index to threadIdx.y (or z) with threadIdx.x of extent
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from tensorforge import te, tir
 from tensorforge.errors import ScheduleError
 from tensorforge.te.tensor_intrin import TensorIntrin
 
-SUPPORTED = ("float16", "bfloat16")
+
+@dataclass(frozen=True)
+class Operand:
+    """How a dtype's shared tiles feed mma.sync: an element's bytes, the k depth of one mma, and
+    the elements that pad a shared row of A and of B (so the fragment loads hit distinct banks;
+    see the device functions)."""
+
+    dtype: str
+    bytes: int
+    k_step: int
+    pad_a: int
+    pad_b: int
+
+
+# float32 operands are multiplied in TF32 (10-bit mantissas, rounded to nearest by cvt.rna);
+# A's rows pad by 16 bytes for ldmatrix, B's by 8 floats for its per-element loads
+OPERANDS = {
+    "float16": Operand("float16", 2, 16, 8, 8),
+    "bfloat16": Operand("bfloat16", 2, 16, 8, 8),
+    "float32": Operand("float32", 4, 8, 4, 8),
+}
+SUPPORTED = ("float16", "bfloat16")  # the 16-bit operands (bulk copies, wgmma, gemm_fp16)
 EPILOGUES = ("none", "bias", "bias_gelu")
 
 DEVICE_SOURCE = r"""
@@ -123,6 +145,71 @@ __device__ __forceinline__ void tf_mma_sync(float* acc, const T* a, int lda, con
   }
 }
 
+// TF32: acc[WM, WN] += a[WM, WK] @ b[WK, WN] on float32 tiles in shared memory, each operand
+// rounded to TF32 (cvt.rna) as it is loaded, with mma.m16n8k8 (k steps of 8). Lane = 4 g + t.
+// A: ldmatrix.x4 reads four 8 x 16-byte matrices, one 32-bit word a lane from each: on floats,
+// matrix q (rows r + (q & 1) * 8, floats (q >> 1) * 4 .. + 3) gives lane g * 4 + t the element
+// (g + (q & 1) * 8, t + (q >> 1) * 4): exactly the fragment's a[q]. Its 8 row addresses are
+// conflict free when the row stride is an odd number of 16-byte chunks (lda = WK' + 4 with WK'
+// a multiple of 8: 48, 80 or 144 bytes). B: b0 = b[t][g], b1 = b[t + 4][g] by plain loads
+// (ldmatrix.trans moves 16-bit elements only): lane g * 4 + t reads bank (t * ldb + g) % 32,
+// all 32 distinct when ldb % 32 == 8 (rows of a multiple of 32 floats, padded by 8).
+__device__ __forceinline__ unsigned tf32_of(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ void mma_1688_tf32(float* d, const unsigned (&a)[4], unsigned b0,
+                                              unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <int MI, int NI>
+__device__ __forceinline__ void tf32_fragments(unsigned (&af)[MI][4], unsigned (&bf)[NI][2],
+                                               const float* pa, int lda, const float* pb,
+                                               int ldb) {
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+    tf_tc::ldmatrix_x4(af[mi], pa + mi * 16 * lda);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) af[mi][i] = tf32_of(__uint_as_float(af[mi][i]));
+  }
+#pragma unroll
+  for (int ni = 0; ni < NI; ++ni) {
+    bf[ni][0] = tf32_of(pb[ni * 8]);
+    bf[ni][1] = tf32_of(pb[4 * ldb + ni * 8]);
+  }
+}
+template <int WM, int WN, int WK>
+__device__ __forceinline__ void tf_mma_sync_tf32(float* acc, const float* a, int lda,
+                                                 const float* b, int ldb) {
+  static_assert(WM % 16 == 0 && WN % 16 == 0 && WK % 8 == 0, "tile must be 16 x 16 x 8-aligned");
+  constexpr int MI = WM / 16, NI = WN / 8, KK = WK / 8;
+  const int lane = static_cast<int>(tf_tc::lane_id());
+  const int q = lane >> 3, r = lane & 7;
+  const float* pa = a + (r + (q & 1) * 8) * lda + (q >> 1) * 4;
+  const float* pb = b + (lane & 3) * ldb + (lane >> 2);
+  unsigned af[2][MI][4];
+  unsigned bf[2][NI][2];
+  tf32_fragments<MI, NI>(af[0], bf[0], pa, lda, pb, ldb);
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {  // the loads of step kk + 1 in flight behind its mma
+    const int cur = kk & 1;
+    if (kk + 1 < KK)
+      tf32_fragments<MI, NI>(af[cur ^ 1], bf[cur ^ 1], pa + (kk + 1) * 8, lda,
+                             pb + (kk + 1) * 8 * ldb, ldb);
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int n = 0; n < NI; ++n) {
+        const int ni = (mi & 1) ? NI - 1 - n : n;  // serpentine: reuse b across mi
+        mma_1688_tf32(acc + (mi * NI + ni) * 4, af[cur][mi], bf[cur][ni][0], bf[cur][ni][1]);
+      }
+  }
+}
+
 // d[WM, WN] = epilogue(acc (+ bias[col])); EPI: 0 none, 1 bias, 2 bias then GELU (erf)
 template <int WM, int WN, int EPI, typename OUT, typename BIAS>
 __device__ __forceinline__ void tf_mma_store_epi(OUT* d, int ldd, const float* acc,
@@ -185,12 +272,15 @@ def epilogue_expr(acc: te.Expr, bias: te.Expr | None, epilogue: str) -> te.Expr:
 @functools.cache
 def mma_sync(wm: int, wn: int, wk: int, dtype: str = "float16") -> TensorIntrin:
     """acc[wm, wn] (+)= a[wm, wk] @ b[wk, wn] with a float32 "warp" accumulator; a and b are
-    row-major tiles (of any row stride) in shared memory."""
-    if dtype not in SUPPORTED:
-        raise ScheduleError(f"mma_sync: dtype must be one of {', '.join(SUPPORTED)}, got {dtype}")
+    row-major tiles (of any row stride) in shared memory, padded as OPERANDS says. float32
+    tiles are multiplied in TF32 (each operand rounded to a 10-bit mantissa)."""
+    if dtype not in OPERANDS:
+        raise ScheduleError(f"mma_sync: dtype must be one of {', '.join(OPERANDS)}, got {dtype}")
     _check_tile(wm, wn, "mma_sync")
-    if wk % 16:
-        raise ScheduleError(f"mma_sync: the k depth {wk} must be a multiple of 16")
+    step = OPERANDS[dtype].k_step
+    if wk % step:
+        raise ScheduleError(f"mma_sync: the k depth {wk} of {dtype} must be a multiple of {step}")
+    function = "tf_mma_sync_tf32" if dtype == "float32" else "tf_mma_sync"
     a = te.placeholder((wm, wk), dtype, name="a")
     b = te.placeholder((wk, wn), dtype, name="b")
     k = te.reduce_axis((0, wk), name="k")
@@ -211,7 +301,7 @@ def mma_sync(wm: int, wn: int, wk: int, dtype: str = "float16") -> TensorIntrin:
         reset = tir.call_extern("handle", f"tf_mma_fill_zero<{wm}, {wn}>", cc.access_ptr("w"))
         update = tir.call_extern(
             "handle",
-            f"tf_mma_sync<{wm}, {wn}, {wk}>",
+            f"{function}<{wm}, {wn}, {wk}>",
             cc.access_ptr("rw"),
             aa.access_ptr("r"),
             aa.strides[0],
