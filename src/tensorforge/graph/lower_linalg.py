@@ -17,6 +17,7 @@ from tensorforge import te
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k, positions
 from tensorforge.graph.lower_cpu_dot import cpu_dot_product, wants_cpu_dot
 from tensorforge.graph.lower_tensor_core import (
+    TF32_MIN_MACS,
     tensor_core_conv,
     tensor_core_product,
     wants_tensor_core_conv,
@@ -31,6 +32,8 @@ from tensorforge.graph.values import (
     Unsupported,
     in_dtype,
     in_opmath,
+    is_static,
+    numel,
     opmath_dtype,
 )
 from tensorforge.te import dtype as dt
@@ -244,9 +247,11 @@ def convolution(
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
-    # TF32 where float32 has no split-K staged products: those beat im2col + TF32 on the small
-    # convolutions they take (H100, fp32 ResNet-18 at batch 1: 0.388 ms against 0.542)
-    tf32 = ctx.precision.conv_tf32 and not (groups == 1 and splits)
+    # TF32 for large convolutions only: below TF32_MIN_MACS float32's own schedules (direct,
+    # split-K staged) beat im2col + TF32 (H100, fp32 ResNet-18, its layers of 115M MACs each:
+    # batch 1 332 us of GPU time against 380 with TF32; at batch 16 TF32 takes 1970 against 6084)
+    macs = numel(shape) * C * KH * KW if is_static(shape) else 0
+    tf32 = ctx.precision.conv_tf32 and macs >= TF32_MIN_MACS
     if wants_tensor_core_conv(ctx.target, dtype, shape, groups, C * KH * KW, w is not None, tf32):
         out = tensor_core_conv(ctx, node, x, w, shape, stride, padding, dilation, dtype)
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
