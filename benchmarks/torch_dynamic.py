@@ -2,6 +2,7 @@
 
     python benchmarks/torch_dynamic.py [--cases softmax64,softmax_vit,ln197,ln64,gpt2,mlp64]
                                        [--threads 1] [--repeats 7] [--json out.jsonl]
+                                       [--dtype bfloat16]
 
 "static" is `torch.compile(fn, backend=tensorforge)` (the sizes of the example are constants),
 "dynamic" is `torch.compile(fn, backend=tensorforge, dynamic=True)`: Dynamo makes every size
@@ -86,13 +87,15 @@ def _compiled(fn, dynamic: bool):
     return torch.compile(_fresh(fn), backend=counting, dynamic=dynamic), saw
 
 
-def run_case(name: str, repeats: int, threads: int) -> dict:
+def run_case(name: str, repeats: int, threads: int, dtype: str = "float32") -> dict:
     make, shape, vary_last = CASES[name]
     torch.manual_seed(0)
     torch._dynamo.reset()
     fn = make()
-    x = torch.randn(*shape)
-    row: dict = {"case": name, "shape": list(shape), "threads": threads}
+    if isinstance(fn, nn.Module):
+        fn = fn.to(getattr(torch, dtype))
+    x = torch.randn(*shape).to(getattr(torch, dtype))
+    row: dict = {"case": name, "shape": list(shape), "threads": threads, "dtype": dtype}
     fns = {"eager": fn}
     with torch.no_grad():
         expected = fn(x)
@@ -107,7 +110,7 @@ def run_case(name: str, repeats: int, threads: int) -> dict:
             compiled(x), compiled(x)
             if dynamic:  # another size: no compile of its own if the sizes stayed symbolic
                 before = len(saw)  # (Dynamo may have called the backend twice: a restart)
-                compiled(torch.randn(*_other_shape(shape, vary_last)))
+                compiled(torch.randn(*_other_shape(shape, vary_last)).to(x.dtype))
                 row["dynamic_recompiled"] = len(saw) > before
         once = time_calls(fn, x, 1)
         calls = max(3, min(200, int(0.05 / max(once, 1e-6))))
@@ -127,12 +130,13 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", default=None, help="append one JSON line per case here")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ["TF_NUM_THREADS"] = str(args.threads)
     rows = []
     for name in args.cases.split(","):
-        row = run_case(name, args.repeats, args.threads)
+        row = run_case(name, args.repeats, args.threads, args.dtype)
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.json:

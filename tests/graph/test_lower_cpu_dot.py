@@ -56,22 +56,25 @@ class Mlp(nn.Module):
 
 def check_bf16(model, x, capsys, target=None, dynamic=None) -> str:
     """The bfloat16 model compiled (for `target`) and run eagerly, each against float32 on the
-    same values; the backend's report (its kernels' schedules)."""
+    same values (x: an input, or a tuple of them; each output checked); the backend's report
+    (its kernels' schedules)."""
     torch.manual_seed(0)
     model = model.eval().to(torch.bfloat16)
-    x = x.to(torch.bfloat16)
+    xs = tuple(v.to(torch.bfloat16) for v in (x if isinstance(x, tuple) else (x,)))
     options = {"report": True, **({"target": target} if target else {})}
+    as_tuple = lambda v: v if isinstance(v, tuple) else (v,)  # noqa: E731
     with torch.no_grad():
-        reference = copy.deepcopy(model).float()(x.float()).double()
+        reference = as_tuple(copy.deepcopy(model).float()(*(v.float() for v in xs)))
         torch._dynamo.reset()
         fast = torch.compile(model, backend=backend, dynamic=dynamic, options=options)
-        got, expected = fast(x), model(x)
+        got, expected = as_tuple(fast(*xs)), as_tuple(model(*xs))
     report = capsys.readouterr().err
     assert re.findall(r"EAGER (\S+)", report) == [], report
-    assert got.dtype == torch.bfloat16
     unit = torch.finfo(torch.bfloat16).eps / 2
-    ours, eagers = error(got, reference), error(expected, reference)
-    assert ours <= 2 * eagers + unit / 4, f"{ours:.2e}, eager's {eagers:.2e}"
+    for g, e, r in zip(got, expected, reference, strict=True):
+        assert g.dtype == torch.bfloat16
+        ours, eagers = error(g, r.double()), error(e, r.double())
+        assert ours <= 2 * eagers + unit / 4, f"{ours:.2e}, eager's {eagers:.2e}"
     return report
 
 
@@ -104,12 +107,14 @@ def test_residual_mlp_on_the_dot_kernel(rows, capsys):
 
 @needs_dot
 @pytest.mark.parametrize("seq", [1, 7, 129])
-def test_gpt2_block_linears_on_the_dot_kernel(seq, capsys):
-    """The four linear layers take the dot kernel; attention's products (bmm of two computed
-    matrices) keep the float32 register tiles."""
+def test_gpt2_block_on_the_dot_kernel(seq, capsys):
+    """The four linear layers and attention's two products (bmm of two computed matrices:
+    tests/graph/test_cpu_dot_attention.py) take the dot kernel; K^T is read by the panels'
+    packing, not copied by a transpose kernel first."""
     torch.manual_seed(seq)
     report = check_bf16(Block(64, 4), torch.randn(2, seq, 64), capsys)
-    assert dot_kernels(report) == 4, report
+    assert dot_kernels(report) == 6, report
+    assert "transpose" not in report, report
 
 
 @pytest.mark.parametrize("target", NO_DOT_TARGETS)
@@ -119,9 +124,38 @@ def test_targets_without_the_instruction_keep_float32_tiles(target, capsys):
     assert "register-tiled panels" in report, report
 
 
-def test_rows_known_at_run_time_keep_float32_tiles(capsys):
-    report = check_bf16(Mlp(37, 64, 37, residual=True), torch.randn(9, 37), capsys, dynamic=True)
-    assert dot_kernels(report) == 0, report
+@needs_dot
+@pytest.mark.parametrize("d_in, hidden, d_out", [(37, 100, 37), (515, 33, 200)])
+def test_rows_known_at_run_time_compile_once_and_take_the_dot_kernel(d_in, hidden, d_out):
+    """One compile under dynamic=True serves 7, 64, 65 (a last tile of 1 row) and 129 rows:
+    the last tile's calls take the rows left, no padding; each as accurate as eager on fresh
+    data. 1 row compiles again (Dynamo specializes a size of 1: F.linear guards on it).
+    515 inputs: k in 3 blocks (each tile reset before them)."""
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    torch.manual_seed(0)
+    model = Mlp(d_in, hidden, d_out, residual=d_in == d_out).eval().to(torch.bfloat16)
+    fast, graphs = compiled_once(model)
+    unit = torch.finfo(torch.bfloat16).eps / 2
+    with torch.no_grad():
+        for rows in (9, 7, 64, 65, 129, 1):
+            x = (torch.randn(rows, d_in) * 2).to(torch.bfloat16)
+            reference = copy.deepcopy(model).float()(x.float()).double()
+            ours, eagers = error(fast(x), reference), error(model(x), reference)
+            assert ours <= 2 * eagers + unit / 4, f"{rows} rows: {ours:.2e}, eager's {eagers:.2e}"
+            assert len(graphs) == (1 if rows > 1 else 2)
+    steps = _find_compiled(graphs[0]).steps
+    assert sum(DOT in getattr(step, "source", "") for step in steps) == 2, steps
+
+
+@needs_dot
+def test_rows_known_at_run_time_of_a_gpt2_block(capsys):
+    """dynamic=True over the sequence: the linear layers take the dot kernel (attention's
+    products, of a run-time sequence, keep the float32 tiles)."""
+    torch.manual_seed(3)
+    report = check_bf16(Block(64, 4), torch.randn(1, 33, 64), capsys, dynamic=True)
+    assert dot_kernels(report) == 4, report
 
 
 @pytest.mark.parametrize(

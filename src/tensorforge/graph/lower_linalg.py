@@ -15,7 +15,12 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k, positions
-from tensorforge.graph.lower_cpu_dot import cpu_dot_product, wants_cpu_dot
+from tensorforge.graph.lower_cpu_dot import (
+    cpu_dot_bmm,
+    cpu_dot_product,
+    wants_cpu_dot,
+    wants_cpu_dot_bmm,
+)
 from tensorforge.graph.lower_tensor_core import (
     TF32_MIN_MACS,
     tensor_core_conv,
@@ -77,6 +82,8 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     shape = ctx.shape_of(node)
     if wants_cpu_dot(ctx.target, dtype, shape, k, constant):
         return cpu_dot_product(ctx, node, a, constant, shape, dtype)
+    if batched and wants_cpu_dot_bmm(ctx.target, dtype, shape, k):
+        return cpu_dot_bmm(ctx, node, a, ctx.view_of_memory(b), shape, dtype)
     info = {}
     if constant is not None and ctx.target.kind == "llvm":
         mr, nr = matmul_tiles(ctx.target, acc)

@@ -2,10 +2,13 @@
 epilogue.
 
 The output is cut into mr x nr tiles, row tiles outside and column panels inside (A's mr x k
-rows stay in L2 while the panels stream past them once). At each tile the product is
-computed into an mr x nr float32 buffer by ops/cpu_dot's micro-kernel (`tensorize`), one call
-per kc block of k (the first initializes the tile, or a reset does where there are several),
-and the epilogue then reads that buffer while it is in L1, in vectors along the row.
+rows stay in L2 while the panels stream past them once), each batch entry's (bmm) one after
+another. At each tile the product is computed into an mr x nr float32 buffer by ops/cpu_dot's
+micro-kernel (`tensorize`), one call per kc block of k (the first initializes the tile, or a
+reset does where there are several), and the epilogue then reads that buffer while it is in
+L1, in vectors along the row. Rows known only at run time put the column panels outside (in
+parallel) and the row tiles inside, the last one's calls given the rows left. The left
+matrix's copy (where it is padded or laid out) and bmm's panels are made before the products.
 """
 
 from __future__ import annotations
@@ -29,31 +32,47 @@ def source(anchor, target) -> str:
 
 
 def schedule_cpu_dot(s, out, anchor, target) -> str:
-    """Schedule the product `anchor` (info["cpu_dot"]: its DotTiles) under output stage `out`."""
+    """Schedule the product `anchor` (info["cpu_dot"]: its DotTiles) under output stage `out`:
+    one task per tile of each batch entry; the left matrix's copy and (bmm) the right ones'
+    panels, where the kernel makes them, before the products."""
     tiles = anchor.info["cpu_dot"]
     C, *a_tile = anchor.info["stages"]
-    i, j = s[out].op.axis
+    *batch, i, j = s[out].op.axis
     io, jo, ii, ji = s[out].tile(i, j, tiles.mr, tiles.nr)
     s[out].vectorize(ji)
-    tile = s[out].fuse(io, jo)  # one task per tile: as many as there are, rows or panels
-    threads = numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
+    rows = anchor.info.get("run_time_rows")  # None: static rows, padded to whole tiles
+    if rows is None:
+        tile = s[out].fuse(*batch, io, jo)  # one task per tile: as many as there are
+    else:
+        # the column panels in parallel, the row tiles inside: a row tile's loop of its own
+        # proves its C tile inside C's rows (rounded up to whole tiles), which a fused index
+        # (io = fused // panels) did not, so its calls were taken for a partial tile's
+        s[out].reorder(jo, io)
+        tile = io
+    threads = rows is not None or numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
     if threads:
-        s[out].parallel(tile)
+        s[out].parallel(jo if rows is not None else tile)
 
     s[C].compute_at(s[out], tile)
-    ci, cj = s[C].op.axis
+    *cb, ci, cj = s[C].op.axis
     (ck,) = s[C].op.reduce_axis
     depth = anchor.info["k"]
     if depth > tiles.kc:  # k blocks outside: the tile reset, then accumulated block by block
         ko, ki = s[C].split(ck, factor=tiles.kc)
-        s[C].reorder(ko, ci, cj, ki)
-    intrin = cpu_dot.dot_intrin("bfloat16", tiles.mr, tiles.kc, tiles.nr, target, tiles.amx)
+        s[C].reorder(*cb, ko, ci, cj, ki)
+    intrin = cpu_dot.dot_intrin("bfloat16", tiles.mr, tiles.kc, tiles.nr, target, tiles.amx, rows)
     s[C].tensorize(ci, intrin)
 
     for stage in a_tile:  # the left matrix laid out (padded) before the products, in vectors
-        rows, cols = s[stage].op.axis
+        *lead, rows, cols = s[stage].op.axis
         _, lanes = s[stage].split(cols, factor=COPY_VECTOR)
         s[stage].vectorize(lanes)
         if threads:
-            s[stage].parallel(rows)
+            s[stage].parallel(s[stage].fuse(*lead, rows))
+    pack = anchor.info.get("pack")
+    if pack is not None:  # bmm: the right matrices' panels, a panel row (nr x 2) a vector
+        e, p, q, x, t = s[pack].op.axis
+        s[pack].vectorize(s[pack].fuse(x, t))
+        if threads:
+            s[pack].parallel(s[pack].fuse(e, p))
     return source(anchor, target)
