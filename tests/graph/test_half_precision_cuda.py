@@ -93,8 +93,8 @@ def test_half_element_wise_kernels_move_8_lanes_a_thread(dtype, tmp_path):
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
     assert [k.source for k in kernels] == [SOURCES["elementwise"]] * 2
     text = joined_sources(k.module for k in kernels)
-    # 8 lanes a thread: 64 x 4096 outputs in 128 blocks of 256 threads
-    assert text.count("grid=(128, 1, 1) block=(256, 1, 1)") == 2
+    # 8 lanes a thread: each of the 64 rows of 4096 outputs in 2 blocks of 256 threads
+    assert text.count("grid=(2, 64, 1) block=(256, 1, 1)") == 2
     assert text.count("16-byte store") == 2 and HALF_MATH.search(text) is None
     assert_compiles_with_nvcc(tmp_path, text)
 

@@ -19,7 +19,7 @@ from tensorforge.graph.lower_tensor_core import (  # noqa: E402
     wants_tensor_cores,
 )
 from tensorforge.graph.program import BuiltKernel  # noqa: E402
-from tensorforge.graph.schedules_tensor_core import SOURCE  # noqa: E402
+from tensorforge.graph.schedules_tensor_core import SOURCE, STAGING_PAD  # noqa: E402
 from tensorforge.target import Target  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 from tests.graph.test_schedules_cuda import (  # noqa: E402
@@ -56,7 +56,7 @@ def test_tiles_fit_the_warps_and_the_shared_memory(batch, n, m, k, shared_limit)
     assert t.warp_m % 16 == 0 and t.warp_n % 16 == 0 and k % t.block_k == 0
     assert 1 <= t.stages <= k // t.block_k
     shared = (t.block_m * (t.block_k + 8) + t.block_k * (t.block_n + 8)) * 2 * t.stages
-    assert shared + t.block_m * t.block_n * 4 == t.shared_bytes() <= shared_limit
+    assert shared + t.block_m * (t.block_n + STAGING_PAD) * 4 == t.shared_bytes() <= shared_limit
     assert t.block_m <= max(16, 2 * n)  # rows padded at most to twice their number
 
 

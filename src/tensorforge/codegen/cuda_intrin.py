@@ -54,6 +54,11 @@ def print_call(printer: Any, e: ExternCall, lane: int | None) -> str:
         args += [printer(a, lane) for a in rest]
     else:
         args = [printer(a, lane) for a in e.args]
+    if e.name.startswith(ASYNC_FILL_CALLS):  # 16-byte copies: the caller's buffer must be aligned
+        src = e.args[1]
+        if isinstance(src, AddressOf) and src.load.buffer.scope == "global":
+            name = printer.names.buffer(src.load.buffer)
+            printer.vector_params[name] = max(printer.vector_params.get(name, 0), 16)
     if e.name.startswith(BULK_CALLS):  # completes on the pipeline fill's "full" mbarrier
         bar = getattr(printer, "fill_barrier", None)
         if bar is None:

@@ -85,10 +85,38 @@ def _vector_width(out) -> int:
     return lanes if isinstance(last, int) and last % lanes == 0 else 1
 
 
+MAX_GRID_Y = 65535
+MIN_ROW_VECTORS = 32  # rows of fewer vectors than a warp (or of a prime number of vectors)
+# are flattened together
+
+
 def _elementwise(s, out, width: int) -> None:
     """A thread per `width` contiguous outputs: one vector store, the loads as the inputs'
-    layout allows (a vector where they are contiguous and aligned too)."""
-    bind_elementwise_cuda(s, out, THREADS, width)
+    layout allows (a vector where they are contiguous and aligned too).
+
+    Where the rows are long (MIN_ROW_VECTORS vectors or more) and few enough for the grid's
+    y, a block row per row: the leading indices are then the block's, so the index arithmetic
+    of a gather (im2col's (n, c, ky, kx) per column row) is done once a block instead of once
+    a thread (H100, ResNet-18's 64-channel im2col at batch 16: see the note of session 14);
+    else the outputs flattened, `THREADS` a block."""
+    *lead, last = s[out].op.axis
+    extents = [getattr(a.dom.extent, "value", None) for a in s[out].op.axis]
+    static = all(isinstance(e, int) for e in extents)
+    vectors = -(-extents[-1] // width) if static else 0
+    rows = numel(extents[:-1]) if lead and static else 0
+    # threads a block: the most up to THREADS that divide a row's vectors (a partial block
+    # would guard each lane, and its stores would no longer be vectors)
+    threads = max((t for t in range(MIN_ROW_VECTORS, THREADS + 1) if vectors % t == 0), default=0)
+    if not (threads and 0 < rows <= MAX_GRID_Y):
+        bind_elementwise_cuda(s, out, THREADS, width)
+        return
+    row = s[out].fuse(*lead) if len(lead) > 1 else lead[0]
+    rest, vec = s[out].split(last, factor=width)
+    block, thread = s[out].split(rest, factor=threads)
+    s[out].bind(row, te.thread_axis("blockIdx.y"))
+    s[out].bind(block, te.thread_axis("blockIdx.x"))
+    s[out].bind(thread, te.thread_axis("threadIdx.x"))
+    s[out].vectorize(vec)
 
 
 def schedule_simple(s, out, anchor) -> None:

@@ -9,6 +9,11 @@ A block computes one block_m x block_n tile of the kernel's output:
 - the warps store their fragments into the block's float32 tile in shared memory;
 - all its threads then compute the epilogue from it, EPILOGUE_VECTOR consecutive columns a
   thread (coalesced stores; rows and columns past the output's are not stored).
+
+With wgmma tiles (sm_90) the warps are warpgroups' quarters, 16 rows by the block's columns
+each; the tiles are copied 16 bytes at a time into the 128-byte swizzled layout wgmma reads,
+and a k step's multiplies are still running when the next step starts (the pipeline releases
+a tile one step late, and the store into the float32 tile first waits for them).
 """
 
 from __future__ import annotations
@@ -16,17 +21,23 @@ from __future__ import annotations
 from tensorforge import te
 from tensorforge.ops.gemm_fp16 import WARP
 from tensorforge.ops.tensor_core import OPERANDS, mma_store, mma_sync
+from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
 
 # ptxas budgets registers for this many resident blocks (1: up to 255 a thread, the fragments of
 # the next k step in flight beside the accumulators)
 LAUNCH_MIN_BLOCKS = 1
+# floats added to each row of the float32 tile: a half-warp's 8-byte fragment stores (4 rows x
+# 4 column pairs) then hit 32 distinct banks, where rows of a power-of-two length hit 8 only
+STAGING_PAD = 8
 EPILOGUE_VECTOR = 4  # columns a thread computes at once: one 16-byte read of the float32 tile
 SOURCE = "cuda tensor cores: mma.sync fragments, epilogue from a shared tile"
+WGMMA_SOURCE = "cuda tensor cores: wgmma on swizzled tiles, epilogue from a shared tile"
 
 
 def schedule_tensor_core(s, out, anchor) -> str:
     """Schedule the product `anchor` (info["tensor_core"]: its tiles) under output stage `out`."""
     tiles = anchor.info["tensor_core"]
+    wgmma = tiles.mma == "wgmma"
     C, staged, a_tile, *b_tile = anchor.info["stages"]
     dtype = a_tile.dtype
     operand = OPERANDS[dtype]
@@ -49,6 +60,7 @@ def schedule_tensor_core(s, out, anchor) -> str:
     s[out].vectorize(vec)
 
     s[staged].set_scope("shared")
+    s[staged].storage_align(s[staged].op.axis[-2], tiles.block_n, STAGING_PAD)
     s[staged].compute_at(s[out], bj)
     *_, si, sj = s[staged].op.axis
     wi, si = s[staged].split(si, factor=tiles.warp_m)
@@ -56,7 +68,8 @@ def schedule_tensor_core(s, out, anchor) -> str:
     s[staged].reorder(wi, wj, si, sj)
     warp = s[staged].fuse(wi, wj)
     s[staged].bind(warp, ty)
-    s[staged].tensorize(si, mma_store(tiles.warp_m, tiles.warp_n, "float32", "none"))
+    store = mma_store(tiles.warp_m, tiles.warp_n, "float32", "none", drain=wgmma)
+    s[staged].tensorize(si, store)
 
     s[C].set_scope("warp")
     s[C].compute_at(s[staged], warp)
@@ -64,7 +77,11 @@ def schedule_tensor_core(s, out, anchor) -> str:
     (kr,) = s[C].op.reduce_axis
     ko, ki = s[C].split(kr, factor=tiles.block_k)
     s[C].reorder(ko, ci, cj, ki)
-    s[C].tensorize(ci, mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype))
+    if wgmma:  # (pending 1: a step's multiplies run on while the next step's start)
+        mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, pending=1)
+    else:
+        mma = mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype)
+    s[C].tensorize(ci, mma)
 
     s[a_tile].set_scope("shared")
     if b_tile:
@@ -73,16 +90,28 @@ def schedule_tensor_core(s, out, anchor) -> str:
     else:  # a constant right matrix: its tile copied in
         b_input = next(t for t in s[C].op.input_tensors if t is not a_tile)
         b_shared = s.cache_read(b_input, "shared", [C])
-    fills = ((a_tile, tiles.block_k, operand.pad_a), (b_shared, tiles.block_n, operand.pad_b))
-    for stage, row_len, pad in fills:
+    fills = (
+        (a_tile, tiles.block_m, tiles.block_k, operand.pad_a),
+        (b_shared, tiles.block_k, tiles.block_n, operand.pad_b),
+    )
+    for stage, rows, row_len, pad in fills:
         s[stage].compute_at(s[C], ko)
-        s[stage].storage_align(s[stage].op.axis[-2], row_len, pad)  # row stride row_len + pad
-        rest, vec = s[stage].split(s[stage].fuse(*s[stage].op.axis), factor=16 // operand.bytes)
+        *outer, row, col = s[stage].op.axis
+        lanes = 16 // operand.bytes  # 16 bytes a copy
+        if wgmma:  # pieces of rows, each placed by the swizzle
+            col, vec = s[stage].split(col, factor=lanes)
+            rest = s[stage].fuse(*outer, row, col)
+        else:
+            s[stage].storage_align(row, row_len, pad)  # row stride row_len + pad
+            rest, vec = s[stage].split(s[stage].fuse(*outer, row, col), factor=lanes)
         rest, lane = s[stage].split(rest, factor=WARP)
         _, warp_rows = s[stage].split(rest, factor=tiles.warps)
         s[stage].bind(lane, tx)
         s[stage].bind(warp_rows, ty)
-        s[stage].vectorize(vec)
+        if wgmma:
+            s[stage].tensorize(vec, swizzled_fill(rows, row_len, dtype))
+        else:
+            s[stage].vectorize(vec)
         if tiles.stages > 1:  # cp.async fills `stages - 1` k steps ahead of the mma
-            s[stage].double_buffer(tiles.stages, "mbarrier")
-    return SOURCE
+            s[stage].double_buffer(tiles.stages, tiles.sync)
+    return WGMMA_SOURCE if wgmma else SOURCE

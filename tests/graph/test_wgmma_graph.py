@@ -1,0 +1,141 @@
+"""Large half products on wgmma (sm_90) in the graph layer (graph/lower_tensor_core.py's
+choose_wgmma_tiles and reads_whole_rows, schedules_tensor_core.py's wgmma branch).
+
+Here (no GPU): which products take wgmma (sm_90 only; operands that are whole rows of buffers;
+enough blocks of 64 x 64 or more to fill the SMs; 3+ k steps of 64), the tiles, and that the
+kernels compile to sm_90a cubins. On an H100: against an fp32 reference, no worse than eager.
+"""
+
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+from tensorforge import te  # noqa: E402
+from tensorforge.graph.lower_tensor_core import (  # noqa: E402
+    WGMMA_K,
+    choose_wgmma_tiles,
+    reads_whole_rows,
+)
+from tensorforge.graph.program import BuiltKernel  # noqa: E402
+from tensorforge.graph.schedules_tensor_core import SOURCE, WGMMA_SOURCE  # noqa: E402
+from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
+from tests.graph.test_schedules_cuda import (  # noqa: E402
+    assert_compiles_with_nvcc,
+    compiled_for,
+    joined_sources,
+)
+
+SM90, SM80 = "cuda -arch=sm_90", "cuda -arch=sm_80"
+LIMIT = 227 << 10
+
+
+@pytest.mark.parametrize(
+    "batch, n, m, k, tile",
+    [
+        (1, 2048, 3072, 768, (128, 128)),  # 384 blocks
+        (1, 2048, 768, 3072, (64, 128)),  # 96 blocks of 128 x 128 would idle SMs
+        (16, 64, 3136, 576, (64, 128)),  # 64 filters: 128-row tiles would be half padding
+        (1, 1000, 1536, 768, (64, 128)),  # rows padded to 1024
+        (1, 128, 2304, 768, None),  # 36 blocks at most: mma.sync (and split k)
+        (1, 2048, 3072, 160, None),  # k not whole 64-term steps
+        (1, 2048, 3072, 128, None),  # 2 k steps: no room to keep one in flight
+    ],
+)
+def test_wgmma_tiles_fill_the_sms_and_pad_little(batch, n, m, k, tile):
+    t = choose_wgmma_tiles(batch, n, m, k, 132, LIMIT, whole_columns=False)
+    if tile is None:
+        assert t is None
+        return
+    assert (t.block_m, t.block_n) == tile and t.mma == "wgmma" and t.sync == "mbarrier_lag"
+    assert t.warp_m == 16 and t.warp_n == t.block_n and t.block_k == WGMMA_K
+    assert 3 <= t.stages <= k // WGMMA_K and t.shared_bytes() <= LIMIT
+    assert batch * -(-n // t.block_m) * -(-m // t.block_n) >= 132
+
+
+def test_wgmma_tiles_of_a_computed_right_matrix_divide_its_columns():
+    t = choose_wgmma_tiles(32, 256, 192, 256, 132, LIMIT, whole_columns=True)
+    assert t is not None and 192 % t.block_n == 0
+    assert choose_wgmma_tiles(1, 4096, 200, 256, 132, LIMIT, whole_columns=True) is None
+
+
+def test_only_whole_rows_of_a_buffer_are_copied_into_swizzled_tiles():
+    x = te.placeholder((64, 768), "float16", name="x")
+    odd = te.placeholder((64, 12), "float16", name="odd")  # rows of 24 bytes: not aligned
+    y = te.compute((64, 768), lambda i, j: x[i, j] * 2, name="y")
+    assert reads_whole_rows(lambda idx: x[idx], 2)
+    assert reads_whole_rows(lambda idx: x[te.min(idx[0], 63), idx[1]], 2)  # clamped rows
+    assert not reads_whole_rows(lambda idx: x[idx[1], idx[0]], 2)  # transposed
+    assert not reads_whole_rows(lambda idx: x[idx[0], idx[1] + 8], 2)  # an offset column
+    assert not reads_whole_rows(lambda idx: x[idx[0] + idx[1], idx[1]], 2)  # skewed
+    assert not reads_whole_rows(lambda idx: odd[idx], 2)
+    assert not reads_whole_rows(lambda idx: y[idx], 2)  # computed on the way
+    assert not reads_whole_rows(lambda idx: x[idx] * 2, 2)
+
+
+def large_half_products(dtype=torch.float16):
+    """Products that fill an H100 with wgmma blocks: 1000 rows (padded to whole tiles) through
+    bias + GELU and a residual, a transposed left matrix (mma.sync: not whole rows), and a
+    3 x 3 convolution + batch norm + ReLU at batch 8 over 48 x 48 positions."""
+
+    def fn(x, w1, b1, w2, xt, w3, img, cw, mean, var, gamma, beta):
+        h = F.gelu(F.linear(x, w1, b1))  # 1000 x 1536 from 768
+        y = F.linear(h, w2) + x  # 1000 x 768 from 1536
+        t = F.linear(xt.t(), w3)  # A read across its rows
+        c = F.relu(F.batch_norm(F.conv2d(img, cw, padding=1), mean, var, gamma, beta))
+        return y, t, c
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(1000, 768), (1536, 768), (1536,), (768, 1536), (768, 1000), (1536, 768),
+              (8, 64, 48, 48), (64, 64, 3, 3), (64,), (64,), (64,), (64,)]  # fmt: skip
+    inputs = [torch.randn(*s, generator=gen) / 4 for s in shapes]
+    inputs[9] = inputs[9].abs() + 0.5  # a variance
+    return fn, [t.to(dtype) for t in inputs], (1, 2, 3, 5, 7, 8, 9, 10, 11)
+
+
+def product_sources(target):
+    _, _, compiled = compiled_for(target, graph=large_half_products)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    return [s for s in kernels if s.source in (SOURCE, WGMMA_SOURCE)]
+
+
+def test_large_half_products_take_wgmma_on_sm90_only():
+    sm90 = product_sources(SM90)
+    assert [s.source for s in sm90] == [WGMMA_SOURCE, WGMMA_SOURCE, SOURCE, WGMMA_SOURCE]
+    assert [s.source for s in product_sources(SM80)] == [SOURCE] * 4
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_wgmma_products_compile_for_sm90a(tmp_path):
+    kernels = [s for s in product_sources(SM90) if s.source == WGMMA_SOURCE]
+    text = joined_sources({id(s.module): s.module for s in kernels}.values())
+    assert "tf_wgmma_sync<16, 128, 64, 1>" in text and "tf_cp_async_sw128<" in text
+    assert_compiles_with_nvcc(tmp_path, text, arch="sm_90a")
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=lambda: large_half_products(dtype))
+    reference = fn(*[t.float() for t in inputs])
+    eager = fn(*inputs)
+    for _ in range(3):  # kernels one by one, then a CUDA graph
+        got = compiled(list(inputs))
+        torch.cuda.synchronize()
+        for g, e, r in zip(got, eager, reference):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            scale = r.abs().max()
+            ours = ((g.float() - r).abs().max() / scale).item()
+            theirs = ((e.float() - r).abs().max() / scale).item()
+            assert ours <= 2 * theirs + 2e-3, (ours, theirs)
+
+
+def test_wgmma_pipelines_are_shallower_where_two_blocks_then_share_an_sm():
+    big = choose_wgmma_tiles(1, 2048, 3072, 768, 132, LIMIT, whole_columns=False)
+    small = choose_wgmma_tiles(1, 2048, 768, 3072, 132, LIMIT, whole_columns=False)
+    assert big.stages == 4 and 2 * big.shared_bytes() > LIMIT  # 128 x 128: one block an SM
+    assert small.stages == 3 and 2 * small.shared_bytes() <= LIMIT  # 64 x 128: two
