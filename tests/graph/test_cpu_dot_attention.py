@@ -61,6 +61,34 @@ def test_causal_attention_products_on_the_dot_kernel(seq, head, capsys):
 
 
 @needs_dot
+@pytest.mark.parametrize("head", [64, 80])
+def test_attention_of_a_run_time_sequence_compiles_once(head):
+    """dynamic=True: one compile serves sequences of 7, 64, 65 and 129 tokens (and batches
+    of 2 and 3) with all six products on the dot kernel: rows, attention's columns and P V's
+    k known at run time (rows unpadded, k and columns zero-padded to whole tiles)."""
+    import copy
+
+    from tests.graph.models import Block
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+    from tests.graph.test_half_precision import error
+
+    torch.manual_seed(head)
+    model = Block(2 * head, 2).eval().to(torch.bfloat16)
+    fast, graphs = compiled_once(model)
+    unit = torch.finfo(torch.bfloat16).eps / 2
+    with torch.no_grad():
+        for batch, seq in ((2, 9), (2, 7), (3, 64), (2, 65), (2, 129)):
+            x = torch.randn(batch, seq, 2 * head).to(torch.bfloat16)
+            reference = copy.deepcopy(model).float()(x.float()).double()
+            ours, eagers = error(fast(x), reference), error(model(x), reference)
+            assert ours <= 2 * eagers + unit / 4, f"{seq} tokens: {ours:.2e}, eager's {eagers:.2e}"
+    assert len(graphs) == 1
+    sources = [getattr(step, "source", "") for step in _find_compiled(graphs[0]).steps]
+    assert sum("dot micro-kernel" in source for source in sources) == 6, sources
+
+
+@needs_dot
 def test_sdpa_products_are_float32_in_the_graph(capsys):
     """scaled_dot_product_attention's decomposition (the math CPU eager takes too) computes in
     float32 (Q and K scaled in float32, P never rounded): its products keep the float32 tiles,

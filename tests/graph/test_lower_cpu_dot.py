@@ -149,13 +149,24 @@ def test_rows_known_at_run_time_compile_once_and_take_the_dot_kernel(d_in, hidde
     assert sum(DOT in getattr(step, "source", "") for step in steps) == 2, steps
 
 
+class AfterTheFirstRow(nn.Module):
+    """The MLP of all rows but the first: its left matrix is the input's rows from row 1, read
+    where they lie (a row tile's calls count its rows from the tile, not from the buffer)."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, x):
+        return self.mlp(x[1:])
+
+
 @needs_dot
-def test_rows_known_at_run_time_of_a_gpt2_block(capsys):
-    """dynamic=True over the sequence: the linear layers take the dot kernel (attention's
-    products, of a run-time sequence, keep the float32 tiles)."""
-    torch.manual_seed(3)
-    report = check_bf16(Block(64, 4), torch.randn(1, 33, 64), capsys, dynamic=True)
-    assert dot_kernels(report) == 4, report
+@pytest.mark.parametrize("rows", [8, 66, 130])
+def test_run_time_rows_read_from_a_row_past_the_buffers_first(rows, capsys):
+    model = AfterTheFirstRow(Mlp(64, 96, 32))
+    report = check_bf16(model, torch.randn(rows, 64), capsys, dynamic=True)
+    assert dot_kernels(report) == 2, report
 
 
 @pytest.mark.parametrize(

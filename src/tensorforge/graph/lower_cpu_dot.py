@@ -18,8 +18,9 @@ tiles, and each call of the micro-kernel is given the rows its tile has (dot_int
 so A's rows past n are never read and C's never written (nor read: the epilogue's rows are
 guarded). bmm packs each batch entry's right matrix into the panels at run time, a stage of the
 product's kernel (P[e, p, q, x, t] = B[e, 2q + t, p nr + x], zero past K and m): attention's
-K^T is read there as it lies, with no transpose kernel before it. Targets without the
-instruction, and bmm of run-time sizes, keep lower_linalg's float32 register tiles.
+K^T is read there as it lies, with no transpose kernel before it; its columns and k, where
+known only at run time (a sequence), are rounded up to whole tiles and blocks, the copies
+zero-padded. Targets without the instruction keep lower_linalg's float32 register tiles.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tensorforge.te.visit import walk
 
 KIND = "bfloat16"
 MOST_ROWS = 64  # rows of C per micro-kernel call: A's 64 x kc block stays in L1 beside the panel
+RUN_TIME_KC = 64  # k per call where k is known at run time only (zero-padded to whole blocks)
 
 
 def wants_cpu_dot(target, dtype: str, shape, k, constant: torch.Tensor | None) -> bool:
@@ -101,14 +103,15 @@ def _a_tile(ctx, node, a: Lazy, n: int, k: int, rows: int, depth: int):
     projection's columns that are attention's Q), else (read, stage) of a stage that lays it
     out so (padded, or of a view that is no such rows). read(index) -> the value."""
     padded = rows is not n and rows != n  # (rows known at run time are never padded)
-    if not padded and depth == k and _rows_in_memory(a):
+    whole_k = depth is k or (isinstance(k, int) and depth == k)
+    if not padded and whole_k and _rows_in_memory(a):
         return a.at, None
     zero = te.const(0, "bfloat16")
 
     def at(*idx):
         *bi, i, kk = idx
         value = a.at((*bi, te.min(i, n - 1) if padded else i, kk)).astype("bfloat16")
-        return value if depth == k else te.if_then_else(kk < k, value, zero)
+        return value if whole_k else te.if_then_else(kk < k, value, zero)
 
     stage = te.compute((*a.shape[:-2], rows, depth), at, name=ctx.unique(f"{node.name}_a_tile"))
     return (lambda idx: stage[tuple(idx)]), stage
@@ -134,26 +137,34 @@ def _rows_in_memory(a: Lazy) -> bool:
 
 
 def wants_cpu_dot_bmm(target, dtype: str, shape, k) -> bool:
-    """A batched bfloat16 product of static sizes (attention's Q K^T and P V: both operands
-    computed), for a CPU target that has the dot instruction."""
-    if target.kind != "llvm" or dtype != "bfloat16":
-        return False
-    if len(shape) != 3 or not all(isinstance(e, int) for e in (*shape, k)):
+    """A batched bfloat16 product (attention's Q K^T and P V: both operands computed; any of
+    its sizes may be known only at run time: a batch or sequence under dynamic=True), for a
+    CPU target that has the dot instruction."""
+    if target.kind != "llvm" or dtype != "bfloat16" or len(shape) != 3:
         return False
     return cpu_dot.has_feature(KIND, target)
+
+
+def _whole(size, tile: int):
+    """`size` rounded up to whole tiles (an expression where `size` is one)."""
+    return (
+        cpu_dot.round_up(size, tile) if isinstance(size, int) else (size + tile - 1) // tile * tile
+    )
 
 
 def cpu_dot_bmm(ctx, node, a: Lazy, b: Lazy, shape, dtype: str) -> Lazy:
     """The anchor of a batched product on the dot micro-kernel: the right matrices packed into
     the VNNI panels at run time, in the kernel, before the products (a stage:
     P[e, p, q, x, t] = B[e, 2q + t, p nr + x], zero past k and m), then each batch entry's
-    product as mm's (the module doc)."""
+    product as mm's (the module doc). Sizes known at run time are rounded up to whole tiles
+    (rows: the calls take the rows left; k and columns: zeros in the copies)."""
     batch, n, m = shape
-    k = int(a.shape[-1])
-    tiles = choose_tiles(ctx.target, n, m, k)
+    k = a.shape[-1]
+    fixed = [v if isinstance(v, int) else most for v, most in ((n, MOST_ROWS), (m, 64), (k, RUN_TIME_KC))]  # fmt: skip
+    tiles = choose_tiles(ctx.target, *fixed)
     cpu_dot.load_microkernels(ctx.target)
-    rows, cols = cpu_dot.round_up(n, tiles.mr), cpu_dot.round_up(m, tiles.nr)
-    depth = cpu_dot.round_up(k, tiles.kc)
+    rows = cpu_dot.round_up(n, tiles.mr) if isinstance(n, int) else n  # run time: not padded
+    depth = _whole(k, tiles.kc)
     step, nr = cpu_dot.KINDS[KIND].step, tiles.nr
     a_at, a_tile = _a_tile(ctx, node, a, n, k, rows, depth)
     zero = te.const(0, "bfloat16")
@@ -163,7 +174,7 @@ def cpu_dot_bmm(ctx, node, a: Lazy, b: Lazy, shape, dtype: str) -> Lazy:
         value = b.at((e, te.min(kk, k - 1), te.min(j, m - 1))).astype("bfloat16")
         return te.if_then_else(te.all(kk < k, j < m), value, zero)
 
-    panel_shape = (batch, cols // nr, depth // step, nr, step)
+    panel_shape = (batch, _whole(m, nr) // nr, _whole(k, tiles.kc) // step, nr, step)
     panels = te.compute(panel_shape, pack, name=ctx.unique(f"{node.name}_panels"))
     r = te.reduce_axis((0, depth), name="k")
 
@@ -171,9 +182,11 @@ def cpu_dot_bmm(ctx, node, a: Lazy, b: Lazy, shape, dtype: str) -> Lazy:
         b_at = panels[e, j // nr, r.var // step, j % nr, r.var % step]
         return te.sum(a_at((e, i, r.var)).astype("float32") * b_at.astype("float32"), axis=r)
 
-    C = te.compute((batch, rows, cols), product, name=ctx.unique(f"mm_{node.name}"))
+    C = te.compute((batch, _whole(n, tiles.mr), _whole(m, nr)), product, name=ctx.unique(f"mm_{node.name}"))  # fmt: skip
     stages = [C] + ([a_tile] if a_tile is not None else [])
     info = {"shape": tuple(shape), "stages": stages, "k": depth, "cpu_dot": tiles}
     info["pack"] = panels
+    if not isinstance(n, int):
+        info["run_time_rows"] = n
     anchor = Anchor("matmul", C, frozenset(a.reads | b.reads), (node.name,), info)
     return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)

@@ -6,15 +6,17 @@ rows stay in L2 while the panels stream past them once), each batch entry's (bmm
 another. At each tile the product is computed into an mr x nr float32 buffer by ops/cpu_dot's
 micro-kernel (`tensorize`), one call per kc block of k (the first initializes the tile, or a
 reset does where there are several), and the epilogue then reads that buffer while it is in
-L1, in vectors along the row. Rows known only at run time put the column panels outside (in
-parallel) and the row tiles inside, the last one's calls given the rows left. The left
-matrix's copy (where it is padded or laid out) and bmm's panels are made before the products.
+L1, in vectors along the row. Sizes known only at run time put the batch entries, or else the
+column panels, outside (in parallel) and the row tiles inside, the last one's calls given the
+rows left. The left matrix's copy (where it is padded or laid out) and bmm's panels are made
+before the products.
 """
 
 from __future__ import annotations
 
+from tensorforge import te
 from tensorforge.graph.schedules_cpu_products import PARALLEL_MIN_ELEMENTS
-from tensorforge.graph.values import numel
+from tensorforge.graph.values import is_static, numel
 from tensorforge.ops import cpu_dot
 from tensorforge.ops.cpu_dot_kernels import vector_path
 
@@ -41,26 +43,31 @@ def schedule_cpu_dot(s, out, anchor, target) -> str:
     io, jo, ii, ji = s[out].tile(i, j, tiles.mr, tiles.nr)
     s[out].vectorize(ji)
     rows = anchor.info.get("run_time_rows")  # None: static rows, padded to whole tiles
-    if rows is None:
+    static = is_static(anchor.info["shape"]) and isinstance(anchor.info["k"], int)
+    if static:
         tile = s[out].fuse(*batch, io, jo)  # one task per tile: as many as there are
+        outer = tile
     else:
-        # the column panels in parallel, the row tiles inside: a row tile's loop of its own
-        # proves its C tile inside C's rows (rounded up to whole tiles), which a fused index
-        # (io = fused // panels) did not, so its calls were taken for a partial tile's
-        s[out].reorder(jo, io)
-        tile = io
-    threads = rows is not None or numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
+        # sizes known at run time: the batch entries or else the column panels in parallel,
+        # each tile's loops their own: a tile loop of its own proves its C tile inside C
+        # (rounded up to whole tiles), which a fused index (io = fused // panels) did not, so
+        # its calls were taken for a partial tile's
+        s[out].reorder(*batch, jo, io)
+        tile, outer = io, (batch[0] if batch else jo)
+    threads = not static or numel(anchor.info["shape"]) >= PARALLEL_MIN_ELEMENTS
     if threads:
-        s[out].parallel(jo if rows is not None else tile)
+        s[out].parallel(outer)
 
     s[C].compute_at(s[out], tile)
     *cb, ci, cj = s[C].op.axis
     (ck,) = s[C].op.reduce_axis
     depth = anchor.info["k"]
-    if depth > tiles.kc:  # k blocks outside: the tile reset, then accumulated block by block
-        ko, ki = s[C].split(ck, factor=tiles.kc)
+    if not isinstance(depth, int) or depth > tiles.kc:  # k blocks outside: the tile reset,
+        ko, ki = s[C].split(ck, factor=tiles.kc)  # then accumulated block by block
         s[C].reorder(*cb, ko, ci, cj, ki)
-    intrin = cpu_dot.dot_intrin("bfloat16", tiles.mr, tiles.kc, tiles.nr, target, tiles.amx, rows)
+    # rows known at run time: each call computes the rows its tile has (none padded)
+    count = None if rows is None else te.min(tiles.mr, rows - io.var * tiles.mr)
+    intrin = cpu_dot.dot_intrin("bfloat16", tiles.mr, tiles.kc, tiles.nr, target, tiles.amx, count)
     s[C].tensorize(ci, intrin)
 
     for stage in a_tile:  # the left matrix laid out (padded) before the products, in vectors

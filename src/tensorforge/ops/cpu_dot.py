@@ -150,10 +150,10 @@ def dot_intrin(kind: str, mr: int, kc: int, nr: int = 64, target: Target | None 
     read from a VNNI panel b[kc / step][nr][step]; nr a multiple of 16. The calls name the
     micro-kernels compiled for `target` (load_microkernels(target) before building).
 
-    `rows` (an expression, such as a size known only at run time): A's rows, of which a tile
-    starting at row i0 computes min(mr, rows - i0), the micro-kernel's row count (i0 is the
-    tile's element offset in A over A's row stride): A's rows past `rows` are never read and
-    the tile's rows past them never written, so a last partial tile needs no padding."""
+    `rows` (an expression of the loops that enclose the tensorized nest, such as
+    min(mr, n - mr io) for n rows known only at run time and the row tile io): the rows the
+    micro-kernel computes, of the mr; A's rows past them are never read and C's never written,
+    so a last partial tile needs no padding (C's tile is whole: its reset clears all mr)."""
     spec = _kind(kind, "dot_intrin")
     if kc % spec.step or kc <= 0:
         raise ScheduleError(f"dot_intrin: {kind} needs kc a multiple of {spec.step}, got {kc}")
@@ -168,9 +168,8 @@ def dot_intrin(kind: str, mr: int, kc: int, nr: int = 64, target: Target | None 
         lambda i, j: te.sum(a[i, k].astype(acc) * b[k // step, j, k % step].astype(acc), axis=k),
         name="c",
     )
-    offset = te.var("a_offset") if rows is not None else None
     binds = {
-        a: tir.decl_buffer(a.shape, a.dtype, "A", strides=[te.var("lda"), 1], elem_offset=offset),
+        a: tir.decl_buffer(a.shape, a.dtype, "A", strides=[te.var("lda"), 1]),
         c: tir.decl_buffer(c.shape, c.dtype, "C", strides=[te.var("ldc"), 1]),
     }
     tag = cpu_dot_kernels.tag(target)
@@ -180,7 +179,7 @@ def dot_intrin(kind: str, mr: int, kc: int, nr: int = 64, target: Target | None 
         aa, bb = ins
         (cc,) = outs
 
-        count = mr if rows is None else te.min(mr, rows - aa.elem_offset // aa.strides[0])
+        count = mr if rows is None else rows
 
         def dot(init: int):  # init: C = A @ B, without reading C (no reset pass over it)
             return tir.call_extern(
@@ -189,8 +188,6 @@ def dot_intrin(kind: str, mr: int, kc: int, nr: int = 64, target: Target | None 
                 kc, use_amx, init,
             )  # fmt: skip
 
-        # (all mr rows: C's tile is whole, and the reset runs outside the k blocks, where A's
-        # offset, which names a k block, is not defined)
         reset = tir.call_extern("int32", spec.reset + tag, cc.access_ptr("w"), cc.strides[0], mr, nr)  # fmt: skip
         return dot(1), reset, dot(0)
 
