@@ -1,9 +1,10 @@
 """Per-kernel times of a compiled model on the CPU: each step's minimum and median over many
 calls (the backend's `report` times only the first call), with the schedule that made it.
 
-    python benchmarks/kernel_profile.py [--model gpt2|mlp64] [--dtype bfloat16] [--calls 200]
+    python benchmarks/kernel_profile.py [--model gpt2|sdpa|mlp64] [--dtype bfloat16] [--calls 200]
                                         [--threads 1] [--dynamic] [--tokens 128]
 
+sdpa: the GPT-2 block with its attention as F.scaled_dot_product_attention(is_causal=True).
 --dynamic compiles with dynamic=True (rows or the sequence known only at run time). The steps
 run as in a plain call but one by one, timed (the graph's arena reuse and call plan are off,
 as under `report`), so the sum is a little above a plain call's time.
@@ -17,10 +18,23 @@ import statistics
 import sys
 
 import torch
+import torch.nn.functional as F
 from torch_models import MLP, GPT2Block  # benchmarks/: the folder
 
 from tensorforge.graph import backend as tf_backend
 from tensorforge.graph.program import BuiltKernel, CompiledGraph
+
+
+class SdpaBlock(GPT2Block):
+    """GPT-2's block, its attention one causal scaled_dot_product_attention."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
 
 def profile(model, x, calls: int, dynamic: bool) -> list[tuple[str, float, float, str]]:
@@ -59,7 +73,7 @@ def profile(model, x, calls: int, dynamic: bool) -> list[tuple[str, float, float
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="gpt2", choices=["gpt2", "mlp64"])
+    parser.add_argument("--model", default="gpt2", choices=["gpt2", "sdpa", "mlp64"])
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
@@ -70,8 +84,9 @@ def main(argv=None) -> int:
     os.environ["TF_NUM_THREADS"] = str(args.threads)
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
-    if args.model == "gpt2":
-        model, x = GPT2Block(), torch.randn(1, args.tokens, 768)
+    if args.model in ("gpt2", "sdpa"):
+        block = GPT2Block if args.model == "gpt2" else SdpaBlock
+        model, x = block(), torch.randn(1, args.tokens, 768)
     else:
         model, x = MLP(), torch.randn(args.tokens, 768)
     rows = profile(model.eval().to(dtype), x.to(dtype), args.calls, args.dynamic)

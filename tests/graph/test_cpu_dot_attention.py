@@ -89,14 +89,42 @@ def test_attention_of_a_run_time_sequence_compiles_once(head):
 
 
 @needs_dot
-def test_sdpa_products_are_float32_in_the_graph(capsys):
-    """scaled_dot_product_attention's decomposition (the math CPU eager takes too) computes in
-    float32 (Q and K scaled in float32, P never rounded): its products keep the float32 tiles,
-    LLaMA's seven linear layers take the dot kernel."""
+def test_sdpa_of_a_llama_block_on_the_dot_kernel(capsys):
+    """scaled_dot_product_attention (causal; rotary Q and K; head dim 80) decomposed as eager's
+    CPU kernel computes bfloat16 (attention_decompositions.cpu_flash_attention): Q K^T a
+    float32 product of bfloat16 values, P V of bfloat16 P: both on the dot kernel, with the
+    seven linear layers."""
     torch.manual_seed(0)
     model = zoo.randomize_norms(zoo.LlamaBlock(160, 2, 344))
     report = check_bf16(model, torch.randn(1, 129, 160), capsys)
-    assert dot_kernels(report) == 7, report
+    assert dot_kernels(report) == 9, report
+
+
+class MaskedSdpa(nn.Module):
+    """SDPA with a boolean or an additive mask (BERT's padding), no causal mask."""
+
+    def __init__(self, heads, head):
+        super().__init__()
+        self.attention = Attention(heads, head)
+        self.heads = heads
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = self.attention.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.attention.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+@needs_dot
+@pytest.mark.parametrize("boolean", [True, False])
+def test_masked_sdpa_on_the_dot_kernel(boolean, capsys):
+    torch.manual_seed(1)
+    keep = torch.rand(2, 1, 1, 37) > 0.3
+    keep[..., 0] = True  # every row keeps a key
+    mask = keep if boolean else torch.where(keep, 0.0, -1e4)
+    report = check_bf16(MaskedSdpa(2, 64), (torch.randn(2, 37, 128), mask), capsys)
+    assert dot_kernels(report) == 4, report
 
 
 @needs_dot
@@ -114,6 +142,8 @@ def test_batched_products_of_odd_sizes(batch, n, k, m, capsys):
 def test_targets_without_the_instruction_keep_float32_attention(target, capsys):
     report = check_bf16(Attention(2, 16), torch.randn(1, 9, 32), capsys, target)
     assert dot_kernels(report) == 0, report
+    llama = zoo.randomize_norms(zoo.LlamaBlock(32, 2, 40))  # SDPA, decomposed as eager's
+    assert dot_kernels(check_bf16(llama, torch.randn(1, 13, 32), capsys, target)) == 0
 
 
 def test_an_amx_target_builds_batched_products_with_amx_tiles():

@@ -54,17 +54,21 @@ class Mlp(nn.Module):
         return x + y if self.residual else y
 
 
+def as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
 def check_bf16(model, x, capsys, target=None, dynamic=None) -> str:
     """The bfloat16 model compiled (for `target`) and run eagerly, each against float32 on the
-    same values (x: an input, or a tuple of them; each output checked); the backend's report
-    (its kernels' schedules)."""
+    same values (x: an input, or a tuple of them, floating ones made bfloat16; each output
+    checked); the backend's report (its kernels' schedules)."""
     torch.manual_seed(0)
     model = model.eval().to(torch.bfloat16)
-    xs = tuple(v.to(torch.bfloat16) for v in (x if isinstance(x, tuple) else (x,)))
+    xs = tuple(v.to(torch.bfloat16) if v.is_floating_point() else v for v in as_tuple(x))
     options = {"report": True, **({"target": target} if target else {})}
-    as_tuple = lambda v: v if isinstance(v, tuple) else (v,)  # noqa: E731
     with torch.no_grad():
-        reference = as_tuple(copy.deepcopy(model).float()(*(v.float() for v in xs)))
+        floats = (v.float() if v.is_floating_point() else v for v in xs)
+        reference = as_tuple(copy.deepcopy(model).float()(*floats))
         torch._dynamo.reset()
         fast = torch.compile(model, backend=backend, dynamic=dynamic, options=options)
         got, expected = as_tuple(fast(*xs)), as_tuple(model(*xs))

@@ -11,6 +11,8 @@ which only a backward pass reads, are empty.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 aten = torch.ops.aten
@@ -70,8 +72,46 @@ def cudnn_attention(
     return out, empty, empty, empty, query.size(2), key.size(2), empty, empty, empty
 
 
+def cpu_flash_attention(
+    query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None
+):
+    """The CPU's attention. bfloat16 as eager's CPU kernel computes it (not torch's float32 math
+    decomposition): Q K^T of the bfloat16 values summed in float32 (a float32 product of bfloat16
+    values cast up: lower_linalg puts it on the dot kernel where the target has one), scaled and
+    masked in float32, softmax in float32, P rounded to bfloat16 for P V (bfloat16 operands,
+    float32 sums, one rounding). Other dtypes: torch's decomposition (the float32 math)."""
+    from torch._decomp.decompositions import scaled_dot_product_flash_attention_for_cpu
+
+    if query.dtype != torch.bfloat16 or dropout_p != 0.0:
+        return scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+        )
+    N, H, L, E = query.shape
+    S = key.size(2)
+    if key.size(1) != H:  # grouped-query attention: each K / V head serves H / H_kv heads
+        key = key.repeat_interleave(H // key.size(1), dim=1)
+        value = value.repeat_interleave(H // value.size(1), dim=1)
+    q = query.reshape(N * H, L, E)
+    kt = key.reshape(N * H, S, E).transpose(1, 2)
+    scores = torch.bmm(q.float(), kt.float()).view(N, H, L, S)  # the casts feed the product
+    scores = scores * (1.0 / math.sqrt(E) if scale is None else scale)
+    if is_causal:
+        causal = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.float()
+    p = aten._safe_softmax(scores, -1).to(torch.bfloat16)
+    out = torch.bmm(p.reshape(N * H, L, S), value.reshape(N * H, S, E)).view(N, H, L, E)
+    # the layout of eager's output: [L, N, H, E] in memory, seen as [N, H, L, E]
+    return out.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3), _unused(query)
+
+
 ATTENTION_DECOMPOSITIONS = {
     aten._scaled_dot_product_efficient_attention.default: efficient_attention,
     aten._scaled_dot_product_flash_attention.default: flash_attention,
     aten._scaled_dot_product_cudnn_attention.default: cudnn_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: cpu_flash_attention,
 }

@@ -72,6 +72,12 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     dtype = ctx.dtype_of(node)
     if not dt.is_float(dtype):
         raise Unsupported("an integer matrix product")
+    if batched and dtype == "float32" and ctx.target.kind == "llvm":
+        raised = _bfloat16_operands(ctx, node)
+        shape = ctx.shape_of(node)
+        if raised and wants_cpu_dot_bmm(ctx.target, "bfloat16", shape, a.shape[-1]):
+            a16, b16 = (ctx.view_of_memory(v) for v in raised)
+            return cpu_dot_bmm(ctx, node, a16, b16, shape, dtype)
     a = ctx.view_of_memory(a)
     constant = ctx.constant(b) if not batched else None
     b = ctx.lazy(b)
@@ -127,6 +133,25 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     anchor = Anchor("matmul", C, frozenset(reads), (node.name,), info)
     del lead, n, m
     return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)
+
+
+_CASTS = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+
+
+def _bfloat16_operands(ctx, node):
+    """The bfloat16 values whose float32 casts are both operands of this float32 product (the
+    CPU attention decomposition's Q K^T), or None: their product on the dot kernel (bfloat16
+    products are exact in float32, summed in float32) is the float32 product's."""
+    values = []
+    for arg in node.args[:2]:
+        if not isinstance(arg, torch.fx.Node) or arg.target not in _CASTS:
+            return None
+        source = arg.args[0]
+        val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.dtype != torch.bfloat16:
+            return None
+        values.append(ctx.lazy(ctx.env[source]))
+    return values
 
 
 # ops a lazy value passes through without a copy of its own (clone: the copy bmm's
