@@ -3,6 +3,8 @@ math the CPU trace takes (torch decomposes `_scaled_dot_product_flash_attention_
 `_scaled_dot_product_attention_math` the same way): matmuls, a masked softmax, a matmul, which
 the graph layer fuses. Without them a GPU graph ran each attention in eager torch, a fallback
 per block (H200: ViT and BERT blocks 0.92x and 0.86x eager, LLaMA's 1.78x with its fallback).
+The CPU's own kernel in bfloat16 is decomposed as it computes (`cpu_flash_attention`: bfloat16
+operands for both products, so both take the dot micro-kernel where the target has one).
 
 Inference only, as the backend: no dropout (a decomposition that cannot apply returns
 NotImplemented, and the op runs as it was), and the log-sum-exp and random-state outputs,
