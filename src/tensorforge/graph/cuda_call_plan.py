@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge.graph import symbols as sym
-from tensorforge.graph.call_plan import output_of, results
+from tensorforge.graph.call_plan import gpu_input, output_of, results
 from tensorforge.graph.lowerer import TE_TO_TORCH
 
 
@@ -61,7 +61,7 @@ class GraphLaunchPlan:
         argument lists."""
         tensors = dict(self.fixed)
         for k, buf in self.inputs:
-            tensors[buf] = args[k].contiguous()
+            tensors[buf] = gpu_input(args[k])
         for buf, shape, dtype in self.allocate:
             tensors[buf] = torch.empty(shape, dtype=dtype, device=self.device)
         values = self.args

@@ -311,9 +311,10 @@ class CompiledGraph:
         bindings = self._bind(args)
         temps, constants = self._memory(self._sizes(args), bindings)
         tensors = {**temps, **constants}
+        cuda = self.device.type == "cuda"
         for k, buf in enumerate(self.program.inputs):
             if buf is not None and not isinstance(buf, str):
-                tensors[buf] = args[k].contiguous()
+                tensors[buf] = call_plan.gpu_input(args[k]) if cuda else args[k].contiguous()
         timings = self.timings
         if self.use_cuda_graph and timings is None and self._launch_graph(tensors, bindings):
             return [self._result(v, tensors, bindings) for v in self.program.outputs]
@@ -428,8 +429,9 @@ class CompiledGraph:
         result = step.target(*args, **kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         for buf, r in zip(step.outputs, results):
-            if buf is not None:
-                tensors[buf] = r.contiguous()
+            if buf is not None:  # (a view into its input's storage may start anywhere)
+                cuda = r.device.type == "cuda"
+                tensors[buf] = call_plan.gpu_input(r) if cuda else r.contiguous()
 
     def _result(self, value, tensors: dict, bindings: dict):
         if isinstance(value, BufferArg):
