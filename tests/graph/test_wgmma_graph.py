@@ -6,6 +6,7 @@ enough blocks of 64 x 64 or more to fill the SMs; 3+ k steps of 64), the tiles, 
 kernels compile to sm_90a cubins. On an H100: against an fp32 reference, no worse than eager.
 """
 
+import re
 import shutil
 
 import pytest
@@ -102,10 +103,19 @@ def product_sources(target):
     return [s for s in kernels if s.source in (SOURCE, WGMMA_SOURCE)]
 
 
+def shared_memory(kernel) -> int:
+    """The bytes of shared memory the kernel's launch asks for."""
+    return int(re.search(r"shared memory: (\d+) bytes", kernel.module.get_source("cuda"))[1])
+
+
 def test_large_half_products_take_wgmma_on_sm90_only():
-    sm90 = product_sources(SM90)
+    sm90, sm80 = product_sources(SM90), product_sources(SM80)
     assert [s.source for s in sm90] == [WGMMA_SOURCE, WGMMA_SOURCE, SOURCE, WGMMA_SOURCE]
-    assert [s.source for s in product_sources(SM80)] == [SOURCE] * 4
+    assert [s.source for s in sm80] == [SOURCE] * 4
+    # the tiles' count (swizzled or padded operand tiles, the float32 tile's padded rows) is
+    # what the kernel takes: choose_tiles and choose_wgmma_tiles fit the tiles by it
+    for kernel in sm90 + sm80:
+        assert shared_memory(kernel) == kernel.spec.anchor.info["tensor_core"].shared_bytes()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
