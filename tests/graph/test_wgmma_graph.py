@@ -144,6 +144,24 @@ def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
             assert ours <= 2 * theirs + 2e-3, (ours, theirs)
 
 
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_an_input_that_starts_off_a_16_byte_boundary_is_read_from_a_copy():
+    """The kernels' 16-byte copies assume their buffers start on a boundary: an input 2 bytes
+    past one is copied first (launched alone a kernel refused it; a CUDA graph faulted)."""
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=large_half_products)
+    expected = [t.clone() for t in compiled(list(inputs))]
+    x = inputs[0]
+    flat = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
+    shifted = flat[1:].view(x.shape)
+    shifted.copy_(x)
+    assert shifted.data_ptr() % 16
+    for _ in range(3):  # kernels one by one, then a CUDA graph
+        got = compiled([shifted, *inputs[1:]])
+        torch.cuda.synchronize()
+        assert all(torch.equal(g, e) for g, e in zip(got, expected))
+
+
 def test_wgmma_pipelines_are_shallower_where_two_blocks_then_share_an_sm():
     big = choose_wgmma_tiles(1, 2048, 3072, 768, 132, LIMIT, whole_columns=False)
     small = choose_wgmma_tiles(1, 2048, 768, 3072, 132, LIMIT, whole_columns=False)

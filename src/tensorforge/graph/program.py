@@ -23,7 +23,7 @@ from tensorforge import build as tf_build
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
-from tensorforge.graph.cuda_call_plan import GraphLaunchPlan
+from tensorforge.graph.cuda_call_plan import GraphLaunchPlan, kernel_input
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules import schedule_kernel
@@ -313,7 +313,7 @@ class CompiledGraph:
         tensors = {**temps, **constants}
         for k, buf in enumerate(self.program.inputs):
             if buf is not None and not isinstance(buf, str):
-                tensors[buf] = args[k].contiguous()
+                tensors[buf] = kernel_input(args[k])
         timings = self.timings
         if self.use_cuda_graph and timings is None and self._launch_graph(tensors, bindings):
             return [self._result(v, tensors, bindings) for v in self.program.outputs]
@@ -429,7 +429,7 @@ class CompiledGraph:
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         for buf, r in zip(step.outputs, results):
             if buf is not None:
-                tensors[buf] = r.contiguous()
+                tensors[buf] = kernel_input(r)
 
     def _result(self, value, tensors: dict, bindings: dict):
         if isinstance(value, BufferArg):
