@@ -130,7 +130,13 @@ def test_wgmma_products_compile_for_sm90a(tmp_path):
 @TORCH_CUDA
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
-    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=lambda: large_half_products(dtype))
+    assert_as_close_to_fp32_as_eager(lambda: large_half_products(dtype))
+
+
+def assert_as_close_to_fp32_as_eager(graph) -> None:
+    """`graph`'s outputs on the GPU, against fp32 on the same values: at most twice eager's
+    error, plus 2e-3 of the largest value."""
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=graph)
     reference = fn(*[t.float() for t in inputs])
     eager = fn(*inputs)
     for _ in range(3):  # kernels one by one, then a CUDA graph
@@ -142,6 +148,32 @@ def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
             ours = ((g.float() - r).abs().max() / scale).item()
             theirs = ((e.float() - r).abs().max() / scale).item()
             assert ours <= 2 * theirs + 2e-3, (ours, theirs)
+
+
+def batched_half_products(dtype=torch.float16):
+    """bmm of two graph inputs (whole rows: wgmma on sm_90) with ReLU + 1, and one whose left
+    matrix is read transposed (mma.sync)."""
+
+    def fn(a, b, c):
+        return torch.relu(torch.bmm(a, b)) + 1, torch.bmm(a.transpose(1, 2), c)
+
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(32, 256, 256), (32, 256, 192), (32, 256, 128)]
+    return fn, [(torch.randn(*s, generator=gen) / 4).to(dtype) for s in shapes], ()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_batched_products_of_whole_rows_take_wgmma(tmp_path):
+    _, _, compiled = compiled_for(SM90, graph=batched_half_products)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert [s.source for s in kernels] == [WGMMA_SOURCE, SOURCE]
+    assert_compiles_with_nvcc(tmp_path, joined_sources(s.module for s in kernels), "sm_90a")
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_batched_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager():
+    assert_as_close_to_fp32_as_eager(batched_half_products)
 
 
 @pytest.mark.cuda
