@@ -24,12 +24,12 @@ INPUT_ALIGNMENT = 16  # bytes: the widest access a CUDA kernel makes of its argu
 
 
 def kernel_input(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor that a kernel reads (a graph input, an eager step's result) as the kernels assume
-    it: contiguous and, on a GPU, starting on an INPUT_ALIGNMENT boundary. The kernels prove
-    their vector accesses aligned from the buffer's start; a view that starts between two
-    boundaries (a flat buffer's [1:] viewed as a matrix) is copied, where a kernel launched
-    alone would refuse it (cuda_exec's alignment check) and a CUDA graph node, which has no such
-    check, would fault on a misaligned address."""
+    """A tensor that a kernel reads (a graph input, a constant, an eager step's result) as the
+    kernels assume it: contiguous and, on a GPU, starting on an INPUT_ALIGNMENT boundary. The
+    kernels prove their vector accesses aligned from the buffer's start; a view that starts
+    between two boundaries (a flat buffer's [1:] viewed as a matrix) is copied, where a kernel
+    launched alone would refuse it (cuda_exec's alignment check) and a CUDA graph node, which
+    has no such check, would fault on a misaligned address."""
     tensor = tensor.contiguous()
     if tensor.is_cuda and tensor.data_ptr() % INPUT_ALIGNMENT:
         return tensor.clone()
