@@ -217,3 +217,17 @@ def test_a_gemm_for_a_named_cpu_runs_where_the_host_has_its_features(kind, rng):
     tiles = cpu_dot.DotTiles.for_target(kind, named)
     assert tiles.amx
     run_gemm(37, 71, 131, kind, tiles, rng, target="llvm -mcpu=sapphirerapids")
+
+
+def test_a_dot_call_takes_the_rows_it_is_given():
+    """dot_intrin(rows=): the micro-kernel's calls compute that many rows (a run-time count of
+    the enclosing loops); the reset, outside the k blocks, clears the whole mr-row tile."""
+    from tensorforge.te.visit import walk
+
+    rows = tf.te.var("rows_left")
+    intrin = cpu_dot.dot_intrin("bfloat16", 64, 128, 64, rows=rows)
+    body, reset, update = intrin.body[0], intrin.reset[0], intrin.update[0]
+    assert any(n is rows for n in walk(body)) and any(n is rows for n in walk(update))
+    assert not any(n is rows for n in walk(reset))
+    plain = cpu_dot.dot_intrin("bfloat16", 64, 128, 64)
+    assert not any(getattr(n, "name", None) == "rows_left" for n in walk(plain.body[0]))

@@ -142,6 +142,18 @@ class CallPlan:
         return results(self.outputs, tensors)
 
 
+GPU_INPUT_ALIGN = 16  # bytes: CUDA kernels read inputs by 16-byte (cp.async, vector) copies
+
+
+def gpu_input(tensor: torch.Tensor) -> torch.Tensor:
+    """A graph input (a constant, an eager step's result) as CUDA kernels read it: contiguous,
+    and starting on a 16-byte boundary (a view that starts inside its storage, e.g.
+    x.view(-1)[3:], is copied: its kernels' 16-byte copies would otherwise fault, or in a CUDA
+    graph read the wrong bytes)."""
+    tensor = tensor.contiguous()
+    return tensor if tensor.data_ptr() % GPU_INPUT_ALIGN == 0 else tensor.clone()
+
+
 def results(outputs: list[tuple], tensors: dict) -> list:
     """The graph's outputs of a call: each (buffer, shape) of `output_of` as its tensor viewed
     to that shape, sizes and literals as they are."""

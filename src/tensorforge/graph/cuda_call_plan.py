@@ -16,24 +16,8 @@ from __future__ import annotations
 import torch
 
 from tensorforge.graph import symbols as sym
-from tensorforge.graph.call_plan import output_of, results
+from tensorforge.graph.call_plan import gpu_input, output_of, results
 from tensorforge.graph.lowerer import TE_TO_TORCH
-
-INPUT_ALIGNMENT = 16  # bytes: the widest access a CUDA kernel makes of its arguments (uint4
-# loads and stores, 16-byte cp.async copies into tensor-core tiles)
-
-
-def kernel_input(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor that a kernel reads (a graph input, a constant, an eager step's result) as the
-    kernels assume it: contiguous and, on a GPU, starting on an INPUT_ALIGNMENT boundary. The
-    kernels prove their vector accesses aligned from the buffer's start; a view that starts
-    between two boundaries (a flat buffer's [1:] viewed as a matrix) is copied, where a kernel
-    launched alone would refuse it (cuda_exec's alignment check) and a CUDA graph node, which
-    has no such check, would fault on a misaligned address."""
-    tensor = tensor.contiguous()
-    if tensor.is_cuda and tensor.data_ptr() % INPUT_ALIGNMENT:
-        return tensor.clone()
-    return tensor
 
 
 class GraphLaunchPlan:
@@ -77,7 +61,7 @@ class GraphLaunchPlan:
         argument lists."""
         tensors = dict(self.fixed)
         for k, buf in self.inputs:
-            tensors[buf] = kernel_input(args[k])
+            tensors[buf] = gpu_input(args[k])
         for buf, shape, dtype in self.allocate:
             tensors[buf] = torch.empty(shape, dtype=dtype, device=self.device)
         values = self.args

@@ -160,8 +160,10 @@ def cpu_dot_bmm(ctx, node, a: Lazy, b: Lazy, shape, dtype: str) -> Lazy:
     (rows: the calls take the rows left; k and columns: zeros in the copies)."""
     batch, n, m = shape
     k = a.shape[-1]
-    fixed = [v if isinstance(v, int) else most for v, most in ((n, MOST_ROWS), (m, 64), (k, RUN_TIME_KC))]  # fmt: skip
-    tiles = choose_tiles(ctx.target, *fixed)
+    # run-time sizes tile as their largest tiles would: 64 rows, 64 columns, k blocks of 64
+    most = (MOST_ROWS, 64, RUN_TIME_KC)
+    known = [v if isinstance(v, int) else t for v, t in zip((n, m, k), most, strict=True)]
+    tiles = choose_tiles(ctx.target, *known)
     cpu_dot.load_microkernels(ctx.target)
     rows = cpu_dot.round_up(n, tiles.mr) if isinstance(n, int) else n  # run time: not padded
     depth = _whole(k, tiles.kc)
@@ -182,7 +184,8 @@ def cpu_dot_bmm(ctx, node, a: Lazy, b: Lazy, shape, dtype: str) -> Lazy:
         b_at = panels[e, j // nr, r.var // step, j % nr, r.var % step]
         return te.sum(a_at((e, i, r.var)).astype("float32") * b_at.astype("float32"), axis=r)
 
-    C = te.compute((batch, _whole(n, tiles.mr), _whole(m, nr)), product, name=ctx.unique(f"mm_{node.name}"))  # fmt: skip
+    whole = (batch, _whole(n, tiles.mr), _whole(m, nr))
+    C = te.compute(whole, product, name=ctx.unique(f"mm_{node.name}"))
     stages = [C] + ([a_tile] if a_tile is not None else [])
     info = {"shape": tuple(shape), "stages": stages, "k": depth, "cpu_dot": tiles}
     info["pack"] = panels

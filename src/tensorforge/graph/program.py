@@ -23,7 +23,7 @@ from tensorforge import build as tf_build
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
-from tensorforge.graph.cuda_call_plan import GraphLaunchPlan, kernel_input
+from tensorforge.graph.cuda_call_plan import GraphLaunchPlan
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules import schedule_kernel
@@ -294,7 +294,7 @@ class CompiledGraph:
         if self.device.type == "cpu":
             placed = huge_pages.packed(constants)
         else:
-            placed = {b: kernel_input(t.to(self.device)) for b, t in constants.items()}
+            placed = {b: call_plan.gpu_input(t.to(self.device)) for b, t in constants.items()}
         self.program.constants.clear()
         self.program.constants.update(placed)
         return placed
@@ -311,9 +311,10 @@ class CompiledGraph:
         bindings = self._bind(args)
         temps, constants = self._memory(self._sizes(args), bindings)
         tensors = {**temps, **constants}
+        cuda = self.device.type == "cuda"
         for k, buf in enumerate(self.program.inputs):
             if buf is not None and not isinstance(buf, str):
-                tensors[buf] = kernel_input(args[k])
+                tensors[buf] = call_plan.gpu_input(args[k]) if cuda else args[k].contiguous()
         timings = self.timings
         if self.use_cuda_graph and timings is None and self._launch_graph(tensors, bindings):
             return [self._result(v, tensors, bindings) for v in self.program.outputs]
@@ -428,8 +429,9 @@ class CompiledGraph:
         result = step.target(*args, **kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         for buf, r in zip(step.outputs, results):
-            if buf is not None:
-                tensors[buf] = kernel_input(r)
+            if buf is not None:  # (a view into its input's storage may start anywhere)
+                cuda = r.device.type == "cuda"
+                tensors[buf] = call_plan.gpu_input(r) if cuda else r.contiguous()
 
     def _result(self, value, tensors: dict, bindings: dict):
         if isinstance(value, BufferArg):
