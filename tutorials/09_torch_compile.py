@@ -95,8 +95,8 @@ with torch.no_grad():
 #    by accumulation). On a CPU with AVX512-BF16 the linear layers run on `vdpbf16ps`; on an
 #    sm_80+ GPU half products and convolutions run on tensor cores. Both stay as close to the
 #    float32 model as eager is. (A float32 model on such a GPU takes the tensor cores in TF32
-#    where torch's flags say eager would: convolutions by default, and matrix products after
-#    torch.set_float32_matmul_precision("high"); docs/torch-compile.md.)
+#    where torch's flags say eager would: large convolutions (2^28+ multiply-adds) by default,
+#    matrix products after torch.set_float32_matmul_precision("high"); docs/torch-compile.md.)
 with torch.no_grad():
     torch._dynamo.reset()
     half_model = Block().eval()

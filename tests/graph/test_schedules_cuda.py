@@ -441,3 +441,24 @@ def test_unet_block_group_norms_split_in_chunks():
 def test_unet_block_matches_eager():
     torch.backends.cudnn.allow_tf32 = False
     assert_graph_matches_eager(unet_block_graph, 1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape, launch",
+    [
+        ((3, 128), "grid=(1, 3, 1) block=(32, 1, 1)"),  # rows of exactly 32 float4s
+        ((2, 148), "grid=(1, 2, 1) block=(37, 1, 1)"),  # 37 vectors (a prime): one block a row
+        ((2, 3, 768), "grid=(1, 6, 1) block=(192, 1, 1)"),  # leading dims fused into grid y
+        ((1, 1, 4096), "grid=(4, 1, 1) block=(256, 1, 1)"),  # one row
+        ((2, 1028), "grid=(3, 1, 1) block=(256, 1, 1)"),  # 257 vectors, a prime: flattened
+        ((4096,), "grid=(4, 1, 1) block=(256, 1, 1)"),  # 1-D: flattened
+        ((70000, 128), "grid=(8750, 1, 1) block=(256, 1, 1)"),  # past grid y's 65535: flattened
+    ],
+)
+def test_element_wise_kernels_take_a_block_row_per_row_where_it_fits(shape, launch):
+    x = torch.randn(*shape)
+    gm = make_fx(lambda x: (torch.sigmoid(x) * 3,), decomposition_table=decompositions())(x)
+    compiled = compile_aten(gm, [x], {}, Options(target="cuda -arch=sm_90"))
+    (kernel,) = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert kernel.source == SOURCES["elementwise"]
+    assert launch in kernel.module.get_source("cuda")

@@ -129,6 +129,21 @@ def test_the_precision_follows_torchs_flags_on_cuda_only():
     assert Float32Precision.of(Target("llvm")) == Float32Precision()  # float32 is float32
 
 
+@pytest.mark.skipif(
+    not hasattr(torch.backends.cudnn, "conv"), reason="torch < 2.9: the legacy flags only"
+)
+def test_the_precision_follows_torchs_per_operator_settings():
+    """torch 2.9+'s fp32_precision settings: once set, reading the legacy flags raises."""
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    assert Float32Precision.of(Target(SM90)) == Float32Precision(matmul_tf32=True)
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    assert Float32Precision.of(Target(SM90)) == Float32Precision(conv_tf32=True)
+    torch.set_float32_matmul_precision("medium")  # (bfloat16 allowed: TF32 too)
+    assert Float32Precision.of(Target(SM90)).matmul_tf32
+
+
 def test_flipping_a_flag_changes_the_cache_key():
     gm = make_fx(lambda x, w: F.conv2d(x, w))(torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3))
     keys = {

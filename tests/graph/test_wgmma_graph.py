@@ -7,6 +7,7 @@ kernels compile to sm_90a cubins. On an H100: against an fp32 reference, no wors
 """
 
 import copy
+import re
 import shutil
 
 import pytest
@@ -103,10 +104,19 @@ def product_sources(target):
     return [s for s in kernels if s.source in (SOURCE, WGMMA_SOURCE)]
 
 
+def shared_memory(kernel) -> int:
+    """The bytes of shared memory the kernel's launch asks for."""
+    return int(re.search(r"shared memory: (\d+) bytes", kernel.module.get_source("cuda"))[1])
+
+
 def test_large_half_products_take_wgmma_on_sm90_only():
-    sm90 = product_sources(SM90)
+    sm90, sm80 = product_sources(SM90), product_sources(SM80)
     assert [s.source for s in sm90] == [WGMMA_SOURCE, WGMMA_SOURCE, SOURCE, WGMMA_SOURCE]
-    assert [s.source for s in product_sources(SM80)] == [SOURCE] * 4
+    assert [s.source for s in sm80] == [SOURCE] * 4
+    # the tiles' count (swizzled or padded operand tiles, the float32 tile's padded rows) is
+    # what the kernel takes: choose_tiles and choose_wgmma_tiles fit the tiles by it
+    for kernel in sm90 + sm80:
+        assert shared_memory(kernel) == kernel.spec.anchor.info["tensor_core"].shared_bytes()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -121,7 +131,13 @@ def test_wgmma_products_compile_for_sm90a(tmp_path):
 @TORCH_CUDA
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
-    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=lambda: large_half_products(dtype))
+    assert_as_close_to_fp32_as_eager(lambda: large_half_products(dtype))
+
+
+def assert_as_close_to_fp32_as_eager(graph) -> None:
+    """`graph`'s outputs on the GPU, against fp32 on the same values: at most twice eager's
+    error, plus 2e-3 of the largest value."""
+    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=graph)
     reference = fn(*[t.float() for t in inputs])
     eager = fn(*inputs)
     for _ in range(3):  # kernels one by one, then a CUDA graph
@@ -133,6 +149,32 @@ def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
             ours = ((g.float() - r).abs().max() / scale).item()
             theirs = ((e.float() - r).abs().max() / scale).item()
             assert ours <= 2 * theirs + 2e-3, (ours, theirs)
+
+
+def batched_half_products(dtype=torch.float16):
+    """bmm of two graph inputs (whole rows: wgmma on sm_90) with ReLU + 1, and one whose left
+    matrix is read transposed (mma.sync)."""
+
+    def fn(a, b, c):
+        return torch.relu(torch.bmm(a, b)) + 1, torch.bmm(a.transpose(1, 2), c)
+
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(32, 256, 256), (32, 256, 192), (32, 256, 128)]
+    return fn, [(torch.randn(*s, generator=gen) / 4).to(dtype) for s in shapes], ()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_batched_products_of_whole_rows_take_wgmma(tmp_path):
+    _, _, compiled = compiled_for(SM90, graph=batched_half_products)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    assert [s.source for s in kernels] == [WGMMA_SOURCE, SOURCE]
+    assert_compiles_with_nvcc(tmp_path, joined_sources(s.module for s in kernels), "sm_90a")
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_batched_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager():
+    assert_as_close_to_fp32_as_eager(batched_half_products)
 
 
 def test_wgmma_pipelines_are_shallower_where_two_blocks_then_share_an_sm():

@@ -146,9 +146,10 @@ GPU_INPUT_ALIGN = 16  # bytes: CUDA kernels read inputs by 16-byte (cp.async, ve
 
 
 def gpu_input(tensor: torch.Tensor) -> torch.Tensor:
-    """A graph input as CUDA kernels read it: contiguous, and starting on a 16-byte boundary
-    (a view that starts inside its storage, e.g. x.view(-1)[3:], is copied: its kernels'
-    16-byte copies would otherwise fault, or in a CUDA graph read the wrong bytes)."""
+    """A graph input (a constant, an eager step's result) as CUDA kernels read it: contiguous,
+    and starting on a 16-byte boundary (a view that starts inside its storage, e.g.
+    x.view(-1)[3:], is copied: its kernels' 16-byte copies would otherwise fault, or in a CUDA
+    graph read the wrong bytes)."""
     tensor = tensor.contiguous()
     return tensor if tensor.data_ptr() % GPU_INPUT_ALIGN == 0 else tensor.clone()
 

@@ -57,10 +57,12 @@ class Float32Precision:
     float32 accumulation), as torch's own kernels do: convolutions while
     `torch.backends.cudnn.allow_tf32` (True by default), matrix products (mm, addmm, bmm,
     linear) while `torch.backends.cuda.matmul.allow_tf32` (`set_float32_matmul_precision`
-    "high" or "medium"). Read when a graph is compiled, and part of its cache key: a graph
-    compiled under other flags never loads this one's kernels (Dynamo's own guard recompiles
-    a model when the matmul flag flips, not the cuDNN one). The default, both off, is exact
-    float32."""
+    "high" or "medium"); on torch 2.9+ the same as its per-operator settings say them
+    (`torch.backends.cudnn.conv.fp32_precision`, `torch.backends.cuda.matmul.fp32_precision`:
+    "tf32"), which both APIs set. Read when a graph is compiled, and part of its cache key: a
+    graph compiled under other flags never loads this one's kernels (Dynamo's own guard
+    recompiles a model when the matmul flag flips, not the cuDNN one). The default, both
+    off, is exact float32."""
 
     conv_tf32: bool = False
     matmul_tf32: bool = False
@@ -72,7 +74,15 @@ class Float32Precision:
             return Float32Precision()
         import torch
 
+        backends = torch.backends
+        conv = getattr(backends.cudnn, "conv", None)
+        if conv is not None and hasattr(backends.cuda.matmul, "fp32_precision"):
+            # torch 2.9+: the legacy flags' getters raise once the new API has set either
+            return Float32Precision(
+                conv_tf32=conv.fp32_precision == "tf32",
+                matmul_tf32=backends.cuda.matmul.fp32_precision == "tf32",
+            )
         return Float32Precision(
-            conv_tf32=bool(torch.backends.cudnn.allow_tf32),
-            matmul_tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+            conv_tf32=bool(backends.cudnn.allow_tf32),
+            matmul_tf32=bool(backends.cuda.matmul.allow_tf32),
         )

@@ -294,7 +294,7 @@ class CompiledGraph:
         if self.device.type == "cpu":
             placed = huge_pages.packed(constants)
         else:
-            placed = {b: t.to(self.device) for b, t in constants.items()}
+            placed = {b: call_plan.gpu_input(t.to(self.device)) for b, t in constants.items()}
         self.program.constants.clear()
         self.program.constants.update(placed)
         return placed

@@ -86,8 +86,8 @@ def _vector_width(out) -> int:
 
 
 MAX_GRID_Y = 65535
-MIN_ROW_VECTORS = 32  # rows of fewer vectors than a warp (or of a prime number of vectors)
-# are flattened together
+MIN_ROW_VECTORS = 32  # rows of fewer vectors than a warp, or whose vectors no count from 32
+# to THREADS divides (a prime past 256), are flattened together
 
 
 def _elementwise(s, out, width: int) -> None:
