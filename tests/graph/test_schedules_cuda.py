@@ -446,8 +446,9 @@ def test_unet_block_matches_eager():
 @pytest.mark.parametrize(
     "shape, launch",
     [
-        ((3, 128), "grid=(1, 3, 1) block=(32, 1, 1)"),  # rows of exactly 32 float4s
-        ((2, 148), "grid=(1, 2, 1) block=(37, 1, 1)"),  # 37 vectors (a prime): one block a row
+        ((3, 256), "grid=(1, 3, 1) block=(64, 1, 1)"),  # rows of exactly 64 float4s
+        ((3, 128), "grid=(1, 1, 1) block=(256, 1, 1)"),  # 32: one-warp blocks, flattened
+        ((2, 268), "grid=(1, 2, 1) block=(67, 1, 1)"),  # 67 vectors (a prime): a block a row
         ((2, 3, 768), "grid=(1, 6, 1) block=(192, 1, 1)"),  # leading dims fused into grid y
         ((1, 1, 4096), "grid=(4, 1, 1) block=(256, 1, 1)"),  # one row
         ((2, 1028), "grid=(3, 1, 1) block=(256, 1, 1)"),  # 257 vectors, a prime: flattened

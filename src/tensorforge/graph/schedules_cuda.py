@@ -86,8 +86,9 @@ def _vector_width(out) -> int:
 
 
 MAX_GRID_Y = 65535
-MIN_ROW_VECTORS = 32  # rows of fewer vectors than a warp, or whose vectors no count from 32
-# to THREADS divides (a prime past 256), are flattened together
+MIN_ROW_VECTORS = 64  # block rows of 2 warps or more (32 resident blocks of one warp would
+# leave an H100 SM half its warps): rows of fewer vectors, or whose vectors no count from 64 to
+# THREADS divides (a prime past 256), are flattened together
 
 
 def _elementwise(s, out, width: int) -> None:
