@@ -52,7 +52,9 @@ def test_mbarrier_pipeline_waits_on_slots_not_on_the_block(stages):
     assert "__syncthreads()" not in loop[: loop.index("cp.async.wait_all")]  # none in the loop
     assert "cp.async.commit_group;" not in text and "cp.async.wait_group 0" not in text
     assert text.count("tf_mbar_cp_arrive(&") == stages  # the prologue's stages-1, the loop's
-    wait, arrive = loop.index("tf_mbar_wait(&A_shared_mbar[tf_floormod"), loop.index("tf_mbar_warp_arrive")  # fmt: skip
+    # the wait for this step's slot to be full (k % stages), then the release of the slot
+    wait = loop.index(f"tf_mbar_wait(&A_shared_mbar[k_c_outer % {stages}]")
+    arrive = loop.index("tf_mbar_warp_arrive")
     refill = loop.index("tf_cp_async")
     assert wait < arrive and (refill < wait if stages == 2 else arrive < refill)
     assert f"tf_mbar_wait(&A_shared_mbar[{stages} + " in loop  # the slot is free before a refill
@@ -116,7 +118,7 @@ def test_tensorcore_cluster_pairs_share_b_by_multicast_bulk_copies():
     assert "tf_mbar_init(&A_shared_mbar[4 + s], 16)" in text  # 8 warps of each of 2 blocks
     loop = text[text.index("for (int k_outer") :]
     assert "tf_mbar_warp_arrive_cluster(" in loop and "tf_mbar_wait_cluster(" in loop
-    assert "tf_cp_async<16>(&A_shared" in loop and "B_shared[tf_floormod" in loop
+    assert "tf_cp_async<16>(&A_shared" in loop and "B_shared[((k_outer + 3) % 4) * " in loop
     for bad, match in (
         (TensorCoreTiles(128, 256, 64, 64, 64, 4, 16, "barrier", 2), "mbarrier pipeline"),
         (TensorCoreTiles(128, 256, 64, 64, 64, 4, 1, "mbarrier", 2), "groups of 1"),

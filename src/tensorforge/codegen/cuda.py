@@ -390,6 +390,8 @@ class _KernelWriter(PipelineWriter):
             if not (isinstance(s.min, E.Const) and int(s.min.value) == 0):
                 index = f"{index} + {p(s.min)}"
             self.line(f"const {t} {name} = {index};")
+            if p.nonnegative(s.min):  # (thread and block indices are never negative)
+                p.nonnegative_vars.add(id(s.var))
             self._stmt(s.body)
             self.names.unbind(s.var)
             return
@@ -403,6 +405,8 @@ class _KernelWriter(PipelineWriter):
             self.line("// parallel loop: each GPU thread runs it serially")
         name = self.names.bind(s.var)
         extent = p(s.extent)
+        if p.nonnegative(s.min):
+            p.nonnegative_vars.add(id(s.var))
         if isinstance(s.min, E.Const) and int(s.min.value) == 0:
             head = f"for ({t} {name} = 0; {name} < {extent}; ++{name}) {{"
         else:
@@ -423,6 +427,8 @@ class _KernelWriter(PipelineWriter):
             self.line(f"const {t} {name} = {p(value)};")
             if dt.is_int(var.dtype):
                 p.divisors[id(var)] = p.divisor(value)
+                if p.nonnegative(value):
+                    p.nonnegative_vars.add(id(var))
         else:
             for i, lane_name in enumerate(name):
                 self.line(f"const {t} {lane_name} = {p(value, i)};")

@@ -207,6 +207,7 @@ class ExprPrinter(VectorAccesses):
         self.names = names
         self.hoisted: dict[Any, list[str]] = {}  # structural key of a vector load -> chunk temps
         self.divisors: dict[int, int] = {}  # id(var) -> a known divisor of its value
+        self.nonnegative_vars: set[int] = set()  # id(var) of integer vars known to be >= 0
         self.helpers: set[str] = set()  # "floordiv", "half", "bf16"
         self.fill_barrier: str | None = None  # the pipeline fill being written: its mbarrier
         self.tensor_maps: dict[str, str] = {}  # buffer param name -> its tensor map's C name
@@ -258,6 +259,12 @@ class ExprPrinter(VectorAccesses):
                     )
                 return f"({p(a, lane)} / {p(b, lane)})"
             case E.FloorDiv(a=a, b=b) | E.FloorMod(a=a, b=b):
+                if dt.is_int(e.dtype) and _positive(b) and self.nonnegative(a):
+                    # C's truncation is Python's floor here: no sign correction (a gather's
+                    # index arithmetic is mostly such divisions)
+                    return (
+                        f"({p(a, lane)} {'/' if isinstance(e, E.FloorDiv) else '%'} {p(b, lane)})"
+                    )
                 return self._floor_op(isinstance(e, E.FloorDiv), p(a, lane), p(b, lane), e.dtype)
             case E.Min(a=a, b=b) | E.Max(a=a, b=b):
                 return self._min_max(isinstance(e, E.Min), p(a, lane), p(b, lane), e.dtype)
@@ -328,6 +335,33 @@ class ExprPrinter(VectorAccesses):
         for x in lanes[1:]:
             out = self._min_max(op == "min", out, x, dtype)
         return out
+
+    def nonnegative(self, e: E.Expr) -> bool:
+        """Whether the integer expression `e` provably has no negative value (lane)."""
+        match e:
+            case E.Const(value=v):
+                return v >= 0
+            case E.Var():
+                return id(e) in self.nonnegative_vars
+            case E.Add(a=a, b=b) | E.Mul(a=a, b=b) | E.Min(a=a, b=b):
+                return self.nonnegative(a) and self.nonnegative(b)
+            case E.Max(a=a, b=b):
+                return self.nonnegative(a) or self.nonnegative(b)
+            case E.FloorDiv(a=a, b=b):
+                return _positive(b) and self.nonnegative(a)
+            case E.FloorMod(b=b):
+                return _positive(b)  # Python's modulo takes the divisor's sign
+            case E.Cast(value=v) if dt.is_int(e.dtype) and dt.is_int(v.dtype):
+                wider = dt.bits_of(e.dtype) > dt.bits_of(v.dtype)
+                same = dt.bits_of(e.dtype) == dt.bits_of(v.dtype) and not dt.is_unsigned(v.dtype)
+                return (wider or same) and self.nonnegative(v)
+            case E.Select(true_value=t, false_value=f):
+                return self.nonnegative(t) and self.nonnegative(f)
+            case Ramp(base=base, stride=stride):
+                return self.nonnegative(base) and self.nonnegative(stride)
+            case Broadcast(value=v):
+                return self.nonnegative(v)
+        return False
 
     def _floor_op(self, is_div: bool, a: str, b: str, dtype: str) -> str:
         if dt.is_float(dtype):
@@ -400,3 +434,10 @@ template <typename T> __device__ __forceinline__ T tf_floormod(T a, T b) {
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 """
+
+
+def _positive(e: E.Expr) -> bool:
+    """A constant divisor above zero (a vector of one, broadcast, too)."""
+    if isinstance(e, Broadcast):
+        e = e.value
+    return isinstance(e, E.Const) and e.value > 0
