@@ -30,6 +30,7 @@ from tests.graph.test_schedules_cuda import (  # noqa: E402
     compiled_for,
     joined_sources,
 )
+from tests.graph.test_tensor_core import assert_as_close_to_fp32_as_eager  # noqa: E402
 
 SM90, SM80 = "cuda -arch=sm_90", "cuda -arch=sm_80"
 LIMIT = 227 << 10
@@ -132,23 +133,6 @@ def test_wgmma_products_compile_for_sm90a(tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
     assert_as_close_to_fp32_as_eager(lambda: large_half_products(dtype))
-
-
-def assert_as_close_to_fp32_as_eager(graph) -> None:
-    """`graph`'s outputs on the GPU, against fp32 on the same values: at most twice eager's
-    error, plus 2e-3 of the largest value."""
-    fn, inputs, compiled = compiled_for("cuda", "cuda", graph=graph)
-    reference = fn(*[t.float() for t in inputs])
-    eager = fn(*inputs)
-    for _ in range(3):  # kernels one by one, then a CUDA graph
-        got = compiled(list(inputs))
-        torch.cuda.synchronize()
-        for g, e, r in zip(got, eager, reference):
-            assert g.shape == e.shape and g.dtype == e.dtype
-            scale = r.abs().max()
-            ours = ((g.float() - r).abs().max() / scale).item()
-            theirs = ((e.float() - r).abs().max() / scale).item()
-            assert ours <= 2 * theirs + 2e-3, (ours, theirs)
 
 
 def batched_half_products(dtype=torch.float16):

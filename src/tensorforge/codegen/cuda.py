@@ -384,14 +384,14 @@ class _KernelWriter(PipelineWriter):
     def _for_loop(self, s: For) -> None:
         p = self.printer
         t = ctype(s.var.dtype)
+        if p.nonnegative(s.min):  # (from min up: thread and block indices, serial loops)
+            p.nonnegative_vars.add(id(s.var))
         if s.kind is LoopKind.THREAD_BINDING:
             name = self.names.bind(s.var)
             index = f"({t}){s.thread_tag}"
             if not (isinstance(s.min, E.Const) and int(s.min.value) == 0):
                 index = f"{index} + {p(s.min)}"
             self.line(f"const {t} {name} = {index};")
-            if p.nonnegative(s.min):  # (thread and block indices are never negative)
-                p.nonnegative_vars.add(id(s.var))
             self._stmt(s.body)
             self.names.unbind(s.var)
             return
@@ -405,8 +405,6 @@ class _KernelWriter(PipelineWriter):
             self.line("// parallel loop: each GPU thread runs it serially")
         name = self.names.bind(s.var)
         extent = p(s.extent)
-        if p.nonnegative(s.min):
-            p.nonnegative_vars.add(id(s.var))
         if isinstance(s.min, E.Const) and int(s.min.value) == 0:
             head = f"for ({t} {name} = 0; {name} < {extent}; ++{name}) {{"
         else:

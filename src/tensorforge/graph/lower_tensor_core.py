@@ -40,11 +40,11 @@ from tensorforge.ir.arith import simplify_expr
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles as PipelineTiles
 from tensorforge.ops.matmul import round_up
 from tensorforge.ops.tensor_core import OPERANDS
+from tensorforge.ops.tensor_core import SUPPORTED as HALVES
 from tensorforge.te.expr import Const, TensorRead, Var, structural_equal
 from tensorforge.te.tensor import PlaceholderOp
 from tensorforge.te.visit import walk
 
-HALVES = ("float16", "bfloat16")
 MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves, 128 of floats;
 # ResNet's stem at batch 16: 32M), past which it stays direct
 MIN_ROWS = 16  # fewer rows: a matrix-vector product, bound by reading B (register tiles)
@@ -250,14 +250,13 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     N, F, OH, OW = shape
     K, P = w[0].numel(), OH * OW
     depth = round_up(K, CONV_DEPTH)
-    # wgmma reads the materialized columns; a plain 1 x 1 convolution's are the input itself,
-    # whose rows (image rows) are not the columns' (mma.sync tiles read it as it is)
+    # wgmma reads the materialized columns; a plain 1 x 1 convolution over whole tiles reads the
+    # input itself (im2col), whose rows (image rows) are not the columns' (mma.sync reads them)
     pointwise = w.shape[2:] == (1, 1) and tuple(stride) == (1, 1) and not any(padding)
     wgmma = _has_wgmma(ctx.target, dtype) and not pointwise
     tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma)
     rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
     col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, cols, depth)
-    # (a plain 1 x 1 convolution over whole tiles reads the input itself)
     b_tile = te.compute((N, depth, cols), col_at, name=ctx.unique(f"{node.name}_col_tile"))
     padded = torch.zeros(rows, depth, dtype=TE_TO_TORCH[dtype])  # (folded BN: float32 weights)
     padded[:F, :K] = w.reshape(F, K)
@@ -290,9 +289,8 @@ def _product(ctx, node, shape, tiles, a_tile: te.Tensor, b_tile: te.Tensor, read
     rows, k = (int(e.value) for e in a_tile.shape[-2:])
     cols = int(b_tile.shape[-1].value)
     blocks = numel(lead) * (rows // tiles.block_m) * (cols // tiles.block_n)
-    splits = max(1, splits_to_fill(blocks, k, ctx.target.sm_count, tiles.block_k))
-    if tiles.mma == "wgmma":  # (its tiles fill the SMs already)
-        splits = 1
+    splits = max(1, splits_to_fill(blocks, k, ctx.target.sm_count, tiles.block_k))  # (wgmma's
+    # tiles fill the SMs already: one slice)
     part = k // splits
     a_batched, b_batched = len(a_tile.shape) > 2, len(b_tile.shape) > 2
     r = te.reduce_axis((0, part), name="k")
