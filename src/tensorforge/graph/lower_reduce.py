@@ -407,6 +407,13 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
     shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else ctx.shape_of(node, 0)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
+    # NOTE: without padding a window may still run past the end: ceil_mode's last window
+    inside_always = (
+        ph == 0
+        and pw == 0
+        and _last_window_inside(shape[2], H, kh, sh, dh)
+        and _last_window_inside(shape[3], W, kw, sw, dw)
+    )
 
     def body(n, c, y, xx):
         iy = y * sh - ph + ry.var * dh
@@ -420,12 +427,19 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
         # past an edge is clamped onto the edge, which the same window holds (torch keeps the
         # padding at most half the window, so every window holds an element of the input)
         clamped_is_inside = combine is te.max and dh == 1 and dw == 1
-        if (ph == 0 and pw == 0) or clamped_is_inside:
+        if inside_always or clamped_is_inside:
             return combine(v, axis=[ry, rx])
         return combine(v, axis=[ry, rx], where=inside)
 
     stage = te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}"))
     return x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W)
+
+
+def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
+    """The last of `out` windows ends inside `size` (unknown sizes: not proven)."""
+    if not (isinstance(out, int) and isinstance(size, int)):
+        return False
+    return (out - 1) * stride + (kernel - 1) * dilation < size
 
 
 @lowers(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)

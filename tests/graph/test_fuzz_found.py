@@ -1,0 +1,33 @@
+"""Wrong answers and crashes the graph fuzzer (graph_fuzz.py) found, each reduced to its smallest
+graph and checked against eager torch (test_lowering's `check`: strict, every output compared)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+from tests.graph.test_lowering import check, rand  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def test_pools_whose_last_window_runs_past_the_edge_without_padding():
+    # ceil_mode adds a window that starts inside and ends past the edge: its positions outside
+    # must not count (they were clamped onto the edge: an average read the edge twice, a
+    # dilated maximum an element its window does not hold)
+    x = rand(2, 3, 7, 6, seed=1)
+
+    def fn(x):
+        return (
+            F.avg_pool2d(x, 2, 2, ceil_mode=True),
+            F.avg_pool2d(x, 2, 2, ceil_mode=True, count_include_pad=False),
+            F.avg_pool2d(x[:, :, :3, :3], 5, ceil_mode=True),  # one window, past both edges
+            F.max_pool2d(x, 2, 2, dilation=2, ceil_mode=True),
+            F.max_pool2d(x - 3, 3, 2, ceil_mode=True),
+        )
+
+    check(fn, x)
