@@ -31,3 +31,12 @@ def test_pools_whose_last_window_runs_past_the_edge_without_padding():
         )
 
     check(fn, x)
+
+
+def test_negative_numbers_fill_bfloat16_tensors():
+    x = rand(3, 7, 13, seed=2).to(torch.bfloat16)
+
+    def fn(x):
+        return x.masked_fill(x > 0.3, -1.5), torch.where(x < 0, -2.25, x)
+
+    check(fn, x)
