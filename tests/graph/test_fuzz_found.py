@@ -40,3 +40,13 @@ def test_negative_numbers_fill_bfloat16_tensors():
         return x.masked_fill(x > 0.3, -1.5), torch.where(x < 0, -2.25, x)
 
     check(fn, x)
+
+
+def test_bitwise_not_of_integers_flips_every_bit():
+    x = rand(31, 5, seed=3) * 40
+
+    def fn(x):
+        small = x.to(torch.int64)
+        return ~small, ~small.to(torch.int32), ~small.to(torch.uint8), ~(x > 0)
+
+    check(fn, x)

@@ -46,6 +46,8 @@ def _unary(op, fn):
         if rest or kwargs:
             raise Unsupported(f"{op} with extra arguments")
         x = ctx.lazy(x)
+        if op is aten.bitwise_not and dt.is_int(x.dtype):
+            return ctx.pointwise(_bitwise_not, [x], compute=x.dtype)
         if op in (aten.logical_not, aten.bitwise_not):
             return ctx.pointwise(fn, [x], compute=x.dtype)
         return ctx.pointwise(fn, [x], jumps=op in JUMPS)
@@ -55,6 +57,12 @@ def _unary(op, fn):
 
 for _op, _fn in UNARY.items():
     lowers(_op.default)(_unary(_op, _fn))
+
+
+def _bitwise_not(x):
+    """~x of an integer: every bit flipped, -x - 1 in two's complement (max - x unsigned)."""
+    lo, hi = dt.int_range(x.dtype)
+    return te.const(hi if lo == 0 else -1, x.dtype) - x
 
 
 @lowers(aten.gelu.default)
