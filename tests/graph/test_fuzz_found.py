@@ -75,3 +75,16 @@ def test_the_mean_of_var_mean_alone_at_run_time_sizes():
     for rows in (64, 13):
         x = rand(rows, 3, seed=rows)
         torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_zeros_ones_and_full_like_are_kernels():
+    x = rand(3, 1, 7, seed=5).to(torch.bfloat16)
+
+    def fn(x):
+        return (
+            torch.zeros_like(x) + x,
+            torch.ones_like(x, dtype=torch.int64) * 3,
+            torch.full_like(x, -2.5).float() - x,
+        )
+
+    check(fn, x)  # (with no fallback: full_like ran eagerly)

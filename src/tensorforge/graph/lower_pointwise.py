@@ -294,6 +294,13 @@ def full(ctx, node, size, value, **kwargs):
     return Lazy(ctx.shape_of(node), dtype, lambda idx: te.const(value, dtype), cost=0)
 
 
+@lowers(aten.full_like.default)
+def full_like(ctx, node, x, value, **kwargs):
+    """zeros_like, ones_like, full_like: a constant of the node's shape and dtype (the values
+    hold no layout, so a memory format asks nothing)."""
+    return full(ctx, node, None, value)
+
+
 @lowers(aten.scalar_tensor.default)
 def scalar_tensor(ctx, node, value, **kwargs):
     dtype = ctx.dtype_of(node)
