@@ -88,3 +88,21 @@ def test_zeros_ones_and_full_like_are_kernels():
         )
 
     check(fn, x)  # (with no fallback: full_like ran eagerly)
+
+
+def test_batch_norm_whose_weight_and_bias_are_computed():
+    # constant statistics fold into a scale and shift; a weight or bias that is an input of the
+    # graph was taken for no weight (ctx.constant is None for it) and dropped
+    x, w, b = rand(2, 7, 3, 5, seed=6), rand(7, seed=7), rand(7, seed=8)
+    mean, var = rand(7, seed=9), rand(7, seed=10).abs() + 0.5
+
+    def fn(x, w, b, mean, var):
+        return (
+            F.batch_norm(x, mean, var, w, b, False),
+            F.batch_norm(x, mean, var, w * 2, None, False),
+            F.batch_norm(x[:, :, 0], mean, var, None, b, False, 0.1, 1e-3),
+            F.batch_norm(x, mean, var, mean, b, False),  # a constant weight, a computed bias
+            F.batch_norm(x, mean, var, w, var, False),  # a computed weight, a constant bias
+        )
+
+    check(fn, x, w, b, mean, var, constants=(3, 4))
