@@ -53,6 +53,7 @@ BLOCK_K_BYTES = 64  # of a row of A a k step stages: 32 halves or 16 floats (hal
 TF32_MIN_MACS = 1 << 28  # a float32 convolution's multiply-adds from which it takes TF32
 CONV_DEPTH = 16  # a convolution's reduction is zero-padded to whole steps of this many terms
 STAGES = 3  # k steps in flight
+SHARED_RESERVED = 1 << 10  # bytes of shared memory the GPU keeps a block (sm_80+)
 
 # block tiles, largest first, with the warp tile of each of its 4 or 8 warps (8 where a block
 # has an SM to itself: the shared tiles of a 128 x 128 block leave room for no second one)
@@ -81,14 +82,28 @@ class TensorCoreTiles(PipelineTiles):
     their element size and the padding of their shared rows; float32 is TF32)."""
 
     dtype: str = "float16"
+    blocks: int = 1  # resident a multiprocessor (resident_blocks), for ptxas's register budget
 
     def shared_bytes(self, elem_bytes: int | None = None) -> int:
+        """The pipeline's tiles, or the float32 tile where that is larger: it takes their
+        bytes once the k loop is done (codegen/cuda_shared.py)."""
         operand = OPERANDS[self.dtype]
         pad_a, pad_b = (0, 0) if self.mma == "wgmma" else (operand.pad_a, operand.pad_b)
         a = self.block_m * (self.block_k + pad_a)  # (wgmma's tiles are swizzled, not padded)
         b = self.block_k * (self.block_n + pad_b)
-        staged = (a + b) * (elem_bytes or operand.bytes) * max(1, self.stages)
-        return staged + self.block_m * (self.block_n + STAGING_PAD) * 4
+        pipeline = (a + b) * (elem_bytes or operand.bytes) * max(1, self.stages)
+        return max(pipeline, self.block_m * (self.block_n + STAGING_PAD) * 4)
+
+    def resident_blocks(self, shared_limit: int) -> int:
+        """Blocks of this kernel an SM holds: as many as its shared memory allows (at most 2)
+        for wgmma, whose fragments live in shared memory (128 registers a thread are enough);
+        1 for mma.sync, which keeps up to 255 registers a thread (the next k step's fragments
+        in flight beside the accumulators)."""
+        if self.mma != "wgmma":
+            return 1
+        return max(
+            1, min(2, (shared_limit + SHARED_RESERVED) // (self.shared_bytes() + SHARED_RESERVED))
+        )
 
 
 def choose_tiles(
@@ -150,10 +165,11 @@ def choose_wgmma_tiles(
         tiles = TensorCoreTiles(block_m, block_n, WGMMA_K, 16, block_n, stages, 1, "mbarrier_lag", mma="wgmma")  # fmt: skip
         three = replace(tiles, stages=3)
         if tiles.shared_bytes() > shared_limit or (
-            2 * tiles.shared_bytes() > shared_limit >= 2 * three.shared_bytes()
+            tiles.resident_blocks(shared_limit) < three.resident_blocks(shared_limit)
         ):  # 3 stages where that lets two blocks share an SM (H100, 2048 x 768 x 3072 on
             # 64 x 128 blocks: 33.5 us against 37.3 with 4 stages, one block an SM)
             tiles = three
+        tiles = replace(tiles, blocks=tiles.resident_blocks(shared_limit))
         rows, cols = round_up(n, block_m), round_up(m, block_n)
         if tiles.shared_bytes() <= shared_limit and batch * rows * cols // (block_m * block_n) >= sm_count:  # fmt: skip
             fits.append((rows * cols, tiles))
