@@ -137,3 +137,26 @@ def test_square_inputs_of_run_time_sizes():
     for n in (13, 5):
         x = rand(n, n, seed=n)
         torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_strided_convolution_of_run_time_sizes():
+    # im2col compared its column count with itself (`P > P`), which has no truth value when P
+    # is a run-time size: the graph ran eagerly
+    from tensorforge.graph import backend
+
+    class Convs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(rand(1, 3, 2, 3, seed=11), requires_grad=False)
+            self.v = torch.nn.Parameter(rand(1, 3, 3, 3, seed=12), requires_grad=False)
+
+        def forward(self, x):
+            return F.conv2d(x, self.w, stride=3, padding=1), F.conv2d(x, self.v, stride=(2, 1))
+
+    fn = Convs()
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for size in (7, 10):
+        x = rand(2, 3, size, size + 2, seed=size)
+        for got, expected in zip(fast(x), fn(x)):
+            torch.testing.assert_close(got, expected)
