@@ -160,3 +160,14 @@ def test_strided_convolution_of_run_time_sizes():
         x = rand(2, 3, size, size + 2, seed=size)
         for got, expected in zip(fast(x), fn(x)):
             torch.testing.assert_close(got, expected)
+
+
+def test_an_empty_intermediate():
+    # a temporary of no elements got an arena of 1 byte, which no float32 view fits
+    x = rand(6, 1, 1, seed=12)
+
+    def fn(x):
+        empty = torch.var_mean(x, 1, keepdim=True)[0][:, -3:-1:2]
+        return torch.round(empty * 2), x.sum(-1)
+
+    check(fn, x, fallbacks=1)  # (round runs eagerly, on the empty temporary)
