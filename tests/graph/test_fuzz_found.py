@@ -171,3 +171,19 @@ def test_an_empty_intermediate():
         return torch.round(empty * 2), x.sum(-1)
 
     check(fn, x, fallbacks=1)  # (round runs eagerly, on the empty temporary)
+
+
+def test_convolution_by_weights_of_run_time_sizes():
+    # weights that are an input under dynamic=True have a symbolic filter count: the choice of
+    # filter vectors asked `F % 16` for a truth value
+    from tensorforge.graph import backend
+
+    def fn(x, w):
+        return F.conv2d(x, w, padding=1), F.conv2d(x, w, stride=2)
+
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for filters, size in ((8, 7), (5, 9)):
+        x, w = rand(2, 3, size, size, seed=size), rand(filters, 3, 3, 3, seed=filters)
+        for got, expected in zip(fast(x, w), fn(x, w)):
+            torch.testing.assert_close(got, expected)
