@@ -1,14 +1,14 @@
 """The graph fuzzer (graph_fuzz.py) at a small scale: fixed seeds, each a random program of the
 operators the backend lowers, compiled through Dynamo (static and dynamic sizes) and compared
 with eager torch on fresh inputs; a failure prints the smallest failing program. The wide sweep:
-`python -m tests.graph.graph_fuzz --seed 1000 --cases 2000` (a summary of what failed and of
+`python -m tests.graph.graph_fuzz_run --seed 1000 --cases 2000` (a summary of what failed and of
 the operators run eagerly at the end)."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.graph import graph_fuzz  # noqa: E402
+from tests.graph import graph_fuzz, graph_fuzz_run  # noqa: E402
 
 SEEDS = range(40)  # about 0.6 s each on a 2-core machine
 
@@ -20,11 +20,11 @@ def strict(monkeypatch):
 
 def check_seed(seed: int, mode: str) -> None:
     case = graph_fuzz.generate(seed)
-    outcome = graph_fuzz.run_case(case, mode)
+    outcome = graph_fuzz_run.run_case(case, mode)
     if outcome.kind != "ok":
-        outputs, outcome = graph_fuzz.minimize(case, mode, outcome)
+        outputs, outcome = graph_fuzz_run.minimize(case, mode, outcome)
         pytest.fail(
-            f"{outcome.kind}: {outcome.detail}\n{graph_fuzz.reproducer(case, outputs, mode)}"
+            f"{outcome.kind}: {outcome.detail}\n{graph_fuzz_run.reproducer(case, outputs, mode)}"
         )
 
 
