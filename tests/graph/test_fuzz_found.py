@@ -187,3 +187,14 @@ def test_convolution_by_weights_of_run_time_sizes():
         x, w = rand(2, 3, size, size, seed=size), rand(filters, 3, 3, 3, seed=filters)
         for got, expected in zip(fast(x, w), fn(x, w)):
             torch.testing.assert_close(got, expected)
+
+
+def test_a_scalar_viewed_as_a_matrix():
+    # the copy reads a 0-d buffer (no indices): asking whether it transposes indexed past them
+    a = rand(1, seed=13).reshape(())
+
+    def fn(a):
+        v = a.reshape(1, 1)
+        return v @ v.transpose(-1, -2), v.expand(3, 2) * 1
+
+    check(fn, a)
