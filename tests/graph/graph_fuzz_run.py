@@ -146,7 +146,10 @@ def run_case(case: Case, mode: str = "dynamo", outputs: list[str] | None = None)
                 return compiled
 
             torch._dynamo.reset()
-            fast = torch.compile(module, backend=counting, dynamic=case.dynamic or None)
+            marked = _marked(case)
+            if marked is not None:
+                torch._dynamo.maybe_mark_dynamic(variable[marked], 0)
+            fast = torch.compile(module, backend=counting, dynamic=case.dynamic is True or None)
             got, expected = _as_list(fast(*variable)), _as_list(module(*variable))
             reference = float32_reference(case, outputs, values)
             verdict = _judge(got, expected, found, reference, fn_source)
@@ -166,10 +169,22 @@ def run_case(case: Case, mode: str = "dynamo", outputs: list[str] | None = None)
         return Outcome("error", f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=-6)}")
 
 
+def _marked(case: Case) -> int | None:
+    """Under "mark": which of the non-constant inputs has its dim 0 marked dynamic."""
+    variable = [s for s in case.inputs if not s.constant]
+    if case.dynamic != "mark" or not variable or not variable[0].shape:
+        return None
+    return 0 if variable[0].shape[0] > 1 else None
+
+
 def _resized(case: Case, module) -> list | None:
-    """Fresh inputs with one size (every dim of it) changed, where eager still accepts them."""
+    """Fresh inputs with one size (every dim of it; under "mark" the marked one's) changed,
+    where eager still accepts them."""
     rng = random.Random(case.seed)
     sizes = sorted({d for s in case.inputs if not s.constant for d in s.shape if d > 2})
+    if case.dynamic == "mark":
+        variable = [s for s in case.inputs if not s.constant]
+        sizes = [variable[0].shape[0]] if _marked(case) is not None else []
     if not sizes:
         return None
     old = rng.choice(sizes)
