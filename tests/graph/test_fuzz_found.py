@@ -115,7 +115,13 @@ def test_outputs_that_view_inputs_through_run_time_sizes():
 
     def fn(x, y):
         half = (x.shape[1] + 1) // 2
-        return x.chunk(2, 1)[-1], x[:, half:], y.unsqueeze(0).expand(x.shape[0], -1), x * 2
+        return (
+            x.chunk(2, 1)[-1],
+            x[:, half:],
+            y.unsqueeze(0).expand(x.shape[0], -1),
+            x * 2,
+            x.unsqueeze(0).chunk(2, 2)[-1].split(3, 1)[0],  # chunk's sizes end up ints
+        )
 
     torch._dynamo.reset()
     fast = torch.compile(fn, backend=backend, dynamic=True)
