@@ -69,7 +69,10 @@ def compare(got, expected, reference=None) -> str | None:
             if ours > 2 * eagers + torch.finfo(HALF).eps / 8 + 1e-5:
                 return f"output {k}: error {ours:.2e} against float32, eager's {eagers:.2e}"
             continue
-        scale = max(e.abs().max().item(), 1e-6)
+        # NOTE: relative to the output's largest value, but never to one under 0.1: an output
+        # that cancels to about zero (x - hardswish(x) for x >= 3: 12.0000001 - 12) differs from
+        # eager by its operands' roundings, not its own
+        scale = max(e.abs().max().item(), 0.1)
         error = (g - e).abs().max().item() / scale
         if error > tolerance(expected[k].dtype):
             return f"output {k}: relative error {error:.2e}"
@@ -220,7 +223,7 @@ def _few_differ(got, expected) -> bool:
             return False
         if e.is_floating_point():
             g, e = g.double().nan_to_num(), e.double().nan_to_num()
-            scale = max(e.abs().max().item(), 1e-6) if e.numel() else 1.0
+            scale = max(e.abs().max().item(), 0.1) if e.numel() else 1.0
             differ = (g - e).abs() > tolerance(expected[0].dtype) * scale
         else:
             differ = g != e
