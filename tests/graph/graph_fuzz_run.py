@@ -31,7 +31,7 @@ def tolerance(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.float64) else 2**-6
 
 
-def compare(got, expected, reference=None) -> str | None:
+def compare(got, expected, reference=None, loose=1.0) -> str | None:
     """None where `got` matches eager's `expected`, else what differs (first output named).
     With `reference` (the program in float32 where it computes in bfloat16), a float output
     may be as far from it as twice eager's own error plus a quarter of bfloat16's rounding
@@ -74,7 +74,7 @@ def compare(got, expected, reference=None) -> str | None:
         # eager by its operands' roundings, not its own
         scale = max(e.abs().max().item(), 0.1)
         error = (g - e).abs().max().item() / scale
-        if error > tolerance(expected[k].dtype):
+        if error > tolerance(expected[k].dtype) * loose:
             return f"output {k}: relative error {error:.2e}"
     return None
 
@@ -248,8 +248,11 @@ def _with_constants(module, variable) -> list:
 def _judge(got, expected, found, reference=None, source="") -> Outcome:
     why = compare(got, expected, reference)
     if why is not None:
-        if _JUMPS.search(source) and _few_differ(got, expected):
-            return Outcome("suspect", f"{why} (a few elements, after an operator that jumps)")
+        jumps = _JUMPS.search(source)
+        if jumps and (_few_differ(got, expected) or compare(got, expected, None, 100) is None):
+            return Outcome(
+                "suspect", f"{why} (a few elements or 1e-2, after an operator that jumps)"
+            )
         return Outcome("wrong", why)
     # a node run eagerly inside the compiled graph is correct: an operator with no lowering,
     # or one a lowering declines (Unsupported: its reason); under TENSORFORGE_GRAPH_STRICT a
