@@ -204,3 +204,19 @@ def test_a_scalar_viewed_as_a_matrix():
         return v @ v.transpose(-1, -2), v.expand(3, 2) * 1
 
     check(fn, a)
+
+
+def test_negative_starts_on_run_time_sizes():
+    # the last token of a sequence of run-time length (x[:, -1], x[:, -3:]) was run eagerly
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    def fn(x):
+        return x[:, -1] * 2, x[:, -3:] + 1, x[-5:].sum(0)
+
+    fast, graphs = compiled_once(fn)
+    for rows, length in ((7, 9), (3, 2), (4, 13)):
+        x = rand(rows, length, 5, seed=length)
+        for got, expected in zip(fast(x), fn(x)):
+            torch.testing.assert_close(got, expected)
+    assert [_find_compiled(g).program.fallbacks for g in graphs] == [[]] * len(graphs)
