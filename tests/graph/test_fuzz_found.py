@@ -220,3 +220,14 @@ def test_negative_starts_on_run_time_sizes():
         for got, expected in zip(fast(x), fn(x)):
             torch.testing.assert_close(got, expected)
     assert [_find_compiled(g).program.fallbacks for g in graphs] == [[]] * len(graphs)
+
+
+def test_reductions_of_a_scalar():
+    # a 0-d tensor reduced over its dim -1 (torch allows 0 and -1): `-1 % 0`
+    a, b = rand(7, seed=14), rand(7, seed=15)
+
+    def fn(a, b):
+        dot = a @ b
+        return (dot > 0).to(torch.int64).sum(-1), dot.sum(0) * 2, dot.amax(-1), dot.mean(-1)
+
+    check(fn, a, b)
