@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import warnings
 
 import torch
 import torch.nn.functional as F  # noqa: N812 (the generated source says F.)
@@ -115,7 +116,9 @@ class Generator:
         name = f"v{len(self.lines)}"
         scope = {"torch": torch, "F": F, "H": HALF, **self.samples}
         try:
-            value = eval(expr, scope)  # noqa: S307 - the generator's own expression
+            with warnings.catch_warnings():  # (var of one element: degrees of freedom <= 0)
+                warnings.simplefilter("ignore")
+                value = eval(expr, scope)  # noqa: S307 - the generator's own expression
         except Exception:  # noqa: BLE001 - an invalid combination: draw another
             return None
         if not isinstance(value, torch.Tensor) or value.numel() > 4 * MAX_NUMEL:
@@ -125,7 +128,7 @@ class Generator:
         return name
 
     def pick(self, want=lambda t: True) -> str | None:
-        names = [n for n, t in self.samples.items() if want(t)]
+        names = [n for n, t in self.samples.items() if want(t) and t.numel()]  # (none empty)
         if not names:
             return None
         draw = self.rng.random()  # mostly chain on the latest values: deeper fusions
