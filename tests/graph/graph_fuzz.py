@@ -334,7 +334,7 @@ def op_view(g: Generator):
         f"{x}.repeat({', '.join(['1'] * (rank - 1) + ['2'])})",
         f"{x}.index_select({d}, torch.tensor({_indices(rng, n)}))",
         f"torch.gather({x}, {d}, {_gather_index(g, shape, d)})",
-        f"{x}[{_index_input(g, n)}]",
+        f"{x}[{_index_input(g, shape[0])}]",
         f"F.pad({x}, ({rng.randint(0, 2)}, {rng.randint(0, 2)}))",
         f"{x}.tril()" if rank >= 2 else None,
     ]
@@ -529,6 +529,22 @@ def op_conv(g: Generator):
     return rng.choice([f"F.adaptive_avg_pool2d({x}, {out})", f"F.adaptive_max_pool2d({x}, {out})"])
 
 
+def op_attention(g: Generator):
+    """scaled_dot_product_attention of a value (as queries) and new keys and values."""
+    x = g.pick(lambda t: t.is_floating_point() and t.dim() in (3, 4))
+    if x is None:
+        return None
+    shape = tuple(g.samples[x].shape)
+    keys = g.rng.choice([shape[-2], 1, 7, 64])
+    k = g.new_input((*shape[:-2], keys, shape[-1]))
+    v = g.new_input((*shape[:-2], keys, g.rng.choice([shape[-1], 5])))
+    causal = g.rng.random() < 0.4 and keys == shape[-2]
+    mask = ""
+    if not causal and g.rng.random() < 0.3:
+        mask = f", attn_mask={g.new_input((shape[-2], keys), torch.bool, 'bool')}"
+    return f"F.scaled_dot_product_attention({x}, {k}, {v}, is_causal={causal}{mask})"
+
+
 def op_embedding(g: Generator):
     rows = g.rng.choice([3, 17, 64])
     width = g.rng.choice([1, 5, 16])
@@ -547,6 +563,7 @@ OPS = [
     (op_matmul, 2),
     (op_conv, 2),
     (op_embedding, 0.3),
+    (op_attention, 0.5),
 ]
 
 
