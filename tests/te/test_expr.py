@@ -81,3 +81,10 @@ def test_op_graph_topological():
     order = topological_ops([D.op])
     assert order[0] is A.op and order[-1] is D.op
     assert {op.name for op in order} == {"A", "B", "C", "D"}
+
+
+def test_bfloat16_constants_are_checked_as_bfloat16_values():
+    # bfloat16 is stored as uint16 bit patterns: a negative constant is no overflow
+    assert te.const(-1.5, "bfloat16").value == -1.5
+    with pytest.raises(tf.ExprError, match="does not fit bfloat16"):
+        te.const(3.4e38, "bfloat16")  # rounds up past bfloat16's largest, 3.39e38

@@ -4,7 +4,8 @@ The whole PrimFunc body is device code and runs in every thread: a THREAD_BINDIN
 its index (`int tx = (int)threadIdx.x;`), other loops stay loops in each thread. The launch
 geometry comes from the bound loops (cuda_launch.py); expressions are printed by cuda_expr.py and
 a ThreadAllReduce must have been lowered (lower_thread_allreduce). Shared memory is static (`__shared__ T name[n];`) up to
-48 KiB per block and one dynamic `extern __shared__` buffer carved into arrays above that.
+48 KiB per block and one dynamic `extern __shared__` buffer carved into arrays above that, or
+where arrays of lifetimes apart share bytes (cuda_shared.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tensorforge.codegen.cuda_intrin import (
 )
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
 from tensorforge.codegen.cuda_pipeline import PipelineWriter, cluster_size
+from tensorforge.codegen.cuda_shared import plan_offsets, shared_arrays
 from tensorforge.codegen.cuda_types import ctype
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
@@ -288,28 +290,32 @@ class _KernelWriter(PipelineWriter):
         return decls, tuple(params), c_to_param
 
     def _plan_shared(self, body: Stmt) -> None:
-        """Sizes and offsets of every shared array."""
-        items: list[tuple[Any, int]] = []
-        for node in walk(body):
-            if isinstance(node, Allocate) and node.buffer.scope == "shared":
-                count = _constant_extent(node)
-                items.append((id(node), count * _elem_bytes(node.buffer.dtype)))
+        """Sizes and offsets of every shared array: static arrays up to STATIC_SHARED_LIMIT
+        together, else one dynamic block in which arrays of lifetimes apart share bytes
+        (cuda_shared.py)."""
+        arrays = [
+            (id(node), _constant_extent(node) * _elem_bytes(node.buffer.dtype))
+            for node in shared_arrays(body)
+        ]
         # swizzled tiles (wgmma's) need their 1024-byte pattern to start on a 1024-byte boundary
         self.shared_align = 1024 if any(
             isinstance(n, ExternCall) and n.name.startswith(SWIZZLED_CALLS) for n in walk(body)
         ) else 16  # fmt: skip
-        offset = 0
-        for key, size in items:
-            self.shared_offsets[key] = offset
-            offset += -(-size // self.shared_align) * self.shared_align
-        self.shared_bytes = offset
+        aligned = [-(-size // self.shared_align) * self.shared_align for _, size in arrays]
+        self.shared_offsets = plan_offsets(body, arrays, self.shared_align)
+        ends = [self.shared_offsets[key] + size for (key, _), size in zip(arrays, aligned)]
+        self.shared_bytes = max(ends, default=0)
+        # (static arrays cannot share: a kernel whose arrays do takes the dynamic block)
+        self.dynamic_shared = sum(aligned) > STATIC_SHARED_LIMIT or self.shared_bytes < sum(aligned)
+        if not self.dynamic_shared:
+            self.shared_bytes = sum(aligned)
         limit = self.target.max_shared_memory_opt_in
-        if offset > limit:
+        if self.shared_bytes > limit:
             raise BuildError(
-                f"'{self.func.name}' needs {offset} bytes of shared memory per block, more than the "
-                f"{limit} a block may have on {self.target.arch}; use smaller shared tiles"
+                f"'{self.func.name}' needs {self.shared_bytes} bytes of shared memory per block, "
+                f"more than the {limit} a block may have on {self.target.arch}; use smaller "
+                f"shared tiles"
             )
-        self.dynamic_shared = offset > STATIC_SHARED_LIMIT
 
     # -- statements -----------------------------------------------------------------------------
     def _stmt(self, s: Stmt) -> None:

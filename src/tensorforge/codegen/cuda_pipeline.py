@@ -75,6 +75,8 @@ class PipelineWriter:
                     self.line(f"tf_mbar_warp_arrive_cluster({bar}, {self.cluster});")
                 else:
                     self.line(f"tf_mbar_warp_arrive({bar});")
+            case Attr(key="pipeline_drain"):  # the lag pipeline's compute is wgmma's
+                self.line('asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");')
             case Attr(key="async_wait", value=pending, body=body):
                 self.async_wait = int(pending)
                 try:

@@ -25,6 +25,7 @@ from tensorforge.graph import front_cache
 from tensorforge.graph.attention_decompositions import ATTENTION_DECOMPOSITIONS
 from tensorforge.graph.lowerer import Lowerer
 from tensorforge.graph.options import Float32Precision, Options
+from tensorforge.graph.output_views import WithOutputViews, view_outputs
 from tensorforge.graph.program import CompiledGraph, build_kernels
 from tensorforge.graph.report import Checked
 from tensorforge.target import Target
@@ -165,8 +166,9 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
         )
         return gm.forward
     if opts.check or opts.report:
-        return Checked(compiled, gm, opts)
-    return compiled
+        compiled = Checked(compiled, gm, opts)
+    views = view_outputs(gm)  # (outputs AOT would rebuild from ours with as_strided)
+    return WithOutputViews(compiled, gm, views) if views else compiled
 
 
 def _compile(gm, constants: dict, target, opts: Options, cached_key: str | None = None):

@@ -44,16 +44,18 @@ def im2col(
         col = ctx.buffer(x)
         return col, lambda n, r, p: col.at((n, r, p // OW, p % OW))
     src = ctx.buffer(x)
-    padded = ph or pw or columns > P or depth > K
+    # NOTE: `is`: a run-time P (dynamic=True) has no truth value for `P > P`
+    wide, deep = columns is not P and columns > P, depth is not K and depth > K
+    padded = ph or pw or wide or deep
 
     def patch(idx):
         n, r, p = idx
         c, ky, kx = r // (KH * KW), r // KW % KH, r % KW
         iy, ix = p // OW * sh - ph + ky * dh, p % OW * sw - pw + kx * dw
         inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
-        if columns > P:
+        if wide:
             inside = te.all(inside, p < P)
-        if depth > K:
+        if deep:
             inside, c = te.all(inside, r < K), te.min(c, C - 1)
         v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
         return te.if_then_else(inside, v, te.const(0, v.dtype)) if padded else v

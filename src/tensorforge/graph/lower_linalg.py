@@ -399,7 +399,10 @@ def _filter_vectors(KH: int, KW: int, stride) -> bool:
 def _filter_lanes(target_lanes: int, filters: int) -> int:
     """Lanes of the filter vectors: the target's full vector, or a half or quarter of it (a ymm
     or xmm register on AVX-512) where that is what divides the filters; 0 where none of 4 lanes
-    or more does (8 or 24 filters take 8-lane vectors on a 16-lane target)."""
+    or more does (8 or 24 filters take 8-lane vectors on a 16-lane target), or the filters are a
+    run-time size (weights that are an input under dynamic=True)."""
+    if not isinstance(filters, int):
+        return 0
     lanes = target_lanes
     while lanes >= 4 and filters % lanes:
         lanes //= 2

@@ -46,6 +46,8 @@ def _unary(op, fn):
         if rest or kwargs:
             raise Unsupported(f"{op} with extra arguments")
         x = ctx.lazy(x)
+        if op is aten.bitwise_not and dt.is_int(x.dtype):
+            return ctx.pointwise(_bitwise_not, [x], compute=x.dtype)
         if op in (aten.logical_not, aten.bitwise_not):
             return ctx.pointwise(fn, [x], compute=x.dtype)
         return ctx.pointwise(fn, [x], jumps=op in JUMPS)
@@ -55,6 +57,12 @@ def _unary(op, fn):
 
 for _op, _fn in UNARY.items():
     lowers(_op.default)(_unary(_op, _fn))
+
+
+def _bitwise_not(x):
+    """~x of an integer: every bit flipped, -x - 1 in two's complement (max - x unsigned)."""
+    lo, hi = dt.int_range(x.dtype)
+    return te.const(hi if lo == 0 else -1, x.dtype) - x
 
 
 @lowers(aten.gelu.default)
@@ -284,6 +292,13 @@ def _common_dtype(values) -> str:
 def full(ctx, node, size, value, **kwargs):
     dtype = ctx.dtype_of(node)
     return Lazy(ctx.shape_of(node), dtype, lambda idx: te.const(value, dtype), cost=0)
+
+
+@lowers(aten.full_like.default)
+def full_like(ctx, node, x, value, **kwargs):
+    """zeros_like, ones_like, full_like: a constant of the node's shape and dtype (the values
+    hold no layout, so a memory format asks nothing)."""
+    return full(ctx, node, None, value)
 
 
 @lowers(aten.scalar_tensor.default)

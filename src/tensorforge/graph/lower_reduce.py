@@ -9,6 +9,7 @@ accumulation type) and the results rounded once, where they are stored.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import torch
@@ -362,6 +363,9 @@ def native_batch_norm(ctx, node, x, weight, bias, mean, var, training, momentum,
 
 @lowers(aten._native_batch_norm_legit_no_training.default)
 def batch_norm(ctx, node, x, weight, bias, running_mean, running_var, momentum, eps):
+    """x * scale + shift per channel, scale and shift folded from the constant statistics (and
+    the weight and bias where they are constants; a weight or bias computed in the graph is
+    applied after: (x * scale + shift) * weight + bias)."""
     _only_first_used(node)
     consts = [
         ctx.constant(v) if v is not None else None
@@ -370,25 +374,45 @@ def batch_norm(ctx, node, x, weight, bias, running_mean, running_var, momentum, 
     if consts[2] is None or consts[3] is None:
         raise Unsupported("batch norm statistics that are not constants")
     scale = torch.rsqrt(consts[3].float() + eps)
+    computed_weight = weight is not None and consts[0] is None
     if consts[0] is not None:
         scale = scale * consts[0]
     shift = -consts[2] * scale
-    if consts[1] is not None:
+    late_bias = bias is not None and (consts[1] is None or computed_weight)
+    if consts[1] is not None and not late_bias:
         shift = shift + consts[1]
     x = ctx.lazy(x)
     view = (-1,) + (1,) * (x.ndim - 2)
     s = ctx.add_constant(scale.reshape(view), f"{node.name}_scale")
     t = ctx.add_constant(shift.reshape(view), f"{node.name}_shift")
+    late = [
+        _per_channel(ctx.no_anchor(ctx.lazy(v)), x.ndim)
+        for v, on in ((weight, computed_weight), (bias, late_bias))
+        if on
+    ]
+
+    def fn(v, a, c, *rest):
+        y = v * a + c
+        if computed_weight:
+            y = y * rest[0]
+        if late_bias:
+            y = y + rest[-1]
+        return y
+
     return (
         ctx.pointwise(
-            lambda v, a, c: v * a + c,
-            [x, s, t],
-            shape=ctx.shape_of(node, 0),
-            dtype=ctx.dtype_of(node, 0),
+            fn, [x, s, t, *late], shape=ctx.shape_of(node, 0), dtype=ctx.dtype_of(node, 0)
         ),
         None,
         None,
     )
+
+
+def _per_channel(v: Lazy, ndim: int) -> Lazy:
+    """A vector of channels (C,) viewed as (C, 1, ...) to broadcast along dim 1 of ndim (`v`
+    has no anchor: only `at` is viewed)."""
+    shape = (v.shape[0],) + (1,) * (ndim - 2)
+    return dataclasses.replace(v, shape=shape, at=lambda idx: v.at((idx[0],)), source=None)
 
 
 def _pair(v):
@@ -407,6 +431,13 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
     shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else ctx.shape_of(node, 0)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
+    # NOTE: without padding a window may still run past the end: ceil_mode's last window
+    inside_always = (
+        ph == 0
+        and pw == 0
+        and _last_window_inside(shape[2], H, kh, sh, dh)
+        and _last_window_inside(shape[3], W, kw, sw, dw)
+    )
 
     def body(n, c, y, xx):
         iy = y * sh - ph + ry.var * dh
@@ -420,12 +451,19 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
         # past an edge is clamped onto the edge, which the same window holds (torch keeps the
         # padding at most half the window, so every window holds an element of the input)
         clamped_is_inside = combine is te.max and dh == 1 and dw == 1
-        if (ph == 0 and pw == 0) or clamped_is_inside:
+        if inside_always or clamped_is_inside:
             return combine(v, axis=[ry, rx])
         return combine(v, axis=[ry, rx], where=inside)
 
     stage = te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}"))
     return x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W)
+
+
+def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
+    """The last of `out` windows ends inside `size` (unknown sizes: not proven)."""
+    if not (isinstance(out, int) and isinstance(size, int)):
+        return False
+    return (out - 1) * stride + (kernel - 1) * dilation < size
 
 
 @lowers(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)

@@ -63,6 +63,7 @@ STAGES = 3  # k steps in flight
 TF32_WGMMA_CONVS = False
 TF32_COLUMN_RUN = 4  # taps of a position contiguous in TF32 wgmma's im2col columns: 16 bytes
 # (one cp.async of the swizzled fill), positions side by side
+SHARED_RESERVED = 1 << 10  # bytes of shared memory the GPU keeps a block (sm_80+)
 
 # block tiles, largest first, with the warp tile of each of its 4 or 8 warps (8 where a block
 # has an SM to itself: the shared tiles of a 128 x 128 block leave room for no second one)
@@ -76,8 +77,11 @@ BLOCK_TILES = (
 )
 # wgmma's block tiles (sm_90), largest first: warpgroups of 64 rows by the block's columns, k
 # steps of 64 copied WGMMA_STAGES ahead (H100, ops GEMM at 2048 x 3072 x 768: 128 x 128 36 us,
-# 64 x 128 37, 128 x 64 37, 128 x 256 39: its float32 tile would leave room for 2 stages only)
-WGMMA_TILES = ((128, 128), (64, 128), (128, 64), (64, 64))
+# 64 x 128 37, 128 x 64 37, 128 x 256 39). 64 x 192 before 64 x 128: fp16 ResNet-18 at batch
+# 16 916 -> 829 us of GPU time (its 64- and 128-filter convolutions); where 128 x 128 fills
+# the SMs it stays first (GPT-2's QKV product, 2048 x 2304 x 768: 23.0 us, on 64 x 192 33.1;
+# 128 x 192 and 128 x 256 blocks were slower on the MLPs: 66.5 us against 60.8 at 2048 rows)
+WGMMA_TILES = ((128, 128), (64, 192), (64, 128), (128, 64), (64, 64))
 WGMMA_K = 64
 WGMMA_STAGES = 4  # 3 at least: a step's multiplies stay in flight while the next one starts
 # (128 x 128 blocks at 2048 x 3072 x 768: 31.1 us with 4, 33.1 with 3)
@@ -91,14 +95,28 @@ class TensorCoreTiles(PipelineTiles):
     their element size and the padding of their shared rows; float32 is TF32)."""
 
     dtype: str = "float16"
+    blocks: int = 1  # resident a multiprocessor (resident_blocks), for ptxas's register budget
 
     def shared_bytes(self, elem_bytes: int | None = None) -> int:
+        """The pipeline's tiles, or the float32 tile where that is larger: it takes their
+        bytes once the k loop is done (codegen/cuda_shared.py)."""
         operand = OPERANDS[self.dtype]
         pad_a, pad_b = (0, 0) if self.mma == "wgmma" else (operand.pad_a, operand.pad_b)
         a = self.block_m * (self.block_k + pad_a)  # (wgmma's tiles are swizzled, not padded)
         b = self.block_k * (self.block_n + pad_b)
-        staged = (a + b) * (elem_bytes or operand.bytes) * max(1, self.stages)
-        return staged + self.block_m * (self.block_n + STAGING_PAD) * 4
+        pipeline = (a + b) * (elem_bytes or operand.bytes) * max(1, self.stages)
+        return max(pipeline, self.block_m * (self.block_n + STAGING_PAD) * 4)
+
+    def resident_blocks(self, shared_limit: int) -> int:
+        """Blocks of this kernel an SM holds: as many as its shared memory allows (at most 2)
+        for wgmma, whose fragments live in shared memory (128 registers a thread are enough);
+        1 for mma.sync, which keeps up to 255 registers a thread (the next k step's fragments
+        in flight beside the accumulators)."""
+        if self.mma != "wgmma":
+            return 1
+        return max(
+            1, min(2, (shared_limit + SHARED_RESERVED) // (self.shared_bytes() + SHARED_RESERVED))
+        )
 
 
 def choose_tiles(
@@ -160,10 +178,11 @@ def choose_wgmma_tiles(
         tiles = TensorCoreTiles(block_m, block_n, WGMMA_K, 16, block_n, stages, 1, "mbarrier_lag", mma="wgmma")  # fmt: skip
         three = replace(tiles, stages=3)
         if tiles.shared_bytes() > shared_limit or (
-            2 * tiles.shared_bytes() > shared_limit >= 2 * three.shared_bytes()
+            tiles.resident_blocks(shared_limit) < three.resident_blocks(shared_limit)
         ):  # 3 stages where that lets two blocks share an SM (H100, 2048 x 768 x 3072 on
             # 64 x 128 blocks: 33.5 us against 37.3 with 4 stages, one block an SM)
             tiles = three
+        tiles = replace(tiles, blocks=tiles.resident_blocks(shared_limit))
         rows, cols = round_up(n, block_m), round_up(m, block_n)
         if tiles.shared_bytes() <= shared_limit and batch * rows * cols // (block_m * block_n) >= sm_count:  # fmt: skip
             fits.append((rows * cols, tiles))

@@ -9,6 +9,7 @@ loops (`compute_at`), so the epilogue reads each result while it is in registers
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from tensorforge import te
@@ -86,7 +87,7 @@ def schedule_kernel(
             return guessed, FIRST_GUESS
     if s is None:
         s = te.create_schedule(out.op)
-    anchor = spec.anchor
+    anchor = _read_stages(spec.anchor, s)
     kind = anchor.kind if anchor is not None else None
     if simple:
         if anchor is not None and target.kind != "cuda":
@@ -112,6 +113,15 @@ def schedule_kernel(
     else:
         _reduction(s, out, anchor, target)
     return s, SOURCES[kind]
+
+
+def _read_stages(anchor, s):
+    """The anchor less the stages its kernel does not read (var_mean's mean alone reads no sum
+    of squares): a rule places only stages of the schedule."""
+    if anchor is None or all(stage in s for stage in anchor.info["stages"]):
+        return anchor
+    stages = [stage for stage in anchor.info["stages"] if stage in s]
+    return dataclasses.replace(anchor, info={**anchor.info, "stages": stages})
 
 
 def _first_guess(spec, target, schedule: str, size_hints: dict):
@@ -179,7 +189,7 @@ def _transposed_axes(out) -> tuple[int, int] | None:
     axes = out.op.axis
     if len(axes) < 2 or not isinstance(body, TensorRead):
         return None
-    if not isinstance(body.tensor.op, PlaceholderOp):
+    if not isinstance(body.tensor.op, PlaceholderOp) or not body.indices:  # (a 0-d read)
         return None
     used = {n for n in walk(body.indices[-1]) if isinstance(n, Var)}
     if axes[-1].var in used or axes[-2].var not in used:

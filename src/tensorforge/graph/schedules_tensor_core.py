@@ -24,9 +24,6 @@ from tensorforge.ops.tensor_core import OPERANDS, mma_store, mma_sync
 from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
 from tensorforge.ops.wgmma_tf32 import swizzled_fill_tf32, wgmma_tf32_sync
 
-# ptxas budgets registers for this many resident blocks (1: up to 255 a thread, the fragments of
-# the next k step in flight beside the accumulators)
-LAUNCH_MIN_BLOCKS = 1
 # floats added to each row of the float32 tile: a half-warp's 8-byte fragment stores (4 rows x
 # 4 column pairs) then hit 32 distinct banks, where rows of a power-of-two length hit 8 only
 STAGING_PAD = 8
@@ -51,8 +48,8 @@ def schedule_tensor_core(s, out, anchor) -> str:
         s[out].bind(s[out].fuse(*lead) if len(lead) > 1 else lead[0], te.thread_axis("blockIdx.z"))
     s[out].bind(bi, te.thread_axis("blockIdx.y"))
     s[out].bind(bj, te.thread_axis("blockIdx.x"))
-    if LAUNCH_MIN_BLOCKS:
-        s[out].pragma(bj, "launch_min_blocks", LAUNCH_MIN_BLOCKS)
+    # ptxas budgets registers for the blocks an SM holds (TensorCoreTiles.resident_blocks)
+    s[out].pragma(bj, "launch_min_blocks", tiles.blocks)
     rest, vec = s[out].split(s[out].fuse(ii, jj), factor=EPILOGUE_VECTOR)
     rest, lane = s[out].split(rest, factor=WARP)
     _, warp_rows = s[out].split(rest, factor=tiles.warps)

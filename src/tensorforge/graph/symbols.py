@@ -77,6 +77,8 @@ class Symbols:
             return _fold(args, lambda a, b: a + b)
         if isinstance(expr, sympy.Mul):
             return _fold(args, lambda a, b: a * b)
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+            return _fold([args[0]] * int(expr.exp), lambda a, b: a * b)  # s0**2 (a square)
         if name in ("FloorDiv", "floor_div"):
             return args[0] // args[1]
         if name in ("Mod", "PythonMod"):

@@ -147,9 +147,7 @@ def check_fits(value: object, dtype: str, what: str = "constant") -> None:
                 f"give a dtype that holds it"
             )
     elif is_float(dtype) and isinstance(value, float) and np.isfinite(value):
-        with np.errstate(over="ignore"):
-            stored = numpy_dtype(dtype).type(value)
-        if not np.isfinite(stored):
+        if not np.isfinite(round_scalar(value, dtype)):  # (bfloat16's storage is no float)
             raise ExprError(
                 f"{what} {value} does not fit {element_of(dtype)} (it would become inf); "
                 f"use a wider dtype"
@@ -181,7 +179,7 @@ def from_bfloat16(bits: object) -> np.ndarray:
 def round_scalar(value: float, dtype: str) -> float:
     """`value` as a float of `dtype` holds it (rounded to its precision)."""
     base = element_of(dtype)
-    if base == "bfloat16":
-        return float(from_bfloat16(to_bfloat16(np.float32(value))))
     with np.errstate(all="ignore"):
+        if base == "bfloat16":
+            return float(from_bfloat16(to_bfloat16(np.float32(value))))
         return float(np.dtype(base).type(value))

@@ -154,6 +154,7 @@ def _mbarrier_pipeline(
             if ko + N - 1 < n:
                 if ko > 0: wait empty[(ko - 1) % N] (phase (ko - 1) // N): all warps are done
                 fill(slot (ko + N - 1) % N); arrive full[...] when its copies land
+        (with `lag`: drain, waiting for the compute's last reads)
         barrier
 
     A warp waits for nobody at the top of a step unless the copies it reads are late, and
@@ -197,7 +198,10 @@ def _mbarrier_pipeline(
     ]
     step = [refill, *step] if stages == 2 else [*step, refill]
     new_loop = For(k, loop.min, loop.extent, seq(*step), loop.kind, loop.thread_tag, loop.pragmas)
-    body = seq(*prologue, new_loop, Sync())
+    # with `lag`, the last step's compute may still be reading: wait for it before the barrier,
+    # so that past it nothing reads the tiles (and their bytes may be reused: cuda_shared.py)
+    drain = [mark("pipeline_drain", ())] if lag else []
+    body = seq(*prologue, new_loop, *drain, Sync())
     return Attr(
         "double_buffer_managed",
         tuple(a.buffer.name for a in layers),

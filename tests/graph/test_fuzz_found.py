@@ -1,0 +1,200 @@
+"""Wrong answers and crashes the graph fuzzer (graph_fuzz.py) found, each reduced to its smallest
+graph and checked against eager torch (test_lowering's `check`: strict, every output compared)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+from tests.graph.test_lowering import check, rand  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def test_pools_whose_last_window_runs_past_the_edge_without_padding():
+    # ceil_mode adds a window that starts inside and ends past the edge: its positions outside
+    # must not count (they were clamped onto the edge: an average read the edge twice, a
+    # dilated maximum an element its window does not hold)
+    x = rand(2, 3, 7, 6, seed=1)
+
+    def fn(x):
+        return (
+            F.avg_pool2d(x, 2, 2, ceil_mode=True),
+            F.avg_pool2d(x, 2, 2, ceil_mode=True, count_include_pad=False),
+            F.avg_pool2d(x[:, :, :3, :3], 5, ceil_mode=True),  # one window, past both edges
+            F.max_pool2d(x, 2, 2, dilation=2, ceil_mode=True),
+            F.max_pool2d(x - 3, 3, 2, ceil_mode=True),
+        )
+
+    check(fn, x)
+
+
+def test_negative_numbers_fill_bfloat16_tensors():
+    x = rand(3, 7, 13, seed=2).to(torch.bfloat16)
+
+    def fn(x):
+        return x.masked_fill(x > 0.3, -1.5), torch.where(x < 0, -2.25, x)
+
+    check(fn, x)
+
+
+def test_bitwise_not_of_integers_flips_every_bit():
+    x = rand(31, 5, seed=3) * 40
+
+    def fn(x):
+        small = x.to(torch.int64)
+        return ~small, ~small.to(torch.int32), ~small.to(torch.uint8), ~(x > 0)
+
+    check(fn, x)
+
+
+@pytest.mark.parametrize("schedule", ["rules", "auto"])
+def test_the_mean_of_var_mean_alone(schedule):
+    # its anchor holds the sum of squares too, which no kernel reads: the rules' schedule
+    # (static "rules", and every run-time size) placed it and failed ("not part of this schedule")
+    x = rand(64, 2, seed=4)
+
+    def fn(x):
+        return torch.var_mean(x, 0)[1] + 1
+
+    check(fn, x, schedule=schedule)
+
+
+def test_the_mean_of_var_mean_alone_at_run_time_sizes():
+    from tensorforge.graph import backend
+
+    def fn(x):
+        return torch.var_mean(x, 0)[1]
+
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for rows in (64, 13):
+        x = rand(rows, 3, seed=rows)
+        torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_zeros_ones_and_full_like_are_kernels():
+    x = rand(3, 1, 7, seed=5).to(torch.bfloat16)
+
+    def fn(x):
+        return (
+            torch.zeros_like(x) + x,
+            torch.ones_like(x, dtype=torch.int64) * 3,
+            torch.full_like(x, -2.5).float() - x,
+        )
+
+    check(fn, x)  # (with no fallback: full_like ran eagerly)
+
+
+def test_batch_norm_whose_weight_and_bias_are_computed():
+    # constant statistics fold into a scale and shift; a weight or bias that is an input of the
+    # graph was taken for no weight (ctx.constant is None for it) and dropped
+    x, w, b = rand(2, 7, 3, 5, seed=6), rand(7, seed=7), rand(7, seed=8)
+    mean, var = rand(7, seed=9), rand(7, seed=10).abs() + 0.5
+
+    def fn(x, w, b, mean, var):
+        return (
+            F.batch_norm(x, mean, var, w, b, False),
+            F.batch_norm(x, mean, var, w * 2, None, False),
+            F.batch_norm(x[:, :, 0], mean, var, None, b, False, 0.1, 1e-3),
+            F.batch_norm(x, mean, var, mean, b, False),  # a constant weight, a computed bias
+            F.batch_norm(x, mean, var, w, var, False),  # a computed weight, a constant bias
+        )
+
+    check(fn, x, w, b, mean, var, constants=(3, 4))
+
+
+def test_outputs_that_view_inputs_through_run_time_sizes():
+    # AOT rebuilds such an output as input.as_strided(...) with the strides and offset of the
+    # tensor the backend returned: a kernel's contiguous copy read the input's first elements
+    from tensorforge.graph import backend
+
+    def fn(x, y):
+        half = (x.shape[1] + 1) // 2
+        return x.chunk(2, 1)[-1], x[:, half:], y.unsqueeze(0).expand(x.shape[0], -1), x * 2
+
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for n in (127, 9, 8):
+        x, y = rand(n, n, seed=n), rand(n, seed=n + 1)
+        for got, expected in zip(fast(x, y), fn(x, y)):
+            torch.testing.assert_close(got, expected)
+
+
+def test_square_inputs_of_run_time_sizes():
+    # Dynamo gives both sizes of a square one symbol: a flattened size is s0**2, a sympy Pow
+    from tensorforge.graph import backend
+
+    def fn(x):
+        return torch.exp(x).reshape(-1) * 2
+
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for n in (13, 5):
+        x = rand(n, n, seed=n)
+        torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_strided_convolution_of_run_time_sizes():
+    # im2col compared its column count with itself (`P > P`), which has no truth value when P
+    # is a run-time size: the graph ran eagerly
+    from tensorforge.graph import backend
+
+    class Convs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(rand(1, 3, 2, 3, seed=11), requires_grad=False)
+            self.v = torch.nn.Parameter(rand(1, 3, 3, 3, seed=12), requires_grad=False)
+
+        def forward(self, x):
+            return F.conv2d(x, self.w, stride=3, padding=1), F.conv2d(x, self.v, stride=(2, 1))
+
+    fn = Convs()
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for size in (7, 10):
+        x = rand(2, 3, size, size + 2, seed=size)
+        for got, expected in zip(fast(x), fn(x)):
+            torch.testing.assert_close(got, expected)
+
+
+def test_an_empty_intermediate():
+    # a temporary of no elements got an arena of 1 byte, which no float32 view fits
+    x = rand(6, 1, 1, seed=12)
+
+    def fn(x):
+        empty = torch.var_mean(x, 1, keepdim=True)[0][:, -3:-1:2]
+        return torch.round(empty * 2), x.sum(-1)
+
+    check(fn, x, fallbacks=1)  # (round runs eagerly, on the empty temporary)
+
+
+def test_convolution_by_weights_of_run_time_sizes():
+    # weights that are an input under dynamic=True have a symbolic filter count: the choice of
+    # filter vectors asked `F % 16` for a truth value
+    from tensorforge.graph import backend
+
+    def fn(x, w):
+        return F.conv2d(x, w, padding=1), F.conv2d(x, w, stride=2)
+
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for filters, size in ((8, 7), (5, 9)):
+        x, w = rand(2, 3, size, size, seed=size), rand(filters, 3, 3, 3, seed=filters)
+        for got, expected in zip(fast(x, w), fn(x, w)):
+            torch.testing.assert_close(got, expected)
+
+
+def test_a_scalar_viewed_as_a_matrix():
+    # the copy reads a 0-d buffer (no indices): asking whether it transposes indexed past them
+    a = rand(1, seed=13).reshape(())
+
+    def fn(a):
+        v = a.reshape(1, 1)
+        return v @ v.transpose(-1, -2), v.expand(3, 2) * 1
+
+    check(fn, a)
