@@ -36,7 +36,7 @@ class Case:
     inputs: list[Input]
     lines: list[str]  # "vN = expr"
     outputs: list[str]
-    dynamic: bool = False
+    dynamic: bool | str = False  # True: dynamic=True; "mark": mark_dynamic(first input, 0)
 
     def source(self, outputs: list[str] | None = None) -> str:
         outputs = outputs or self.outputs
@@ -578,4 +578,6 @@ def generate(seed: int, length: int | None = None) -> Case:
     for name in defined[:-1]:
         if rng.random() < 0.25:
             outputs.append(name)
-    return Case(seed, g.inputs, g.lines, outputs, dynamic=rng.random() < 0.3)
+    draw = rng.random()
+    dynamic = True if draw < 0.25 else "mark" if draw < 0.4 else False
+    return Case(seed, g.inputs, g.lines, outputs, dynamic=dynamic)

@@ -31,7 +31,7 @@ def tolerance(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.float64) else 2**-6
 
 
-def compare(got, expected, reference=None) -> str | None:
+def compare(got, expected, reference=None, loose=1.0) -> str | None:
     """None where `got` matches eager's `expected`, else what differs (first output named).
     With `reference` (the program in float32 where it computes in bfloat16), a float output
     may be as far from it as twice eager's own error plus a quarter of bfloat16's rounding
@@ -69,9 +69,12 @@ def compare(got, expected, reference=None) -> str | None:
             if ours > 2 * eagers + torch.finfo(HALF).eps / 8 + 1e-5:
                 return f"output {k}: error {ours:.2e} against float32, eager's {eagers:.2e}"
             continue
-        scale = max(e.abs().max().item(), 1e-6)
+        # NOTE: relative to the output's largest value, but never to one under 0.1: an output
+        # that cancels to about zero (x - hardswish(x) for x >= 3: 12.0000001 - 12) differs from
+        # eager by its operands' roundings, not its own
+        scale = max(e.abs().max().item(), 0.1)
         error = (g - e).abs().max().item() / scale
-        if error > tolerance(expected[k].dtype):
+        if error > tolerance(expected[k].dtype) * loose:
             return f"output {k}: relative error {error:.2e}"
     return None
 
@@ -146,7 +149,10 @@ def run_case(case: Case, mode: str = "dynamo", outputs: list[str] | None = None)
                 return compiled
 
             torch._dynamo.reset()
-            fast = torch.compile(module, backend=counting, dynamic=case.dynamic or None)
+            marked = _marked(case)
+            if marked is not None:
+                torch._dynamo.maybe_mark_dynamic(variable[marked], 0)
+            fast = torch.compile(module, backend=counting, dynamic=case.dynamic is True or None)
             got, expected = _as_list(fast(*variable)), _as_list(module(*variable))
             reference = float32_reference(case, outputs, values)
             verdict = _judge(got, expected, found, reference, fn_source)
@@ -166,10 +172,22 @@ def run_case(case: Case, mode: str = "dynamo", outputs: list[str] | None = None)
         return Outcome("error", f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=-6)}")
 
 
+def _marked(case: Case) -> int | None:
+    """Under "mark": which of the non-constant inputs has its dim 0 marked dynamic."""
+    variable = [s for s in case.inputs if not s.constant]
+    if case.dynamic != "mark" or not variable or not variable[0].shape:
+        return None
+    return 0 if variable[0].shape[0] > 1 else None
+
+
 def _resized(case: Case, module) -> list | None:
-    """Fresh inputs with one size (every dim of it) changed, where eager still accepts them."""
+    """Fresh inputs with one size (every dim of it; under "mark" the marked one's) changed,
+    where eager still accepts them."""
     rng = random.Random(case.seed)
     sizes = sorted({d for s in case.inputs if not s.constant for d in s.shape if d > 2})
+    if case.dynamic == "mark":
+        variable = [s for s in case.inputs if not s.constant]
+        sizes = [variable[0].shape[0]] if _marked(case) is not None else []
     if not sizes:
         return None
     old = rng.choice(sizes)
@@ -205,7 +223,7 @@ def _few_differ(got, expected) -> bool:
             return False
         if e.is_floating_point():
             g, e = g.double().nan_to_num(), e.double().nan_to_num()
-            scale = max(e.abs().max().item(), 1e-6) if e.numel() else 1.0
+            scale = max(e.abs().max().item(), 0.1) if e.numel() else 1.0
             differ = (g - e).abs() > tolerance(expected[0].dtype) * scale
         else:
             differ = g != e
@@ -230,8 +248,11 @@ def _with_constants(module, variable) -> list:
 def _judge(got, expected, found, reference=None, source="") -> Outcome:
     why = compare(got, expected, reference)
     if why is not None:
-        if _JUMPS.search(source) and _few_differ(got, expected):
-            return Outcome("suspect", f"{why} (a few elements, after an operator that jumps)")
+        jumps = _JUMPS.search(source)
+        if jumps and (_few_differ(got, expected) or compare(got, expected, None, 100) is None):
+            return Outcome(
+                "suspect", f"{why} (a few elements or 1e-2, after an operator that jumps)"
+            )
         return Outcome("wrong", why)
     # a node run eagerly inside the compiled graph is correct: an operator with no lowering,
     # or one a lowering declines (Unsupported: its reason); under TENSORFORGE_GRAPH_STRICT a

@@ -115,7 +115,13 @@ def test_outputs_that_view_inputs_through_run_time_sizes():
 
     def fn(x, y):
         half = (x.shape[1] + 1) // 2
-        return x.chunk(2, 1)[-1], x[:, half:], y.unsqueeze(0).expand(x.shape[0], -1), x * 2
+        return (
+            x.chunk(2, 1)[-1],
+            x[:, half:],
+            y.unsqueeze(0).expand(x.shape[0], -1),
+            x * 2,
+            x.unsqueeze(0).chunk(2, 2)[-1].split(3, 1)[0],  # chunk's sizes end up ints
+        )
 
     torch._dynamo.reset()
     fast = torch.compile(fn, backend=backend, dynamic=True)
@@ -198,3 +204,30 @@ def test_a_scalar_viewed_as_a_matrix():
         return v @ v.transpose(-1, -2), v.expand(3, 2) * 1
 
     check(fn, a)
+
+
+def test_negative_starts_on_run_time_sizes():
+    # the last token of a sequence of run-time length (x[:, -1], x[:, -3:]) was run eagerly
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    def fn(x):
+        return x[:, -1] * 2, x[:, -3:] + 1, x[-5:].sum(0)
+
+    fast, graphs = compiled_once(fn)
+    for rows, length in ((7, 9), (3, 2), (4, 13)):
+        x = rand(rows, length, 5, seed=length)
+        for got, expected in zip(fast(x), fn(x)):
+            torch.testing.assert_close(got, expected)
+    assert [_find_compiled(g).program.fallbacks for g in graphs] == [[]] * len(graphs)
+
+
+def test_reductions_of_a_scalar():
+    # a 0-d tensor reduced over its dim -1 (torch allows 0 and -1): `-1 % 0`
+    a, b = rand(7, seed=14), rand(7, seed=15)
+
+    def fn(a, b):
+        dot = a @ b
+        return (dot > 0).to(torch.int64).sum(-1), dot.sum(0) * 2, dot.amax(-1), dot.mean(-1)
+
+    check(fn, a, b)
