@@ -115,7 +115,13 @@ def test_outputs_that_view_inputs_through_run_time_sizes():
 
     def fn(x, y):
         half = (x.shape[1] + 1) // 2
-        return x.chunk(2, 1)[-1], x[:, half:], y.unsqueeze(0).expand(x.shape[0], -1), x * 2
+        return (
+            x.chunk(2, 1)[-1],
+            x[:, half:],
+            y.unsqueeze(0).expand(x.shape[0], -1),
+            x * 2,
+            x.unsqueeze(0).chunk(2, 2)[-1].split(3, 1)[0],  # chunk's sizes end up ints
+        )
 
     torch._dynamo.reset()
     fast = torch.compile(fn, backend=backend, dynamic=True)
@@ -137,3 +143,91 @@ def test_square_inputs_of_run_time_sizes():
     for n in (13, 5):
         x = rand(n, n, seed=n)
         torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_strided_convolution_of_run_time_sizes():
+    # im2col compared its column count with itself (`P > P`), which has no truth value when P
+    # is a run-time size: the graph ran eagerly
+    from tensorforge.graph import backend
+
+    class Convs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(rand(1, 3, 2, 3, seed=11), requires_grad=False)
+            self.v = torch.nn.Parameter(rand(1, 3, 3, 3, seed=12), requires_grad=False)
+
+        def forward(self, x):
+            return F.conv2d(x, self.w, stride=3, padding=1), F.conv2d(x, self.v, stride=(2, 1))
+
+    fn = Convs()
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for size in (7, 10):
+        x = rand(2, 3, size, size + 2, seed=size)
+        for got, expected in zip(fast(x), fn(x)):
+            torch.testing.assert_close(got, expected)
+
+
+def test_an_empty_intermediate():
+    # a temporary of no elements got an arena of 1 byte, which no float32 view fits
+    x = rand(6, 1, 1, seed=12)
+
+    def fn(x):
+        empty = torch.var_mean(x, 1, keepdim=True)[0][:, -3:-1:2]
+        return torch.round(empty * 2), x.sum(-1)
+
+    check(fn, x, fallbacks=1)  # (round runs eagerly, on the empty temporary)
+
+
+def test_convolution_by_weights_of_run_time_sizes():
+    # weights that are an input under dynamic=True have a symbolic filter count: the choice of
+    # filter vectors asked `F % 16` for a truth value
+    from tensorforge.graph import backend
+
+    def fn(x, w):
+        return F.conv2d(x, w, padding=1), F.conv2d(x, w, stride=2)
+
+    torch._dynamo.reset()
+    fast = torch.compile(fn, backend=backend, dynamic=True)
+    for filters, size in ((8, 7), (5, 9)):
+        x, w = rand(2, 3, size, size, seed=size), rand(filters, 3, 3, 3, seed=filters)
+        for got, expected in zip(fast(x, w), fn(x, w)):
+            torch.testing.assert_close(got, expected)
+
+
+def test_a_scalar_viewed_as_a_matrix():
+    # the copy reads a 0-d buffer (no indices): asking whether it transposes indexed past them
+    a = rand(1, seed=13).reshape(())
+
+    def fn(a):
+        v = a.reshape(1, 1)
+        return v @ v.transpose(-1, -2), v.expand(3, 2) * 1
+
+    check(fn, a)
+
+
+def test_negative_starts_on_run_time_sizes():
+    # the last token of a sequence of run-time length (x[:, -1], x[:, -3:]) was run eagerly
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    def fn(x):
+        return x[:, -1] * 2, x[:, -3:] + 1, x[-5:].sum(0)
+
+    fast, graphs = compiled_once(fn)
+    for rows, length in ((7, 9), (3, 2), (4, 13)):
+        x = rand(rows, length, 5, seed=length)
+        for got, expected in zip(fast(x), fn(x)):
+            torch.testing.assert_close(got, expected)
+    assert [_find_compiled(g).program.fallbacks for g in graphs] == [[]] * len(graphs)
+
+
+def test_reductions_of_a_scalar():
+    # a 0-d tensor reduced over its dim -1 (torch allows 0 and -1): `-1 % 0`
+    a, b = rand(7, seed=14), rand(7, seed=15)
+
+    def fn(a, b):
+        dot = a @ b
+        return (dot > 0).to(torch.int64).sum(-1), dot.sum(0) * 2, dot.amax(-1), dot.mean(-1)
+
+    check(fn, a, b)

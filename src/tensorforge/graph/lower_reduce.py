@@ -50,11 +50,17 @@ def _only_first_used(node) -> None:
             raise Unsupported("a statistic output (mean, rstd, indices) is used")
 
 
+def _element_of(x: Lazy):
+    return lambda idx: x.at(())
+
+
 def _reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red"):
     """The anchor of reducing `x` over `dims` (all when empty) with `combine` (te.sum, te.max),
     computed in `dtype`'s opmath dtype (float32 for a half type)."""
     dtype = opmath_dtype(dtype)
     x = ctx.no_anchor(x)
+    if x.ndim == 0:  # a 0-d tensor reduced over its dim 0 or -1: its one element as a vector
+        x, dims = dataclasses.replace(x, shape=(1,), at=_element_of(x), source=None), [0]
     ndim = x.ndim
     dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
     out_shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else None
@@ -112,7 +118,7 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
 def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
     out_dtype = ctx.dtype_of(node)
     x = ctx.no_anchor(x)
-    count = numel([x.shape[d] for d in dims] if dims else x.shape)
+    count = numel([x.shape[d] for d in dims] if dims and x.ndim else x.shape)  # (0-d: 1)
     if isinstance(count, int):  # few long rows on CUDA
         split = split_reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype, 1.0 / count)
         if split is not None:

@@ -171,7 +171,7 @@ def split_reduction(ctx, node, x, dims, keepdim: bool, combine, dtype: str, scal
     to `dtype` once."""
     acc = opmath_dtype(dtype)
     ndim = x.ndim
-    dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
+    dims = sorted({d % ndim for d in dims}) if dims and ndim else list(range(ndim))  # (0-d: none)
     kept = tuple(x.shape[: ndim - len(dims)])
     reduced = tuple(x.shape[ndim - len(dims) :])
     if dims != list(range(len(kept), ndim)) or not is_static(reduced):

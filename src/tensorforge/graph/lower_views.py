@@ -102,10 +102,8 @@ def slice_(ctx, node, x, dim=0, start=None, end=None, step=1):
     dim = dim % x.ndim
     size = x.shape[dim]
     start = 0 if start is None else start
-    if isinstance(start, int) and start < 0:
-        if not isinstance(size, int):
-            raise Unsupported("a negative slice start on a symbolic size")
-        start = max(start + size, 0)
+    if isinstance(start, int) and start < 0:  # from the end, at least 0 (x[-3:] of 2: all)
+        start = max(start + size, 0) if isinstance(size, int) else te.max(size + start, 0)
     if isinstance(start, int) and isinstance(size, int):
         start = min(start, size)
     out = ctx.shape_of(node)
@@ -122,10 +120,8 @@ def slice_(ctx, node, x, dim=0, start=None, end=None, step=1):
 def select(ctx, node, x, dim, index):
     x = ctx.no_anchor(x)
     dim = dim % x.ndim
-    if isinstance(index, int) and index < 0:
-        if not isinstance(x.shape[dim], int):
-            raise Unsupported("a negative select index on a symbolic size")
-        index += x.shape[dim]
+    if isinstance(index, int) and index < 0:  # (torch checks it is in range)
+        index = x.shape[dim] + index
     return _view(
         x, ctx.shape_of(node), lambda idx: x.at(tuple(idx[:dim]) + (index,) + tuple(idx[dim:]))
     )

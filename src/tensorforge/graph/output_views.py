@@ -22,7 +22,7 @@ from tensorforge.graph import symbols as sym
 
 def view_outputs(gm: torch.fx.GraphModule) -> dict[int, torch.fx.Node]:
     """Output position -> node, for each output that is views of a graph input only, at least
-    one of them taking a symbolic argument (those with static ones AOT replays itself)."""
+    one of them taking a size computed in the graph (those of literal sizes AOT replays)."""
     (output,) = [n for n in gm.graph.nodes if n.op == "output"]
     values = output.args[0]
     values = list(values) if isinstance(values, (tuple, list)) else [values]
@@ -66,8 +66,12 @@ def _view_chain(node: torch.fx.Node) -> list[torch.fx.Node] | None:
 
 
 def _symbolic_args(node: torch.fx.Node) -> bool:
-    values = torch.fx.node.map_arg((node.args[1:], node.kwargs), lambda n: n.meta.get("val"))
-    return any(sym.is_symbolic(v) for v in torch.utils._pytree.tree_leaves(values))
+    """A size argument computed in the graph (from the symbols; a size Dynamo specialized to an
+    int after tracing, such as chunk's, was still symbolic in the view AOT recorded) or
+    symbolic itself."""
+    values = torch.fx.node.map_arg((node.args[1:], node.kwargs), lambda n: n)
+    leaves = torch.utils._pytree.tree_leaves(values)
+    return any(isinstance(v, torch.fx.Node) or sym.is_symbolic(v) for v in leaves)
 
 
 class WithOutputViews:

@@ -257,7 +257,7 @@ class CompiledGraph:
                     continue
                 shape = [sym.evaluate(s, bindings) for s in buf.shape]
                 dtype = TE_TO_TORCH[buf.dtype]
-                nbytes = max(1, _numel(shape) * torch.empty((), dtype=dtype).element_size())
+                nbytes = max(1, _numel(shape)) * torch.empty((), dtype=dtype).element_size()
                 fits = [a for a in free if arenas[a].numel() >= nbytes] if self.reuse else []
                 if fits:
                     a = min(fits, key=lambda k: arenas[k].numel())
@@ -265,7 +265,8 @@ class CompiledGraph:
                 else:
                     arenas.append(self._arena(nbytes))
                     a = len(arenas) - 1
-                views[buf] = (a, arenas[a][:nbytes].view(dtype).view(shape))
+                count = _numel(shape)  # (an empty temp still takes an element of arena)
+                views[buf] = (a, arenas[a][:nbytes].view(dtype)[:count].view(shape))
             for buf in _reads_of(step):
                 if self._last_use.get(buf) == t and buf in views:
                     free.append(views[buf][0])

@@ -189,7 +189,7 @@ def _transposed_axes(out) -> tuple[int, int] | None:
     axes = out.op.axis
     if len(axes) < 2 or not isinstance(body, TensorRead):
         return None
-    if not isinstance(body.tensor.op, PlaceholderOp):
+    if not isinstance(body.tensor.op, PlaceholderOp) or not body.indices:  # (a 0-d read)
         return None
     used = {n for n in walk(body.indices[-1]) if isinstance(n, Var)}
     if axes[-1].var in used or axes[-2].var not in used:
