@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from tensorforge import te
+from tensorforge.errors import ScheduleError
 from tensorforge.graph.lower_conv_gemm import im2col, positions, sum_of_partials
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules_tensor_core import STAGING_PAD
@@ -153,6 +154,11 @@ def choose_tiles(
             fits.append(tiles)
     if not fits and thinnest > 16:  # (none of the rows' height fits: thinner ones)
         return choose_tiles(batch, min(n, thinnest // 2), m, k, 0, shared_limit, whole_columns, dtype)  # fmt: skip
+    if not fits:
+        raise ScheduleError(
+            f"no tensor-core tile of a {n} x {m} x {k} {dtype} product fits {shared_limit} bytes "
+            f"of shared memory a block (the smallest, 16 x 64 in 2 stages, needs more)"
+        )
     for tiles in fits:
         if batch * -(-n // tiles.block_m) * -(-m // tiles.block_n) >= sm_count:
             return tiles
