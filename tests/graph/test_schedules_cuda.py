@@ -249,6 +249,43 @@ def test_small_map_convolutions_match_eager():
     assert_graph_matches_eager(small_map_conv_graph, 1e-4)
 
 
+def strided_conv_graph():
+    """A stride-2 3 x 3 convolution to a 14 x 14 map of more outputs than a split-K one has (4
+    x 180 filters x 196: the direct schedule, its reduction split across each block): ResNet's
+    layer-3 entry at batch 4, whose 14 rows took blocks of 9 (9 + 5) and whose 4 x 7 x 14
+    outputs over 112 threads widened the shared partial tiles to a fifth filter (8 with the
+    register tile), 2.6x the work (H100: 543 us of 1158 for the model)."""
+
+    def fn(img, w):
+        return (F.relu(F.conv2d(img, w, stride=2, padding=1)),)
+
+    gen = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(4, 40, 27, 27, generator=gen), torch.randn(180, 40, 3, 3, generator=gen)]
+    inputs[1] /= inputs[1][0].numel() ** 0.5
+    return fn, inputs, (1,)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_strided_convolution_computes_only_its_block_tiles(tmp_path):
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=strided_conv_graph)
+    (conv,) = [s for s in compiled.steps if isinstance(s, BuiltKernel) and s.spec.anchor]
+    assert conv.source == SOURCES["gemm_split"]
+    cp = conv_plan(4, 180, 14, 14, 40, 9)
+    assert cp.y_tile == 7  # 14 rows in two blocks of 7
+    text = conv.module.get_source("cuda")
+    shared = int(re.search(r"shared memory: (\d+) bytes", text).group(1))
+    # the partial tiles are the block's outputs x the slices, nothing past them
+    assert shared == cp.plan.kz * cp.plan.rows * cp.y_tile * cp.x_tile * 4
+    assert_compiles_with_nvcc(tmp_path, text)
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_a_strided_convolution_matches_eager():
+    torch.backends.cudnn.allow_tf32 = False
+    assert_graph_matches_eager(strided_conv_graph, 1e-4)
+
+
 def head_projection_graph():
     """GPT-2's attention output projection at 32 x 128 tokens: the heads' output (32, 12, 128,
     64) read through transpose(1, 2).reshape(32, 128, 768), then a linear 768 -> 768 (4.8 GFLOP:

@@ -21,11 +21,17 @@ from tensorforge.ops.matmul import round_up
 from tensorforge.tune.auto.analytic_gpu import K_SLICE
 
 
-def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, columns=None, depth=None):
+def im2col(
+    ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, columns=None, depth=None,
+    k_group=0,
+):  # fmt: skip
     """col(n, r, p) = the input under filter tap r = (c, ky, kx) at output position
     p = y * OW + x, as an index function: a view of the input for a plain 1 x 1 convolution,
     else read from a materialized (N, depth, columns) buffer (C * KH * KW x OH * OW, or more:
-    zeros past them)."""
+    zeros past them); with `k_group`, always materialized as (N, depth / k_group, columns,
+    k_group): each position's taps in contiguous runs of k_group (TF32 wgmma reads its right
+    operand K-major only, 16 bytes at a time), a run's positions side by side (coalesced
+    reads of the input and writes of the columns)."""
     N, C, H, W = x.shape
     _, _, KH, KW = w_shape
     _, _, OH, OW = shape
@@ -34,7 +40,7 @@ def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, column
     columns = P if columns is None else columns
     depth = K if depth is None else depth
     plain = KH == KW == 1 and (sh, sw) == (1, 1) and (ph, pw) == (0, 0)
-    if plain and (depth, columns) == (K, P):  # the input is the column matrix already
+    if plain and (depth, columns) == (K, P) and not k_group:  # the input is the columns already
         col = ctx.buffer(x)
         return col, lambda n, r, p: col.at((n, r, p // OW, p % OW))
     src = ctx.buffer(x)
@@ -54,6 +60,14 @@ def im2col(ctx, node, x: Lazy, w_shape, shape, stride, padding, dilation, column
         v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
         return te.if_then_else(inside, v, te.const(0, v.dtype)) if padded else v
 
+    if k_group:
+        g = k_group
+        shape = (N, depth // g, columns, g)
+        cols = Lazy(
+            shape, x.dtype, lambda i: patch((i[0], i[1] * g + i[3], i[2])), src.reads, (), 2
+        )
+        col = ctx.materialize(cols, node=f"{node.name}_im2col")
+        return col, lambda n, r, p: col.at((n, r // g, p, r % g))
     cols = Lazy((N, depth, columns), x.dtype, patch, src.reads, (), 2)
     col = ctx.materialize(cols, node=f"{node.name}_im2col")
     return col, lambda n, r, p: col.at((n, r, p))

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from tensorforge import te
+from tensorforge.errors import ScheduleError
 from tensorforge.graph.lower_conv_gemm import im2col, positions, sum_of_partials
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules_tensor_core import STAGING_PAD
@@ -41,6 +42,8 @@ from tensorforge.ops.gemm_fp16 import TensorCoreTiles as PipelineTiles
 from tensorforge.ops.matmul import round_up
 from tensorforge.ops.tensor_core import OPERANDS
 from tensorforge.ops.tensor_core import SUPPORTED as HALVES
+from tensorforge.ops.wgmma_tf32 import K_STEP as TF32_K_STEP
+from tensorforge.ops.wgmma_tf32 import round_to_tf32
 from tensorforge.te.expr import Const, TensorRead, Var, structural_equal
 from tensorforge.te.tensor import PlaceholderOp
 from tensorforge.te.visit import walk
@@ -50,9 +53,17 @@ MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves, 128 o
 MIN_ROWS = 16  # fewer rows: a matrix-vector product, bound by reading B (register tiles)
 BLOCK_K_BYTES = 64  # of a row of A a k step stages: 32 halves or 16 floats (half that where
 # k is an odd number of such steps)
-TF32_MIN_MACS = 1 << 28  # a float32 convolution's multiply-adds from which it takes TF32
+TF32_MIN_MACS = 1 << 27  # a float32 convolution's multiply-adds from which it takes TF32
 CONV_DEPTH = 16  # a convolution's reduction is zero-padded to whole steps of this many terms
 STAGES = 3  # k steps in flight
+# float32 convolutions in TF32 on wgmma (sm_90, tf32_wgmma_tiles): off, as measured slower than
+# mma.sync (H100, fp32 ResNet-18: batch 16 1970 us of GPU time a call against 1781, batch 4 632
+# against 597): its K-major columns cost more to write (layer 1: 53 us a layer against 48 at
+# batch 16, 15 against 10 at batch 4) and the product streams them from memory as mma.sync does
+# (layer 1 at batch 16: 92 us against 80). Reading the input itself (implicit GEMM) is next.
+TF32_WGMMA_CONVS = False
+TF32_COLUMN_RUN = 4  # taps of a position contiguous in TF32 wgmma's im2col columns: 16 bytes
+# (one cp.async of the swizzled fill), positions side by side
 SHARED_RESERVED = 1 << 10  # bytes of shared memory the GPU keeps a block (sm_80+)
 
 # block tiles, largest first, with the warp tile of each of its 4 or 8 warps (8 where a block
@@ -67,11 +78,8 @@ BLOCK_TILES = (
 )
 # wgmma's block tiles (sm_90), largest first: warpgroups of 64 rows by the block's columns, k
 # steps of 64 copied WGMMA_STAGES ahead (H100, ops GEMM at 2048 x 3072 x 768: 128 x 128 36 us,
-# 64 x 128 37, 128 x 64 37, 128 x 256 39). 64 x 192 before 64 x 128: fp16 ResNet-18 at batch
-# 16 916 -> 829 us of GPU time (its 64- and 128-filter convolutions); where 128 x 128 fills
-# the SMs it stays first (GPT-2's QKV product, 2048 x 2304 x 768: 23.0 us, on 64 x 192 33.1;
-# 128 x 192 and 128 x 256 blocks were slower on the MLPs: 66.5 us against 60.8 at 2048 rows)
-WGMMA_TILES = ((128, 128), (64, 192), (64, 128), (128, 64), (64, 64))
+# 64 x 128 37, 128 x 64 37, 128 x 256 39: its float32 tile would leave room for 2 stages only)
+WGMMA_TILES = ((128, 128), (64, 128), (128, 64), (64, 64))
 WGMMA_K = 64
 WGMMA_STAGES = 4  # 3 at least: a step's multiplies stay in flight while the next one starts
 # (128 x 128 blocks at 2048 x 3072 x 768: 31.1 us with 4, 33.1 with 3)
@@ -146,6 +154,11 @@ def choose_tiles(
             fits.append(tiles)
     if not fits and thinnest > 16:  # (none of the rows' height fits: thinner ones)
         return choose_tiles(batch, min(n, thinnest // 2), m, k, 0, shared_limit, whole_columns, dtype)  # fmt: skip
+    if not fits:
+        raise ScheduleError(
+            f"no tensor-core tile of a {n} x {m} x {k} {dtype} product fits {shared_limit} bytes "
+            f"of shared memory a block (the smallest, 16 x 64 in 2 stages, needs more)"
+        )
     for tiles in fits:
         if batch * -(-n // tiles.block_m) * -(-m // tiles.block_n) >= sm_count:
             return tiles
@@ -268,24 +281,60 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     the columns (im2col, zero-padded to whole column tiles). A Lazy of the convolution's shape."""
     N, F, OH, OW = shape
     K, P = w[0].numel(), OH * OW
-    depth = round_up(K, CONV_DEPTH)
     # wgmma reads the materialized columns; a plain 1 x 1 convolution over whole tiles reads the
     # input itself (im2col), whose rows (image rows) are not the columns' (mma.sync reads them)
     pointwise = w.shape[2:] == (1, 1) and tuple(stride) == (1, 1) and not any(padding)
-    wgmma = _has_wgmma(ctx.target, dtype) and not pointwise
-    tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma)
+    tiles = None if pointwise else tf32_wgmma_tiles(ctx.target, N, F, P, K, dtype)
+    k_major = tiles is not None  # TF32 wgmma: columns K-major, (N, positions, taps)
+    depth = round_up(K, TF32_K_STEP if k_major else CONV_DEPTH)
+    if tiles is None:
+        wgmma = _has_wgmma(ctx.target, dtype) and not pointwise
+        tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma)
     rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
-    col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation, cols, depth)
-    b_tile = te.compute((N, depth, cols), col_at, name=ctx.unique(f"{node.name}_col_tile"))
+    col, col_at = im2col(
+        ctx, node, x, w.shape, shape, stride, padding, dilation, cols, depth,
+        TF32_COLUMN_RUN if k_major else 0,
+    )  # fmt: skip
+    if k_major:
+        b_tile = te.compute(
+            (N, cols, depth), lambda n, p, r: col_at(n, r, p), name=ctx.unique(f"{node.name}_col_tile")
+        )  # fmt: skip
+    else:
+        b_tile = te.compute((N, depth, cols), col_at, name=ctx.unique(f"{node.name}_col_tile"))
     padded = torch.zeros(rows, depth, dtype=TE_TO_TORCH[dtype])  # (folded BN: float32 weights)
     padded[:F, :K] = w.reshape(F, K)
+    if k_major:  # wgmma drops a float's low bits: rounded here as mma.sync's cvt.rna does
+        padded = round_to_tf32(padded)
     weights = ctx.add_constant(padded, f"{node.name}_w_padded")
     a_tile = te.compute(
         (rows, depth), lambda f, r: weights.at((f, r)), name=ctx.unique(f"{node.name}_w_tile")
     )
     reads = col.reads | weights.reads
-    anchor, value = _product(ctx, node, (N, F, P), tiles, a_tile, b_tile, reads)
+    anchor, value = _product(ctx, node, (N, F, P), tiles, a_tile, b_tile, reads, k_major)
     return ctx.anchored(anchor, value, dtype, shape=shape, to_logical=positions(OW))
+
+
+def tf32_wgmma_tiles(target, N: int, F: int, P: int, K: int, dtype: str):
+    """wgmma tiles (sm_90) for a float32 convolution in TF32 of F filters x P positions over
+    K taps (padded to whole 32-float k steps), or None: choose_wgmma_tiles' for the halves of
+    the same bytes (a k step of 32 floats is one of 64 halves: one 128-byte swizzled row);
+    where no tile fills the SMs, 64 x 64 tiles whose k `_product` splits until they do, while
+    each slice is 3+ k steps (ResNet-18's later layers at batch 4)."""
+    wgmma = TF32_WGMMA_CONVS and target.kind == "cuda" and target.sm_version == 90
+    if not (wgmma and dtype == "float32"):
+        return None
+    limit = target.max_shared_memory_opt_in
+    depth = round_up(K, TF32_K_STEP)
+    halves = choose_wgmma_tiles(N, F, P, 2 * depth, target.sm_count, limit, False)
+    if halves is None:
+        small = WGMMA_TILES[-1]
+        blocks = N * -(-F // small[0]) * -(-P // small[1])
+        part = depth // max(1, splits_to_fill(blocks, depth, target.sm_count, TF32_K_STEP))
+        if part < 3 * TF32_K_STEP:
+            return None
+        stages = min(WGMMA_STAGES, part // TF32_K_STEP)
+        halves = TensorCoreTiles(*small, WGMMA_K, 16, small[1], stages, 1, "mbarrier_lag", mma="wgmma")  # fmt: skip
+    return replace(halves, block_k=TF32_K_STEP, dtype="float32")
 
 
 def _tiles_for(target, lead, n: int, m: int, k: int, dtype: str, whole_columns=False, wgmma=False):
@@ -298,15 +347,16 @@ def _tiles_for(target, lead, n: int, m: int, k: int, dtype: str, whole_columns=F
     return choose_tiles(batch, n, m, k, target.sm_count, limit, whole_columns, dtype)
 
 
-def _product(ctx, node, shape, tiles, a_tile: te.Tensor, b_tile: te.Tensor, reads):
+def _product(ctx, node, shape, tiles, a_tile, b_tile, reads, b_k_major: bool = False):
     """C[*b, i, j] = sum_k float32(a_tile[(*b,) i, k]) * float32(b_tile[(*b,) k, j]) over whole
-    tiles (either side may be one matrix for the whole batch: the weights): its anchor, and the
+    tiles (either side may be one matrix for the whole batch: the weights; `b_k_major`: b_tile
+    is [(*b,) j, k], TF32 wgmma's right operand): its anchor, and the
     float32 value at an index of `shape`. Where the tiles are too few to fill the SMs and k is
     long, k is split into slices (each its blocks), partial products a kernel of their own, and
     the anchor is their sum (the epilogue's kernel)."""
     *lead, n, m = shape
     rows, k = (int(e.value) for e in a_tile.shape[-2:])
-    cols = int(b_tile.shape[-1].value)
+    cols = int(b_tile.shape[-2 if b_k_major else -1].value)
     blocks = numel(lead) * (rows // tiles.block_m) * (cols // tiles.block_n)
     splits = max(1, splits_to_fill(blocks, k, ctx.target.sm_count, tiles.block_k))  # (wgmma's
     # tiles fill the SMs already: one slice)
@@ -318,7 +368,11 @@ def _product(ctx, node, shape, tiles, a_tile: te.Tensor, b_tile: te.Tensor, read
         z, *bi, i, j = idx if splits > 1 else (0, *idx)
         kk = z * part + r.var if splits > 1 else r.var
         a_at = a_tile[(*bi, i, kk) if a_batched else (i, kk)]
-        b_at = b_tile[(*bi, kk, j) if b_batched else (kk, j)]
+        b_at = (
+            b_tile[(*bi, *((j, kk) if b_k_major else (kk, j)))]
+            if b_batched
+            else (b_tile[(j, kk) if b_k_major else (kk, j)])
+        )
         return te.sum(a_at.astype("float32") * b_at.astype("float32"), axis=r)
 
     slices = (splits,) if splits > 1 else ()

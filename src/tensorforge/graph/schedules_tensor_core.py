@@ -22,6 +22,7 @@ from tensorforge import te
 from tensorforge.ops.gemm_fp16 import WARP
 from tensorforge.ops.tensor_core import OPERANDS, mma_store, mma_sync
 from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
+from tensorforge.ops.wgmma_tf32 import swizzled_fill_tf32, wgmma_tf32_sync
 
 # floats added to each row of the float32 tile: a half-warp's 8-byte fragment stores (4 rows x
 # 4 column pairs) then hit 32 distinct banks, where rows of a power-of-two length hit 8 only
@@ -74,7 +75,10 @@ def schedule_tensor_core(s, out, anchor) -> str:
     (kr,) = s[C].op.reduce_axis
     ko, ki = s[C].split(kr, factor=tiles.block_k)
     s[C].reorder(ko, ci, cj, ki)
-    if wgmma:  # (pending 1: a step's multiplies run on while the next step's start)
+    tf32_wgmma = wgmma and dtype == "float32"  # (K-major B: [n][k] tiles, ops/wgmma_tf32.py)
+    if tf32_wgmma:
+        mma = wgmma_tf32_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, pending=1)
+    elif wgmma:  # (pending 1: a step's multiplies run on while the next step's start)
         mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, pending=1)
     else:
         mma = mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype)
@@ -91,6 +95,8 @@ def schedule_tensor_core(s, out, anchor) -> str:
         (a_tile, tiles.block_m, tiles.block_k, operand.pad_a),
         (b_shared, tiles.block_k, tiles.block_n, operand.pad_b),
     )
+    if tf32_wgmma:
+        fills = (fills[0], (b_shared, tiles.block_n, tiles.block_k, 0))
     for stage, rows, row_len, pad in fills:
         s[stage].compute_at(s[C], ko)
         *outer, row, col = s[stage].op.axis
@@ -105,7 +111,9 @@ def schedule_tensor_core(s, out, anchor) -> str:
         _, warp_rows = s[stage].split(rest, factor=tiles.warps)
         s[stage].bind(lane, tx)
         s[stage].bind(warp_rows, ty)
-        if wgmma:
+        if tf32_wgmma:
+            s[stage].tensorize(vec, swizzled_fill_tf32(rows, row_len))
+        elif wgmma:
             s[stage].tensorize(vec, swizzled_fill(rows, row_len, dtype))
         else:
             s[stage].vectorize(vec)
