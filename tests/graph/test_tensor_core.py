@@ -70,6 +70,14 @@ def test_a_computed_right_matrix_takes_tiles_that_divide_its_columns():
     assert 192 % choose_tiles(96, 192, 192, 64, 132, whole_columns=True).block_n == 0
 
 
+def test_a_shared_memory_limit_no_tile_fits_is_a_clear_error():
+    from tensorforge.errors import ScheduleError
+
+    assert choose_tiles(1, 16, 64, 64, 132, shared_limit=24 << 10).block_m == 16
+    with pytest.raises(ScheduleError, match="fits 8192 bytes of shared memory"):
+        choose_tiles(1, 128, 768, 768, 132, shared_limit=8 << 10)
+
+
 def test_the_target_bounds_the_shared_memory():
     assert Target(SM90).max_shared_memory_opt_in == 227 << 10
     sm86 = Target("cuda -arch=sm_86")

@@ -43,7 +43,7 @@ LIMIT = 227 << 10
     [
         (1, 2048, 3072, 768, (128, 128)),  # 384 blocks
         (1, 2048, 768, 3072, (64, 128)),  # 96 blocks of 128 x 128 would idle SMs
-        (16, 64, 3136, 576, (64, 192)),  # 64 filters: 128-row tiles would be half padding
+        (16, 64, 3136, 576, (64, 128)),  # 64 filters: 128-row tiles would be half padding
         (1, 1000, 1536, 768, (64, 128)),  # rows padded to 1024
         (1, 128, 2304, 768, None),  # 36 blocks at most: mma.sync (and split k)
         (1, 2048, 3072, 160, None),  # k not whole 64-term steps

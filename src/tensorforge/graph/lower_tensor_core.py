@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from tensorforge import te
+from tensorforge.errors import ScheduleError
 from tensorforge.graph.lower_conv_gemm import im2col, positions, sum_of_partials
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules_tensor_core import STAGING_PAD
@@ -77,11 +78,8 @@ BLOCK_TILES = (
 )
 # wgmma's block tiles (sm_90), largest first: warpgroups of 64 rows by the block's columns, k
 # steps of 64 copied WGMMA_STAGES ahead (H100, ops GEMM at 2048 x 3072 x 768: 128 x 128 36 us,
-# 64 x 128 37, 128 x 64 37, 128 x 256 39). 64 x 192 before 64 x 128: fp16 ResNet-18 at batch
-# 16 916 -> 829 us of GPU time (its 64- and 128-filter convolutions); where 128 x 128 fills
-# the SMs it stays first (GPT-2's QKV product, 2048 x 2304 x 768: 23.0 us, on 64 x 192 33.1;
-# 128 x 192 and 128 x 256 blocks were slower on the MLPs: 66.5 us against 60.8 at 2048 rows)
-WGMMA_TILES = ((128, 128), (64, 192), (64, 128), (128, 64), (64, 64))
+# 64 x 128 37, 128 x 64 37, 128 x 256 39: its float32 tile would leave room for 2 stages only)
+WGMMA_TILES = ((128, 128), (64, 128), (128, 64), (64, 64))
 WGMMA_K = 64
 WGMMA_STAGES = 4  # 3 at least: a step's multiplies stay in flight while the next one starts
 # (128 x 128 blocks at 2048 x 3072 x 768: 31.1 us with 4, 33.1 with 3)
@@ -156,6 +154,11 @@ def choose_tiles(
             fits.append(tiles)
     if not fits and thinnest > 16:  # (none of the rows' height fits: thinner ones)
         return choose_tiles(batch, min(n, thinnest // 2), m, k, 0, shared_limit, whole_columns, dtype)  # fmt: skip
+    if not fits:
+        raise ScheduleError(
+            f"no tensor-core tile of a {n} x {m} x {k} {dtype} product fits {shared_limit} bytes "
+            f"of shared memory a block (the smallest, 16 x 64 in 2 stages, needs more)"
+        )
     for tiles in fits:
         if batch * -(-n // tiles.block_m) * -(-m // tiles.block_n) >= sm_count:
             return tiles
