@@ -53,7 +53,7 @@ MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves, 128 o
 MIN_ROWS = 16  # fewer rows: a matrix-vector product, bound by reading B (register tiles)
 BLOCK_K_BYTES = 64  # of a row of A a k step stages: 32 halves or 16 floats (half that where
 # k is an odd number of such steps)
-TF32_MIN_MACS = 1 << 27  # a float32 convolution's multiply-adds from which it takes TF32
+TF32_MIN_MACS = 1 << 26  # a float32 convolution's multiply-adds from which it takes TF32
 CONV_DEPTH = 16  # a convolution's reduction is zero-padded to whole steps of this many terms
 STAGES = 3  # k steps in flight
 # float32 convolutions in TF32 on wgmma (sm_90, tf32_wgmma_tiles): off, as measured slower than
