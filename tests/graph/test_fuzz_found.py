@@ -284,3 +284,20 @@ def test_a_max_over_a_dimension_of_one_in_bfloat16():
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_attention_whose_head_size_is_a_run_time_size():
+    # SDPA scales by 1 / sqrt(E): under dynamic=True a SymFloat of E (sym_float, pow,
+    # truediv nodes), which lowered to nothing, and the multiply by it failed (float(None))
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    fast, graphs = compiled_once(fn)
+    for queries, keys, head in ((17, 7, 5), (9, 13, 8)):
+        q, k = rand(2, queries, head, seed=head), rand(2, keys, head, seed=keys)
+        v, mask = rand(2, keys, 3, seed=queries), rand(queries, keys, seed=20) > -1
+        torch.testing.assert_close(fast(q, k, v, mask), fn(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert [_find_compiled(g).program.fallbacks for g in graphs] == [[]] * len(graphs)
