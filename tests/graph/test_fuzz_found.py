@@ -301,3 +301,27 @@ def test_attention_whose_head_size_is_a_run_time_size():
         v, mask = rand(2, keys, 3, seed=queries), rand(queries, keys, seed=20) > -1
         torch.testing.assert_close(fast(q, k, v, mask), fn(q, k, v, mask), atol=1e-5, rtol=1e-5)
     assert [_find_compiled(g).program.fallbacks for g in graphs] == [[]] * len(graphs)
+
+
+def test_strided_grouped_convolution_of_a_run_time_height():
+    # the bounds analyzer rewrote k * (x // c) terms in a loop over a snapshot of the form's
+    # terms: one that an earlier rewrite had cancelled was looked up again (KeyError)
+    class Conv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(rand(2, 2, 1, 1, seed=21), requires_grad=False)
+
+        def forward(self, x, weight, bias):
+            y = F.conv2d(x, self.w, None, stride=(2, 1), padding=(1, 0), groups=2)
+            return F.linear(y, weight, bias)
+
+    from tensorforge.graph import backend
+
+    module, weight, bias = Conv(), rand(7, 9, seed=22), rand(7, seed=23)
+    torch._dynamo.reset()
+    fast = torch.compile(module, backend=backend)
+    for height in (17, 18):
+        x = rand(3, 4, height, 9, seed=height)
+        torch._dynamo.maybe_mark_dynamic(x, 2)
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x, weight, bias), module(x, weight, bias))
