@@ -204,10 +204,10 @@ def test_tf32_tiles_stage_the_same_bytes_as_the_halves(k, shared_limit):
     t = choose_tiles(1, 2048, 3072, k, 132, shared_limit, dtype="float32")
     assert t.block_k == (16 if k % 16 == 0 else 8) and t.dtype == "float32"
     shared = (t.block_m * (t.block_k + 4) + t.block_k * (t.block_n + 8)) * 4 * t.stages
-    # the float32 tile takes the pipeline's bytes after the k loop (codegen/cuda_shared.py)
-    assert (
-        max(shared, t.block_m * (t.block_n + STAGING_PAD) * 4) == t.shared_bytes() <= shared_limit
-    )
+    # past 48 KiB the float32 tile takes the pipeline's bytes after the k loop (cuda_shared.py)
+    staged = t.block_m * (t.block_n + STAGING_PAD) * 4
+    apart = shared + staged
+    assert (apart if apart <= 48 << 10 else max(shared, staged)) == t.shared_bytes() <= shared_limit
     if k % 16 == 0:  # 16 floats a row are 32 halves' bytes: the halves' tiles exactly
         half = choose_tiles(1, 2048, 3072, k * 2, 132, shared_limit)
         assert (t.block_m, t.block_n, t.stages) == (half.block_m, half.block_n, half.stages)
