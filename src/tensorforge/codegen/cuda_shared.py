@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from tensorforge.codegen.cuda_intrin import BULK_CALLS, TMA_CALLS
 from tensorforge.ir.expr import BufferLoad
+from tensorforge.ir.extern import WholeBuffer
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -68,10 +69,10 @@ class _Events:
         calls = [n for n in walk(node) if isinstance(n, ExternCall)]
         if any(c.name.startswith(DRAINS) for c in calls):
             self.drains.append(index)
-        touched = {
+        touched = {  # (a load, a store, an address, an array an extern call takes whole)
             self.shared[id(n.buffer)]
             for n in walk(node)
-            if isinstance(n, (BufferLoad, BufferStore)) and id(n.buffer) in self.shared
+            if isinstance(n, (BufferLoad, BufferStore, WholeBuffer)) and id(n.buffer) in self.shared
         }
         reads_async = any(c.name.startswith(ASYNC_READS) for c in calls)
         alone = any(c.name.startswith(NEVER_SHARED) for c in calls)
