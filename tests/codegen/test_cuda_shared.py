@@ -12,7 +12,9 @@ from tensorforge.ir.stmt import (
     Allocate,
     Attr,
     Evaluate,
+    For,
     IfThenElse,
+    LoopKind,
     PrimFunc,
     Seq,
     Sync,
@@ -140,3 +142,11 @@ def test_a_call_that_takes_an_array_whole_uses_it():
         return Evaluate(ExternCall("handle", "extern", "tf_sum_all", (WholeBuffer(S1),)))
 
     assert _offsets(_kernel(then=whole)) == [0, N * 4]
+
+
+def test_a_loop_start_that_reads_an_array_uses_it():
+    def from_s1(S1):  # for (j = S1[0]; ...): the load is in the loop's start, not its body
+        j = Var("j")
+        return For(j, load(S1, c(0)), c(4), Evaluate(c(0)), LoopKind.SERIAL)
+
+    assert _offsets(_kernel(then=from_s1)) == [0, N * 4]

@@ -64,14 +64,15 @@ class _Events:
         self.lives: dict[int, _Lifetime] = {key: _Lifetime() for key in arrays}
         self._visit(body, (), uniform=True, waits_all=True)
 
-    def _event(self, node, loops: tuple[int, ...]) -> None:
+    def _event(self, loops: tuple[int, ...], *nodes) -> None:
         index, self.count = self.count, self.count + 1
-        calls = [n for n in walk(node) if isinstance(n, ExternCall)]
+        inner = [n for node in nodes for n in walk(node)]
+        calls = [n for n in inner if isinstance(n, ExternCall)]
         if any(c.name.startswith(DRAINS) for c in calls):
             self.drains.append(index)
         touched = {  # (a load, a store, an address, an array an extern call takes whole)
             self.shared[id(n.buffer)]
-            for n in walk(node)
+            for n in inner
             if isinstance(n, (BufferLoad, BufferStore, WholeBuffer)) and id(n.buffer) in self.shared
         }
         reads_async = any(c.name.startswith(ASYNC_READS) for c in calls)
@@ -92,7 +93,7 @@ class _Events:
             case For(kind=LoopKind.THREAD_BINDING, body=body):
                 self._visit(body, loops, uniform, waits_all)
             case For(body=body):
-                self._event(s.extent, loops)
+                self._event(loops, s.min, s.extent)
                 self._visit(body, (*loops, id(s)), uniform, waits_all)
             case Allocate(buffer=buffer, body=body) if id(s) in self.arrays:
                 outer = self.shared.get(id(buffer))
@@ -105,10 +106,10 @@ class _Events:
             case Allocate(body=body):
                 self._visit(body, loops, uniform, waits_all)
             case LetStmt(value=value, body=body):
-                self._event(value, loops)
+                self._event(loops, value)
                 self._visit(body, loops, uniform, waits_all)
             case IfThenElse(condition=condition, then_case=then, else_case=other):
-                self._event(condition, loops)
+                self._event(loops, condition)
                 self._visit(then, loops, False, waits_all)
                 if other is not None:
                     self._visit(other, loops, False, waits_all)
@@ -124,7 +125,7 @@ class _Events:
                     self.barriers.append(self.count)
                 self.count += 1
             case _:
-                self._event(s, loops)
+                self._event(loops, s)
 
     def end(self, key: int) -> int:
         """The last event of the array's lifetime (an asynchronous read lasts until a drain)."""
