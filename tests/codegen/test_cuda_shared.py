@@ -150,3 +150,24 @@ def test_a_loop_start_that_reads_an_array_uses_it():
         return For(j, load(S1, c(0)), c(4), Evaluate(c(0)), LoopKind.SERIAL)
 
     assert _offsets(_kernel(then=from_s1)) == [0, N * 4]
+
+
+def test_only_a_drain_every_thread_reaches_ends_an_asynchronous_read():
+    """wgmma.wait_group under an `if`, or in a loop that may run no step, may not run: the
+    array it would free is read on past the barrier."""
+    drain = Attr("pipeline_drain", ("S1_mbar",), Evaluate(c(0)))
+    steps = Var("steps")
+    for guarded in (
+        IfThenElse(LT(Var("tx"), c(128)), drain),
+        loop(Var("d"), steps, drain),
+        loop(Var("d"), 0, drain),
+        IfThenElse(LT(Var("tx"), c(128)), _call("tf_wgmma_wait_all", None)),
+    ):
+
+        def first(A, S1, tx, guarded=guarded):
+            return Seq((_wgmma_reads(A, S1, tx), guarded))
+
+        assert _offsets(_kernel(first=first)) == [0, N * 4], guarded
+    drain_steps = loop(Var("d"), 2, drain)  # (a constant count of steps runs)
+    func = _kernel(first=lambda A, S1, tx: Seq((_wgmma_reads(A, S1, tx), drain_steps)))
+    assert _offsets(func) == [0, 0]

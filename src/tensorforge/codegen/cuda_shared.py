@@ -13,7 +13,7 @@ arrays, and barriers). Arrays X and Y may overlap when
 - a barrier that every thread reaches (in no serial loop, under no `if`, waiting for all
   cp.async copies) lies after X's last access and before Y's first, or the other way round.
 An array that wgmma reads (asynchronously) stays alive until the next wait for all of them
-(the pipeline's drain); one that bulk copies fill (TMA, completing on mbarriers) never shares.
+(the pipeline's drain) that every thread runs; one that bulk copies fill (TMA, completing on mbarriers) never shares.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from tensorforge.ir.stmt import (
     Sync,
 )
 from tensorforge.ir.visit import walk
+from tensorforge.te.expr import Const
 from tensorforge.te.extern_call import ExternCall
 
 ASYNC_READS = ("tf_wgmma_sync",)  # shared operands still read after the call returns
@@ -64,11 +65,11 @@ class _Events:
         self.lives: dict[int, _Lifetime] = {key: _Lifetime() for key in arrays}
         self._visit(body, (), uniform=True, waits_all=True)
 
-    def _event(self, loops: tuple[int, ...], *nodes) -> None:
+    def _event(self, loops: tuple[int, ...], uniform: bool, *nodes) -> None:
         index, self.count = self.count, self.count + 1
         inner = [n for node in nodes for n in walk(node)]
         calls = [n for n in inner if isinstance(n, ExternCall)]
-        if any(c.name.startswith(DRAINS) for c in calls):
+        if uniform and any(c.name.startswith(DRAINS) for c in calls):
             self.drains.append(index)
         touched = {  # (a load, a store, an address, an array an extern call takes whole)
             self.shared[id(n.buffer)]
@@ -86,6 +87,8 @@ class _Events:
             life.alone = life.alone or alone
 
     def _visit(self, s: Stmt, loops: tuple[int, ...], uniform: bool, waits_all: bool) -> None:
+        """`uniform`: every thread of the block runs `s` (under no `if`, in no loop that may
+        take no step); `waits_all`: a barrier here waits for all cp.async copies."""
         match s:
             case Seq(stmts=stmts):
                 for child in stmts:
@@ -93,8 +96,9 @@ class _Events:
             case For(kind=LoopKind.THREAD_BINDING, body=body):
                 self._visit(body, loops, uniform, waits_all)
             case For(body=body):
-                self._event(loops, s.min, s.extent)
-                self._visit(body, (*loops, id(s)), uniform, waits_all)
+                self._event(loops, uniform, s.min, s.extent)
+                steps = isinstance(s.extent, Const) and s.extent.value > 0
+                self._visit(body, (*loops, id(s)), uniform and steps, waits_all)
             case Allocate(buffer=buffer, body=body) if id(s) in self.arrays:
                 outer = self.shared.get(id(buffer))
                 self.shared[id(buffer)] = id(s)
@@ -106,15 +110,16 @@ class _Events:
             case Allocate(body=body):
                 self._visit(body, loops, uniform, waits_all)
             case LetStmt(value=value, body=body):
-                self._event(loops, value)
+                self._event(loops, uniform, value)
                 self._visit(body, loops, uniform, waits_all)
             case IfThenElse(condition=condition, then_case=then, else_case=other):
-                self._event(loops, condition)
+                self._event(loops, uniform, condition)
                 self._visit(then, loops, False, waits_all)
                 if other is not None:
                     self._visit(other, loops, False, waits_all)
             case Attr(key="pipeline_drain"):
-                self.drains.append(self.count)
+                if uniform:
+                    self.drains.append(self.count)
                 self.count += 1
             case Attr(key="async_wait", value=pending, body=body):
                 self._visit(body, loops, uniform, waits_all and int(pending) == 0)
@@ -125,7 +130,7 @@ class _Events:
                     self.barriers.append(self.count)
                 self.count += 1
             case _:
-                self._event(loops, s)
+                self._event(loops, uniform, s)
 
     def end(self, key: int) -> int:
         """The last event of the array's lifetime (an asynchronous read lasts until a drain)."""
