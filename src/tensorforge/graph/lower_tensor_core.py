@@ -334,7 +334,8 @@ def tf32_wgmma_tiles(target, N: int, F: int, P: int, K: int, dtype: str):
             return None
         stages = min(WGMMA_STAGES, part // TF32_K_STEP)
         halves = TensorCoreTiles(*small, WGMMA_K, 16, small[1], stages, 1, "mbarrier_lag", mma="wgmma")  # fmt: skip
-    return replace(halves, block_k=TF32_K_STEP, dtype="float32")
+    tiles = replace(halves, block_k=TF32_K_STEP, dtype="float32")
+    return replace(tiles, blocks=tiles.resident_blocks(limit))  # (the split's own tiles too)
 
 
 def _tiles_for(target, lead, n: int, m: int, k: int, dtype: str, whole_columns=False, wgmma=False):
