@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import warnings
 
 import torch
 import torch.nn.functional as F  # noqa: N812 (the generated source says F.)
@@ -115,7 +116,9 @@ class Generator:
         name = f"v{len(self.lines)}"
         scope = {"torch": torch, "F": F, "H": HALF, **self.samples}
         try:
-            value = eval(expr, scope)  # noqa: S307 - the generator's own expression
+            with warnings.catch_warnings():  # (var of one element: degrees of freedom <= 0)
+                warnings.simplefilter("ignore")
+                value = eval(expr, scope)  # noqa: S307 - the generator's own expression
         except Exception:  # noqa: BLE001 - an invalid combination: draw another
             return None
         if not isinstance(value, torch.Tensor) or value.numel() > 4 * MAX_NUMEL:
@@ -125,7 +128,7 @@ class Generator:
         return name
 
     def pick(self, want=lambda t: True) -> str | None:
-        names = [n for n, t in self.samples.items() if want(t)]
+        names = [n for n, t in self.samples.items() if want(t) and t.numel()]  # (none empty)
         if not names:
             return None
         draw = self.rng.random()  # mostly chain on the latest values: deeper fusions
@@ -331,7 +334,7 @@ def op_view(g: Generator):
         f"{x}.repeat({', '.join(['1'] * (rank - 1) + ['2'])})",
         f"{x}.index_select({d}, torch.tensor({_indices(rng, n)}))",
         f"torch.gather({x}, {d}, {_gather_index(g, shape, d)})",
-        f"{x}[{_index_input(g, n)}]",
+        f"{x}[{_index_input(g, shape[0])}]",
         f"F.pad({x}, ({rng.randint(0, 2)}, {rng.randint(0, 2)}))",
         f"{x}.tril()" if rank >= 2 else None,
     ]
@@ -526,6 +529,22 @@ def op_conv(g: Generator):
     return rng.choice([f"F.adaptive_avg_pool2d({x}, {out})", f"F.adaptive_max_pool2d({x}, {out})"])
 
 
+def op_attention(g: Generator):
+    """scaled_dot_product_attention of a value (as queries) and new keys and values."""
+    x = g.pick(lambda t: t.is_floating_point() and t.dim() in (3, 4))
+    if x is None:
+        return None
+    shape = tuple(g.samples[x].shape)
+    keys = g.rng.choice([shape[-2], 1, 7, 64])
+    k = g.new_input((*shape[:-2], keys, shape[-1]))
+    v = g.new_input((*shape[:-2], keys, g.rng.choice([shape[-1], 5])))
+    causal = g.rng.random() < 0.4 and keys == shape[-2]
+    mask = ""
+    if not causal and g.rng.random() < 0.3:
+        mask = f", attn_mask={g.new_input((shape[-2], keys), torch.bool, 'bool')}"
+    return f"F.scaled_dot_product_attention({x}, {k}, {v}, is_causal={causal}{mask})"
+
+
 def op_embedding(g: Generator):
     rows = g.rng.choice([3, 17, 64])
     width = g.rng.choice([1, 5, 16])
@@ -544,6 +563,7 @@ OPS = [
     (op_matmul, 2),
     (op_conv, 2),
     (op_embedding, 0.3),
+    (op_attention, 0.5),
 ]
 
 

@@ -34,8 +34,8 @@ def tolerance(dtype: torch.dtype) -> float:
 def compare(got, expected, reference=None, loose=1.0) -> str | None:
     """None where `got` matches eager's `expected`, else what differs (first output named).
     With `reference` (the program in float32 where it computes in bfloat16), a float output
-    may be as far from it as twice eager's own error plus a quarter of bfloat16's rounding
-    (tests/graph/test_half_precision.py's standard: fused chains round once, eager after each
+    may be as far from it as twice eager's own error plus a bfloat16 eps (about
+    tests/graph/test_half_precision.py's standard: fused chains round once, eager after each
     operator), and an integer or bool output may take eager's value or the reference's."""
     if len(got) != len(expected):
         return f"{len(got)} outputs, eager has {len(expected)}"
@@ -66,7 +66,10 @@ def compare(got, expected, reference=None, loose=1.0) -> str | None:
         if r is not None:
             scale = max(r.abs().max().item(), 1e-6)
             ours, eagers = (g - r).abs().max().item() / scale, (e - r).abs().max().item() / scale
-            if ours > 2 * eagers + torch.finfo(HALF).eps / 8 + 1e-5:
+            # NOTE: + one bfloat16 eps, not test_half_precision's 1/8: an intermediate both
+            # store in bfloat16 is rounded in both and not in the reference, so which of the
+            # two lands nearer it after a cube (x ** 3 of a rounded product) is luck
+            if ours > 2 * eagers + torch.finfo(HALF).eps:
                 return f"output {k}: error {ours:.2e} against float32, eager's {eagers:.2e}"
             continue
         # NOTE: relative to the output's largest value, but never to one under 0.1: an output

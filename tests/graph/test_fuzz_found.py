@@ -231,3 +231,38 @@ def test_reductions_of_a_scalar():
         return (dot > 0).to(torch.int64).sum(-1), dot.sum(0) * 2, dot.amax(-1), dot.mean(-1)
 
     check(fn, a, b)
+
+
+def test_index_select_gather_and_constant_padding_are_kernels():
+    # the fuzzer found them among the operators run eagerly most often (with F.normalize's norm)
+    x, rows = rand(5, 7, 3, seed=16), torch.tensor([4, 0, 4, 2])
+    index = torch.randint(0, 7, (5, 2, 3), generator=torch.Generator().manual_seed(17))
+
+    def fn(x, rows, index):
+        return (
+            x.index_select(0, rows) * 2,
+            torch.index_select(x, -1, rows[1:] // 2),
+            torch.gather(x, 1, index) + 1,
+            F.pad(x, (1, 2)),
+            F.pad(x, (0, 1, 2, 0), value=-1.5),
+            F.pad(x, (-1, 1, 1, -2)),  # a negative pad crops
+        )
+
+    check(fn, x, rows, index)
+
+
+def test_integer_division_with_rounding():
+    i = (rand(6, 7, seed=18) * 20).to(torch.int64)
+    j = (rand(7, seed=19) * 6).to(torch.int64)
+    j = torch.where(j == 0, 3, j)  # (no division by zero)
+
+    def fn(i, j):
+        return (
+            i // 3,
+            i // -4,
+            torch.div(i, j, rounding_mode="floor"),
+            torch.div(i, j, rounding_mode="trunc"),
+            torch.div(i.to(torch.int32), -3, rounding_mode="trunc"),
+        )
+
+    check(fn, i, j)

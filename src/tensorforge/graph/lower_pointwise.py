@@ -149,10 +149,24 @@ def div(ctx, node, a, b, rounding_mode=None):
     dtype = ctx.dtype_of(node)
     if rounding_mode is None:
         return ctx.pointwise(lambda x, y: x / y, [a, b])
-    if not dt.is_float(dtype):
-        raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
+    if not dt.is_float(dtype):  # te's // of integers is floor division, as torch's
+        fn = _int_floor_div if rounding_mode == "floor" else _int_trunc_div
+        return ctx.pointwise(fn, [a, b], compute=dtype)
     rounding = te.floor if rounding_mode == "floor" else _trunc
     return ctx.pointwise(lambda x, y: rounding(x / y), [a, b], jumps=True)
+
+
+def _int_floor_div(x, y):
+    return x // y
+
+
+def _int_trunc_div(x, y):
+    """x / y rounded toward zero: the floor quotient, one up where it was rounded down past
+    zero (a remainder, and operands of opposite signs)."""
+    q = x // y
+    zero = _zero(q)
+    inexact = te.all(q * y != x, (x < zero) != (y < zero))
+    return te.if_then_else(inexact, q + te.const(1, q.dtype), q)
 
 
 def _trunc(v):

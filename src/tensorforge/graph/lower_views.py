@@ -210,3 +210,64 @@ def index(ctx, node, x, indices):
     reads = frozenset().union(x.reads, *[t.reads for t in tensors])
     nodes = tuple(n for t in (x, *tensors) for n in t.nodes) + (node.name,)
     return Lazy(out, x.dtype, at, reads, nodes, 2 + x.cost + sum(t.cost for t in tensors))
+
+
+def _clamped_index(i, size):
+    """An index read from a tensor as an in-range int32 position (negative: from the end)."""
+    i = i.astype("int32")
+    i = te.if_then_else(i < 0, i + size, i)
+    return te.max(te.min(i, size - 1), 0)
+
+
+@lowers(aten.index_select.default)
+def index_select(ctx, node, x, dim, index):
+    """x's slices along `dim` at the positions a 1-d (or 0-d) index tensor holds."""
+    x, index = ctx.no_anchor(x), ctx.no_anchor(index)
+    dim = dim % max(x.ndim, 1)
+    if x.ndim == 0 or index.ndim > 1:
+        raise Unsupported("index_select of a 0-d tensor or by a 2-d index")
+
+    def at(idx):
+        inner = list(idx)
+        inner[dim] = _clamped_index(index.at((idx[dim],) if index.ndim else ()), x.shape[dim])
+        return x.at(tuple(inner))
+
+    nodes = x.nodes + index.nodes + (node.name,)
+    return Lazy(ctx.shape_of(node), x.dtype, at, x.reads | index.reads, nodes, 2 + x.cost)
+
+
+@lowers(aten.gather.default)
+def gather(ctx, node, x, dim, index, sparse_grad=False):
+    """out[i] = x[i, with i[dim] replaced by index[i]] (the output takes the index's shape)."""
+    x, index = ctx.no_anchor(x), ctx.no_anchor(index)
+    if x.ndim == 0 or x.ndim != index.ndim:
+        raise Unsupported("gather of a 0-d tensor")
+    dim = dim % x.ndim
+
+    def at(idx):
+        inner = list(idx)
+        inner[dim] = _clamped_index(index.at(tuple(idx)), x.shape[dim])
+        return x.at(tuple(inner))
+
+    nodes = x.nodes + index.nodes + (node.name,)
+    return Lazy(ctx.shape_of(node), x.dtype, at, x.reads | index.reads, nodes, 2 + x.cost)
+
+
+@lowers(aten.constant_pad_nd.default)
+def constant_pad_nd(ctx, node, x, pad, value=0):
+    """F.pad(x, (left, right, top, bottom, ...), value): pairs from the last dimension back; a
+    negative pad crops."""
+    x = ctx.no_anchor(x)
+    out = ctx.shape_of(node)
+    starts = {x.ndim - 1 - k: pad[2 * k] for k in range(len(pad) // 2)}
+
+    def at(idx):
+        inner, inside = list(idx), []
+        for d, before in starts.items():
+            inner[d] = idx[d] - before
+            inside += [inner[d] >= 0, inner[d] < x.shape[d]]
+            inner[d] = te.max(te.min(inner[d], x.shape[d] - 1), 0)
+        v = x.at(tuple(inner))
+        return te.if_then_else(te.all(*inside), v, te.const(value, v.dtype)) if inside else v
+
+    return Lazy(out, x.dtype, at, x.reads, x.nodes + (node.name,), 2 + x.cost)
