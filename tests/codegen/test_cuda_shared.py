@@ -78,6 +78,9 @@ def test_a_barrier_under_an_if_does_not_separate():
 def test_a_barrier_that_leaves_copies_in_flight_does_not_separate():
     func = _kernel(between=Attr("async_wait", 1, Sync()))
     assert _offsets(func) == [0, N * 4]
+    # wait_group 0 leaves copies issued since the last commit in flight (wait_all does not)
+    func = _kernel(between=Attr("async_wait", 0, Sync()))
+    assert _offsets(func) == [0, N * 4]
 
 
 def test_phases_inside_one_serial_loop_do_not_share():

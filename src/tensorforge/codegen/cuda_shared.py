@@ -121,8 +121,9 @@ class _Events:
                 if uniform:
                     self.drains.append(self.count)
                 self.count += 1
-            case Attr(key="async_wait", value=pending, body=body):
-                self._visit(body, loops, uniform, waits_all and int(pending) == 0)
+            case Attr(key="async_wait", body=body):  # cp.async.wait_group N, even N = 0,
+                # waits for committed groups only (a plain barrier prints cp.async.wait_all)
+                self._visit(body, loops, uniform, False)
             case Attr(body=body):  # (an annotation: its value touches no array)
                 self._visit(body, loops, uniform, waits_all)
             case Sync():
