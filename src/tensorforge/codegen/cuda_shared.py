@@ -12,8 +12,10 @@ arrays, and barriers). Arrays X and Y may overlap when
 - no serial loop encloses accesses of both (a loop's next iteration would come back to X), and
 - a barrier that every thread reaches (in no serial loop, under no `if`, waiting for all
   cp.async copies) lies after X's last access and before Y's first, or the other way round.
-An array that wgmma reads (asynchronously) stays alive until the next wait for all of them
-(the pipeline's drain) that every thread runs; one that bulk copies fill (TMA, completing on mbarriers) never shares.
+An access is a load, a store, an address or the whole array passed to a call. An array that
+wgmma reads (asynchronously) stays alive until the next wait for all of them (the pipeline's
+drain) that every thread runs; one that bulk copies fill (TMA, completing on mbarriers) never
+shares.
 """
 
 from __future__ import annotations
@@ -153,8 +155,9 @@ class _Events:
 
 
 def plan_offsets(body: Stmt, sizes: list[tuple[int, int]], align: int) -> dict[int, int]:
-    """Offsets of the shared arrays `sizes` (Allocate id, bytes; in program order) in one block of shared memory: each at the lowest aligned offset that overlaps no
-    array it may not share with. Where none may share, they lie one after another."""
+    """Offsets of the shared arrays `sizes` (Allocate id, bytes; in program order) in one block
+    of shared memory: each at the lowest aligned offset that overlaps no array it may not share
+    with. Where none may share, they lie one after another."""
     events = _Events(body, {key for key, *_ in sizes})
     placed: list[tuple[int, int, int]] = []  # (key, offset, end)
     offsets = {}
