@@ -266,3 +266,21 @@ def test_integer_division_with_rounding():
         )
 
     check(fn, i, j)
+
+
+def test_a_max_over_a_dimension_of_one_in_bfloat16():
+    # the kernel loaded the float32 maxima's 1-lane tail as `load <1 x float>` to store 3
+    # bfloat16 lanes, on which LLVM 22's O3 pipeline aborts the process (an assertion): run in
+    # a process of its own
+    import subprocess
+    import sys
+
+    program = (
+        "import torch\n"
+        "from tests.graph.test_lowering import check\n"
+        "x = torch.randn(1, 3).to(torch.bfloat16)\n"
+        "check(lambda x: (x.amax(0), x[:, :1].amin(0) * 2), x)\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -56,10 +56,10 @@ def test_tiles_fit_the_warps_and_the_shared_memory(batch, n, m, k, shared_limit)
     assert t.warp_m % 16 == 0 and t.warp_n % 16 == 0 and k % t.block_k == 0
     assert 1 <= t.stages <= k // t.block_k
     shared = (t.block_m * (t.block_k + 8) + t.block_k * (t.block_n + 8)) * 2 * t.stages
-    # the float32 tile takes the pipeline's bytes after the k loop (codegen/cuda_shared.py)
-    assert (
-        max(shared, t.block_m * (t.block_n + STAGING_PAD) * 4) == t.shared_bytes() <= shared_limit
-    )
+    # past 48 KiB the float32 tile takes the pipeline's bytes after the k loop (cuda_shared.py)
+    staged = t.block_m * (t.block_n + STAGING_PAD) * 4
+    apart = shared + staged
+    assert (apart if apart <= 48 << 10 else max(shared, staged)) == t.shared_bytes() <= shared_limit
     assert t.block_m <= max(16, 2 * n)  # rows padded at most to twice their number
 
 

@@ -171,15 +171,14 @@ def test_the_flags_choose_the_products_on_tensor_cores(name):
     assert counts == [both, convs_only, 0]
 
 
-@pytest.mark.parametrize("batch, tf32", [(1, False), (2, True)])
-def test_convolutions_take_tf32_from_2_27_multiply_adds(batch, tf32):
-    """ResNet's 3 x 3 convolutions at 28 x 28 x 128: 115M multiply-adds a batch element, float32
-    schedules at batch 1 (H100: 332 us for the model against 380 in TF32), TF32 from batch 2
-    (531 -> 359 us)."""
+@pytest.mark.parametrize("size, tf32", [(14, False), (28, True)])
+def test_convolutions_take_tf32_from_2_26_multiply_adds(size, tf32):
+    """ResNet's 3 x 3 convolutions of 128 channels at batch 1: 115M multiply-adds at 28 x 28,
+    TF32 (H100, the model 331 -> 261 us of GPU time), 29M at 14 x 14, float32's schedules."""
 
     def graph():
         gen = torch.Generator().manual_seed(4)
-        inputs = [torch.randn(batch, 128, 28, 28, generator=gen), torch.randn(128, 128, 3, 3)]
+        inputs = [torch.randn(1, 128, size, size, generator=gen), torch.randn(128, 128, 3, 3)]
         return (lambda x, w: (F.conv2d(x, w, padding=1),)), inputs, (1,)
 
     set_tf32(conv=True, matmul=False)
@@ -205,10 +204,10 @@ def test_tf32_tiles_stage_the_same_bytes_as_the_halves(k, shared_limit):
     t = choose_tiles(1, 2048, 3072, k, 132, shared_limit, dtype="float32")
     assert t.block_k == (16 if k % 16 == 0 else 8) and t.dtype == "float32"
     shared = (t.block_m * (t.block_k + 4) + t.block_k * (t.block_n + 8)) * 4 * t.stages
-    # the float32 tile takes the pipeline's bytes after the k loop (codegen/cuda_shared.py)
-    assert (
-        max(shared, t.block_m * (t.block_n + STAGING_PAD) * 4) == t.shared_bytes() <= shared_limit
-    )
+    # past 48 KiB the float32 tile takes the pipeline's bytes after the k loop (cuda_shared.py)
+    staged = t.block_m * (t.block_n + STAGING_PAD) * 4
+    apart = shared + staged
+    assert (apart if apart <= 48 << 10 else max(shared, staged)) == t.shared_bytes() <= shared_limit
     if k % 16 == 0:  # 16 floats a row are 32 halves' bytes: the halves' tiles exactly
         half = choose_tiles(1, 2048, 3072, k * 2, 132, shared_limit)
         assert (t.block_m, t.block_n, t.stages) == (half.block_m, half.block_n, half.stages)

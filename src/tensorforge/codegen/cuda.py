@@ -4,8 +4,8 @@ The whole PrimFunc body is device code and runs in every thread: a THREAD_BINDIN
 its index (`int tx = (int)threadIdx.x;`), other loops stay loops in each thread. The launch
 geometry comes from the bound loops (cuda_launch.py); expressions are printed by cuda_expr.py and
 a ThreadAllReduce must have been lowered (lower_thread_allreduce). Shared memory is static (`__shared__ T name[n];`) up to
-48 KiB per block and one dynamic `extern __shared__` buffer carved into arrays above that, or
-where arrays of lifetimes apart share bytes (cuda_shared.py).
+48 KiB per block and one dynamic `extern __shared__` buffer carved into arrays above that, in
+which arrays of lifetimes apart share bytes (cuda_shared.py).
 """
 
 from __future__ import annotations
@@ -292,7 +292,9 @@ class _KernelWriter(PipelineWriter):
     def _plan_shared(self, body: Stmt) -> None:
         """Sizes and offsets of every shared array: static arrays up to STATIC_SHARED_LIMIT
         together, else one dynamic block in which arrays of lifetimes apart share bytes
-        (cuda_shared.py)."""
+        (cuda_shared.py). Sharing only past the limit keeps small kernels' code as it was:
+        they hold few enough bytes that sharing would not change how many blocks an SM holds
+        (registers bound those)."""
         arrays = [
             (id(node), _constant_extent(node) * _elem_bytes(node.buffer.dtype))
             for node in shared_arrays(body)
@@ -302,13 +304,12 @@ class _KernelWriter(PipelineWriter):
             isinstance(n, ExternCall) and n.name.startswith(SWIZZLED_CALLS) for n in walk(body)
         ) else 16  # fmt: skip
         aligned = [-(-size // self.shared_align) * self.shared_align for _, size in arrays]
-        self.shared_offsets = plan_offsets(body, arrays, self.shared_align)
-        ends = [self.shared_offsets[key] + size for (key, _), size in zip(arrays, aligned)]
-        self.shared_bytes = max(ends, default=0)
-        # (static arrays cannot share: a kernel whose arrays do takes the dynamic block)
-        self.dynamic_shared = sum(aligned) > STATIC_SHARED_LIMIT or self.shared_bytes < sum(aligned)
-        if not self.dynamic_shared:
-            self.shared_bytes = sum(aligned)
+        self.shared_bytes = sum(aligned)
+        self.dynamic_shared = self.shared_bytes > STATIC_SHARED_LIMIT
+        if self.dynamic_shared:  # (kernels within the static limit keep their static arrays)
+            self.shared_offsets = plan_offsets(body, arrays, self.shared_align)
+            ends = [self.shared_offsets[key] + size for (key, _), size in zip(arrays, aligned)]
+            self.shared_bytes = max(ends, default=0)
         limit = self.target.max_shared_memory_opt_in
         if self.shared_bytes > limit:
             raise BuildError(

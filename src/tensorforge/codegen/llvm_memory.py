@@ -16,6 +16,7 @@ from tensorforge.codegen.llvm_types import (
     concat,
     element_bytes,
     lanes_of,
+    load_vector,
     memory_type,
     splat_constant,
 )
@@ -174,20 +175,24 @@ class LoadEmitter:
             value = b.select(mask, self.splat(loaded, lanes), ir.Constant(vty, None))
         elif kind == "contiguous" and mask is None:
             parts = [
-                b.load(
+                load_vector(
+                    b,
                     b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr,
-                    typ=ir.VectorType(elem, count),
-                    align=align,
+                    elem,
+                    count,
+                    align,
                 )
                 for start, count in power_of_two_pieces(lanes)
             ]
             value = parts[0] if len(parts) == 1 else self.concat(parts)
         elif kind == "contiguous" and constant_lanes(e.predicate) is not None:
             parts = [
-                b.load(
+                load_vector(
+                    b,
                     b.gep(ptr, [ir.Constant(I64, start)], source_etype=elem) if start else ptr,
-                    typ=ir.VectorType(elem, count),
-                    align=align,
+                    elem,
+                    count,
+                    align,
                 )
                 if on
                 else ir.Constant(ir.VectorType(elem, count), None)

@@ -58,6 +58,20 @@ def lanes_of(builder: ir.IRBuilder, vector: ir.Value, start: int, count: int) ->
     return builder.shuffle_vector(vector, ir.Constant(vector.type, None), mask)
 
 
+def load_vector(builder: ir.IRBuilder, ptr, element: ir.Type, count: int, align: int) -> ir.Value:
+    """A `count`-lane vector load; one lane as a scalar load put into a 1-lane vector.
+
+    NOTE: LLVM 22's O3 pipeline aborts on a `load <1 x float>` whose value is shuffled into a
+    wider vector ("getSplatValue ... Only valid for vectors!"): the 1-lane tail of a 3-lane
+    bfloat16 store's float32 operand (a max over a dimension of 1, fuzz seed 2017).
+    """
+    if count == 1:
+        scalar = builder.load(ptr, typ=element, align=align)
+        one = ir.VectorType(element, 1)
+        return builder.insert_element(ir.Constant(one, None), scalar, ir.Constant(I32, 0))
+    return builder.load(ptr, typ=ir.VectorType(element, count), align=align)
+
+
 def concat(builder: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
     """One vector of all lanes of `parts`, in order (the parts may differ in width)."""
     value = parts[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from tensorforge.codegen.llvm_types import I32, I64, concat
+from tensorforge.codegen.llvm_types import I32, I64, concat, load_vector
 
 MAX_GAP = 8  # elements skipped inside a window before a new window is cheaper
 
@@ -50,7 +50,7 @@ def load_windows(
     for start, count in windows:
         for first, size in pieces(count):
             ptr = builder.gep(base, [ir.Constant(I64, start + first)], source_etype=element)
-            loads.append(builder.load(ptr, typ=ir.VectorType(element, size), align=align))
+            loads.append(load_vector(builder, ptr, element, size, align))
         for k in range(count):
             position[start + k] = len(position)
     whole = concat(builder, loads)

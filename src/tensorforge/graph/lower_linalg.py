@@ -280,9 +280,10 @@ def convolution(
         return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
     # TF32 for large convolutions only: below TF32_MIN_MACS float32's own schedules (direct,
-    # split-K staged) beat im2col + TF32 (H100, fp32 ResNet-18, its layers of 115M MACs each:
-    # batch 1 332 us of GPU time against 380 with TF32; at batch 16 TF32 takes 1970 against 6084;
-    # from 2^28 to 2^27, its 231M layers in TF32 too: batch 2 531 -> 359 us, batch 4 597 -> 527)
+    # split-K staged) beat im2col + TF32. H100, fp32 ResNet-18, GPU time a call: its 231M
+    # layers in TF32 (2^28 -> 2^27) batch 2 531 -> 359 us, batch 4 597 -> 527; its 115M ones too
+    # (2^26) batch 1 331 -> 261 (session 14, before the tensor-core tiles no thinner than the
+    # rows: 332 against 380 with every convolution in TF32); its 58M stage entries stay direct
     macs = numel(shape) * C * KH * KW if is_static(shape) else 0
     tf32 = ctx.precision.conv_tf32 and macs >= TF32_MIN_MACS
     if wants_tensor_core_conv(ctx.target, dtype, shape, groups, C * KH * KW, w is not None, tf32):

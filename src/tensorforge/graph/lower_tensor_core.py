@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from tensorforge import te
+from tensorforge.codegen.cuda import STATIC_SHARED_LIMIT
 from tensorforge.errors import ScheduleError
 from tensorforge.graph.lower_conv_gemm import im2col, positions, sum_of_partials
 from tensorforge.graph.lowerer import TE_TO_TORCH
@@ -53,7 +54,7 @@ MAX_COLUMNS = 1 << 25  # a convolution's im2col columns (64 MiB of halves, 128 o
 MIN_ROWS = 16  # fewer rows: a matrix-vector product, bound by reading B (register tiles)
 BLOCK_K_BYTES = 64  # of a row of A a k step stages: 32 halves or 16 floats (half that where
 # k is an odd number of such steps)
-TF32_MIN_MACS = 1 << 27  # a float32 convolution's multiply-adds from which it takes TF32
+TF32_MIN_MACS = 1 << 26  # a float32 convolution's multiply-adds from which it takes TF32
 CONV_DEPTH = 16  # a convolution's reduction is zero-padded to whole steps of this many terms
 STAGES = 3  # k steps in flight
 # float32 convolutions in TF32 on wgmma (sm_90, tf32_wgmma_tiles): off, as measured slower than
@@ -96,14 +97,17 @@ class TensorCoreTiles(PipelineTiles):
     blocks: int = 1  # resident a multiprocessor (resident_blocks), for ptxas's register budget
 
     def shared_bytes(self, elem_bytes: int | None = None) -> int:
-        """The pipeline's tiles, or the float32 tile where that is larger: it takes their
-        bytes once the k loop is done (codegen/cuda_shared.py)."""
+        """The pipeline's tiles and the float32 tile; past the static limit (48 KiB, where
+        the kernel's shared memory is dynamic) the float32 tile takes the pipeline's bytes once
+        the k loop is done (codegen/cuda_shared.py): the larger of the two."""
         operand = OPERANDS[self.dtype]
         pad_a, pad_b = (0, 0) if self.mma == "wgmma" else (operand.pad_a, operand.pad_b)
         a = self.block_m * (self.block_k + pad_a)  # (wgmma's tiles are swizzled, not padded)
         b = self.block_k * (self.block_n + pad_b)
         pipeline = (a + b) * (elem_bytes or operand.bytes) * max(1, self.stages)
-        return max(pipeline, self.block_m * (self.block_n + STAGING_PAD) * 4)
+        staged = self.block_m * (self.block_n + STAGING_PAD) * 4
+        apart = pipeline + staged
+        return apart if apart <= STATIC_SHARED_LIMIT else max(pipeline, staged)
 
     def resident_blocks(self, shared_limit: int) -> int:
         """Blocks of this kernel an SM holds: as many as its shared memory allows (at most 2)

@@ -138,6 +138,9 @@ class _RecordingSchedule:
     def __getitem__(self, tensor):
         return _RecordingStage(self._recorder, self._recorder.s[tensor])
 
+    def __contains__(self, tensor) -> bool:  # (schedules.py asks which stages it holds)
+        return tensor in self._recorder.s
+
 
 def collect_tasks(kernels: list) -> list[KernelTask]:
     """The noted kernels as tasks, one per distinct computation (shared ones weigh more)."""

@@ -1,0 +1,100 @@
+"""The graph fuzzer's random programs (graph_fuzz.py) built for CUDA targets and compiled by
+nvcc, here, without a GPU: every kernel a program lowers to on sm_90 (wgmma, TMA-free) and
+sm_80 (mma.sync) must generate CUDA that nvcc and ptxas accept (operands, registers, shared
+memory). What runs on a GPU is the `-m cuda` tests'; this finds the kernels that would not
+even load, on the odd shapes the fuzzer draws.
+
+    python -m tests.graph.graph_fuzz_nvcc --seed 0 --cases 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import tempfile
+import traceback
+from pathlib import Path
+
+import torch
+
+from tests.graph.graph_fuzz import Case, compile_source, generate, make_inputs
+
+ARCHES = ("sm_90a", "sm_80")
+
+
+def cuda_modules(case: Case, arch: str) -> list:
+    """The built modules of the case's program compiled for `arch` (the CUDA target's code,
+    generated here: nothing is loaded)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+    from tensorforge.graph.program import BuiltKernel
+
+    fn = compile_source(case.source())
+    values = make_inputs(case, case.seed + 1)
+    with torch.no_grad():
+        gm = make_fx(fn, decomposition_table=decompositions())(*values)
+    known = {k: v for k, (s, v) in enumerate(zip(case.inputs, values)) if s.constant}
+    target = f"cuda -arch={arch.rstrip('a')}"
+    compiled = compile_aten(gm, values, known, Options(target=target))
+    steps = getattr(compiled, "steps", [])
+    modules = {id(s.module): s.module for s in steps if isinstance(s, BuiltKernel)}
+    return list(modules.values())
+
+
+def nvcc_errors(modules: list, arch: str) -> str | None:
+    """nvcc's complaint about the modules' CUDA sources (each its own translation unit), or
+    None where all compile to cubins."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, module in enumerate(modules):
+            source = Path(tmp) / f"k{k}.cu"
+            source.write_text(module.get_source("cuda"))
+            result = subprocess.run(
+                [
+                    "nvcc",
+                    f"-arch={arch}",
+                    "-cubin",
+                    "-o",
+                    str(Path(tmp) / f"k{k}.cubin"),
+                    str(source),
+                ],  # fmt: skip
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode:
+                return f"{result.stderr[-3000:]}\n--- source ---\n{source.read_text()[-4000:]}"
+    return None
+
+
+def check(seed: int, arch: str) -> str | None:
+    """What went wrong building the seed's program for `arch` (None: nothing)."""
+    try:
+        case = generate(seed)
+    except Exception as err:  # noqa: BLE001 - the generator's own fault, reported
+        return f"generating: {type(err).__name__}: {err}"
+    try:
+        modules = cuda_modules(case, arch)
+    except Exception as err:  # noqa: BLE001 - the sweep reports it
+        return f"lowering for {arch}: {type(err).__name__}: {err}\n{traceback.format_exc(limit=-4)}\n{case.source()}"  # fmt: skip
+    errors = nvcc_errors(modules, arch)
+    return None if errors is None else f"nvcc for {arch}:\n{errors}\n{case.source()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cases", type=int, default=100)
+    args = parser.parse_args()
+    failed = 0
+    for seed in range(args.seed, args.seed + args.cases):
+        for arch in ARCHES:
+            problem = check(seed, arch)
+            if problem is not None:
+                failed += 1
+                print(f"=== seed {seed} ({arch})\n{problem}\n", flush=True)
+    print(f"{args.cases} programs x {len(ARCHES)} targets: {failed} failed", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""A few of the graph fuzzer's programs built for sm_90a and sm_80 and compiled by nvcc (no
+GPU): the kernels must generate CUDA that nvcc and ptxas accept. The sweep (300 programs x 2
+targets, ~10 min here): `python -m tests.graph.graph_fuzz_nvcc --cases 300`."""
+
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.graph import graph_fuzz_nvcc  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+@pytest.mark.parametrize("arch", graph_fuzz_nvcc.ARCHES)
+@pytest.mark.parametrize("seed", [0, 3, 9])  # convolutions, products, row operators
+def test_random_programs_compile_for_cuda(seed, arch):
+    problem = graph_fuzz_nvcc.check(seed, arch)
+    assert problem is None, problem
