@@ -87,6 +87,24 @@ def test_integer_dtypes_wrap_and_floor_like_numpy(dtype, rng):
         np.testing.assert_array_equal(e, np.maximum(d, a) - np.minimum(c, b))
 
 
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "int64"])
+def test_integer_division_in_a_guarded_vector_tail_does_not_trap(dtype):
+    # a run-time n: the tail is a guarded vector whose inactive lanes load 0, which each
+    # lane's division got (SIGFPE, the process killed) on both backends
+    n = te.var("n")
+    A = te.placeholder((n,), dtype, name="A")
+    B = te.placeholder((n,), dtype, name="B")
+    D = te.compute((n,), lambda i: A[i] // B[i] + A[i] % B[i], name="D")
+    s = te.create_schedule(D.op)
+    _, inner = s[D].split(D.op.axis[0], factor=8)
+    s[D].vectorize(inner)
+    size = 13  # a vector and 5 of 8 lanes
+    a = (np.arange(size) * 7 % 50 - (0 if dtype == "uint8" else 25)).astype(dtype)
+    b = (np.arange(size) % 5 + 1).astype(dtype)
+    (d,) = both(s, [A, B, D], [a, b, np.zeros(size, dtype)])[2:]
+    np.testing.assert_array_equal(d, a // b + a % b)
+
+
 @pytest.mark.parametrize("dtype,rtol", [("float32", 2e-6), ("float64", 1e-12), ("float16", 2e-3)])
 @pytest.mark.parametrize("lanes", [1, 8])
 def test_math_intrinsics_match_numpy(dtype, rtol, lanes):

@@ -7,8 +7,18 @@ import re
 from tensorforge.codegen.cuda import CUDACodegen
 from tensorforge.codegen.cuda_shared import plan_offsets, shared_arrays
 from tensorforge.ir.expr import BufferLoad
-from tensorforge.ir.extern import AddressOf
-from tensorforge.ir.stmt import Allocate, Attr, Evaluate, IfThenElse, PrimFunc, Seq, Sync
+from tensorforge.ir.extern import AddressOf, WholeBuffer
+from tensorforge.ir.stmt import (
+    Allocate,
+    Attr,
+    Evaluate,
+    For,
+    IfThenElse,
+    LoopKind,
+    PrimFunc,
+    Seq,
+    Sync,
+)
 from tensorforge.te.expr import LT, Var
 from tensorforge.te.extern_call import ExternCall
 from tests.codegen.cuda_kernel_builders import TARGET
@@ -25,15 +35,16 @@ def _phase(A, S, j, tx, offset):
     return Seq((fill, back))
 
 
-def _kernel(between=BARRIER, around=None, first=None):
+def _kernel(between=BARRIER, around=None, first=None, then=None):
     """Two phases over shared arrays S1 then S2; `between` separates them (None: nothing);
-    `first(A, S1, tx)` replaces the first phase."""
+    `first(A, S1, tx)` replaces the first phase; `then(S1)` follows the second."""
     A = buf("A", 2 * N)
     S1, S2 = buf("S1", N, scope="shared"), buf("S2", N, scope="shared")
     tx, j1, j2 = Var("tx"), Var("j1"), Var("j2")
     one = first(A, S1, tx) if first is not None else _phase(A, S1, j1, tx, 0)
     two = _phase(A, S2, j2, tx, N)
-    body = Seq(tuple(s for s in (one, between, two) if s is not None))
+    last = then(S1) if then is not None else None
+    body = Seq(tuple(s for s in (one, between, two, last) if s is not None))
     if around is not None:
         body = around(body)
     body = bind(tx, 256, "threadIdx.x", Allocate(S1, c(N), Allocate(S2, c(N), body)))
@@ -67,6 +78,9 @@ def test_a_barrier_under_an_if_does_not_separate():
 def test_a_barrier_that_leaves_copies_in_flight_does_not_separate():
     func = _kernel(between=Attr("async_wait", 1, Sync()))
     assert _offsets(func) == [0, N * 4]
+    # wait_group 0 leaves copies issued since the last commit in flight (wait_all does not)
+    func = _kernel(between=Attr("async_wait", 0, Sync()))
+    assert _offsets(func) == [0, N * 4]
 
 
 def test_phases_inside_one_serial_loop_do_not_share():
@@ -78,7 +92,8 @@ def test_phases_inside_one_serial_loop_do_not_share():
 
 
 def _call(name, S, access="r"):
-    return Evaluate(ExternCall("handle", "extern", name, (AddressOf(BufferLoad(S, (c(0),)), access),)))  # fmt: skip
+    args = () if S is None else (AddressOf(BufferLoad(S, (c(0),)), access),)
+    return Evaluate(ExternCall("handle", "extern", name, args))
 
 
 def _wgmma_reads(A, S1, tx):
@@ -122,3 +137,40 @@ def test_three_arrays_first_fit():
         body = Allocate(S, c(N), body)
     func = PrimFunc("three", (A,), bind(tx, 256, "threadIdx.x", body))
     assert _offsets(func) == [0, N * 4, 0]
+
+
+def test_a_call_that_takes_an_array_whole_uses_it():
+    # S1 passed whole (WholeBuffer: no element load) to a call after S2's phase: still alive
+    def whole(S1):
+        return Evaluate(ExternCall("handle", "extern", "tf_sum_all", (WholeBuffer(S1),)))
+
+    assert _offsets(_kernel(then=whole)) == [0, N * 4]
+
+
+def test_a_loop_start_that_reads_an_array_uses_it():
+    def from_s1(S1):  # for (j = S1[0]; ...): the load is in the loop's start, not its body
+        j = Var("j")
+        return For(j, load(S1, c(0)), c(4), Evaluate(c(0)), LoopKind.SERIAL)
+
+    assert _offsets(_kernel(then=from_s1)) == [0, N * 4]
+
+
+def test_only_a_drain_every_thread_reaches_ends_an_asynchronous_read():
+    """wgmma.wait_group under an `if`, or in a loop that may run no step, may not run: the
+    array it would free is read on past the barrier."""
+    drain = Attr("pipeline_drain", ("S1_mbar",), Evaluate(c(0)))
+    steps = Var("steps")
+    for guarded in (
+        IfThenElse(LT(Var("tx"), c(128)), drain),
+        loop(Var("d"), steps, drain),
+        loop(Var("d"), 0, drain),
+        IfThenElse(LT(Var("tx"), c(128)), _call("tf_wgmma_wait_all", None)),
+    ):
+
+        def first(A, S1, tx, guarded=guarded):
+            return Seq((_wgmma_reads(A, S1, tx), guarded))
+
+        assert _offsets(_kernel(first=first)) == [0, N * 4], guarded
+    drain_steps = loop(Var("d"), 2, drain)  # (a constant count of steps runs)
+    func = _kernel(first=lambda A, S1, tx: Seq((_wgmma_reads(A, S1, tx), drain_steps)))
+    assert _offsets(func) == [0, 0]

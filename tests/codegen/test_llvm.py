@@ -161,6 +161,33 @@ def test_floor_div_mod_python_semantics(dtype):
     np.testing.assert_array_equal(qm, x // -4)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+def test_integer_division_in_masked_lanes_does_not_trap(dtype):
+    """A guarded vector tail loads 0 into its inactive lanes (masked loads); x86 has no vector
+    integer division, so each lane is an idiv, and one by that 0 raised SIGFPE, killing the
+    process (torch's `a // b` of integer tensors at a run-time size, 13 elements in 16 lanes)."""
+    n, i, lanes = Var("n"), Var("i"), 16
+    X, D, Q, R = (Buffer(name, (n,), dtype) for name in "XDQR")
+    index = ramp(i * c(lanes), lanes)
+    inside = LT(index, Broadcast(n, lanes))
+    x, d = load(X, index, inside), load(D, index, inside)
+    body = loop(
+        i,
+        FloorDiv(n + c(lanes - 1), c(lanes)),
+        Seq((store(Q, index, FloorDiv(x, d), inside), store(R, index, FloorMod(x, d), inside))),
+    )
+    size = 13
+    values = np.arange(size) * 7 % 50 - (0 if dtype == "uint8" else 25)
+    divisors = np.arange(size) % 5 + 1
+    if dtype != "uint8":
+        divisors *= np.where(np.arange(size) % 2, -1, 1)
+    arrays = [aligned(values.astype(dtype)), aligned(divisors.astype(dtype))]
+    arrays += [aligned(np.zeros(size, dtype)) for _ in range(2)]
+    run(PrimFunc("masked_div", (X, D, Q, R, n), body), *arrays, size)
+    np.testing.assert_array_equal(arrays[2], arrays[0] // arrays[1])
+    np.testing.assert_array_equal(arrays[3], arrays[0] % arrays[1])
+
+
 def test_floor_div_mod_vectors_and_floats(rng):
     x = aligned(np.arange(-32, 32, dtype=np.int32))
     q, r = aligned(np.zeros(64, np.int32)), aligned(np.zeros(64, np.int32))

@@ -37,7 +37,9 @@ def cuda_modules(case: Case, arch: str) -> list:
     known = {k: v for k, (s, v) in enumerate(zip(case.inputs, values)) if s.constant}
     target = f"cuda -arch={arch.rstrip('a')}"
     compiled = compile_aten(gm, values, known, Options(target=target))
-    steps = getattr(compiled, "steps", [])
+    while not hasattr(compiled, "steps") and hasattr(compiled, "compiled"):  # (output views)
+        compiled = compiled.compiled
+    steps = getattr(compiled, "steps", [])  # (none: the whole graph runs eagerly)
     modules = {id(s.module): s.module for s in steps if isinstance(s, BuiltKernel)}
     return list(modules.values())
 
@@ -77,6 +79,8 @@ def check(seed: int, arch: str) -> str | None:
         modules = cuda_modules(case, arch)
     except Exception as err:  # noqa: BLE001 - the sweep reports it
         return f"lowering for {arch}: {type(err).__name__}: {err}\n{traceback.format_exc(limit=-4)}\n{case.source()}"  # fmt: skip
+    if not modules:  # (a pass would say nothing)
+        return f"lowering for {arch}: no kernel built, nothing for nvcc\n{case.source()}"
     errors = nvcc_errors(modules, arch)
     return None if errors is None else f"nvcc for {arch}:\n{errors}\n{case.source()}"
 

@@ -23,3 +23,9 @@ def strict(monkeypatch):
 def test_random_programs_compile_for_cuda(seed, arch):
     problem = graph_fuzz_nvcc.check(seed, arch)
     assert problem is None, problem
+
+
+def test_a_program_that_builds_no_kernel_is_reported(monkeypatch):
+    # nvcc has nothing to reject then: a pass would check nothing
+    monkeypatch.setattr(graph_fuzz_nvcc, "cuda_modules", lambda case, arch: [])
+    assert "no kernel built" in graph_fuzz_nvcc.check(0, "sm_80")

@@ -70,7 +70,9 @@ def wgmma_kernels(compiled) -> list:
 def test_tf32_convolutions_take_wgmma_tiles_of_the_halves_bytes():
     tiles = tf32_wgmma_tiles(SM90, 16, 64, 3136, 576, "float32")  # ResNet's layer 1, batch 16
     half = choose_wgmma_tiles(16, 64, 3136, 1152, 132, SM90.max_shared_memory_opt_in, False)
-    assert (tiles.block_m, tiles.block_n, tiles.stages) == (half.block_m, half.block_n, half.stages)
+    assert (tiles.block_m, tiles.block_n, tiles.stages, tiles.blocks) == (
+        half.block_m, half.block_n, half.stages, half.blocks
+    )  # fmt: skip
     assert tiles.block_k == 32 and tiles.dtype == "float32" and tiles.mma == "wgmma"
     assert tiles.shared_bytes() == half.shared_bytes() <= SM90.max_shared_memory_opt_in
     assert tf32_wgmma_tiles(SM90, 5, 80, 3721, 333, "float32").block_n == 128
@@ -80,7 +82,8 @@ def test_tf32_convolutions_take_wgmma_tiles_of_the_halves_bytes():
     assert tf32_wgmma_tiles(SM90, 16, 64, 3136, 64, "float32") is None
     assert tf32_wgmma_tiles(SM90, 1, 512, 49, 128, "float32") is None  # slices of 2 steps
     split = tf32_wgmma_tiles(SM90, 1, 512, 49, 4608, "float32")  # 8 tiles: k in 16 slices
-    assert (split.block_m, split.block_n, split.stages) == (64, 64, 4)
+    # 64 KiB a block: two an SM, and ptxas budgets registers for two (launch_min_blocks)
+    assert (split.block_m, split.block_n, split.stages, split.blocks) == (64, 64, 4, 2)
 
 
 def test_weights_round_to_tf32_as_cvt_rna():

@@ -403,18 +403,21 @@ def _scalar(printer: CExprPrinter, op: str, element: str) -> str:
             f"{signature} {{\n  {wide} r = {fmod}(({wide})a, ({wide})b);\n"
             f"  return ({t})((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);\n}}"
         )
+    # an integer divisor of 0 divides by 1: the lanes a guarded vector tail leaves inactive
+    # hold 0 (masked loads) and reach these per lane, where a division by 0 raises SIGFPE
+    nonzero = "  if (b == 0) b = 1;\n"
     if op == "floordiv":
         if not signed:
-            return f"{signature} {{ return ({t})(a / b); }}"
+            return f"{signature} {{\n{nonzero}  return ({t})(a / b);\n}}"
         return (
-            f"{signature} {{\n  {t} q = ({t})(a / b), r = ({t})(a % b);\n"
+            f"{signature} {{\n{nonzero}  {t} q = ({t})(a / b), r = ({t})(a % b);\n"
             f"  return ({t})(q - ((r != 0) & ((r < 0) != (b < 0))));\n}}"
         )
     if op == "floormod":
         if not signed:
-            return f"{signature} {{ return ({t})(a % b); }}"
+            return f"{signature} {{\n{nonzero}  return ({t})(a % b);\n}}"
         return (
-            f"{signature} {{\n  {t} r = ({t})(a % b);\n"
+            f"{signature} {{\n{nonzero}  {t} r = ({t})(a % b);\n"
             f"  return ({t})((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);\n}}"
         )
     if op in ("min", "max"):

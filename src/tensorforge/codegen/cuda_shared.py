@@ -12,8 +12,10 @@ arrays, and barriers). Arrays X and Y may overlap when
 - no serial loop encloses accesses of both (a loop's next iteration would come back to X), and
 - a barrier that every thread reaches (in no serial loop, under no `if`, waiting for all
   cp.async copies) lies after X's last access and before Y's first, or the other way round.
-An array that wgmma reads (asynchronously) stays alive until the next wait for all of them
-(the pipeline's drain); one that bulk copies fill (TMA, completing on mbarriers) never shares.
+An access is a load, a store, an address or the whole array passed to a call. An array that
+wgmma reads (asynchronously) stays alive until the next wait for all of them (the pipeline's
+drain) that every thread runs; one that bulk copies fill (TMA, completing on mbarriers) never
+shares.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 
 from tensorforge.codegen.cuda_intrin import BULK_CALLS, TMA_CALLS
 from tensorforge.ir.expr import BufferLoad
+from tensorforge.ir.extern import WholeBuffer
 from tensorforge.ir.stmt import (
     Allocate,
     Attr,
@@ -35,6 +38,7 @@ from tensorforge.ir.stmt import (
     Sync,
 )
 from tensorforge.ir.visit import walk
+from tensorforge.te.expr import Const
 from tensorforge.te.extern_call import ExternCall
 
 ASYNC_READS = ("tf_wgmma_sync",)  # shared operands still read after the call returns
@@ -63,15 +67,16 @@ class _Events:
         self.lives: dict[int, _Lifetime] = {key: _Lifetime() for key in arrays}
         self._visit(body, (), uniform=True, waits_all=True)
 
-    def _event(self, node, loops: tuple[int, ...]) -> None:
+    def _event(self, loops: tuple[int, ...], uniform: bool, *nodes) -> None:
         index, self.count = self.count, self.count + 1
-        calls = [n for n in walk(node) if isinstance(n, ExternCall)]
-        if any(c.name.startswith(DRAINS) for c in calls):
+        inner = [n for node in nodes for n in walk(node)]
+        calls = [n for n in inner if isinstance(n, ExternCall)]
+        if uniform and any(c.name.startswith(DRAINS) for c in calls):
             self.drains.append(index)
-        touched = {
+        touched = {  # (a load, a store, an address, an array an extern call takes whole)
             self.shared[id(n.buffer)]
-            for n in walk(node)
-            if isinstance(n, (BufferLoad, BufferStore)) and id(n.buffer) in self.shared
+            for n in inner
+            if isinstance(n, (BufferLoad, BufferStore, WholeBuffer)) and id(n.buffer) in self.shared
         }
         reads_async = any(c.name.startswith(ASYNC_READS) for c in calls)
         alone = any(c.name.startswith(NEVER_SHARED) for c in calls)
@@ -84,6 +89,8 @@ class _Events:
             life.alone = life.alone or alone
 
     def _visit(self, s: Stmt, loops: tuple[int, ...], uniform: bool, waits_all: bool) -> None:
+        """`uniform`: every thread of the block runs `s` (under no `if`, in no loop that may
+        take no step); `waits_all`: a barrier here waits for all cp.async copies."""
         match s:
             case Seq(stmts=stmts):
                 for child in stmts:
@@ -91,8 +98,9 @@ class _Events:
             case For(kind=LoopKind.THREAD_BINDING, body=body):
                 self._visit(body, loops, uniform, waits_all)
             case For(body=body):
-                self._event(s.extent, loops)
-                self._visit(body, (*loops, id(s)), uniform, waits_all)
+                self._event(loops, uniform, s.min, s.extent)
+                steps = isinstance(s.extent, Const) and s.extent.value > 0
+                self._visit(body, (*loops, id(s)), uniform and steps, waits_all)
             case Allocate(buffer=buffer, body=body) if id(s) in self.arrays:
                 outer = self.shared.get(id(buffer))
                 self.shared[id(buffer)] = id(s)
@@ -104,18 +112,20 @@ class _Events:
             case Allocate(body=body):
                 self._visit(body, loops, uniform, waits_all)
             case LetStmt(value=value, body=body):
-                self._event(value, loops)
+                self._event(loops, uniform, value)
                 self._visit(body, loops, uniform, waits_all)
             case IfThenElse(condition=condition, then_case=then, else_case=other):
-                self._event(condition, loops)
+                self._event(loops, uniform, condition)
                 self._visit(then, loops, False, waits_all)
                 if other is not None:
                     self._visit(other, loops, False, waits_all)
             case Attr(key="pipeline_drain"):
-                self.drains.append(self.count)
+                if uniform:
+                    self.drains.append(self.count)
                 self.count += 1
-            case Attr(key="async_wait", value=pending, body=body):
-                self._visit(body, loops, uniform, waits_all and int(pending) == 0)
+            case Attr(key="async_wait", body=body):  # cp.async.wait_group N, even N = 0,
+                # waits for committed groups only (a plain barrier prints cp.async.wait_all)
+                self._visit(body, loops, uniform, False)
             case Attr(body=body):  # (an annotation: its value touches no array)
                 self._visit(body, loops, uniform, waits_all)
             case Sync():
@@ -123,7 +133,7 @@ class _Events:
                     self.barriers.append(self.count)
                 self.count += 1
             case _:
-                self._event(s, loops)
+                self._event(loops, uniform, s)
 
     def end(self, key: int) -> int:
         """The last event of the array's lifetime (an asynchronous read lasts until a drain)."""
@@ -145,8 +155,9 @@ class _Events:
 
 
 def plan_offsets(body: Stmt, sizes: list[tuple[int, int]], align: int) -> dict[int, int]:
-    """Offsets of the shared arrays `sizes` (Allocate id, bytes; in program order) in one block of shared memory: each at the lowest aligned offset that overlaps no
-    array it may not share with. Where none may share, they lie one after another."""
+    """Offsets of the shared arrays `sizes` (Allocate id, bytes; in program order) in one block
+    of shared memory: each at the lowest aligned offset that overlaps no array it may not share
+    with. Where none may share, they lie one after another."""
     events = _Events(body, {key for key, *_ in sizes})
     placed: list[tuple[int, int, int]] = []  # (key, offset, end)
     offsets = {}

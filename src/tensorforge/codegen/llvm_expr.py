@@ -206,6 +206,11 @@ class ExprEmitter(CallEmitter, ExternEmitter, LoadEmitter):
                 b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", d, zero)),
             )
             return b.select(fix, b.fadd(r, d), r)
+        if not isinstance(e.b, Const):  # a divisor of 0 divides by 1: lanes a guarded vector
+            # tail leaves inactive hold 0 (masked loads), and x86 divides lane by lane (idiv),
+            # where a 0 raises SIGFPE; a 0 in an active lane is undefined in torch's kernels too
+            zero = splat_constant(d.type, 0)
+            d = b.select(b.icmp_unsigned("==", d, zero), splat_constant(d.type, 1), d)
         if dt.is_unsigned(dtype) or dt.is_bool(dtype):
             return b.udiv(a, d) if is_div else b.urem(a, d)
         # truncating sdiv/srem, then step toward -inf where remainder and divisor differ in sign

@@ -68,7 +68,7 @@ TF32_COLUMN_RUN = 4  # taps of a position contiguous in TF32 wgmma's im2col colu
 SHARED_RESERVED = 1 << 10  # bytes of shared memory the GPU keeps a block (sm_80+)
 
 # block tiles, largest first, with the warp tile of each of its 4 or 8 warps (8 where a block
-# has an SM to itself: the shared tiles of a 128 x 128 block leave room for no second one)
+# has an SM to itself: mma.sync's threads keep up to 255 registers, resident_blocks)
 BLOCK_TILES = (
     (128, 256, 64, 64),
     (128, 128, 64, 32),
@@ -338,7 +338,8 @@ def tf32_wgmma_tiles(target, N: int, F: int, P: int, K: int, dtype: str):
             return None
         stages = min(WGMMA_STAGES, part // TF32_K_STEP)
         halves = TensorCoreTiles(*small, WGMMA_K, 16, small[1], stages, 1, "mbarrier_lag", mma="wgmma")  # fmt: skip
-    return replace(halves, block_k=TF32_K_STEP, dtype="float32")
+    tiles = replace(halves, block_k=TF32_K_STEP, dtype="float32")
+    return replace(tiles, blocks=tiles.resident_blocks(limit))  # (the split's own tiles too)
 
 
 def _tiles_for(target, lead, n: int, m: int, k: int, dtype: str, whole_columns=False, wgmma=False):
