@@ -8,12 +8,14 @@ the pipeline and shapes that leave partial tiles."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 import numpy as np
 import pytest
 
 import tensorforge as tf
 from tensorforge.ops.gemm_fp16 import TensorCoreTiles
+from tests.codegen.test_cuda_codegen import NVCC
 from tests.codegen.test_cuda_tvm_schedules import vthread_gemm
 from tests.ops.test_gemm_fp16 import run_gemm, source_of
 
@@ -62,6 +64,23 @@ def test_mbarrier_pipeline_waits_on_slots_not_on_the_block(stages):
         tf.ScheduleError, match="sync must be 'barrier', 'mbarrier' or 'mbarrier_lag'"
     ):
         next(st for st in vthread_gemm(64, 64, 64)[0].stages if st.name.endswith(".shared")).double_buffer(2, "fence")  # fmt: skip
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_a_lag_pipeline_of_synchronous_compute_compiles_for_sm_80(tmp_path):
+    # its drain waits for wgmma's reads; with plain loads there are none (and no wgmma on sm_80)
+    s, args = staged_gemm(128, 128, 256, 3, "mbarrier_lag")
+    text = tf.build(s, args, target="cuda -arch=sm_80").get_source("cuda")
+    assert "tf_mbar_warp_arrive" in text and "wgmma" not in text
+    source = tmp_path / "lag.cu"
+    source.write_text(text)
+    result = subprocess.run(
+        [NVCC, "-arch=sm_80", "-cubin", "-o", str(tmp_path / "lag.cubin"), str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_double_buffer_takes_a_stage_count_from_2_to_8():

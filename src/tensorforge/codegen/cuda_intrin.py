@@ -28,6 +28,9 @@ ASYNC_FILL_CALLS = ("tf_cp_async_sw128",)
 # ... those that fill a tile by bulk tensor copies (TMA) through a tensor map of a kernel argument
 TMA_LOADS = ("tf_tma_sw128",)
 TMA_CALLS = (*TMA_LOADS, "tf_tma_store")
+# ... and those whose shared operands are still read after they return (wgmma.mma_async, until
+# a wgmma.wait_group)
+ASYNC_READ_CALLS = ("tf_wgmma_sync",)
 # ... and those that read or write 128B-swizzled shared tiles: shared memory aligned to 1024 bytes
 SWIZZLED_CALLS = ("tf_cp_async_sw128", "tf_wgmma_sync", *TMA_CALLS)
 # ... and those that complete on the pipeline fill's "full" mbarrier (it is passed last)

@@ -8,6 +8,7 @@ import re
 
 from tensorforge.codegen.cuda_intrin import (
     ASYNC_COMMIT,
+    ASYNC_READ_CALLS,
     ASYNC_WAIT,
     BULK_CALLS,
     MBARRIER_SOURCE,
@@ -75,8 +76,11 @@ class PipelineWriter:
                     self.line(f"tf_mbar_warp_arrive_cluster({bar}, {self.cluster});")
                 else:
                     self.line(f"tf_mbar_warp_arrive({bar});")
-            case Attr(key="pipeline_drain"):  # the lag pipeline's compute is wgmma's
-                self.line('asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");')
+            case Attr(key="pipeline_drain"):  # wgmma's reads of the tiles done (a lag
+                # pipeline's compute may be synchronous, with nothing to wait for: no wgmma,
+                # and on sm_80 no such instruction)
+                if reads_async(self.func.body):
+                    self.line('asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");')
             case Attr(key="async_wait", value=pending, body=body):
                 self.async_wait = int(pending)
                 try:
@@ -119,6 +123,13 @@ class PipelineWriter:
 def has_mbarrier(arch: str) -> bool:
     digits = "".join(ch for ch in (arch or "") if ch.isdigit())
     return bool(digits) and int(digits) >= 80
+
+
+def reads_async(body: Stmt) -> bool:
+    """Whether the kernel calls an intrinsic that reads shared memory after it returns (wgmma)."""
+    return any(
+        isinstance(n, ExternCall) and n.name.startswith(ASYNC_READ_CALLS) for n in walk(body)
+    )
 
 
 def cluster_size(body: Stmt) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tensorforge.codegen.cuda_intrin import BULK_CALLS, TMA_CALLS
+from tensorforge.codegen.cuda_intrin import ASYNC_READ_CALLS, BULK_CALLS, TMA_CALLS
 from tensorforge.ir.expr import BufferLoad
 from tensorforge.ir.extern import WholeBuffer
 from tensorforge.ir.stmt import (
@@ -41,7 +41,6 @@ from tensorforge.ir.visit import walk
 from tensorforge.te.expr import Const
 from tensorforge.te.extern_call import ExternCall
 
-ASYNC_READS = ("tf_wgmma_sync",)  # shared operands still read after the call returns
 DRAINS = ("tf_wgmma_wait_all",)  # waits for all of them (so does Attr "pipeline_drain")
 NEVER_SHARED = (*BULK_CALLS, *TMA_CALLS)  # filled or read by the copy engine
 
@@ -78,7 +77,7 @@ class _Events:
             for n in inner
             if isinstance(n, (BufferLoad, BufferStore, WholeBuffer)) and id(n.buffer) in self.shared
         }
-        reads_async = any(c.name.startswith(ASYNC_READS) for c in calls)
+        reads_async = any(c.name.startswith(ASYNC_READ_CALLS) for c in calls)
         alone = any(c.name.startswith(NEVER_SHARED) for c in calls)
         for key in touched:
             life = self.lives[key]
