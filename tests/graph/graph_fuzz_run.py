@@ -224,6 +224,8 @@ def _few_differ(got, expected) -> bool:
     for g, e in zip(got, expected):
         if g.shape != e.shape or g.dtype != e.dtype:
             return False
+        if e.dtype == HALF:
+            continue  # (held to the float32 reference by compare, not element by element)
         if e.is_floating_point():
             g, e = g.double().nan_to_num(), e.double().nan_to_num()
             scale = max(e.abs().max().item(), 0.1) if e.numel() else 1.0

@@ -284,3 +284,44 @@ def test_a_max_over_a_dimension_of_one_in_bfloat16():
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_attention_whose_head_size_is_a_run_time_size():
+    # SDPA scales by 1 / sqrt(E): under dynamic=True a SymFloat of E (sym_float, pow,
+    # truediv nodes), which lowered to nothing, and the multiply by it failed (float(None))
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    def fn(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    fast, graphs = compiled_once(fn)
+    for queries, keys, head in ((17, 7, 5), (9, 13, 8)):
+        q, k = rand(2, queries, head, seed=head), rand(2, keys, head, seed=keys)
+        v, mask = rand(2, keys, 3, seed=queries), rand(queries, keys, seed=20) > -1
+        torch.testing.assert_close(fast(q, k, v, mask), fn(q, k, v, mask), atol=1e-5, rtol=1e-5)
+    assert [_find_compiled(g).program.fallbacks for g in graphs] == [[]] * len(graphs)
+
+
+def test_strided_grouped_convolution_of_a_run_time_height():
+    # the bounds analyzer rewrote k * (x // c) terms in a loop over a snapshot of the form's
+    # terms: one that an earlier rewrite had cancelled was looked up again (KeyError)
+    class Conv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(rand(2, 2, 1, 1, seed=21), requires_grad=False)
+
+        def forward(self, x, weight, bias):
+            y = F.conv2d(x, self.w, None, stride=(2, 1), padding=(1, 0), groups=2)
+            return F.linear(y, weight, bias)
+
+    from tensorforge.graph import backend
+
+    module, weight, bias = Conv(), rand(7, 9, seed=22), rand(7, seed=23)
+    torch._dynamo.reset()
+    fast = torch.compile(module, backend=backend)
+    for height in (17, 18):
+        x = rand(3, 4, height, 9, seed=height)
+        torch._dynamo.maybe_mark_dynamic(x, 2)
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x, weight, bias), module(x, weight, bias))

@@ -133,6 +133,8 @@ class Lowerer(ConstantFolding):
         val = node.meta.get("val")
         if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
             return self.program.symbols.size(val)
+        if isinstance(val, torch.SymFloat):  # SDPA's 1 / sqrt(E) of a run-time E
+            return self.program.symbols.size(val)
         args, kwargs = self._values(node.args), self._values(node.kwargs)
         folded = self._fold_constants(node, args, kwargs)
         if folded is not None:

@@ -64,6 +64,8 @@ class Symbols:
     def _to_te(self, expr):
         if expr.is_Integer:
             return int(expr)
+        if expr.is_Float or expr.is_Rational:  # (a SymFloat's constants: computed in float64)
+            return te.const(float(expr), "float64")
         if expr.is_Symbol:
             if expr not in self.vars:
                 least = self.least.get(expr)
@@ -85,11 +87,23 @@ class Symbols:
             return args[0] % args[1]
         if name in ("CeilDiv",):
             return (args[0] + args[1] - 1) // args[1]
+        if name == "ToFloat":  # a SymFloat of a size (SDPA's scale, 1 / sqrt(E))
+            return _as_float64(args[0])
+        if name in ("FloatTrueDiv", "IntTrueDiv"):
+            return _as_float64(args[0]) / _as_float64(args[1])
+        if name == "FloatPow":
+            return te.power(_as_float64(args[0]), _as_float64(args[1]))
         if name == "Max":
             return _fold(args, te.max)
         if name == "Min":
             return _fold(args, te.min)
         raise NotImplementedError(f"size expression {expr} ({name})")
+
+
+def _as_float64(value):
+    if isinstance(value, (int, float)):
+        return te.const(float(value), "float64")
+    return value if value.dtype == "float64" else value.astype("float64")
 
 
 def _fold(args, combine):

@@ -172,7 +172,10 @@ class Analyzer:
         """`k*(x // c)` (c > 0, c | k) as `(k/c)*(x - x % c)` where `x`'s terms meet the rest
         of `form`: exact, and they cancel. The last of 12-row tiles under a run-time row count,
         `12*(n // 12) - 1 - n`, is then `-1 - n % 12` <= -1: its rows are provably inside."""
-        for key, (term, k) in list(form.terms.items()):
+        for key in list(form.terms):
+            if key not in form.terms:  # cancelled by an earlier rewrite (x // 2 in x + 1's)
+                continue
+            term, k = form.terms[key]
             if not (
                 isinstance(term, FloorDiv)
                 and isinstance(term.b, Const)
