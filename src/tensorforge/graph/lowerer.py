@@ -19,6 +19,7 @@ import torch.fx
 
 from tensorforge import te
 from tensorforge.graph import symbols as sym
+from tensorforge.graph.constant_folding import ConstantFolding
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.options import Float32Precision
 from tensorforge.graph.registry import lowering_for
@@ -64,7 +65,7 @@ def te_dtype(dtype: torch.dtype) -> str:
         raise Unsupported(f"dtype {dtype}") from None
 
 
-class Lowerer:
+class Lowerer(ConstantFolding):
     """Lowers one ATen FX graph; `constants` maps placeholder positions to the tensors they hold;
     `precision`: where float32 products may run in TF32 (default: nowhere)."""
 
@@ -244,33 +245,6 @@ class Lowerer:
             tuple(int(s) for s in value.shape) if is_static(value.shape) else (-1,)
         )
 
-    def _fold_constants(self, node: torch.fx.Node, args, kwargs):
-        """Run a node whose tensor inputs are all constants once, now (weight transposes,
-        batch-norm scale arithmetic): its result is a constant too."""
-        if not isinstance(node.target, torch._ops.OpOverload):
-            return None
-        if torch.Tag.nondeterministic_seeded in node.target.tags:
-            return None
-        leaves = []
-        torch.utils._pytree.tree_map(leaves.append, (args, kwargs))
-        tensors = [v for v in leaves if isinstance(v, Lazy)]
-        if not tensors or any(self.constant(v) is None for v in tensors):
-            return None
-        if any(isinstance(v, te.Expr) for v in leaves):
-            return None
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.numel() > 1 << 22:
-            return None
-
-        def real(v):
-            return self.constant(v) if isinstance(v, Lazy) else v
-
-        real_args, real_kwargs = torch.utils._pytree.tree_map(real, (args, kwargs))
-        with torch.no_grad():
-            result = node.target(*real_args, **real_kwargs)
-        self.program.folded.append(node.name)
-        return self.add_constant(result, node.name)
-
     def _fold_or_eager(self, node: torch.fx.Node, args, kwargs, reason: str):
         """An operator with no kernel: computed once now where its value derives from constants
         alone (rotary embeddings' cos/sin of `arange` positions), else run eagerly each call."""
@@ -279,54 +253,6 @@ class Lowerer:
             self.program.folded.append(node.name)
             return self.add_constant(value, node.name)
         return self.eager(node, args, kwargs, reason)
-
-    def _derived_constant(self, node):
-        """The node's value computed by torch from the graph's constants (weights, get_attr)
-        and literals, or None where it reads an input, a size or anything random (or torch
-        fails on it). Its inputs first, walked with a stack (graphs are deep)."""
-        stack = [node]
-        while stack:
-            top = stack[-1]
-            if top in self._derived:
-                stack.pop()
-                continue
-            if top.op == "call_function" and self._deterministic(top):
-                pending = [n for n in top.all_input_nodes if n not in self._derived]
-                if pending:
-                    stack.extend(pending)
-                    continue
-            stack.pop()
-            self._derived[top] = self._evaluate(top)
-        return self._derived[node]
-
-    def _evaluate(self, node):
-        if node.op == "get_attr":
-            return getattr(self.gm, node.target)
-        if node.op != "call_function" or not self._deterministic(node):
-            return None
-        table = {n: self._derived[n] for n in node.all_input_nodes}
-        if any(v is None for v in table.values()):
-            return None
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), table.__getitem__)
-        try:
-            with torch.no_grad():
-                return node.target(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - then it runs eagerly, as it would have
-            return None
-
-    @staticmethod
-    def _deterministic(node) -> bool:
-        target, val = node.target, node.meta.get("val")
-        if not (isinstance(target, torch._ops.OpOverload) or target is operator.getitem):
-            return False
-        if isinstance(target, torch._ops.OpOverload):
-            if torch.Tag.nondeterministic_seeded in target.tags:
-                return False
-        leaves = torch.utils._pytree.tree_leaves(val)
-        small = sum(v.numel() for v in leaves if isinstance(v, torch.Tensor)) <= 1 << 22
-        sizes = [s for v in leaves if isinstance(v, torch.Tensor) for s in v.shape]
-        sizes += [v for v in leaves if isinstance(v, (torch.SymInt, torch.SymFloat))]
-        return small and not any(sym.is_symbolic(s) for s in sizes)
 
     # -- element-wise -----------------------------------------------------------------------
     def pointwise(
