@@ -325,3 +325,15 @@ def test_strided_grouped_convolution_of_a_run_time_height():
         torch._dynamo.maybe_mark_dynamic(x, 2)
         with torch.no_grad():
             torch.testing.assert_close(fast(x, weight, bias), module(x, weight, bias))
+
+
+def test_max_and_min_over_a_dimension_without_their_indices():
+    # torch.max(x, dim).values ran eagerly (aten.max.dim had no lowering); with the indices
+    # read it still does
+    x = rand(5, 7, 3, seed=24)
+
+    def fn(x):
+        return x.max(1).values * 2, torch.min(x, -1, keepdim=True)[0], x.to(torch.int64).max(0)[0]
+
+    check(fn, x)
+    check(lambda x: x.max(1).indices, x, fallbacks=1)

@@ -114,6 +114,17 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
 
 
+@lowers(aten.max.dim, aten.min.dim)
+def max_dim(ctx, node, x, dim, keepdim=False):
+    """torch.max(x, dim).values (min): an amax (amin) where the indices are not read."""
+    _only_first_used(node)
+    combine = te.max if node.target is aten.max.dim else te.min
+    out_dtype = ctx.dtype_of(node, 0)
+    x, stage, shape, *_ = _reduction(ctx, node, x, [dim], keepdim, combine, out_dtype)
+    anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype), None
+
+
 @lowers(aten.mean.dim, aten.mean.default)
 def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
     out_dtype = ctx.dtype_of(node)
