@@ -337,3 +337,19 @@ def test_max_and_min_over_a_dimension_without_their_indices():
 
     check(fn, x)
     check(lambda x: x.max(1).indices, x, fallbacks=1)
+
+
+def test_vector_norms():
+    # x.norm(dim=...) and F.normalize ran eagerly (aten.linalg_vector_norm had no lowering)
+    x = rand(5, 7, 3, seed=25)
+
+    def fn(x):
+        return (
+            x.norm(dim=1),
+            F.normalize(x, dim=-1),
+            x.norm(),
+            torch.linalg.vector_norm(x, 2, (0, 2)),
+        )
+
+    check(fn, x)
+    check(lambda x: x.norm(p=1, dim=0), x, fallbacks=1)  # other orders: eagerly

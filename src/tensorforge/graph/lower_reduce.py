@@ -125,6 +125,20 @@ def max_dim(ctx, node, x, dim, keepdim=False):
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype), None
 
 
+@lowers(aten.linalg_vector_norm.default)
+def vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None):
+    """The 2-norm (x.norm(dim=d), F.normalize's): the square root of a sum of squares."""
+    if ord != 2 or dtype is not None:
+        raise Unsupported(f"a vector norm of ord {ord}")
+    out_dtype = ctx.dtype_of(node)
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    x, stage, shape, *_ = _reduction(
+        ctx, node, x, dims, keepdim, te.sum, out_dtype, prologue=lambda v, i: v * v
+    )
+    anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: te.sqrt(stage[tuple(ia)]), out_dtype)
+
+
 @lowers(aten.mean.dim, aten.mean.default)
 def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
     out_dtype = ctx.dtype_of(node)
