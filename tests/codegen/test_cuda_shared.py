@@ -63,11 +63,15 @@ def test_arrays_apart_across_a_barrier_share_bytes():
     source = CUDACodegen().generate(func, TARGET)
     assert source.launch.shared_bytes == N * 4
     assert re.findall(r"tf_smem \+ (\d+)", source.text) == ["0", "0"]
+    # no __restrict__: each would promise that no other pointer reaches its bytes
+    assert "float* S1 = " in source.text and "float* S2 = " in source.text
 
 
 def test_no_barrier_no_sharing():
     func = _kernel(between=None)
     assert _offsets(func) == [0, N * 4]
+    text = CUDACodegen().generate(func, TARGET).text
+    assert "float* __restrict__ S1 = " in text and "float* __restrict__ S2 = " in text
 
 
 def test_a_barrier_under_an_if_does_not_separate():

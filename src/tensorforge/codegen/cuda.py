@@ -132,6 +132,7 @@ class _KernelWriter(PipelineWriter):
         self.body_lines: list[str] = []
         self.depth = 1
         self.shared_offsets: dict[Any, int] = {}
+        self.shared_aliased: set[Any] = set()  # arrays whose bytes another array shares
         self.dynamic_shared = False
         self.shared_bytes = 0
         self.threads: ThreadExtents
@@ -169,7 +170,10 @@ class _KernelWriter(PipelineWriter):
     def shared_decl(self, key: Any, t: str, name: str, count: int) -> str:
         if self.dynamic_shared:
             offset = self.shared_offsets[key]
-            return f"{t}* __restrict__ {name} = reinterpret_cast<{t}*>(tf_smem + {offset});"
+            # (an array sharing bytes with another is no __restrict__: that would promise the
+            # compiler that no other pointer reaches them; nvcc's code is the same either way)
+            restrict = "" if key in self.shared_aliased else " __restrict__"
+            return f"{t}*{restrict} {name} = reinterpret_cast<{t}*>(tf_smem + {offset});"
         return f"__shared__ __align__(16) {t} {name}[{count}];"
 
     # -- the kernel -----------------------------------------------------------------------------
@@ -308,8 +312,14 @@ class _KernelWriter(PipelineWriter):
         self.dynamic_shared = self.shared_bytes > STATIC_SHARED_LIMIT
         if self.dynamic_shared:  # (kernels within the static limit keep their static arrays)
             self.shared_offsets = plan_offsets(body, arrays, self.shared_align)
-            ends = [self.shared_offsets[key] + size for (key, _), size in zip(arrays, aligned)]
-            self.shared_bytes = max(ends, default=0)
+            spans = [
+                (key, self.shared_offsets[key], self.shared_offsets[key] + size)
+                for (key, _), size in zip(arrays, aligned)
+            ]
+            self.shared_bytes = max((end for *_, end in spans), default=0)
+            self.shared_aliased = {
+                k for k, lo, hi in spans for k2, lo2, hi2 in spans if k != k2 and lo < hi2 and lo2 < hi
+            }  # fmt: skip
         limit = self.target.max_shared_memory_opt_in
         if self.shared_bytes > limit:
             raise BuildError(
