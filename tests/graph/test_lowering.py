@@ -139,6 +139,17 @@ def test_reductions_and_row_operators():
     check(fn, x, w, b)
 
 
+def test_row_operators_of_a_0d_tensor_run_eagerly():
+    # (its dim 0 or -1 normalized modulo 0: ZeroDivisionError, where it is only unsupported)
+    x = rand(5, seed=6)
+
+    def fn(x):
+        return torch.softmax(x.sum(), 0) + x, torch.log_softmax(x.sum(), -1) * x
+
+    compiled = check(fn, x, fallbacks=2)
+    assert all("0-d" in reason for *_, reason in compiled.program.fallbacks)
+
+
 @pytest.mark.parametrize("constant_weights", [False, True])
 def test_matrix_products(constant_weights):
     x, w, bias = rand(7, 13, seed=7), rand(19, 13, seed=8), rand(19, seed=9)

@@ -194,6 +194,8 @@ def var_mean(ctx, node, x, dims=None, correction=None, keepdim=False):
 
 
 def _last_dim(x: Lazy, dim: int) -> None:
+    if x.ndim == 0:  # (torch allows dim 0 or -1: a row of one element)
+        raise Unsupported("a row operator of a 0-d tensor")
     if dim % x.ndim != x.ndim - 1:
         raise Unsupported("a row operator over a dimension other than the last")
 
