@@ -353,3 +353,25 @@ def test_vector_norms():
 
     check(fn, x)
     check(lambda x: x.norm(p=1, dim=0), x, fallbacks=1)  # other orders: eagerly
+
+
+def test_convolution_of_constant_weights_over_channels_of_a_run_time_count():
+    # the input's channels are a chunk of a run-time size (an expression Dynamo keeps), the
+    # weights' a number: the weight matrix was reshaped to (F, C * KH * KW) with that expression
+    from tensorforge.graph import backend
+
+    class Conv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(rand(5, 3, 3, 4, seed=26), requires_grad=False)
+
+        def forward(self, a):
+            x = a.chunk(2, 0)[-1].expand(2, -1, -1, -1)
+            return F.conv2d(x, self.w, stride=2, padding=(1, 0))
+
+    module = Conv()
+    torch._dynamo.reset()
+    fast = torch.compile(module, backend=backend, dynamic=True)
+    with torch.no_grad():
+        a = rand(7, 3, 13, seed=27)
+        torch.testing.assert_close(fast(a), module(a))

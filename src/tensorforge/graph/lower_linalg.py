@@ -487,8 +487,8 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
     """out[n, f, p] = sum_r W[f, r] * col[n, r, p], p = y * OW + x, r = (c, ky, kx): the
     weights are the left matrix (rows of filters), the input's patches the right one, laid out
     once (im2col) so the micro-kernel reads them as contiguous vectors along p."""
-    N, C = x.shape[:2]
-    F, _, KH, KW = w.shape
+    N = x.shape[0]
+    F, C, KH, KW = w.shape  # (the weights' C: static where the input's is a run-time size)
     _, _, OH, OW = shape
     K, P = C * KH * KW, OH * OW
     acc = opmath_dtype(dtype)
