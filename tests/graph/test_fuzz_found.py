@@ -15,6 +15,20 @@ def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
 
 
+def dynamic(fn):
+    """`fn` compiled with symbolic sizes, and a check that every graph the backend compiled
+    ran all of its operators as kernels (a lowering that declines would fall back silently)."""
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    fast, graphs = compiled_once(fn)
+
+    def nothing_eager():
+        assert graphs and [_find_compiled(g).program.fallbacks for g in graphs] == [[]] * len(graphs)  # fmt: skip
+
+    return fast, nothing_eager
+
+
 def test_pools_whose_last_window_runs_past_the_edge_without_padding():
     # ceil_mode adds a window that starts inside and ends past the edge: its positions outside
     # must not count (they were clamped onto the edge: an average read the edge twice, a
@@ -65,16 +79,14 @@ def test_the_mean_of_var_mean_alone(schedule):
 
 
 def test_the_mean_of_var_mean_alone_at_run_time_sizes():
-    from tensorforge.graph import backend
-
     def fn(x):
         return torch.var_mean(x, 0)[1]
 
-    torch._dynamo.reset()
-    fast = torch.compile(fn, backend=backend, dynamic=True)
+    fast, nothing_eager = dynamic(fn)
     for rows in (64, 13):
         x = rand(rows, 3, seed=rows)
         torch.testing.assert_close(fast(x), fn(x))
+    nothing_eager()
 
 
 def test_zeros_ones_and_full_like_are_kernels():
@@ -111,7 +123,6 @@ def test_batch_norm_whose_weight_and_bias_are_computed():
 def test_outputs_that_view_inputs_through_run_time_sizes():
     # AOT rebuilds such an output as input.as_strided(...) with the strides and offset of the
     # tensor the backend returned: a kernel's contiguous copy read the input's first elements
-    from tensorforge.graph import backend
 
     def fn(x, y):
         half = (x.shape[1] + 1) // 2
@@ -123,32 +134,30 @@ def test_outputs_that_view_inputs_through_run_time_sizes():
             x.unsqueeze(0).chunk(2, 2)[-1].split(3, 1)[0],  # chunk's sizes end up ints
         )
 
-    torch._dynamo.reset()
-    fast = torch.compile(fn, backend=backend, dynamic=True)
+    fast, nothing_eager = dynamic(fn)
     for n in (127, 9, 8):
         x, y = rand(n, n, seed=n), rand(n, seed=n + 1)
         for got, expected in zip(fast(x, y), fn(x, y)):
             torch.testing.assert_close(got, expected)
+    nothing_eager()
 
 
 def test_square_inputs_of_run_time_sizes():
     # Dynamo gives both sizes of a square one symbol: a flattened size is s0**2, a sympy Pow
-    from tensorforge.graph import backend
 
     def fn(x):
         return torch.exp(x).reshape(-1) * 2
 
-    torch._dynamo.reset()
-    fast = torch.compile(fn, backend=backend, dynamic=True)
+    fast, nothing_eager = dynamic(fn)
     for n in (13, 5):
         x = rand(n, n, seed=n)
         torch.testing.assert_close(fast(x), fn(x))
+    nothing_eager()
 
 
 def test_strided_convolution_of_run_time_sizes():
     # im2col compared its column count with itself (`P > P`), which has no truth value when P
     # is a run-time size: the graph ran eagerly
-    from tensorforge.graph import backend
 
     class Convs(torch.nn.Module):
         def __init__(self):
@@ -160,12 +169,12 @@ def test_strided_convolution_of_run_time_sizes():
             return F.conv2d(x, self.w, stride=3, padding=1), F.conv2d(x, self.v, stride=(2, 1))
 
     fn = Convs()
-    torch._dynamo.reset()
-    fast = torch.compile(fn, backend=backend, dynamic=True)
+    fast, nothing_eager = dynamic(fn)
     for size in (7, 10):
         x = rand(2, 3, size, size + 2, seed=size)
         for got, expected in zip(fast(x), fn(x)):
             torch.testing.assert_close(got, expected)
+    nothing_eager()
 
 
 def test_an_empty_intermediate():
@@ -182,17 +191,16 @@ def test_an_empty_intermediate():
 def test_convolution_by_weights_of_run_time_sizes():
     # weights that are an input under dynamic=True have a symbolic filter count: the choice of
     # filter vectors asked `F % 16` for a truth value
-    from tensorforge.graph import backend
 
     def fn(x, w):
         return F.conv2d(x, w, padding=1), F.conv2d(x, w, stride=2)
 
-    torch._dynamo.reset()
-    fast = torch.compile(fn, backend=backend, dynamic=True)
+    fast, nothing_eager = dynamic(fn)
     for filters, size in ((8, 7), (5, 9)):
         x, w = rand(2, 3, size, size, seed=size), rand(filters, 3, 3, 3, seed=filters)
         for got, expected in zip(fast(x, w), fn(x, w)):
             torch.testing.assert_close(got, expected)
+    nothing_eager()
 
 
 def test_a_scalar_viewed_as_a_matrix():
@@ -358,7 +366,6 @@ def test_vector_norms():
 def test_convolution_of_constant_weights_over_channels_of_a_run_time_count():
     # the input's channels are a chunk of a run-time size (an expression Dynamo keeps), the
     # weights' a number: the weight matrix was reshaped to (F, C * KH * KW) with that expression
-    from tensorforge.graph import backend
 
     class Conv(torch.nn.Module):
         def __init__(self):
@@ -370,8 +377,8 @@ def test_convolution_of_constant_weights_over_channels_of_a_run_time_count():
             return F.conv2d(x, self.w, stride=2, padding=(1, 0))
 
     module = Conv()
-    torch._dynamo.reset()
-    fast = torch.compile(module, backend=backend, dynamic=True)
+    fast, nothing_eager = dynamic(module)
     with torch.no_grad():
         a = rand(7, 3, 13, seed=27)
         torch.testing.assert_close(fast(a), module(a))
+    nothing_eager()

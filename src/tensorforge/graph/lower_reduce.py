@@ -1,5 +1,5 @@
 """Reductions and the operators built around one: sum/mean/amax/amin/var, softmax, log_softmax,
-layer norm, inference batch norm, max/avg/adaptive-avg pools.
+layer and group norm, inference batch norm (the pools, reductions over windows: lower_pools.py).
 
 Each makes an `Anchor`: its reduction stages as te computes reading the (element-wise) input,
 which is inlined into them (the prologue); what the consumers compute from the result is the
@@ -42,7 +42,7 @@ def _float_size(n, dtype: str):
     return te.const(float(n), dtype) if isinstance(n, int) else n.astype(dtype)
 
 
-def _only_first_used(node) -> None:
+def only_first_output_used(node) -> None:
     for user in node.users:
         if user.target is operator.getitem and not user.users:
             continue  # a statistic nobody reads
@@ -88,7 +88,7 @@ def _reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name=
     return x, stage, out_shape, full, axes, count
 
 
-def _anchor(ctx, kind, stages, reads, shape, nodes, **info):
+def reduction_anchor(ctx, kind, stages, reads, shape, nodes, **info):
     return Anchor(
         kind, stages[-1], frozenset(reads), tuple(nodes), {"shape": shape, "stages": stages, **info}
     )
@@ -110,18 +110,18 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
     if split is not None:  # few long rows on CUDA
         return split
     x, stage, shape, *_ = _reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
-    anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
+    anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
 
 
 @lowers(aten.max.dim, aten.min.dim)
 def max_dim(ctx, node, x, dim, keepdim=False):
     """torch.max(x, dim).values (min): an amax (amin) where the indices are not read."""
-    _only_first_used(node)
+    only_first_output_used(node)
     combine = te.max if node.target is aten.max.dim else te.min
     out_dtype = ctx.dtype_of(node, 0)
     x, stage, shape, *_ = _reduction(ctx, node, x, [dim], keepdim, combine, out_dtype)
-    anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
+    anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype), None
 
 
@@ -135,7 +135,7 @@ def vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None):
     x, stage, shape, *_ = _reduction(
         ctx, node, x, dims, keepdim, te.sum, out_dtype, prologue=lambda v, i: v * v
     )
-    anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
+    anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: te.sqrt(stage[tuple(ia)]), out_dtype)
 
 
@@ -149,7 +149,7 @@ def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
         if split is not None:
             return split
     x, stage, shape, _, _, count = _reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype)
-    anchor = _anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
+    anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     inv = 1.0 / count if isinstance(count, int) else None
     if inv is not None:
         return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] * inv, out_dtype)
@@ -169,7 +169,9 @@ def _variance(ctx, node, x, dims, correction, keepdim):
         name=ctx.unique(f"sq_{node.name}"),
     )
     correction = 1 if correction is None else correction
-    anchor = _anchor(ctx, "reduce", [total, squares], x.reads, shape, x.nodes + (node.name,))
+    anchor = reduction_anchor(
+        ctx, "reduce", [total, squares], x.reads, shape, x.nodes + (node.name,)
+    )
     var = lambda ia: squares[tuple(ia)] / (n - float(correction))  # noqa: E731
     mean = lambda ia: total[tuple(ia)] / n  # noqa: E731
     return anchor, var, mean, dtype
@@ -236,7 +238,7 @@ def _softmax(ctx, node, x, dim, safe: bool):
         stages, info, stats = [mx, exps, sm], {}, frozenset()
         e = lambda ia: exps[tuple(ia)]  # noqa: E731
     reads, nodes = x.reads | stats, x.nodes + (node.name,)
-    anchor = _anchor(ctx, "softmax", stages, reads, x.shape, nodes, **info)
+    anchor = reduction_anchor(ctx, "softmax", stages, reads, x.shape, nodes, **info)
 
     def at(ia):
         v = e(ia) * (1.0 / sm[tuple(ia[:-1])])
@@ -273,7 +275,7 @@ def log_softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
         )
         info, stats = {}, frozenset()
     reads, nodes = x.reads | stats, x.nodes + (node.name,)
-    anchor = _anchor(ctx, "softmax", [mx, sm], reads, x.shape, nodes, **info)
+    anchor = reduction_anchor(ctx, "softmax", [mx, sm], reads, x.shape, nodes, **info)
     return ctx.anchored(
         anchor, lambda ia: xv(ia) - mx[tuple(ia[:-1])] - te.log(sm[tuple(ia[:-1])]), out
     )
@@ -308,7 +310,7 @@ def _normalized(value, total, squares, row: tuple, n, eps):
 
 @lowers(aten.native_layer_norm.default)
 def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
-    _only_first_used(node)
+    only_first_output_used(node)
     x = ctx.no_anchor(x)
     if len(normalized_shape) != 1:
         raise Unsupported("layer norm over several dimensions")
@@ -333,7 +335,7 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
 
     reads = _reads(x, w, b) | stats
     nodes = x.nodes + (node.name,)
-    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, x.shape, nodes, **info)
+    anchor = reduction_anchor(ctx, "layer_norm", [total, squares], reads, x.shape, nodes, **info)
     return ctx.anchored(anchor, at, out), None, None
 
 
@@ -342,7 +344,7 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
     """Layer norm over the rows of x viewed as [N, groups, C / groups * H * W] (a group's
     channels and positions are contiguous): one kernel, a row per task, the same row schedule;
     consumers read it back at the NCHW index the row element lands on."""
-    _only_first_used(node)
+    only_first_output_used(node)
     x = ctx.no_anchor(x)
     if x.cost > 4:  # NOTE: the three passes recompute it: a gather or concatenation is stored once
         x = ctx.materialize(x)
@@ -382,7 +384,7 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
     shape = (*rows, m)
     reads = _reads(x, w, b) | stats
     nodes = x.nodes + (node.name,)
-    anchor = _anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
+    anchor = reduction_anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
     value = ctx.anchored(anchor, at_anchor, out, shape=x.shape, to_logical=logical)
     return value, None, None
 
@@ -399,7 +401,7 @@ def batch_norm(ctx, node, x, weight, bias, running_mean, running_var, momentum, 
     """x * scale + shift per channel, scale and shift folded from the constant statistics (and
     the weight and bias where they are constants; a weight or bias computed in the graph is
     applied after: (x * scale + shift) * weight + bias)."""
-    _only_first_used(node)
+    only_first_output_used(node)
     consts = [
         ctx.constant(v) if v is not None else None
         for v in (weight, bias, running_mean, running_var)
@@ -446,110 +448,3 @@ def _per_channel(v: Lazy, ndim: int) -> Lazy:
     has no anchor: only `at` is viewed)."""
     shape = (v.shape[0],) + (1,) * (ndim - 2)
     return dataclasses.replace(v, shape=shape, at=lambda idx: v.at((idx[0],)), source=None)
-
-
-def _pair(v):
-    return list(v) * 2 if len(v) == 1 else list(v)
-
-
-def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
-    x = ctx.buffer(x)
-    if x.ndim != 4:
-        raise Unsupported("a pool over other than NCHW")
-    kh, kw = _pair(kernel)
-    sh, sw = _pair(stride or kernel)
-    ph, pw = _pair(padding or [0])
-    dh, dw = _pair(dilation or [1])
-    H, W = x.shape[2], x.shape[3]
-    shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else ctx.shape_of(node, 0)
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
-    # NOTE: without padding a window may still run past the end: ceil_mode's last window
-    inside_always = (
-        ph == 0
-        and pw == 0
-        and _last_window_inside(shape[2], H, kh, sh, dh)
-        and _last_window_inside(shape[3], W, kw, sw, dw)
-    )
-
-    def body(n, c, y, xx):
-        iy = y * sh - ph + ry.var * dh
-        ix = xx * sw - pw + rx.var * dw
-        inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
-        cy = te.max(te.min(iy, H - 1), 0)
-        cx = te.max(te.min(ix, W - 1), 0)
-        v = x.at((n, c, cy, cx))
-        v = in_dtype(v, opmath_dtype(v.dtype))  # sums in float32 (a max is exact either way)
-        # NOTE: a maximum over contiguous windows needs no test for the padding: a position
-        # past an edge is clamped onto the edge, which the same window holds (torch keeps the
-        # padding at most half the window, so every window holds an element of the input)
-        clamped_is_inside = combine is te.max and dh == 1 and dw == 1
-        if inside_always or clamped_is_inside:
-            return combine(v, axis=[ry, rx])
-        return combine(v, axis=[ry, rx], where=inside)
-
-    stage = te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}"))
-    return x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W)
-
-
-def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
-    """The last of `out` windows ends inside `size` (unknown sizes: not proven)."""
-    if not (isinstance(out, int) and isinstance(size, int)):
-        return False
-    return (out - 1) * stride + (kernel - 1) * dilation < size
-
-
-@lowers(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
-def max_pool2d(ctx, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    if node.target is aten.max_pool2d_with_indices.default:
-        _only_first_used(node)
-    padding = padding if isinstance(padding, (list, tuple)) else [padding]
-    dilation = dilation if isinstance(dilation, (list, tuple)) else [dilation]
-    x, stage, shape, _ = _window(ctx, node, x, kernel, stride, padding, dilation, te.max, "maxpool")
-    anchor = _anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
-    value = ctx.anchored(anchor, lambda ia: stage[tuple(ia)], x.dtype)
-    return (value, None) if node.target is aten.max_pool2d_with_indices.default else value
-
-
-@lowers(aten.avg_pool2d.default)
-def avg_pool2d(
-    ctx,
-    node,
-    x,
-    kernel,
-    stride=(),
-    padding=0,
-    ceil_mode=False,
-    count_include_pad=True,
-    divisor_override=None,
-):
-    padding = padding if isinstance(padding, (list, tuple)) else [padding]
-    x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W) = _window(
-        ctx, node, x, kernel, stride, padding, [1], te.sum, "avgpool"
-    )
-    dtype = stage.dtype
-
-    def count(ia):
-        if divisor_override:
-            return te.const(float(divisor_override), dtype)
-        if ph == 0 and pw == 0 and not ceil_mode:
-            return te.const(float(kh * kw), dtype)
-        y0, x0 = ia[2] * sh - ph, ia[3] * sw - pw
-        y1, x1 = te.min(y0 + kh, H + ph), te.min(x0 + kw, W + pw)
-        if not count_include_pad:
-            y0, x0, y1, x1 = te.max(y0, 0), te.max(x0, 0), te.min(y1, H), te.min(x1, W)
-        return ((y1 - y0) * (x1 - x0)).astype(dtype)
-
-    anchor = _anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
-    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] / count(ia), x.dtype)
-
-
-@lowers(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
-def adaptive_avg_pool2d(ctx, node, x, output_size):
-    x = ctx.lazy(x)
-    oh, ow = _pair(list(output_size))
-    H, W = x.shape[-2], x.shape[-1]
-    if not (isinstance(H, int) and isinstance(W, int)) or H % oh or W % ow:
-        raise Unsupported("an adaptive pool whose windows differ in size")
-    kernel = [H // oh, W // ow]
-    return avg_pool2d(ctx, node, x, kernel, kernel, [0], False, True, None)

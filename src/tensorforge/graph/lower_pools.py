@@ -1,0 +1,121 @@
+"""Pools: max / average / adaptive-average over 2-d windows, each a reduction over its window
+(an `Anchor` as lower_reduce.py's reductions), the input read through the window's index
+(padding, stride, dilation and ceil_mode guarded, so no read falls outside the input)."""
+
+from __future__ import annotations
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.lower_reduce import only_first_output_used, reduction_anchor
+from tensorforge.graph.registry import lowers
+from tensorforge.graph.values import Unsupported, in_dtype, opmath_dtype
+
+aten = torch.ops.aten
+
+
+def _pair(v):
+    return list(v) * 2 if len(v) == 1 else list(v)
+
+
+def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
+    x = ctx.buffer(x)
+    if x.ndim != 4:
+        raise Unsupported("a pool over other than NCHW")
+    kh, kw = _pair(kernel)
+    sh, sw = _pair(stride or kernel)
+    ph, pw = _pair(padding or [0])
+    dh, dw = _pair(dilation or [1])
+    H, W = x.shape[2], x.shape[3]
+    shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else ctx.shape_of(node, 0)
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    # NOTE: without padding a window may still run past the end: ceil_mode's last window
+    inside_always = (
+        ph == 0
+        and pw == 0
+        and _last_window_inside(shape[2], H, kh, sh, dh)
+        and _last_window_inside(shape[3], W, kw, sw, dw)
+    )
+
+    def body(n, c, y, xx):
+        iy = y * sh - ph + ry.var * dh
+        ix = xx * sw - pw + rx.var * dw
+        inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
+        cy = te.max(te.min(iy, H - 1), 0)
+        cx = te.max(te.min(ix, W - 1), 0)
+        v = x.at((n, c, cy, cx))
+        v = in_dtype(v, opmath_dtype(v.dtype))  # sums in float32 (a max is exact either way)
+        # NOTE: a maximum over contiguous windows needs no test for the padding: a position
+        # past an edge is clamped onto the edge, which the same window holds (torch keeps the
+        # padding at most half the window, so every window holds an element of the input)
+        clamped_is_inside = combine is te.max and dh == 1 and dw == 1
+        if inside_always or clamped_is_inside:
+            return combine(v, axis=[ry, rx])
+        return combine(v, axis=[ry, rx], where=inside)
+
+    stage = te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}"))
+    return x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W)
+
+
+def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
+    """The last of `out` windows ends inside `size` (unknown sizes: not proven)."""
+    if not (isinstance(out, int) and isinstance(size, int)):
+        return False
+    return (out - 1) * stride + (kernel - 1) * dilation < size
+
+
+@lowers(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
+def max_pool2d(ctx, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if node.target is aten.max_pool2d_with_indices.default:
+        only_first_output_used(node)
+    padding = padding if isinstance(padding, (list, tuple)) else [padding]
+    dilation = dilation if isinstance(dilation, (list, tuple)) else [dilation]
+    x, stage, shape, _ = _window(ctx, node, x, kernel, stride, padding, dilation, te.max, "maxpool")
+    anchor = reduction_anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
+    value = ctx.anchored(anchor, lambda ia: stage[tuple(ia)], x.dtype)
+    return (value, None) if node.target is aten.max_pool2d_with_indices.default else value
+
+
+@lowers(aten.avg_pool2d.default)
+def avg_pool2d(
+    ctx,
+    node,
+    x,
+    kernel,
+    stride=(),
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
+    padding = padding if isinstance(padding, (list, tuple)) else [padding]
+    x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W) = _window(
+        ctx, node, x, kernel, stride, padding, [1], te.sum, "avgpool"
+    )
+    dtype = stage.dtype
+
+    def count(ia):
+        if divisor_override:
+            return te.const(float(divisor_override), dtype)
+        if ph == 0 and pw == 0 and not ceil_mode:
+            return te.const(float(kh * kw), dtype)
+        y0, x0 = ia[2] * sh - ph, ia[3] * sw - pw
+        y1, x1 = te.min(y0 + kh, H + ph), te.min(x0 + kw, W + pw)
+        if not count_include_pad:
+            y0, x0, y1, x1 = te.max(y0, 0), te.max(x0, 0), te.min(y1, H), te.min(x1, W)
+        return ((y1 - y0) * (x1 - x0)).astype(dtype)
+
+    anchor = reduction_anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] / count(ia), x.dtype)
+
+
+@lowers(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(ctx, node, x, output_size):
+    x = ctx.lazy(x)
+    oh, ow = _pair(list(output_size))
+    H, W = x.shape[-2], x.shape[-1]
+    if not (isinstance(H, int) and isinstance(W, int)) or H % oh or W % ow:
+        raise Unsupported("an adaptive pool whose windows differ in size")
+    kernel = [H // oh, W // ow]
+    return avg_pool2d(ctx, node, x, kernel, kernel, [0], False, True, None)
