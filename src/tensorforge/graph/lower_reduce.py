@@ -195,11 +195,37 @@ def var_mean(ctx, node, x, dims=None, correction=None, keepdim=False):
     return ctx.anchored(anchor, v, dtype), ctx.anchored(anchor, m, dtype)
 
 
-def _last_dim(x: Lazy, dim: int) -> None:
+def _rows_along(x: Lazy, dim: int):
+    """`x` (no anchor) seen with `dim` last, so that a row operator's rows run along it, and
+    how to put its result back: a function of that result (a Lazy of the moved shape) giving
+    the result in x's own order (the moved result is stored first, in its order, then read
+    through the inverse permutation; None for the last dimension: nothing moves)."""
     if x.ndim == 0:  # (torch allows dim 0 or -1: a row of one element)
         raise Unsupported("a row operator of a 0-d tensor")
-    if dim % x.ndim != x.ndim - 1:
-        raise Unsupported("a row operator over a dimension other than the last")
+    dim %= x.ndim
+    if dim == x.ndim - 1:
+        return x, None
+    order = [d for d in range(x.ndim) if d != dim] + [dim]  # moved position -> x's dimension
+
+    def to_x(moved):  # an index of the moved shape -> x's
+        idx = [None] * x.ndim
+        for position, d in enumerate(order):
+            idx[d] = moved[position]
+        return tuple(idx)
+
+    def from_x(idx):  # x's index -> the moved shape's
+        return tuple(idx[d] for d in order)
+
+    shape = tuple(x.shape[d] for d in order)
+    moved = dataclasses.replace(x, shape=shape, at=lambda ia: x.at(to_x(ia)), source=None)
+
+    def back(ctx, value: Lazy) -> Lazy:
+        stored = ctx.no_anchor(value)
+        return dataclasses.replace(
+            stored, shape=x.shape, at=lambda idx: stored.at(from_x(idx)), source=None
+        )
+
+    return moved, back
 
 
 @lowers(aten._softmax.default, aten.softmax.int)
@@ -214,8 +240,7 @@ def safe_softmax(ctx, node, x, dim, dtype=None):
 
 
 def _softmax(ctx, node, x, dim, safe: bool):
-    x = ctx.no_anchor(x)
-    _last_dim(x, dim)
+    x, back = _rows_along(ctx.no_anchor(x), dim)
     out = ctx.dtype_of(node)
     acc = opmath_dtype(out)
     rows, m = x.shape[:-1], x.shape[-1]
@@ -247,13 +272,13 @@ def _softmax(ctx, node, x, dim, safe: bool):
         masked = mx[tuple(ia[:-1])] == te.const(float("-inf"), acc)  # the row's max is -inf
         return te.if_then_else(masked, te.const(0.0, acc), v)
 
-    return ctx.anchored(anchor, at, out)
+    value = ctx.anchored(anchor, at, out)
+    return value if back is None else back(ctx, value)
 
 
 @lowers(aten._log_softmax.default, aten.log_softmax.int)
 def log_softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
-    x = ctx.no_anchor(x)
-    _last_dim(x, dim)
+    x, back = _rows_along(ctx.no_anchor(x), dim)
     out = ctx.dtype_of(node)
     rows, m = x.shape[:-1], x.shape[-1]
     acc = opmath_dtype(out)
@@ -276,9 +301,10 @@ def log_softmax(ctx, node, x, dim, half_to_float=False, dtype=None):
         info, stats = {}, frozenset()
     reads, nodes = x.reads | stats, x.nodes + (node.name,)
     anchor = reduction_anchor(ctx, "softmax", [mx, sm], reads, x.shape, nodes, **info)
-    return ctx.anchored(
+    value = ctx.anchored(
         anchor, lambda ia: xv(ia) - mx[tuple(ia[:-1])] - te.log(sm[tuple(ia[:-1])]), out
     )
+    return value if back is None else back(ctx, value)
 
 
 def _row_moments(ctx, node, x, xv, rows, m: int, n, prefix: str):
