@@ -139,6 +139,23 @@ def test_reductions_and_row_operators():
     check(fn, x, w, b)
 
 
+def test_sign_isnan_flip_and_repeat_are_kernels():
+    # (they ran eagerly: the fuzzer's declines) NaN's sign is 0, a bool its own sign
+    x = rand(3, 5, 7, seed=33)
+    x[0, 1, 2], x[1, 0, 0], x[2, 4, 6] = float("nan"), 0.0, -0.0
+
+    def fn(x):
+        whole = x.to(torch.int64)
+        return (
+            torch.sign(x), torch.sign(whole), torch.sign(x > 0), torch.isnan(x),
+            torch.isnan(whole), x.flip(0), x.flip(-1, 1) + 1, x.repeat(2, 1, 3),
+            x.repeat(1, 2, 1, 1), x[0].repeat(3, 1) * x[0].flip(1).repeat(3, 1),
+        )  # fmt: skip
+
+    check(fn, x)
+    check(lambda y: (y.flip(0), y.repeat(4), torch.sign(y)), rand(1, seed=34))
+
+
 @pytest.mark.parametrize("dim", [0, 1, 2, -3])
 def test_softmax_and_log_softmax_along_any_dimension(dim):
     # rows along `dim`: the input read with it last, the result stored so and read back
@@ -470,13 +487,13 @@ def test_an_operator_without_a_lowering_on_constants_is_computed_at_compile_time
     def fn(x, inv_freq):
         freqs = torch.outer(torch.arange(x.shape[1], dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
-        return x * emb.cos() + x.flip(-1) * emb.sin()  # rotary embeddings' tables; flip: eager
+        return x * emb.cos() + x.cumsum(-1) * emb.sin()  # rotary embeddings' tables; cumsum: eager
 
     compiled = check(fn, rand(2, 7, 8, seed=53), inv_freq, constants=(1,), fallbacks=1)
     assert {"cos", "sin"} <= set(compiled.program.folded)
     assert [reason for _, _, reason in compiled.program.fallbacks] == [
         "no lowering for this operator"
-    ]  # flip reads the input: eager each call
+    ]  # cumsum reads the input: eager each call
 
 
 def test_prims_convert_element_type_is_a_cast():

@@ -36,9 +36,11 @@ UNARY = {
     aten.silu: lambda x: x * te.sigmoid(x),
     aten.logical_not: lambda x: x == _zero(x),
     aten.bitwise_not: lambda x: x == _zero(x),
+    aten.sign: lambda x: _sign(x),
+    aten.isnan: lambda x: x != x,  # (only NaN differs from itself)
 }
 FLOAT_RESULT = {aten.exp, aten.log, aten.sqrt, aten.rsqrt, aten.tanh, aten.sigmoid, aten.erf}
-JUMPS = {aten.floor, aten.ceil}  # not continuous: half operands are read as stored
+JUMPS = {aten.floor, aten.ceil, aten.sign}  # not continuous: half operands are read as stored
 
 
 def _unary(op, fn):
@@ -48,8 +50,10 @@ def _unary(op, fn):
         x = ctx.lazy(x)
         if op is aten.bitwise_not and dt.is_int(x.dtype):
             return ctx.pointwise(_bitwise_not, [x], compute=x.dtype)
-        if op in (aten.logical_not, aten.bitwise_not):
+        if op in (aten.logical_not, aten.bitwise_not, aten.isnan):
             return ctx.pointwise(fn, [x], compute=x.dtype)
+        if op is aten.sign and x.dtype == "bool":
+            return x  # (a bool is its own sign)
         return ctx.pointwise(fn, [x], jumps=op in JUMPS)
 
     return lower
@@ -57,6 +61,12 @@ def _unary(op, fn):
 
 for _op, _fn in UNARY.items():
     lowers(_op.default)(_unary(_op, _fn))
+
+
+def _sign(x):
+    """1, -1 or 0 (NaN's sign is 0, as torch gives it)."""
+    one, zero = te.const(1, x.dtype), _zero(x)
+    return te.if_then_else(x > zero, one, te.if_then_else(x < zero, zero - one, zero))
 
 
 def _bitwise_not(x):

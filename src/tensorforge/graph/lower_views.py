@@ -86,6 +86,28 @@ def transpose(ctx, node, x, d0=0, d1=1):
     )
 
 
+@lowers(aten.flip.default)
+def flip(ctx, node, x, dims):
+    x = ctx.no_anchor(x)
+    flipped = {d % x.ndim for d in dims} if x.ndim else set()
+    size = x.shape
+    return _view(
+        x,
+        ctx.shape_of(node),
+        lambda idx: x.at(tuple(size[d] - 1 - i if d in flipped else i for d, i in enumerate(idx))),
+    )
+
+
+@lowers(aten.repeat.default)
+def repeat(ctx, node, x, repeats):
+    """Tiles of x, `repeats` along each dimension (new leading ones first): element i of a
+    dimension of x's size n is element i % n of x."""
+    x = ctx.no_anchor(x)
+    out = ctx.shape_of(node)
+    lead = len(out) - x.ndim
+    return _view(x, out, lambda idx: x.at(tuple(i % n for i, n in zip(idx[lead:], x.shape))))
+
+
 @lowers(aten.expand.default)
 def expand(ctx, node, x, size, implicit=False):
     x = ctx.no_anchor(x)
