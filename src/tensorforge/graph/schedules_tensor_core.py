@@ -22,7 +22,7 @@ from tensorforge import te
 from tensorforge.ops.gemm_fp16 import WARP
 from tensorforge.ops.tensor_core import OPERANDS, mma_store, mma_sync
 from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
-from tensorforge.ops.wgmma_tf32 import swizzled_fill_tf32, wgmma_tf32_sync
+from tensorforge.ops.wgmma_tf32 import wgmma_tf32_sync
 
 # floats added to each row of the float32 tile: a half-warp's 8-byte fragment stores (4 rows x
 # 4 column pairs) then hit 32 distinct banks, where rows of a power-of-two length hit 8 only
@@ -111,9 +111,7 @@ def schedule_tensor_core(s, out, anchor) -> str:
         _, warp_rows = s[stage].split(rest, factor=tiles.warps)
         s[stage].bind(lane, tx)
         s[stage].bind(warp_rows, ty)
-        if tf32_wgmma:
-            s[stage].tensorize(vec, swizzled_fill_tf32(rows, row_len))
-        elif wgmma:
+        if wgmma:  # (float32 tiles too: TF32 wgmma's)
             s[stage].tensorize(vec, swizzled_fill(rows, row_len, dtype))
         else:
             s[stage].vectorize(vec)

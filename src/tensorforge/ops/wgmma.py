@@ -59,15 +59,17 @@ def _wgmma_asm(n: int, ptx_type: str) -> str:
 
 SW128_FILL_SOURCE = r"""
 // tensorforge: one 16-byte cp.async into a shared tile of the 128B-swizzled layout "sw128":
-// [COLS / 64][ROWS][64] 16-bit elements, chunk c of row r at c ^ (r % 8) (ops/wgmma.py).
-// `at` is where element `off` (= r * COLS + c, row-major) of the tile would be unswizzled
-// (the tile's own offset: tensorize binds the intrinsic buffer's elem_offset to it).
+// [COLS / SLAB][ROWS][SLAB] elements, SLAB = 128 bytes of them (64 halves, 32 floats), the
+// 16-byte chunk c of row r at c ^ (r % 8) (ops/wgmma.py). `at` is where element `off`
+// (= r * COLS + c, row-major) of the tile would be unswizzled (the tile's own offset:
+// tensorize binds the intrinsic buffer's elem_offset to it).
 template <int ROWS, int COLS, typename T>
 __device__ __forceinline__ void tf_cp_async_sw128(T* at, const T* src, int off) {
-  static_assert(sizeof(T) == 2 && COLS % 64 == 0, "sw128: 16-bit elements, 64-column slabs");
+  constexpr unsigned SLAB = 128 / sizeof(T), CHUNK = 16 / sizeof(T);
+  static_assert((sizeof(T) == 2 || sizeof(T) == 4) && COLS % SLAB == 0, "sw128: 16- or 32-bit elements, 128-byte slabs");
   const unsigned r = static_cast<unsigned>(off) / COLS, c = static_cast<unsigned>(off) % COLS;
-  const unsigned tile = static_cast<unsigned>(__cvta_generic_to_shared(at)) - 2u * off;
-  const unsigned d = tile + (c / 64) * (ROWS * 128) + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16);
+  const unsigned tile = static_cast<unsigned>(__cvta_generic_to_shared(at)) - unsigned(sizeof(T)) * off;
+  const unsigned d = tile + (c / SLAB) * (ROWS * 128) + r * 128 + ((((c % SLAB) / CHUNK) ^ (r % 8)) * 16);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(src) : "memory");
 }
 """
@@ -124,18 +126,20 @@ __device__ __forceinline__ void tf_wgmma_sync(float* acc, const T* a, const T* b
 
 @functools.cache
 def swizzled_fill(rows: int, cols: int, dtype: str = "float16") -> TensorIntrin:
-    """d[8] = s[8]: one 16-byte piece of a `rows x cols` shared tile stored in the sw128 layout,
-    copied from global memory by cp.async (tensorize the 8 innermost columns of a fill whose
-    threads cover the tile; inside a double_buffer(stages, sync="mbarrier") pipeline)."""
-    if dtype not in SUPPORTED:
-        raise ScheduleError(f"swizzled_fill: dtype must be one of {', '.join(SUPPORTED)}")
-    if cols % 64 or rows % 8:
+    """d[n] = s[n]: one 16-byte piece (8 halves, 4 floats) of a `rows x cols` shared tile stored
+    in the sw128 layout, copied from global memory by cp.async (tensorize the innermost n
+    columns of a fill whose threads cover the tile; inside a double_buffer(stages,
+    sync="mbarrier") pipeline). float32 tiles are TF32 wgmma's (ops/wgmma_tf32.py)."""
+    if dtype not in (*SUPPORTED, "float32"):
+        raise ScheduleError(f"swizzled_fill: dtype must be one of {', '.join(SUPPORTED)}, float32")
+    lanes = 4 if dtype == "float32" else 8  # 16 bytes
+    if cols % (lanes * 8) or rows % 8:
         raise ScheduleError(
-            f"swizzled_fill: a {rows} x {cols} tile must have 64-column slabs and whole 8-row "
-            f"swizzle groups"
+            f"swizzled_fill: a {rows} x {cols} {dtype} tile must have {lanes * 8}-column slabs "
+            f"(128 bytes) and whole 8-row swizzle groups"
         )
-    src = te.placeholder((8,), dtype, name="s")
-    dst = te.compute((8,), lambda i: src[i], name="d")
+    src = te.placeholder((lanes,), dtype, name="s")
+    dst = te.compute((lanes,), lambda i: src[i], name="d")
     binds = {
         src: tir.decl_buffer(src.shape, dtype, "S"),
         dst: tir.decl_buffer(dst.shape, dtype, "D", scope="shared", elem_offset=te.var("off")),

@@ -1,5 +1,5 @@
 """Hopper (sm_90a) TF32 tensor-core intrinsics for `tensorize`: `wgmma.mma_async ... k8 .tf32`
-on float32 shared tiles in the 128-byte swizzled layout, and the `cp.async` fill of that layout.
+on float32 shared tiles in the 128-byte swizzled layout (filled by ops/wgmma.py's swizzled_fill).
 
 TF32's wgmma reads both operands K-major from shared memory (the PTX ISA allows no transpose
 for it): A as `[m][k]`, B as `[n][k]`, each row's k step 32 floats = one 128-byte swizzled row
@@ -9,8 +9,8 @@ for it): A as `[m][k]`, B as `[n][k]`, each row's k step 32 floats = one 128-byt
 by the hardware on the address bits, so the start moves as in the unswizzled row), 8-row groups
 1024 bytes apart.
 
-    s[AS].tensorize(vec, swizzled_fill_tf32(block_m, 32))   # 4 floats of the A tile [m][k]
-    s[BS].tensorize(vec, swizzled_fill_tf32(block_n, 32))   # ... of the B tile [n][k]
+    s[AS].tensorize(vec, swizzled_fill(block_m, 32, "float32"))  # 4 floats of A's tile [m][k]
+    s[BS].tensorize(vec, swizzled_fill(block_n, 32, "float32"))  # ... of B's tile [n][k]
     s[C].tensorize(ci, wgmma_tf32_sync(16, block_n, 32))    # per warp: 16 rows x block_n
 
 The tensor cores use a float's top 19 bits (TF32); the rest are dropped, not rounded: callers
@@ -44,21 +44,6 @@ def _wgmma_asm(n: int) -> str:
         f'               : "l"(da), "l"(db), "n"(1) : "memory");\n'
         f"}}\n"
     )
-
-
-SW128_TF32_FILL_SOURCE = r"""
-// tensorforge: one 16-byte cp.async (4 floats) into a float32 shared tile of the 128B-swizzled
-// layout, [COLS / 32][ROWS][32] floats, chunk c of row r at c ^ (r % 8) (ops/wgmma_tf32.py).
-// `at` is where element `off` (= r * COLS + c, row-major) of the tile would be unswizzled.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void tf_cp_async_sw128_tf32(float* at, const float* src, int off) {
-  static_assert(COLS % 32 == 0, "sw128 tf32: 32-float slabs");
-  const unsigned r = static_cast<unsigned>(off) / COLS, c = static_cast<unsigned>(off) % COLS;
-  const unsigned tile = static_cast<unsigned>(__cvta_generic_to_shared(at)) - 4u * off;
-  const unsigned d = tile + (c / 32) * (ROWS * 128) + r * 128 + ((((c % 32) / 4) ^ (r % 8)) * 16);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(src) : "memory");
-}
-"""
 
 
 def _wgmma_source(n: int) -> str:
@@ -104,42 +89,10 @@ __device__ __forceinline__ void tf_wgmma_sync_tf32(float* acc, const float* a, c
 
 
 @functools.cache
-def swizzled_fill_tf32(rows: int, cols: int) -> TensorIntrin:
-    """d[4] = s[4]: one 16-byte piece of a `rows x cols` float32 shared tile stored in the
-    128B-swizzled layout (32-float rows), copied from global memory by cp.async (tensorize the
-    4 innermost columns of a fill whose threads cover the tile; inside a double_buffer
-    pipeline with mbarriers)."""
-    if cols % K_STEP or rows % 8:
-        raise ScheduleError(
-            f"swizzled_fill_tf32: a {rows} x {cols} tile must have 32-float slabs and whole "
-            f"8-row swizzle groups"
-        )
-    src = te.placeholder((4,), "float32", name="s")
-    dst = te.compute((4,), lambda i: src[i], name="d")
-    binds = {
-        src: tir.decl_buffer(src.shape, "float32", "S"),
-        dst: tir.decl_buffer(dst.shape, "float32", "D", scope="shared", elem_offset=te.var("off")),
-    }
-
-    def fintrin(ins, outs):
-        (ss,) = ins
-        (dd,) = outs
-        return tir.call_extern(
-            "handle", f"tf_cp_async_sw128_tf32<{rows}, {cols}>", dd.access_ptr("w"),
-            ss.access_ptr("r"), dd.elem_offset,
-        )  # fmt: skip
-
-    return te.decl_tensor_intrin(
-        dst.op, fintrin, name=f"sw128_tf32_fill_{rows}x{cols}", binds=binds,
-        device_source=SW128_TF32_FILL_SOURCE,
-    )  # fmt: skip
-
-
-@functools.cache
 def wgmma_tf32_sync(wm: int, wn: int, wk: int = K_STEP, pending: int = 0) -> TensorIntrin:
     """acc[wm, wn] (+)= sum_k a[wm, k] * b[wn, k] by wgmma.mma_async.m64n{wn}k8.tf32 with a
     float32 "warp" accumulator: wm = 16 (a warp's slice of its warpgroup's 64 rows), wk = 32;
-    a and b are K-major sw128 float32 tiles in shared memory (swizzled_fill_tf32). `pending` as
+    a and b are K-major sw128 float32 tiles in shared memory (wgmma.swizzled_fill). `pending` as
     ops/wgmma.py's wgmma_sync."""
     if pending not in (0, 1):
         raise ScheduleError(f"wgmma_tf32_sync: pending must be 0 or 1, got {pending}")
