@@ -159,6 +159,10 @@ def test_math_intrinsics_match_numpy(dtype, rtol, lanes):
         "ceil": (te.ceil, np.ceil),
         "round": (te.round, np.round),  # half to even
         "pow": (lambda x: te.power(te.abs(x), 1.5), lambda x: np.abs(x) ** 1.5),
+        "log1p": (lambda x: te.log1p(te.abs(x)), lambda x: np.log1p(np.abs(x))),
+        "expm1": (te.expm1, np.expm1),
+        "atan2": (lambda x: te.atan2(x, x * 0.5 - 1.0), lambda x: np.arctan2(x, x * 0.5 - 1)),
+        "hypot": (lambda x: te.hypot(x, x * 0.5 - 1.0), lambda x: np.hypot(x, x * 0.5 - 1)),
     }
     outs = [te.compute((n,), _apply(f, A), name=name) for name, (f, _) in funcs.items()]
     s = te.create_schedule([o.op for o in outs])
