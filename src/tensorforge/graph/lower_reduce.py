@@ -54,7 +54,7 @@ def _element_of(x: Lazy):
     return lambda idx: x.at(())
 
 
-def _reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red"):
+def reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red"):
     """The anchor of reducing `x` over `dims` (all when empty) with `combine` (te.sum, te.max),
     computed in `dtype`'s opmath dtype (float32 for a half type)."""
     dtype = opmath_dtype(dtype)
@@ -109,20 +109,9 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
     split = split_reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
     if split is not None:  # few long rows on CUDA
         return split
-    x, stage, shape, *_ = _reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
+    x, stage, shape, *_ = reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
     anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
-
-
-@lowers(aten.max.dim, aten.min.dim)
-def max_dim(ctx, node, x, dim, keepdim=False):
-    """torch.max(x, dim).values (min): an amax (amin) where the indices are not read."""
-    only_first_output_used(node)
-    combine = te.max if node.target is aten.max.dim else te.min
-    out_dtype = ctx.dtype_of(node, 0)
-    x, stage, shape, *_ = _reduction(ctx, node, x, [dim], keepdim, combine, out_dtype)
-    anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
-    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype), None
 
 
 @lowers(aten.linalg_vector_norm.default)
@@ -132,7 +121,7 @@ def vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None):
         raise Unsupported(f"a vector norm of ord {ord}")
     out_dtype = ctx.dtype_of(node)
     dims = [dim] if isinstance(dim, int) else list(dim or [])
-    x, stage, shape, *_ = _reduction(
+    x, stage, shape, *_ = reduction(
         ctx, node, x, dims, keepdim, te.sum, out_dtype, prologue=lambda v, i: v * v
     )
     anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
@@ -148,7 +137,7 @@ def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
         split = split_reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype, 1.0 / count)
         if split is not None:
             return split
-    x, stage, shape, _, _, count = _reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype)
+    x, stage, shape, _, _, count = reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype)
     anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     inv = 1.0 / count if isinstance(count, int) else None
     if inv is not None:
@@ -160,7 +149,7 @@ def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
 
 def _variance(ctx, node, x, dims, correction, keepdim):
     dtype = ctx.dtype_of(node, 0) if isinstance(node.meta["val"], tuple) else ctx.dtype_of(node)
-    x, total, shape, full, axes, count = _reduction(ctx, node, x, dims, keepdim, te.sum, dtype)
+    x, total, shape, full, axes, count = reduction(ctx, node, x, dims, keepdim, te.sum, dtype)
     acc = total.dtype
     n = _float_size(count, acc)
     squares = te.compute(
