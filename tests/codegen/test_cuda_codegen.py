@@ -331,7 +331,7 @@ def test_floor_helpers_wrap_the_minimum_divided_by_minus_one(tmp_path):
     cases = [(-(2**31), -1), (-(2**31), 1), (-(2**31), 3), (7, -1), (-7, 2), (7, -2), (0, -1)]
     cases64 = [(-(2**63), -1), (-(2**63), 5), (2**63 - 1, -1)]
     program = (  # the operands read at run time: a constant quotient would be folded
-        "#include <cstdint>\n#include <cstdio>\n" + host + "int main() {\n"
+        "#include <cmath>\n#include <cstdint>\n#include <cstdio>\n" + host + "int main() {\n"
         "  long long a, b; int bits;\n"
         '  while (scanf("%d %lld %lld", &bits, &a, &b) == 3) {\n'
         "    long long q = bits == 32 ? tf_floordiv<int32_t>(a, b) : tf_floordiv<int64_t>(a, b);\n"
