@@ -382,3 +382,33 @@ def test_convolution_of_constant_weights_over_channels_of_a_run_time_count():
         a = rand(7, 3, 13, seed=27)
         torch.testing.assert_close(fast(a), module(a))
     nothing_eager()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_the_minimum_divided_by_minus_one_wraps(dtype):
+    # x86 idiv of the minimum by -1 overflows (SIGFPE: the process was killed, at static sizes
+    # and run-time ones); torch's floor division wraps to the minimum. Eager's trunc division
+    # traps itself, so the compiled one is held to the wrapped quotient, never a crash.
+    from tests.graph.test_lowering import compile_fn
+
+    low = torch.iinfo(dtype).min
+    i = torch.tensor([low, low, low + 1, 7, -7, 0, low, 5, low, -1, low, 3, low], dtype=dtype)
+    j = torch.tensor([-1, 1, -1, -1, 2, -1, 3, -2, -1, -1, -1, -1, 7], dtype=dtype)
+
+    def floor(i, j):
+        return i // j, torch.div(i, j, rounding_mode="floor"), i // -1
+
+    check(floor, i, j)
+    fast, nothing_eager = dynamic(floor)
+    for size in (13, 11):
+        for got, want in zip(fast(i[:size], j[:size]), floor(i[:size], j[:size])):
+            assert torch.equal(got, want)
+    nothing_eager()
+
+    def trunc(i, j):
+        return torch.div(i, j, rounding_mode="trunc"), torch.div(i, -1, rounding_mode="trunc")
+
+    traced = [torch.where(i == low, 0, i), j]  # (traced by running it eagerly)
+    got = compile_fn(trunc, traced)([i, j])
+    quotient = torch.where(j == -1, -i, torch.div(i, j.where(j != -1, 1), rounding_mode="trunc"))
+    assert torch.equal(got[0], quotient) and torch.equal(got[1], -i)  # (-low is low, wrapped)

@@ -435,12 +435,16 @@ class ExprPrinter(VectorAccesses):
 
 
 FLOOR_HELPERS = """\
-// floor division and modulo with Python semantics (the IR's FloorDiv / FloorMod on integers)
+// floor division and modulo with Python semantics (the IR's FloorDiv / FloorMod on integers);
+// the minimum divided by -1 wraps, as in torch (INT_MIN // -1 == INT_MIN, INT_MIN % -1 == 0),
+// where C's a / b overflows (undefined)
 template <typename T> __device__ __forceinline__ T tf_floordiv(T a, T b) {
+  if (b == T(-1)) return T(0ull - (unsigned long long)a);
   T q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 template <typename T> __device__ __forceinline__ T tf_floormod(T a, T b) {
+  if (b == T(-1)) return T(0);
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }

@@ -190,10 +190,12 @@ def _int_floor_div(x, y):
 
 def _int_trunc_div(x, y):
     """x / y rounded toward zero: the floor quotient, one up where it was rounded down past
-    zero (a remainder, and operands of opposite signs)."""
+    zero (a remainder, and operands of opposite signs). NOTE: the remainder, not q * y != x:
+    INT_MIN // -1 wraps to INT_MIN, and so would its product, where int32 and int64 products
+    promise LLVM no overflow (nsw)."""
     q = x // y
     zero = _zero(q)
-    inexact = te.all(q * y != x, (x < zero) != (y < zero))
+    inexact = te.all(x % y != zero, (x < zero) != (y < zero))
     return te.if_then_else(inexact, q + te.const(1, q.dtype), q)
 
 
