@@ -568,7 +568,7 @@ OPS = [
     (op_conv, 2),
     (op_embedding, 0.3),
     (op_attention, 0.5),
-    (op_int_divide, 2),
+    (op_int_divide, 3),
 ]
 
 

@@ -26,13 +26,13 @@ def make_int_input(kind: str, dtype: torch.dtype, shape, gen: torch.Generator) -
     small = min(info.max, 50)
     if kind == "dividend":
         value = torch.randint(-small, small + 1, shape, generator=gen)
-        extremes = torch.tensor([info.min, info.max, info.min + 1, -1, 0])
+        extremes = torch.tensor([info.min, info.min, info.max, info.min + 1, -1, 0])
     else:
         value = torch.randint(1, 10, shape, generator=gen)
         value = torch.where(torch.rand(shape, generator=gen) < 0.5, -value, value)
         extremes = torch.tensor([-1, -1, -1, info.min, info.max])
     pick = torch.randint(0, len(extremes), shape, generator=gen)
-    special = torch.rand(shape, generator=gen) < 0.2
+    special = torch.rand(shape, generator=gen) < 0.3
     return torch.where(special, extremes[pick], value).to(dtype)
 
 
@@ -54,13 +54,16 @@ def _dividend(g) -> str | None:
     return g.new_input(g.shape(), g.rng.choice(INT_TYPES), "dividend")
 
 
-def _divisor(g, shape) -> str:
-    """A divisor that broadcasts against `shape`, never zero."""
+def _divisor(g, dividend: torch.Tensor) -> str:
+    """A divisor that broadcasts against the dividend, never zero, mostly of its type (mixed
+    types promote to the wider: no minimum there to overflow)."""
+    shape = tuple(dividend.shape)
     if g.rng.random() < 0.25:
         y = g.pick(lambda t: _integers(t) and _broadcasts(tuple(t.shape), shape))
         if y is not None:
             return f"torch.where({y} == 0, -1, {y})"
-    return g.new_input(g.partner(shape), g.rng.choice(INT_TYPES), "divisor")
+    dtype = dividend.dtype if g.rng.random() < 0.8 else g.rng.choice(INT_TYPES)
+    return g.new_input(g.partner(shape), dtype, "divisor")
 
 
 def _broadcasts(small, big) -> bool:
@@ -69,7 +72,30 @@ def _broadcasts(small, big) -> bool:
     return all(s in (1, b) for s, b in zip(reversed(small), reversed(big)))
 
 
+FORMS = [
+    "{a} // {b}",
+    "torch.div({a}, {b}, rounding_mode='floor')",
+    "torch.floor_divide({a}, {b})",
+    "torch.div({t}, {b}, rounding_mode='trunc')",
+    "{a} % {b}",
+    "torch.remainder({a}, {b})",
+    "torch.fmod({a}, {b})",
+    "{a} // -1",
+    "{a} % -1",
+    "{a} // -{k}",
+    "{a} % -{k}",
+    "torch.div({t}, -{k}, rounding_mode='trunc')",
+    "{k} // {b}",
+    "({a} // {b}) * {b} + {a} % {b}",
+    "({a} // {b} + {a} % {b}).float()",
+    "({a} // {b}).float() * 0.5 + ({a} % -{k}).float()",
+    "{a} / {b}",
+    "torch.where({a} % {b} == 0, {a} // {b}, -{a})",
+]
+
+
 def op_int_divide(g):
+    form = g.rng.choice(FORMS)
     a = _dividend(g)
     if a is None:
         return None
@@ -77,27 +103,8 @@ def op_int_divide(g):
         sample = eval(a, {"torch": torch, **g.samples})  # noqa: S307 - the generator's own
     except Exception:  # noqa: BLE001 - not a valid expression now
         return None
-    b = _divisor(g, tuple(sample.shape))
+    b = _divisor(g, sample) if "{b}" in form else None
     k = g.rng.choice([2, 3, 7, 16])
     above_min = f"{a}.clamp(min={torch.iinfo(sample.dtype).min + 1})"  # (eager's trunc
     # division traps on the minimum)
-    forms = [
-        "{a} // {b}",
-        "torch.div({a}, {b}, rounding_mode='floor')",
-        "torch.floor_divide({a}, {b})",
-        "torch.div({t}, {b}, rounding_mode='trunc')",
-        "{a} % {b}",
-        "torch.remainder({a}, {b})",
-        "torch.fmod({a}, {b})",
-        "{a} // -1",
-        "{a} % -1",
-        "{a} // -{k}",
-        "{a} % -{k}",
-        "torch.div({t}, -{k}, rounding_mode='trunc')",
-        "{k} // {b}",
-        "({a} // {b}) * {b} + {a} % {b}",
-        "({a} // {b} + {a} % {b}).float()",
-        "{a} / {b}",
-        "torch.where({a} % {b} == 0, {a} // {b}, -{a})",
-    ]
-    return g.rng.choice(forms).format(a=a, b=b, t=above_min, k=k)
+    return form.format(a=a, b=b, t=above_min, k=k)
