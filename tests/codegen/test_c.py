@@ -105,6 +105,42 @@ def test_integer_division_in_a_guarded_vector_tail_does_not_trap(dtype):
     np.testing.assert_array_equal(d, a // b + a % b)
 
 
+def wrapped_floor(a, b, dtype):
+    """Python's a // b and a % b of integer arrays, the quotient wrapped to `dtype` as torch
+    wraps it (the minimum // -1 is the minimum)."""
+    bits = np.iinfo(dtype).bits
+    q = [((x // y) + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1)) for x, y in zip(a, b)]
+    return np.array(q, dtype), np.array([x % y for x, y in zip(a, b)], dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+@pytest.mark.parametrize("size", [13, None])  # a run-time size (a guarded vector tail), static
+def test_integer_minimum_divided_by_minus_one_wraps(dtype, size):
+    # x86 idiv of the minimum by -1 overflows and raises SIGFPE (the process killed) on both
+    # backends; torch gives the minimum (wrapped) and a remainder of 0
+    info = np.iinfo(dtype)
+    values = [info.min, info.min, info.min, info.max, -7, 7, 0, info.min, -1, info.min + 1]
+    divisors = [-1, 1, -1, -1, -1, 2, -1, 3, -1, -1]
+    a = np.array((values * 2)[:13], dtype)
+    b = np.array((divisors * 2)[:13], dtype)
+    n = te.var("n") if size is None else 13
+    A = te.placeholder((n,), dtype, name="A")
+    B = te.placeholder((n,), dtype, name="B")
+    Q = te.compute((n,), lambda i: A[i] // B[i], name="Q")
+    R = te.compute((n,), lambda i: A[i] % B[i], name="R")
+    M = te.compute((n,), lambda i: A[i] // -1 + A[i] % -1, name="M")  # constant divisor
+    s = te.create_schedule([Q.op, R.op, M.op])
+    for T in (Q, R, M):
+        _, inner = s[T].split(T.op.axis[0], factor=8)
+        s[T].vectorize(inner)
+    outs = [np.zeros(13, dtype) for _ in range(3)]
+    q, r, m = both(s, [A, B, Q, R, M], [a, b, *outs])[2:]
+    want_q, want_r = wrapped_floor(a.tolist(), b.tolist(), dtype)
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(r, want_r)
+    np.testing.assert_array_equal(m, wrapped_floor(a.tolist(), [-1] * 13, dtype)[0])
+
+
 @pytest.mark.parametrize("dtype,rtol", [("float32", 2e-6), ("float64", 1e-12), ("float16", 2e-3)])
 @pytest.mark.parametrize("lanes", [1, 8])
 def test_math_intrinsics_match_numpy(dtype, rtol, lanes):
@@ -123,6 +159,10 @@ def test_math_intrinsics_match_numpy(dtype, rtol, lanes):
         "ceil": (te.ceil, np.ceil),
         "round": (te.round, np.round),  # half to even
         "pow": (lambda x: te.power(te.abs(x), 1.5), lambda x: np.abs(x) ** 1.5),
+        "log1p": (lambda x: te.log1p(te.abs(x)), lambda x: np.log1p(np.abs(x))),
+        "expm1": (te.expm1, np.expm1),
+        "atan2": (lambda x: te.atan2(x, x * 0.5 - 1.0), lambda x: np.arctan2(x, x * 0.5 - 1)),
+        "hypot": (lambda x: te.hypot(x, x * 0.5 - 1.0), lambda x: np.hypot(x, x * 0.5 - 1)),
     }
     outs = [te.compute((n,), _apply(f, A), name=name) for name, (f, _) in funcs.items()]
     s = te.create_schedule([o.op for o in outs])

@@ -301,3 +301,54 @@ def test_narrow_integer_reduction_shuffles_through_int(tmp_path):
     assert "(signed char)__shfl_down_sync(red_mask, (int)(red[0]), 16, 32);" in text
     if NVCC is not None:
         nvcc_ptx(text, tmp_path)
+
+
+def test_floor_helpers_wrap_the_minimum_divided_by_minus_one(tmp_path):
+    """tf_floordiv / tf_floormod (Python's // and % of signed integers) give torch's wrapped
+    results for the minimum by -1, where C's a / b overflows (undefined behaviour): a te kernel
+    that divides two int32 tensors compiles with nvcc, and the helpers, compiled for the host
+    with the same text (no GPU here), compute Python's floor division with the minimum wrapped."""
+    import tensorforge as tf
+    from tensorforge import te
+    from tensorforge.codegen.cuda_expr import FLOOR_HELPERS
+
+    n = te.var("n")
+    A = te.placeholder((n,), "int32", name="A")
+    B = te.placeholder((n,), "int32", name="B")
+    C = te.compute((n,), lambda i: A[i] // B[i] + A[i] % B[i], name="C")
+    s = te.create_schedule(C.op)
+    block, thread = s[C].split(C.op.axis[0], factor=64)
+    s[C].bind(block, te.thread_axis("blockIdx.x"))
+    s[C].bind(thread, te.thread_axis("threadIdx.x"))
+    text = tf.build(s, [A, B, C], target="cuda -arch=sm_90").get_source("cuda")
+    assert "tf_floordiv<int>" in text and "tf_floormod<int>" in text
+    if NVCC is not None:
+        nvcc_ptx(text, tmp_path)
+    cxx = shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    host = FLOOR_HELPERS.replace("__device__ __forceinline__", "inline")
+    cases = [(-(2**31), -1), (-(2**31), 1), (-(2**31), 3), (7, -1), (-7, 2), (7, -2), (0, -1)]
+    cases64 = [(-(2**63), -1), (-(2**63), 5), (2**63 - 1, -1)]
+    program = (  # the operands read at run time: a constant quotient would be folded
+        "#include <cmath>\n#include <cstdint>\n#include <cstdio>\n" + host + "int main() {\n"
+        "  long long a, b; int bits;\n"
+        '  while (scanf("%d %lld %lld", &bits, &a, &b) == 3) {\n'
+        "    long long q = bits == 32 ? tf_floordiv<int32_t>(a, b) : tf_floordiv<int64_t>(a, b);\n"
+        "    long long r = bits == 32 ? tf_floormod<int32_t>(a, b) : tf_floormod<int64_t>(a, b);\n"
+        '    printf("%lld %lld\\n", q, r);\n  }\n}\n'
+    )
+    (tmp_path / "floor.cpp").write_text(program)
+    exe = tmp_path / "floor"
+    subprocess.run([cxx, "-O2", "-o", str(exe), str(tmp_path / "floor.cpp")], check=True)
+    operands = [f"32 {a} {b}" for a, b in cases] + [f"64 {a} {b}" for a, b in cases64]
+    run = subprocess.run([str(exe)], input="\n".join(operands), capture_output=True, text=True)
+    assert run.returncode == 0, f"the helpers trapped (signal {-run.returncode})"
+    got = run.stdout.split("\n")
+
+    def wrapped(q: int, bits: int) -> int:
+        return (q + 2 ** (bits - 1)) % 2**bits - 2 ** (bits - 1)
+
+    want = [f"{wrapped(a // b, 32)} {a % b}" for a, b in cases]
+    want += [f"{wrapped(a // b, 64)} {a % b}" for a, b in cases64]
+    assert got[: len(want)] == want

@@ -56,6 +56,9 @@ MATH = {  # name: (numpy reference on float64, input sampler, max float32 ulps a
         0,
     ),  # halves to even
     "abs": (np.abs, lambda r, n: r.uniform(-100, 100, n), 0),
+    # log(u) x / (u - 1) and (u - 1) x / log(u) on the polynomials: their errors and a divide
+    "log1p": (np.log1p, lambda r, n: np.exp(r.uniform(-30, 80, n)) * r.choice([-1, 1], n), 3),
+    "expm1": (np.expm1, lambda r, n: r.uniform(-20, 88, n), 3),
 }
 
 
@@ -73,6 +76,8 @@ def test_math_float32_against_numpy(name, lanes, rng):
         "tanh",
         "sigmoid",
         "erf",
+        "log1p",
+        "expm1",
     ):  # also small arguments, where relative error shows
         x[: size // 4] = (rng.standard_normal(size // 4) * 0.3).astype(np.float32)
     a, b = aligned(x), aligned(np.zeros(size, np.float32))

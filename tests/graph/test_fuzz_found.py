@@ -183,9 +183,9 @@ def test_an_empty_intermediate():
 
     def fn(x):
         empty = torch.var_mean(x, 1, keepdim=True)[0][:, -3:-1:2]
-        return torch.round(empty * 2), x.sum(-1)
+        return torch.sin(empty * 2), x.sum(-1)
 
-    check(fn, x, fallbacks=1)  # (round runs eagerly, on the empty temporary)
+    check(fn, x, fallbacks=1)  # (sin runs eagerly, on the empty temporary)
 
 
 def test_convolution_by_weights_of_run_time_sizes():
@@ -336,15 +336,15 @@ def test_strided_grouped_convolution_of_a_run_time_height():
 
 
 def test_max_and_min_over_a_dimension_without_their_indices():
-    # torch.max(x, dim).values ran eagerly (aten.max.dim had no lowering); with the indices
-    # read it still does
+    # torch.max(x, dim).values ran eagerly (aten.max.dim had no lowering); the indices are
+    # an argmax's (lower_index_reduce.py)
     x = rand(5, 7, 3, seed=24)
 
     def fn(x):
         return x.max(1).values * 2, torch.min(x, -1, keepdim=True)[0], x.to(torch.int64).max(0)[0]
 
     check(fn, x)
-    check(lambda x: x.max(1).indices, x, fallbacks=1)
+    check(lambda x: x.max(1).indices, x)
 
 
 def test_vector_norms():
@@ -382,3 +382,33 @@ def test_convolution_of_constant_weights_over_channels_of_a_run_time_count():
         a = rand(7, 3, 13, seed=27)
         torch.testing.assert_close(fast(a), module(a))
     nothing_eager()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_the_minimum_divided_by_minus_one_wraps(dtype):
+    # x86 idiv of the minimum by -1 overflows (SIGFPE: the process was killed, at static sizes
+    # and run-time ones); torch's floor division wraps to the minimum. Eager's trunc division
+    # traps itself, so the compiled one is held to the wrapped quotient, never a crash.
+    from tests.graph.test_lowering import compile_fn
+
+    low = torch.iinfo(dtype).min
+    i = torch.tensor([low, low, low + 1, 7, -7, 0, low, 5, low, -1, low, 3, low], dtype=dtype)
+    j = torch.tensor([-1, 1, -1, -1, 2, -1, 3, -2, -1, -1, -1, -1, 7], dtype=dtype)
+
+    def floor(i, j):
+        return i // j, torch.div(i, j, rounding_mode="floor"), i // -1
+
+    check(floor, i, j)
+    fast, nothing_eager = dynamic(floor)
+    for size in (13, 11):
+        for got, want in zip(fast(i[:size], j[:size]), floor(i[:size], j[:size])):
+            assert torch.equal(got, want)
+    nothing_eager()
+
+    def trunc(i, j):
+        return torch.div(i, j, rounding_mode="trunc"), torch.div(i, -1, rounding_mode="trunc")
+
+    traced = [torch.where(i == low, 0, i), j]  # (traced by running it eagerly)
+    got = compile_fn(trunc, traced)([i, j])
+    quotient = torch.where(j == -1, -i, torch.div(i, j.where(j != -1, 1), rounding_mode="trunc"))
+    assert torch.equal(got[0], quotient) and torch.equal(got[1], -i)  # (-low is low, wrapped)

@@ -487,13 +487,15 @@ def test_an_operator_without_a_lowering_on_constants_is_computed_at_compile_time
     def fn(x, inv_freq):
         freqs = torch.outer(torch.arange(x.shape[1], dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
-        return x * emb.cos() + x.cumsum(-1) * emb.sin()  # rotary embeddings' tables; cumsum: eager
+        return (
+            x * emb.cos() + x.cumprod(-1) * emb.sin()
+        )  # rotary embeddings' tables; cumprod: eager
 
     compiled = check(fn, rand(2, 7, 8, seed=53), inv_freq, constants=(1,), fallbacks=1)
     assert {"cos", "sin"} <= set(compiled.program.folded)
     assert [reason for _, _, reason in compiled.program.fallbacks] == [
         "no lowering for this operator"
-    ]  # cumsum reads the input: eager each call
+    ]  # cumprod reads the input: eager each call
 
 
 def test_prims_convert_element_type_is_a_cast():

@@ -350,7 +350,7 @@ class _FunctionWriter(CExprPrinter):
 
 
 # -- helper functions ------------------------------------------------------------------------
-_BINARY = ("floordiv", "floormod", "min", "max", "pow")
+_BINARY = ("floordiv", "floormod", "min", "max", "pow", "atan2", "hypot")
 
 
 def define_helper(printer: CExprPrinter, op: str, dtype: str) -> str:
@@ -404,20 +404,23 @@ def _scalar(printer: CExprPrinter, op: str, element: str) -> str:
             f"  return ({t})((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);\n}}"
         )
     # an integer divisor of 0 divides by 1: the lanes a guarded vector tail leaves inactive
-    # hold 0 (masked loads) and reach these per lane, where a division by 0 raises SIGFPE
+    # hold 0 (masked loads) and reach these per lane, where a division by 0 raises SIGFPE;
+    # so does the minimum divided by -1 (it overflows), which wraps in torch: INT_MIN // -1 is
+    # INT_MIN (0 - a in unsigned arithmetic), INT_MIN % -1 is 0
     nonzero = "  if (b == 0) b = 1;\n"
     if op == "floordiv":
         if not signed:
             return f"{signature} {{\n{nonzero}  return ({t})(a / b);\n}}"
         return (
-            f"{signature} {{\n{nonzero}  {t} q = ({t})(a / b), r = ({t})(a % b);\n"
+            f"{signature} {{\n{nonzero}  if (b == -1) return ({t})(0 - (uint64_t)a);\n"
+            f"  {t} q = ({t})(a / b), r = ({t})(a % b);\n"
             f"  return ({t})(q - ((r != 0) & ((r < 0) != (b < 0))));\n}}"
         )
     if op == "floormod":
         if not signed:
             return f"{signature} {{\n{nonzero}  return ({t})(a % b);\n}}"
         return (
-            f"{signature} {{\n{nonzero}  {t} r = ({t})(a % b);\n"
+            f"{signature} {{\n{nonzero}  if (b == -1) return 0;\n  {t} r = ({t})(a % b);\n"
             f"  return ({t})((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);\n}}"
         )
     if op in ("min", "max"):
@@ -426,8 +429,8 @@ def _scalar(printer: CExprPrinter, op: str, element: str) -> str:
             return f"{signature} {{ return a {'&&' if op == 'min' else '||'} b; }}"
         nan = " || a != a" if is_float else ""  # a NaN operand gives NaN, as numpy does
         return f"{signature} {{ return (a {cmp} b{nan}) ? a : b; }}"
-    if op == "pow":
-        return f"{signature} {{ return {_float_fn(element, 'pow', 'a', 'b')}; }}"
+    if op in ("pow", "atan2", "hypot"):
+        return f"{signature} {{ return {_float_fn(element, op, 'a', 'b')}; }}"
     if op == "abs":
         if is_float:
             fabs = "fabs" if element == "float64" else "fabsf"

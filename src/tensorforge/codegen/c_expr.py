@@ -79,7 +79,9 @@ _ARITH = {Add: "+", Sub: "-", Mul: "*"}
 # libm per function and float type (float16 computes in float32)
 _LIBM = {
     "exp": ("expf", "exp"),
+    "expm1": ("expm1f", "expm1"),
     "log": ("logf", "log"),
+    "log1p": ("log1pf", "log1p"),
     "log2": ("log2f", "log2"),
     "sqrt": ("sqrtf", "sqrt"),
     "tanh": ("tanhf", "tanh"),
@@ -88,7 +90,10 @@ _LIBM = {
     "ceil": ("ceilf", "ceil"),
     "round": ("rintf", "rint"),  # in the default rounding mode: half to even, like numpy
     "pow": ("powf", "pow"),
+    "atan2": ("atan2f", "atan2"),
+    "hypot": ("hypotf", "hypot"),
 }
+BINARY_CALLS = ("pow", "atan2", "hypot")
 KNOWN_CALLS = (*_LIBM, "rsqrt", "sigmoid", "abs", "omp_get_thread_num")
 
 # C keywords and the library names the generated code uses: never the name of a variable
@@ -362,7 +367,7 @@ class CExprPrinter:
             return f"(({SCALAR[dt.element_of(e.dtype)]})omp_get_thread_num())"
         if name not in KNOWN_CALLS:
             raise self.fail(f"unknown intrinsic {name!r} (known: {' '.join(sorted(KNOWN_CALLS))})")
-        want = 2 if name == "pow" else 1
+        want = 2 if name in BINARY_CALLS else 1
         if len(e.args) != want:
             raise self.fail(f"intrinsic {name!r} takes {want} argument(s), got {len(e.args)}")
         dtype = e.args[0].dtype

@@ -89,7 +89,11 @@ _RESERVED = {
         "max",
         "abs",
         "exp",
+        "expm1",
         "log",
+        "log1p",
+        "atan2",
+        "hypot",
         "sqrt",
         "floor",
         "ceil",
@@ -118,7 +122,9 @@ _BINARY = {
 _FLOAT32_CALLS = {
     "exp": "expf",
     "exp2": "exp2f",
+    "expm1": "expm1f",
     "log": "logf",
+    "log1p": "log1pf",
     "log2": "log2f",
     "log10": "log10f",
     "sqrt": "sqrtf",
@@ -131,6 +137,8 @@ _FLOAT32_CALLS = {
     "trunc": "truncf",
     "abs": "fabsf",
     "pow": "powf",
+    "atan2": "atan2f",
+    "hypot": "hypotf",
     "sin": "sinf",
     "cos": "cosf",
     "tan": "tanf",
@@ -369,8 +377,11 @@ class ExprPrinter(VectorAccesses):
             half = HALF_TYPES.get(dt.element_of(dtype))
             if half:
                 a, b = f"{half[0]}({a})", f"{half[0]}({b})"
-            q = f"{f}({a} / {b})"
-            out = q if is_div else f"({a} - {q} * {b})"
+            if is_div:
+                out = f"{f}({a} / {b})"
+            else:  # C's fmod moved to the divisor's sign, as torch's remainder (exact)
+                self.helpers.add("floordiv")
+                out = f"tf_float_floormod({a}, {b})"
             return f"{half[1]}({out})" if half else out
         if dt.is_unsigned(dtype) or dt.is_bool(dtype):
             return f"({a} {'/' if is_div else '%'} {b})"
@@ -424,14 +435,26 @@ class ExprPrinter(VectorAccesses):
 
 
 FLOOR_HELPERS = """\
-// floor division and modulo with Python semantics (the IR's FloorDiv / FloorMod on integers)
+// floor division and modulo with Python semantics (the IR's FloorDiv / FloorMod on integers);
+// the minimum divided by -1 wraps, as in torch (INT_MIN // -1 == INT_MIN, INT_MIN % -1 == 0),
+// where C's a / b overflows (undefined)
 template <typename T> __device__ __forceinline__ T tf_floordiv(T a, T b) {
+  if (b == T(-1)) return T(0ull - (unsigned long long)a);
   T q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 template <typename T> __device__ __forceinline__ T tf_floormod(T a, T b) {
+  if (b == T(-1)) return T(0);
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ float tf_float_floormod(float a, float b) {
+  float r = fmodf(a, b);
+  return (r != 0.f && ((r < 0.f) != (b < 0.f))) ? r + b : r;
+}
+__device__ __forceinline__ double tf_float_floormod(double a, double b) {
+  double r = fmod(a, b);
+  return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
 }
 """
 

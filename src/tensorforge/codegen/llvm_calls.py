@@ -1,7 +1,10 @@
 """Calls in lowered IR -> llvmlite: abs, sqrt, rounding, pow, and the math functions (float32
-as inlined polynomials from llvm_math, float64 through LLVM's intrinsics or libm)."""
+as inlined polynomials from llvm_math, float64 through LLVM's intrinsics or libm; atan2 and
+hypot through libm per lane)."""
 
 from __future__ import annotations
+
+import math
 
 from llvmlite import ir
 
@@ -26,7 +29,7 @@ class CallEmitter:
         if name == "omp_get_thread_num":  # the worker's index inside a PARALLEL loop (0 outside)
             return b.call(intrinsic(self.module, "omp_get_thread_num", I32, []), [])
         args = [self.expr(a) for a in e.args]
-        want = 2 if name == "pow" else 1
+        want = 2 if name in ("pow", "atan2", "hypot") else 1
         if len(args) != want:
             raise self.fail(f"intrinsic {name!r} takes {want} argument(s), got {len(args)}")
         x, dtype = args[0], e.args[0].dtype
@@ -67,6 +70,13 @@ class CallEmitter:
         if name in llvm_math.POLYNOMIAL_FUNCTIONS and dt.element_of(dtype) == "float32":
             helper = llvm_math.math_function(self.module, name, x.type, self.cpu_features)
             return b.call(helper, [x])
+        float32 = dt.element_of(dtype) == "float32"
+        if name == "log1p" and float32:
+            return self._log1p(x)
+        if name == "expm1" and float32:
+            return self._expm1(x)
+        if name in ("log1p", "expm1", "atan2", "hypot"):
+            return self._per_lane_libm(name + ("f" if float32 else ""), *args)
         if name in ("exp", "log", "log2", "tanh"):  # float64: libm per lane
             return self.call_overloaded(f"llvm.{name}", x)
         if name == "sigmoid":
@@ -76,18 +86,46 @@ class CallEmitter:
         if name == "erf":
             return self._per_lane_libm("erf", x)
         raise self.fail(
-            f"unknown intrinsic {name!r} (known: exp log log2 sqrt rsqrt tanh sigmoid "
-            f"erf floor ceil round abs pow)"
+            f"unknown intrinsic {name!r} (known: exp expm1 log log1p log2 sqrt rsqrt tanh "
+            f"sigmoid erf floor ceil round abs pow atan2 hypot)"
         )
 
-    def _per_lane_libm(self, symbol: str, x: ir.Value) -> ir.Value:
-        b = self.builder
-        elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
-        fn = intrinsic(self.module, symbol, elem, [elem])
-        if not isinstance(x.type, ir.VectorType):
-            return b.call(fn, [x])
-        out = ir.Constant(x.type, ir.Undefined)
-        for lane in range(x.type.count):
+    def _polynomial(self, name: str, x: ir.Value) -> ir.Value:
+        helper = llvm_math.math_function(self.module, name, x.type, self.cpu_features)
+        return self.builder.call(helper, [x])
+
+    def _log1p(self, x: ir.Value) -> ir.Value:
+        """log(1 + x) of float32 as log(u) * x / (u - 1), u = 1 + x rounded (Goldberg's form:
+        the ratio cancels u's rounding error; x itself where u rounds to 1, inf for inf)."""
+        b, t = self.builder, x.type
+        u = b.fadd(splat_constant(t, 1.0), x)
+        u_minus_1 = b.fsub(u, splat_constant(t, 1.0))
+        result = b.fmul(self._polynomial("log", u), b.fdiv(x, u_minus_1))
+        result = b.select(b.fcmp_ordered("==", u, splat_constant(t, 1.0)), x, result)
+        return b.select(b.fcmp_ordered("==", u, splat_constant(t, math.inf)), u, result)
+
+    def _expm1(self, x: ir.Value) -> ir.Value:
+        """e**x - 1 of float32 as (u - 1) * x / log(u), u = e**x rounded (Kahan's form: the
+        ratio cancels u's rounding error); x where u rounds to 1, -1 where u - 1 does, inf
+        where u overflows."""
+        b, t = self.builder, x.type
+        u = self._polynomial("exp", x)
+        u_minus_1 = b.fsub(u, splat_constant(t, 1.0))
+        result = b.fmul(u_minus_1, b.fdiv(x, self._polynomial("log", u)))
+        result = b.select(b.fcmp_ordered("==", u, splat_constant(t, 1.0)), x, result)
+        minus_one = splat_constant(t, -1.0)
+        result = b.select(b.fcmp_ordered("==", u_minus_1, minus_one), minus_one, result)
+        return b.select(b.fcmp_ordered("==", u, splat_constant(t, math.inf)), u, result)
+
+    def _per_lane_libm(self, symbol: str, *args: ir.Value) -> ir.Value:
+        """libm's `symbol` on each lane (its arguments and result of the lanes' type)."""
+        b, ty = self.builder, args[0].type
+        elem = ty.element if isinstance(ty, ir.VectorType) else ty
+        fn = intrinsic(self.module, symbol, elem, [elem] * len(args))
+        if not isinstance(ty, ir.VectorType):
+            return b.call(fn, list(args))
+        out = ir.Constant(ty, ir.Undefined)
+        for lane in range(ty.count):
             i = ir.Constant(I32, lane)
-            out = b.insert_element(out, b.call(fn, [b.extract_element(x, i)]), i)
+            out = b.insert_element(out, b.call(fn, [b.extract_element(a, i) for a in args]), i)
         return out

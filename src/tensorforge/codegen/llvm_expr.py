@@ -206,23 +206,33 @@ class ExprEmitter(CallEmitter, ExternEmitter, LoadEmitter):
                 b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", d, zero)),
             )
             return b.select(fix, b.fadd(r, d), r)
-        if not isinstance(e.b, Const):  # a divisor of 0 divides by 1: lanes a guarded vector
-            # tail leaves inactive hold 0 (masked loads), and x86 divides lane by lane (idiv),
-            # where a 0 raises SIGFPE; a 0 in an active lane is undefined in torch's kernels too
-            zero = splat_constant(d.type, 0)
+        unsigned = dt.is_unsigned(dtype) or dt.is_bool(dtype)
+        divisor = e.b.value if isinstance(e.b, Const) else None
+        zero = splat_constant(a.type, 0)
+        if divisor == -1 and not unsigned:  # x // -1 -> 0 - x (wrapping), x % -1 -> 0
+            return b.sub(zero, a) if is_div else zero
+        negated = None
+        if divisor is None and unsigned:  # a divisor of 0 divides by 1: lanes a guarded
+            # vector tail leaves inactive hold 0 (masked loads), and x86 divides lane by lane
+            # (div), where a 0 raises SIGFPE; a 0 in an active lane is undefined in torch too
             d = b.select(b.icmp_unsigned("==", d, zero), splat_constant(d.type, 1), d)
-        if dt.is_unsigned(dtype) or dt.is_bool(dtype):
+        elif divisor is None:  # the same for 0, and -1 divides by 1 too: idiv of the minimum by
+            # -1 overflows and raises SIGFPE, where torch wraps (INT_MIN // -1 == INT_MIN); the
+            # quotient is negated after, the remainder by 1 is already 0 (d + 1 <=u 1: d is 0 or -1)
+            one = splat_constant(d.type, 1)
+            negated = b.icmp_signed("==", d, splat_constant(d.type, -1))
+            d = b.select(b.icmp_unsigned("<=", b.add(d, one), one), one, d)
+        if unsigned:
             return b.udiv(a, d) if is_div else b.urem(a, d)
         # truncating sdiv/srem, then step toward -inf where remainder and divisor differ in sign
         q, r = b.sdiv(a, d), b.srem(a, d)
-        zero = splat_constant(a.type, 0)
-        divisor = e.b.value if isinstance(e.b, Const) else None
         if divisor is not None and divisor > 0:
             fix = b.icmp_signed("<", r, zero)  # positive divisor: a negative remainder
         else:
             fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, d), zero))
         if is_div:
-            return b.sub(q, b.zext(fix, a.type))
+            q = b.sub(q, b.zext(fix, a.type))
+            return q if negated is None else b.select(negated, b.sub(zero, q), q)
         return b.select(fix, b.add(r, d), r)
 
     def _compare(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:

@@ -6,7 +6,15 @@ schedules (schedules.py) -> one compiled callable with planned intermediates (pr
 """
 
 # the lowerings register themselves in the table when imported
-from tensorforge.graph import lower_linalg, lower_pointwise, lower_pools, lower_reduce, lower_views  # noqa: E402, I001
+from tensorforge.graph import (
+    lower_index_reduce,
+    lower_linalg,
+    lower_pointwise,
+    lower_pools,
+    lower_reduce,
+    lower_scans,
+    lower_views,
+)  # noqa: E402, I001
 from tensorforge.graph.backend import backend, compile_aten, decompositions
 from tensorforge.graph.options import Options
 

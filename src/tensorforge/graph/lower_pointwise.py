@@ -23,7 +23,9 @@ UNARY = {
     aten.relu: lambda x: te.max(x, _zero(x)),
     aten.neg: lambda x: -x,
     aten.exp: te.exp,
+    aten.expm1: te.expm1,
     aten.log: te.log,
+    aten.log1p: te.log1p,
     aten.sqrt: te.sqrt,
     aten.rsqrt: te.rsqrt,
     aten.tanh: te.tanh,
@@ -32,6 +34,8 @@ UNARY = {
     aten.erf: te.erf,
     aten.floor: te.floor,
     aten.ceil: te.ceil,
+    aten.round: te.round,  # half to even, as torch
+    aten.trunc: lambda x: _trunc(x),
     aten.reciprocal: lambda x: te.const(1, x.dtype) / x,
     aten.silu: lambda x: x * te.sigmoid(x),
     aten.logical_not: lambda x: x == _zero(x),
@@ -39,8 +43,8 @@ UNARY = {
     aten.sign: lambda x: _sign(x),
     aten.isnan: lambda x: x != x,  # (only NaN differs from itself)
 }
-FLOAT_RESULT = {aten.exp, aten.log, aten.sqrt, aten.rsqrt, aten.tanh, aten.sigmoid, aten.erf}
-JUMPS = {aten.floor, aten.ceil, aten.sign}  # not continuous: half operands are read as stored
+JUMPS = {aten.floor, aten.ceil, aten.round, aten.trunc, aten.sign}  # half operands as stored
+INTEGER_IDENTITY = {aten.floor, aten.ceil, aten.round, aten.trunc}  # of an integer: itself
 
 
 def _unary(op, fn):
@@ -54,6 +58,8 @@ def _unary(op, fn):
             return ctx.pointwise(fn, [x], compute=x.dtype)
         if op is aten.sign and x.dtype == "bool":
             return x  # (a bool is its own sign)
+        if op in INTEGER_IDENTITY and not dt.is_float(x.dtype):
+            return x
         return ctx.pointwise(fn, [x], jumps=op in JUMPS)
 
     return lower
@@ -82,6 +88,18 @@ def gelu(ctx, node, x, approximate="none"):
         fn = lambda v: 0.5 * v * (1.0 + te.tanh(c * (v + 0.044715 * v * v * v)))  # noqa: E731
     else:
         fn = lambda v: 0.5 * v * (1.0 + te.erf(v * (1.0 / math.sqrt(2.0))))  # noqa: E731
+    return ctx.pointwise(fn, [ctx.lazy(x)])
+
+
+@lowers(aten.elu.default)
+def elu(ctx, node, x, alpha=1, scale=1, input_scale=1):
+    """ELU (SELU and CELU are its scales): x * scale above 0, else expm1(x * input_scale) *
+    alpha * scale."""
+
+    def fn(v):
+        negative = te.expm1(v * input_scale) * (alpha * scale)
+        return te.if_then_else(v > _zero(v), v * scale, negative)
+
     return ctx.pointwise(fn, [ctx.lazy(x)])
 
 
@@ -172,11 +190,67 @@ def _int_floor_div(x, y):
 
 def _int_trunc_div(x, y):
     """x / y rounded toward zero: the floor quotient, one up where it was rounded down past
-    zero (a remainder, and operands of opposite signs)."""
+    zero (a remainder, and operands of opposite signs). NOTE: the remainder, not q * y != x:
+    INT_MIN // -1 wraps to INT_MIN, and so would its product, where int32 and int64 products
+    promise LLVM no overflow (nsw)."""
     q = x // y
     zero = _zero(q)
-    inexact = te.all(q * y != x, (x < zero) != (y < zero))
+    inexact = te.all(x % y != zero, (x < zero) != (y < zero))
     return te.if_then_else(inexact, q + te.const(1, q.dtype), q)
+
+
+@lowers(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def remainder(ctx, node, a, b):
+    """Python's %: the remainder takes the divisor's sign (te's % of floats is C's fmod moved to
+    the divisor's sign, as torch computes it; of integers, floor division's)."""
+    dtype = ctx.dtype_of(node)
+    return ctx.pointwise(lambda x, y: x % y, [a, b], compute=dtype, jumps=True)
+
+
+@lowers(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(ctx, node, a, b):
+    """C's fmod: the remainder takes the dividend's sign."""
+    dtype = ctx.dtype_of(node)
+    fn = _float_fmod if dt.is_float(dtype) else _int_fmod
+    return ctx.pointwise(fn, [a, b], compute=dtype, jumps=True)
+
+
+def _float_fmod(x, y):
+    """fmod(|x|, |y|) is exact and already >= 0 (the floor remainder of two non-negative
+    numbers), then given x's sign."""
+    r = te.abs(x) % te.abs(y)
+    return te.if_then_else(x < _zero(x), -r, r)
+
+
+def _int_fmod(x, y):
+    """The floor remainder moved from y's sign to x's: less y where the signs differ."""
+    r = x % y
+    zero = _zero(r)
+    return te.if_then_else(te.all(r != zero, (x < zero) != (y < zero)), r - y, r)
+
+
+@lowers(aten.atan2.default)
+def atan2(ctx, node, a, b):
+    return ctx.pointwise(te.atan2, [a, b])
+
+
+@lowers(aten.hypot.default)
+def hypot(ctx, node, a, b):
+    return ctx.pointwise(te.hypot, [a, b])
+
+
+@lowers(aten.round.decimals)
+def round_decimals(ctx, node, x, decimals=0):
+    """torch's form: x * 10**d rounded half to even, / 10**d (d < 0: x / 10**-d, * 10**-d)."""
+    x = ctx.lazy(x)
+    if not dt.is_float(x.dtype):
+        raise Unsupported("round(decimals=) of an integer tensor")
+    scale = float(10.0 ** abs(decimals))
+    if decimals >= 0:
+        fn = lambda v: te.round(v * scale) / scale  # noqa: E731
+    else:
+        fn = lambda v: te.round(v / scale) * scale  # noqa: E731
+    return ctx.pointwise(fn, [x], jumps=True)
 
 
 def _trunc(v):

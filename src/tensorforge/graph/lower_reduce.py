@@ -54,7 +54,7 @@ def _element_of(x: Lazy):
     return lambda idx: x.at(())
 
 
-def _reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red"):
+def reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red"):
     """The anchor of reducing `x` over `dims` (all when empty) with `combine` (te.sum, te.max),
     computed in `dtype`'s opmath dtype (float32 for a half type)."""
     dtype = opmath_dtype(dtype)
@@ -109,20 +109,9 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
     split = split_reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
     if split is not None:  # few long rows on CUDA
         return split
-    x, stage, shape, *_ = _reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
+    x, stage, shape, *_ = reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
     anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
-
-
-@lowers(aten.max.dim, aten.min.dim)
-def max_dim(ctx, node, x, dim, keepdim=False):
-    """torch.max(x, dim).values (min): an amax (amin) where the indices are not read."""
-    only_first_output_used(node)
-    combine = te.max if node.target is aten.max.dim else te.min
-    out_dtype = ctx.dtype_of(node, 0)
-    x, stage, shape, *_ = _reduction(ctx, node, x, [dim], keepdim, combine, out_dtype)
-    anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
-    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype), None
 
 
 @lowers(aten.linalg_vector_norm.default)
@@ -132,7 +121,7 @@ def vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None):
         raise Unsupported(f"a vector norm of ord {ord}")
     out_dtype = ctx.dtype_of(node)
     dims = [dim] if isinstance(dim, int) else list(dim or [])
-    x, stage, shape, *_ = _reduction(
+    x, stage, shape, *_ = reduction(
         ctx, node, x, dims, keepdim, te.sum, out_dtype, prologue=lambda v, i: v * v
     )
     anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
@@ -148,7 +137,7 @@ def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
         split = split_reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype, 1.0 / count)
         if split is not None:
             return split
-    x, stage, shape, _, _, count = _reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype)
+    x, stage, shape, _, _, count = reduction(ctx, node, x, dims, keepdim, te.sum, out_dtype)
     anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     inv = 1.0 / count if isinstance(count, int) else None
     if inv is not None:
@@ -160,7 +149,7 @@ def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
 
 def _variance(ctx, node, x, dims, correction, keepdim):
     dtype = ctx.dtype_of(node, 0) if isinstance(node.meta["val"], tuple) else ctx.dtype_of(node)
-    x, total, shape, full, axes, count = _reduction(ctx, node, x, dims, keepdim, te.sum, dtype)
+    x, total, shape, full, axes, count = reduction(ctx, node, x, dims, keepdim, te.sum, dtype)
     acc = total.dtype
     n = _float_size(count, acc)
     squares = te.compute(
@@ -336,15 +325,21 @@ def _normalized(value, total, squares, row: tuple, n, eps):
 
 @lowers(aten.native_layer_norm.default)
 def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
+    """Rows of the trailing `normalized_shape` dimensions; over several, the anchor's rows are
+    them flattened (as group norm's), read back at the index each row element lands on."""
     only_first_output_used(node)
     x = ctx.no_anchor(x)
-    if len(normalized_shape) != 1:
-        raise Unsupported("layer norm over several dimensions")
     out = ctx.dtype_of(node, 0)
     acc = opmath_dtype(out)
-    rows, m = x.shape[:-1], x.shape[-1]
+    k = len(normalized_shape)
+    rows, trailing = x.shape[: x.ndim - k], x.shape[x.ndim - k :]
+    m = numel(trailing)
     n = _float_size(m, acc)
-    xv = lambda i: in_dtype(x.at(tuple(i)), acc)  # noqa: E731
+
+    def logical(ia):  # (*row, row element) -> x's index
+        return (*ia[:-1], *_unflatten(ia[-1], trailing))
+
+    xv = lambda ia: in_dtype(x.at(logical(tuple(ia))), acc)  # noqa: E731
     total, squares, stats, info = _row_moments(ctx, node, x, xv, rows, m, n, "ln")
     w = ctx.lazy(weight) if weight is not None else None
     b = ctx.lazy(bias) if bias is not None else None
@@ -353,16 +348,29 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
 
     def at(ia):
         v = _normalized(xv(ia), total, squares, tuple(ia[:-1]), n, eps)
+        element = _unflatten(ia[-1], trailing)
         if w is not None:
-            v = v * in_dtype(w.at((ia[-1],)), acc)
+            v = v * in_dtype(w.at(element), acc)
         if b is not None:
-            v = v + in_dtype(b.at((ia[-1],)), acc)
+            v = v + in_dtype(b.at(element), acc)
         return v
 
     reads = _reads(x, w, b) | stats
     nodes = x.nodes + (node.name,)
-    anchor = reduction_anchor(ctx, "layer_norm", [total, squares], reads, x.shape, nodes, **info)
-    return ctx.anchored(anchor, at, out), None, None
+    shape = (*rows, m)
+    anchor = reduction_anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
+    if k == 1:
+        return ctx.anchored(anchor, at, out), None, None
+    return ctx.anchored(anchor, at, out, shape=x.shape, to_logical=logical), None, None
+
+
+def _unflatten(j, sizes) -> tuple:
+    """The index into `sizes` of row-major position j."""
+    index = []
+    for size in reversed(sizes[1:]):
+        index.append(j % size)
+        j = j // size
+    return (j, *reversed(index))
 
 
 @lowers(aten.native_group_norm.default)

@@ -12,7 +12,9 @@ from tensorforge.te.expr import And, Call, Expr, Or, Select, _operands, _to_bool
 
 FLOAT_UNARY = (
     "exp",
+    "expm1",
     "log",
+    "log1p",
     "log2",
     "sqrt",
     "rsqrt",
@@ -44,7 +46,9 @@ def _float_unary(name: str) -> Callable[[Any], Expr]:
 
 
 exp = _float_unary("exp")
+expm1 = _float_unary("expm1")  # e**x - 1, accurate where x is small
 log = _float_unary("log")
+log1p = _float_unary("log1p")  # log(1 + x), accurate where x is small
 log2 = _float_unary("log2")
 sqrt = _float_unary("sqrt")
 rsqrt = _float_unary("rsqrt")
@@ -66,6 +70,23 @@ def power(x: Any, y: Any) -> Expr:
     if not dt.is_float(x.dtype):
         x, y = x.astype("float32"), y.astype("float32")
     return Call(x.dtype, "pow", (x, y))
+
+
+def _float_binary(name: str, x: Any, y: Any) -> Expr:
+    x, y = _operands(x, y)
+    if not dt.is_float(x.dtype):
+        x, y = x.astype("float32"), y.astype("float32")
+    return Call(x.dtype, name, (x, y))
+
+
+def atan2(y: Any, x: Any) -> Expr:
+    """The angle of the point (x, y), in (-pi, pi], elementwise (C's atan2)."""
+    return _float_binary("atan2", y, x)
+
+
+def hypot(x: Any, y: Any) -> Expr:
+    """sqrt(x**2 + y**2) without overflow or underflow in the squares (C's hypot)."""
+    return _float_binary("hypot", x, y)
 
 
 def if_then_else(cond: Any, then_value: Any, else_value: Any) -> Expr:
