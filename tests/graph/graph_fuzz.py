@@ -557,6 +557,46 @@ def op_embedding(g: Generator):
     return f"F.embedding({index}, {table})"
 
 
+def op_lowered_gaps(g: Generator):
+    """Operators that ran eagerly until session 16 (pointwise math, index reductions, scans,
+    uneven adaptive pools), in their awkward forms: small arguments, signed divisors, integers."""
+    x = g.pick(lambda t: t.is_floating_point() and t.dim() > 0)
+    if x is None:
+        return None
+    t, rng = g.samples[x], g.rng
+    rank = t.dim()
+    d = rng.randrange(rank) - (rank if rng.random() < 0.5 else 0)
+    keep = rng.random() < 0.4
+    forms = [
+        f"torch.log1p({x}.abs())",
+        f"torch.log1p({x} * 1e-3)",
+        f"torch.expm1({x} * 0.1)",
+        f"torch.expm1({x})",
+        f"F.selu({x})",
+        f"F.celu({x}, 0.7)",
+        f"torch.remainder({x} * 3, -1.5)",
+        f"torch.fmod({x} * 3, -1.5)",
+        f"torch.round({x} * 4, decimals=1)",
+        f"({x} * 8).to(torch.int64) % -3",
+        f"torch.fmod(({x} * 8).to(torch.int64), 3)",
+        f"{x}.argmax({d}, keepdim={keep})",
+        f"{x}.argmin({d})",
+        f"{x}.argmin()",
+        f"{x}.min({d})[1]",
+        f"({x} * 0.1 + 1).prod({d}, keepdim={keep})",
+        f"({x} > 0).cumsum({d})",
+        f"({x} * 4).to(torch.int64).cumsum({d})",
+        f"{x}.cumsum({d}) * 0.5",
+    ]
+    if rank >= 3:
+        oh, ow = rng.choice([1, 2, 3, 5]), rng.choice([1, 2, 3, 4])
+        forms += [
+            f"F.adaptive_avg_pool2d({x}, ({oh}, {ow}))",
+            f"F.adaptive_max_pool2d({x}, ({oh}, {ow}))",
+        ]
+    return rng.choice(forms)
+
+
 OPS = [
     (op_unary, 5),
     (op_binary, 6),
@@ -568,6 +608,7 @@ OPS = [
     (op_conv, 2),
     (op_embedding, 0.3),
     (op_attention, 0.5),
+    (op_lowered_gaps, 2),
     (op_int_divide, 3),
 ]
 

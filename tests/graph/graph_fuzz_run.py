@@ -220,7 +220,7 @@ def _resized(case: Case, module) -> list | None:
 # operators whose result jumps: a value a rounding away from a step (float32 sums in another
 # order, a chain rounded once) lands on the other side; a few such elements are "suspect"
 _JUMPS = re.compile(
-    r"floor|ceil|round|trunc|sign|remainder|fmod|int64|int32|argmax|\)\[1\]|[<>]|[!=]="
+    r"floor|ceil|round|trunc|sign|remainder|fmod|int64|int32|argmax|argmin|\)\[1\]|[<>]|[!=]="
 )  # (`)[1]`: max(d)'s indices)
 
 

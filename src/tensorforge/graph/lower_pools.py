@@ -1,4 +1,4 @@
-"""Pools: max / average / adaptive-average over 2-d windows, each a reduction over its window
+"""Pools: max / average / adaptive average and max over 2-d windows, each a reduction over its window
 (an `Anchor` as lower_reduce.py's reductions), the input read through the window's index
 (padding, stride, dilation and ceil_mode guarded, so no read falls outside the input)."""
 
@@ -115,7 +115,65 @@ def adaptive_avg_pool2d(ctx, node, x, output_size):
     x = ctx.lazy(x)
     oh, ow = _pair(list(output_size))
     H, W = x.shape[-2], x.shape[-1]
-    if not (isinstance(H, int) and isinstance(W, int)) or H % oh or W % ow:
-        raise Unsupported("an adaptive pool whose windows differ in size")
-    kernel = [H // oh, W // ow]
-    return avg_pool2d(ctx, node, x, kernel, kernel, [0], False, True, None)
+    if x.ndim == 4 and isinstance(H, int) and isinstance(W, int) and not H % oh and not W % ow:
+        kernel = [H // oh, W // ow]  # windows of one size: an average pool
+        return avg_pool2d(ctx, node, x, kernel, kernel, [0], False, True, None)
+    x, stage, shape, count = _adaptive(ctx, node, x, (oh, ow), te.sum, "adaptive_avgpool")
+    anchor = reduction_anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
+    return ctx.anchored(
+        anchor, lambda ia: stage[tuple(ia)] / count(ia).astype(stage.dtype), x.dtype
+    )
+
+
+@lowers(aten.adaptive_max_pool2d.default)
+def adaptive_max_pool2d(ctx, node, x, output_size):
+    only_first_output_used(node)
+    oh, ow = _pair(list(output_size))
+    x, stage, shape, _ = _adaptive(ctx, node, x, (oh, ow), te.max, "adaptive_maxpool")
+    anchor = reduction_anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], x.dtype), None
+
+
+def _adaptive(ctx, node, x, output_size, combine, name):
+    """An adaptive pool's windows, of sizes that may differ (7 -> 3: 3, 3 and 3 rows starting
+    at 0, 2 and 4): output row i reduces input rows floor(i H / oh) to ceil((i + 1) H / oh),
+    the reduction as long as the longest window and guarded past each one's end. Returns
+    (x, stage, shape, the element count of an output's window)."""
+    x = ctx.buffer(x)
+    if x.ndim not in (3, 4):
+        raise Unsupported("an adaptive pool over other than (N)CHW")
+    H, W = x.shape[-2], x.shape[-1]
+    (oh, ow), shape = output_size, ctx.shape_of(node, 0) if _pair_out(node) else ctx.shape_of(node)
+    ry = te.reduce_axis((0, _longest_window(H, oh)), name="ry")
+    rx = te.reduce_axis((0, _longest_window(W, ow)), name="rx")
+
+    def bounds(i, size, out):
+        return (i * size) // out, ((i + 1) * size + out - 1) // out
+
+    def body(*index):
+        *lead, y, xx = index
+        (y0, y1), (x0, x1) = bounds(y, H, oh), bounds(xx, W, ow)
+        iy, ix = y0 + ry.var, x0 + rx.var
+        v = x.at((*lead, te.min(iy, H - 1), te.min(ix, W - 1)))  # (clamped: read in bounds)
+        v = in_dtype(v, opmath_dtype(v.dtype))  # sums in float32 (a max is exact either way)
+        return combine(v, axis=[ry, rx], where=te.all(iy < y1, ix < x1))
+
+    def count(ia):
+        (y0, y1), (x0, x1) = bounds(ia[-2], H, oh), bounds(ia[-1], W, ow)
+        return (y1 - y0) * (x1 - x0)
+
+    stage = te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}"))
+    return x, stage, shape, count
+
+
+def _pair_out(node) -> bool:
+    return isinstance(node.meta["val"], tuple)
+
+
+def _longest_window(size, out):
+    """The most input positions an adaptive window along `size` holds: exact for a known
+    size; ceil(size / out) + 1 bounds it otherwise (a window ends under (i + 1) size / out + 1
+    and starts over i size / out - 1)."""
+    if isinstance(size, int):
+        return max(-((-(i + 1) * size) // out) - (i * size) // out for i in range(out))
+    return (size + out - 1) // out + 1

@@ -325,15 +325,21 @@ def _normalized(value, total, squares, row: tuple, n, eps):
 
 @lowers(aten.native_layer_norm.default)
 def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
+    """Rows of the trailing `normalized_shape` dimensions; over several, the anchor's rows are
+    them flattened (as group norm's), read back at the index each row element lands on."""
     only_first_output_used(node)
     x = ctx.no_anchor(x)
-    if len(normalized_shape) != 1:
-        raise Unsupported("layer norm over several dimensions")
     out = ctx.dtype_of(node, 0)
     acc = opmath_dtype(out)
-    rows, m = x.shape[:-1], x.shape[-1]
+    k = len(normalized_shape)
+    rows, trailing = x.shape[: x.ndim - k], x.shape[x.ndim - k :]
+    m = numel(trailing)
     n = _float_size(m, acc)
-    xv = lambda i: in_dtype(x.at(tuple(i)), acc)  # noqa: E731
+
+    def logical(ia):  # (*row, row element) -> x's index
+        return (*ia[:-1], *_unflatten(ia[-1], trailing))
+
+    xv = lambda ia: in_dtype(x.at(logical(tuple(ia))), acc)  # noqa: E731
     total, squares, stats, info = _row_moments(ctx, node, x, xv, rows, m, n, "ln")
     w = ctx.lazy(weight) if weight is not None else None
     b = ctx.lazy(bias) if bias is not None else None
@@ -342,16 +348,29 @@ def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
 
     def at(ia):
         v = _normalized(xv(ia), total, squares, tuple(ia[:-1]), n, eps)
+        element = _unflatten(ia[-1], trailing)
         if w is not None:
-            v = v * in_dtype(w.at((ia[-1],)), acc)
+            v = v * in_dtype(w.at(element), acc)
         if b is not None:
-            v = v + in_dtype(b.at((ia[-1],)), acc)
+            v = v + in_dtype(b.at(element), acc)
         return v
 
     reads = _reads(x, w, b) | stats
     nodes = x.nodes + (node.name,)
-    anchor = reduction_anchor(ctx, "layer_norm", [total, squares], reads, x.shape, nodes, **info)
-    return ctx.anchored(anchor, at, out), None, None
+    shape = (*rows, m)
+    anchor = reduction_anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
+    if k == 1:
+        return ctx.anchored(anchor, at, out), None, None
+    return ctx.anchored(anchor, at, out, shape=x.shape, to_logical=logical), None, None
+
+
+def _unflatten(j, sizes) -> tuple:
+    """The index into `sizes` of row-major position j."""
+    index = []
+    for size in reversed(sizes[1:]):
+        index.append(j % size)
+        j = j // size
+    return (j, *reversed(index))
 
 
 @lowers(aten.native_group_norm.default)
