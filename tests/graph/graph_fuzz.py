@@ -17,6 +17,8 @@ import warnings
 import torch
 import torch.nn.functional as F  # noqa: N812 (the generated source says F.)
 
+from tests.graph.graph_fuzz_int import make_int_input, op_int_divide
+
 SIZES = [1, 2, 3, 5, 7, 13, 17, 31, 64, 65, 127]
 BIG_SIZES = [257, 1000, 4099]
 MAX_NUMEL = 1 << 15
@@ -27,7 +29,7 @@ HALF = torch.bfloat16
 class Input:
     shape: tuple
     dtype: torch.dtype
-    kind: str = "randn"  # "randn" | "index:<high>" | "positive" | "bool"
+    kind: str = "randn"  # "randn" | "index:<high>" | "positive" | "bool" | "dividend" | "divisor"
     constant: bool = False  # a module parameter under Dynamo (folded at compile time)
 
 
@@ -75,6 +77,8 @@ def make_input(spec: Input, gen: torch.Generator, shape=None) -> torch.Tensor:
         return torch.randint(0, high, shape, generator=gen, dtype=spec.dtype)
     if spec.kind == "bool":
         return torch.rand(shape, generator=gen) > 0.5
+    if spec.kind in ("dividend", "divisor"):
+        return make_int_input(spec.kind, spec.dtype, shape, gen)
     value = torch.randn(shape, generator=gen)
     if spec.kind == "positive":
         value = value.abs() + 0.5
@@ -613,6 +617,7 @@ OPS = [
     (op_embedding, 0.3),
     (op_attention, 0.5),
     (op_lowered_gaps, 2),
+    (op_int_divide, 3),
 ]
 
 

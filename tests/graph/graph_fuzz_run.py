@@ -4,6 +4,8 @@ answer, an exception; a node run eagerly is noted, not failed); `minimize` cuts 
 to the smallest prefix of its program whose last value still fails; `reproducer` prints it.
 
     python -m tests.graph.graph_fuzz_run --seed 1000 --cases 2000   # the wide sweep
+
+The sweep is graph_fuzz_sweep.py's: each case in a worker process, so a crash fails one case.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import traceback
 import torch
 import torch.nn.functional as F  # noqa: N812 (the generated source says F.)
 
-from tests.graph.graph_fuzz import HALF, Case, compile_source, generate, live, make_inputs
+from tests.graph.graph_fuzz import HALF, Case, compile_source, live, make_inputs
 
 # -- running ------------------------------------------------------------------------------------
 
@@ -303,52 +305,9 @@ def reproducer(case: Case, outputs: list[str] | None = None, mode: str = "dynamo
     )
 
 
-def main(argv=None) -> int:
-    import argparse
-    import time
-
-    parser = argparse.ArgumentParser(description="Fuzz the torch.compile backend on the CPU")
-    parser.add_argument("--seed", type=int, default=0, help="the first seed")
-    parser.add_argument("--cases", type=int, default=1)
-    parser.add_argument("--mode", choices=["aten", "dynamo"], default="dynamo")
-    parser.add_argument("--show", action="store_true", help="print each case's source")
-    parser.add_argument("--no-minimize", action="store_true")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    failures = 0
-    kinds: dict[str, int] = {}
-    eager: dict[str, int] = {}  # operator: reason -> cases that ran it eagerly
-    for seed in range(args.seed, args.seed + args.cases):
-        case = generate(seed)
-        start = time.perf_counter()
-        outcome = run_case(case, args.mode)
-        took = time.perf_counter() - start
-        if args.show:
-            print(reproducer(case, mode=args.mode))
-        print(
-            f"seed {seed}: {outcome.kind} ({took:.1f} s) {outcome.detail.splitlines()[0] if outcome.detail else ''}",
-            flush=True,
-        )
-        kinds[outcome.kind] = kinds.get(outcome.kind, 0) + 1
-        for reason in outcome.detail[len("eager: ") :].split("; ") if outcome.kind == "ok" else []:
-            if reason:
-                eager[reason] = eager.get(reason, 0) + 1
-        if outcome.kind != "ok":
-            failures += 1
-            outputs = case.outputs
-            if not args.no_minimize:
-                outputs, outcome = minimize(case, args.mode, outcome)
-            print(reproducer(case, outputs, args.mode))
-            print(outcome.detail)
-    for reason, count in sorted(eager.items(), key=lambda item: -item[1]):
-        print(f"  eager in {count} cases: {reason}")
-    print(f"{failures} of {args.cases} failed: {kinds}")
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    import os
+if __name__ == "__main__":  # the sweep, each case in a worker process (graph_fuzz_sweep.py)
     import sys
 
-    os.environ.setdefault("TENSORFORGE_GRAPH_STRICT", "1")
+    from tests.graph.graph_fuzz_sweep import main
+
     sys.exit(main())

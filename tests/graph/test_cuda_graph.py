@@ -205,6 +205,9 @@ def test_a_kernel_past_48_kib_of_shared_memory_is_allowed_it_on_the_graphs_handl
     driver.function(b"image: a staged GEMM", "gemm", 64 * 1024)
     allowed = [args for name, args in calls if name == "cuFuncSetAttribute"]
     assert len(allowed) == 1 and allowed[0][2].value == 64 * 1024
+    calls.clear()  # 48 KiB of dynamic bytes and the kernel's static mbarriers pass the limit
+    driver.function(b"image: a pipeline of 48 KiB", "pipeline", 48 * 1024)
+    assert [args[2].value for name, args in calls if name == "cuFuncSetAttribute"] == [48 * 1024]
     calls.clear()
-    driver.function(b"image: a small kernel", "small", 1024)
+    driver.function(b"image: a small kernel", "small", 0)  # static arrays only
     assert "cuFuncSetAttribute" not in [name for name, _ in calls]

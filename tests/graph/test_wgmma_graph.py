@@ -26,6 +26,7 @@ from tensorforge.graph.lower_tensor_core import (  # noqa: E402
 )
 from tensorforge.graph.program import BuiltKernel  # noqa: E402
 from tensorforge.graph.schedules_tensor_core import SOURCE, WGMMA_SOURCE  # noqa: E402
+from tensorforge.graph.split_k import splits_to_fill  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 from tests.graph.test_schedules_cuda import (  # noqa: E402
     assert_compiles_with_nvcc,
@@ -45,7 +46,12 @@ LIMIT = 227 << 10
         (1, 2048, 768, 3072, (64, 128)),  # 96 blocks of 128 x 128 would idle SMs
         (16, 64, 3136, 576, (64, 128)),  # 64 filters: 128-row tiles would be half padding
         (1, 1000, 1536, 768, (64, 128)),  # rows padded to 1024
-        (1, 128, 2304, 768, None),  # 36 blocks at most: mma.sync (and split k)
+        (16, 256, 196, 2304, (64, 128)),  # 128 blocks: 7/8 of the SMs is enough
+        (16, 512, 49, 4608, (64, 64)),  # 128 blocks of 64 x 64, not mma.sync
+        (1, 128, 2304, 768, (64, 64)),  # 72 blocks at most: k split in 2
+        (4, 512, 49, 4608, (64, 64)),  # 32 blocks: k split in 4
+        (1, 64, 768, 256, None),  # 12 blocks: slices of 3+ k steps cannot fill the SMs
+        (1, 32, 3072, 768, None),  # 32 rows: thin mma.sync tiles (and split k)
         (1, 2048, 3072, 160, None),  # k not whole 64-term steps
         (1, 2048, 3072, 128, None),  # 2 k steps: no room to keep one in flight
     ],
@@ -57,8 +63,10 @@ def test_wgmma_tiles_fill_the_sms_and_pad_little(batch, n, m, k, tile):
         return
     assert (t.block_m, t.block_n) == tile and t.mma == "wgmma" and t.sync == "mbarrier_lag"
     assert t.warp_m == 16 and t.warp_n == t.block_n and t.block_k == WGMMA_K
-    assert 3 <= t.stages <= k // WGMMA_K and t.shared_bytes() <= LIMIT
-    assert batch * -(-n // t.block_m) * -(-m // t.block_n) >= 132
+    blocks = batch * -(-n // t.block_m) * -(-m // t.block_n)
+    splits = max(1, splits_to_fill(blocks, k, 132, WGMMA_K))
+    assert 3 <= t.stages <= k // splits // WGMMA_K and t.shared_bytes() <= LIMIT
+    assert 8 * blocks * splits >= 7 * 132
 
 
 def test_wgmma_tiles_of_a_computed_right_matrix_divide_its_columns():
@@ -161,6 +169,41 @@ def test_batched_products_of_whole_rows_take_wgmma(tmp_path):
 @TORCH_CUDA
 def test_batched_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager():
     assert_as_close_to_fp32_as_eager(batched_half_products)
+
+
+def split_half_products(dtype=torch.float16):
+    """Products too small to give 7/8 of an H100's SMs a wgmma block: 64 and 256 rows of an
+    MLP (k split, whose slices' partial sums a second kernel adds with the bias and GELU), and
+    a 3 x 3 convolution of 512 filters over 7 x 7 positions at batch 2 (k split 8 ways)."""
+
+    def fn(x, w1, b1, w2, img, cw):
+        h = F.gelu(F.linear(x, w1, b1))
+        return F.linear(h, w2), F.linear(h[:64], w2), F.relu(F.conv2d(img, cw, padding=1))
+
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(256, 768), (3072, 768), (3072,), (768, 3072), (2, 512, 7, 7), (512, 512, 3, 3)]
+    inputs = [torch.randn(*s, generator=gen) / 8 for s in shapes]
+    return fn, [t.to(dtype) for t in inputs], (1, 2, 3, 5)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_products_too_small_to_fill_the_sms_split_k_on_wgmma(tmp_path):
+    _, _, compiled = compiled_for(SM90, graph=split_half_products)
+    products = [s for s in compiled.steps if isinstance(s, BuiltKernel) and s.spec.anchor]
+    wgmma = [s for s in products if s.source == WGMMA_SOURCE]
+    shapes = [s.spec.anchor.info["shape"] for s in wgmma]  # (slices of k first where split)
+    assert shapes == [(256, 3072), (4, 256, 768), (16, 64, 768), (8, 2, 512, 49)]
+    for kernel in wgmma:
+        tiles = kernel.spec.anchor.info["tensor_core"]
+        assert (tiles.block_m, tiles.block_n) == (64, 64)
+        assert shared_memory(kernel) == tiles.shared_bytes()
+    assert_compiles_with_nvcc(tmp_path, joined_sources({id(s.module): s.module for s in wgmma}.values()), "sm_90a")  # fmt: skip
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_split_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager():
+    assert_as_close_to_fp32_as_eager(split_half_products)
 
 
 def test_wgmma_pipelines_are_as_deep_as_two_blocks_an_sm_allow():

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from tensorforge.codegen.cuda import STATIC_SHARED_LIMIT
 from tensorforge.errors import DeviceError
 
 _CTYPES = {
@@ -181,7 +180,8 @@ class Driver:
             self._call("cuModuleGetFunction", ctypes.byref(function), module, symbol.encode())
             Driver._modules[key] = (module, function)
         function = Driver._modules[key][1]
-        if shared > STATIC_SHARED_LIMIT:  # this module's handle, not the runtime's: its own limit
+        if shared:  # this module's handle, not the runtime's: its own limit (any dynamic bytes:
+            # with the static arrays they may pass 48 KiB, runtime/cuda_exec.py)
             self._call(
                 "cuFuncSetAttribute",
                 function,

@@ -25,7 +25,6 @@ from tensorforge.runtime import cuda_driver, cuda_tensor_map
 
 # NOTE: no --use_fast_math: results must match numpy; the code asks for fast intrinsics itself.
 COMPILE_OPTIONS = ("-O3", "-lineinfo")
-STATIC_SHARED_LIMIT = 48 * 1024
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 _STRUCT_CHARS = {
     "bool": "?", "int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i",
@@ -208,7 +207,9 @@ class CUDAExecutable:
                     f"loading CUDA kernel '{self.source.entry}' failed: {error}"
                 ) from None
             shared = self.launch.shared_bytes
-            if shared > STATIC_SHARED_LIMIT:
+            # (dynamic bytes: asked for even at or under the static limit, which they and the
+            # kernel's static arrays, its mbarriers, may pass together: 48 + 1 KiB)
+            if shared:
                 try:
                     function.set_attribute(
                         cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared
