@@ -154,6 +154,17 @@ def test_math_special_values(name):
     np.testing.assert_allclose(b[finite], want[finite], rtol=1e-6, atol=1e-45)
 
 
+@pytest.mark.parametrize("name,edge", [("tanh", 9.02), ("erf", 3.925)])
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_tanh_and_erf_are_one_exactly_where_they_round_to_it(name, edge, lanes):
+    # the rational at its clamp gave 1 - 2**-24: GELU (tanh form) of -8.6e9 was -256, not 0
+    x = np.array([edge, 20.0, 1e3, 8.6e9, np.inf, -edge, -20.0, -8.6e9], np.float32)
+    a, b = aligned(x), aligned(np.zeros(x.size, np.float32))
+    dtype = "float32" if lanes == 1 else f"float32x{lanes}"
+    run(unary_kernel(f"one_{name}", lambda v: Call(dtype, name, (v,)), lanes), a, b, x.size)
+    np.testing.assert_array_equal(b, np.sign(x))
+
+
 @pytest.mark.parametrize("name", ["exp", "log", "log2", "tanh", "sigmoid", "erf", "sqrt", "round"])
 @pytest.mark.parametrize("lanes", [1, 4])
 def test_math_float64(name, lanes, rng):
