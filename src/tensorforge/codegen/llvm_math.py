@@ -1,4 +1,5 @@
-"""Math intrinsics as LLVM IR: float32 exp/log/log2/tanh/sigmoid/erf as inlinable polynomials.
+"""Math intrinsics as LLVM IR: float32 exp/log/log2/log10/tanh/sigmoid/erf (and sin/cos,
+llvm_trig.py) as inlinable polynomials.
 
 A loop that calls `expf` per lane runs no faster than numpy (PERF-NOTES "exp is the trap"), so
 float32 math is emitted as range reduction plus a polynomial in one `internal alwaysinline`
@@ -30,7 +31,7 @@ F64 = ir.DoubleType()
 I32 = ir.IntType(32)
 
 # Functions this module implements as polynomials for float32 (and float16 via float32).
-POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "tanh", "sigmoid", "erf", "sin", "cos")
+POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf", "sin", "cos")
 
 
 def mangle(ty: ir.Type) -> str:
@@ -421,6 +422,20 @@ def _log2(m: _Math, x):
     return _log_special(m, x, result)
 
 
+def _log10(m: _Math, x):
+    """log10 = e log10(2) + log(1 + f) log10(e), each constant split in a short head (exact
+    products with e) and its tail, summed from the smallest term up."""
+    e, f, tail = _log_reduce(m, x)
+    result = m.fma(m.add(f, tail), m.f(_LOG10E_LO), m.mul(tail, m.f(_LOG10E_HI)))
+    result = m.fma(f, m.f(_LOG10E_HI), result)
+    result = m.fma(e, m.f(_LOG10_2_LO), result)
+    return _log_special(m, x, m.fma(e, m.f(_LOG10_2_HI), result))
+
+
+_LOG10_2_HI, _LOG10_2_LO = 0.30078125, 2.48745663981195213739e-4  # log10(2) = HI + LO
+_LOG10E_HI, _LOG10E_LO = 0.43359375, 7.00731903251827651129e-4  # log10(e) = HI + LO
+
+
 # -- tanh, sigmoid --------------------------------------------------------------------------------
 # tanh(x) = x / 8 + x N(x^2) / Q(x^2) on |x| <= 9.02, as erf below: tanh(x) / x = P / Q a (6, 6)
 # rational fitted here (4.7e-9 in exact arithmetic with these float32 coefficients), N = P - Q / 8
@@ -531,6 +546,7 @@ _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {
     "exp": _exp,
     "log": _log,
     "log2": _log2,
+    "log10": _log10,
     "tanh": _tanh,
     "sigmoid": _sigmoid,
     "erf": _erf,
