@@ -144,7 +144,8 @@ def test_signed_zeros_as_torch():
 
     def fn(x, y):
         return (
-            -x, torch.neg(x), torch.remainder(x, y), torch.trunc(x), torch.round(x), x * 0,
+            -x, torch.neg(x), torch.fmod(x, y), torch.fmod(x, 1.5), torch.remainder(x, y),
+            torch.trunc(x), torch.round(x), x * 0,
         )  # fmt: skip
 
     compiled = check(fn, x, y)
