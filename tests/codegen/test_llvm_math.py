@@ -43,6 +43,7 @@ MATH = {  # name: (numpy reference on float64, input sampler, max float32 ulps a
     "exp": (np.exp, lambda r, n: r.uniform(-105, 90, n), 2),
     "log": (np.log, lambda r, n: np.exp(r.uniform(-100, 88, n)), 2),
     "log2": (np.log2, lambda r, n: np.exp(r.uniform(-100, 88, n)), 2),
+    "log10": (np.log10, lambda r, n: np.exp(r.uniform(-100, 88, n)), 2),
     "tanh": (np.tanh, lambda r, n: r.uniform(-10, 10, n), 3),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), lambda r, n: r.uniform(-100, 100, n), 4),
     "erf": (_erf64, lambda r, n: r.uniform(-5, 5, n), 3),

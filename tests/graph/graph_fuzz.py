@@ -215,8 +215,32 @@ def op_unary(g: Generator):
         "F.hardswish({x})",
         "F.elu({x})",
         "torch.trunc({x} * 2)",
+        *LIBRARY_FORMS,
     ]
     return g.rng.choice(forms).format(x=x) if x else None
+
+
+# the C library's functions (te.LIBM_UNARY), in their domains and away from where they are
+# ill-conditioned (acos near 1 turns an ulp of its argument into 1e-4)
+LIBRARY_FORMS = (
+    "torch.sin({x} * 3)",
+    "torch.cos({x} * 40)",
+    "torch.tan({x}.clamp(-1.4, 1.4))",
+    "torch.asin({x}.clamp(-1, 1) * 0.9)",
+    "torch.acos(torch.tanh({x}) * 0.9)",
+    "torch.atan({x} * 5)",
+    "torch.sinh({x})",
+    "torch.cosh({x} * 2)",
+    "torch.asinh({x} * 10)",
+    "torch.acosh({x}.abs() + 1.1)",
+    "torch.atanh({x}.clamp(-0.9, 0.9))",
+    "torch.exp2({x} * 4)",
+    "torch.log10({x}.abs() + 0.01)",
+    "torch.log2({x}.abs() + 0.01)",
+    "torch.special.erfc({x})",
+    "torch.fmax({x}, {x}.flip(-1))",
+    "torch.isinf({x} / ({x}.round()))",
+)
 
 
 def op_binary(g: Generator):
