@@ -31,7 +31,8 @@ F64 = ir.DoubleType()
 I32 = ir.IntType(32)
 
 # Functions this module implements as polynomials for float32 (and float16 via float32).
-POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf", "sin", "cos")
+POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf")
+POLYNOMIAL_FUNCTIONS += ("sin", "cos", "tan")  # (llvm_trig.py)
 
 
 def mangle(ty: ir.Type) -> str:
@@ -543,6 +544,7 @@ def _erf(m: _Math, x):
 _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {
     "sin": llvm_trig.sin,
     "cos": llvm_trig.cos,
+    "tan": llvm_trig.tan,
     "exp": _exp,
     "log": _log,
     "log2": _log2,

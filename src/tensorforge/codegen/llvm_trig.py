@@ -1,13 +1,14 @@
-"""float32 sin and cos as LLVM IR polynomials (llvm_math's helpers call these bodies): the
+"""float32 sin, cos and tan as LLVM IR polynomials (llvm_math's helpers call these bodies): the
 argument reduced to r in [-pi/4, pi/4] and a quadrant k by x = k pi/2 + r, then sin r or cos r
-chosen and signed by k. A loop of libm's sinf per lane ran 2-5x slower than eager torch's
+chosen and signed by k (tan: their quotient). A loop of libm's sinf per lane ran 2-5x slower than eager torch's
 vectorized sin; this is plain vector arithmetic.
 
 The reduction subtracts k pi/2 in three parts (PIO2_HI has 24 bits, so k * PIO2_HI is exact in
 an FMA and, for |x| >= 1, x - k * PIO2_HI is too: both are multiples of 2**-23 under 2), which
 holds r to float32's precision while |x| < FAST_LIMIT. Lanes past it, and inf and NaN, send the
-vector to libm's sinf / cosf per lane (a branch typical data never takes). Accuracy against
-float64: within 2 ulp of the result's magnitude (tests/codegen/test_llvm_trig.py).
+vector to libm's sinf / cosf / tanf per lane (a branch typical data never takes). Accuracy
+against float64: sin and cos within 2 ulp (1.5 of 1 near sin's zeros), tan within 3
+(tests/codegen/test_llvm_trig.py).
 """
 
 from __future__ import annotations
@@ -32,17 +33,40 @@ def cos(m, x):
     return _sin_cos(m, x, quarter=1, libm="cosf")
 
 
-def _sin_cos(m, x, quarter: int, libm: str):
-    """sin x (quarter 0) or cos x = sin(x + pi/2) (quarter 1: the quadrant one further)."""
+def tan(m, x):
+    """sin r / cos r in even quadrants, -cos r / sin r in odd ones (r's sign carries tan's)."""
+    k, quadrant, r = _reduce(m, x)
+    sine, cosine = _sin_cos_of(m, r)
+    odd = m.b.icmp_signed("!=", m.b.and_(quadrant, m.i(1)), m.i(0))
+    fast = m.divide(m.select(odd, m.b.fneg(cosine), sine), m.select(odd, sine, cosine))
+    fast = m.select(m.cmp("==", x, m.f(0.0)), x, fast)  # (tan(-0) = -0)
+    inside = m.cmp("<", m.call("llvm.fabs", x), m.f(FAST_LIMIT))  # (false for NaN)
+    return m.unlikely_branch(m.every_lane(inside), fast, lambda: m.per_lane_libm("tanf", x))
+
+
+def _reduce(m, x):
+    """x = k pi/2 + r: (k as a float, k's bits in the low bits of an int, r)."""
     shifted = m.fma(x, m.f(TWO_OVER_PI), m.f(ROUND_MAGIC))  # low bits: k = round(x 2 / pi)
     k = m.sub(shifted, m.f(ROUND_MAGIC))
     r = m.fma(k, m.f(-PIO2_HI), x)
     r = m.fma(k, m.f(-PIO2_MID), r)
     r = m.fma(k, m.f(-PIO2_LO), r)
+    return k, m.as_int(shifted), r
+
+
+def _sin_cos_of(m, r):
+    """(sin r, cos r) for r in [-pi/4, pi/4]."""
     r2 = m.mul(r, r)
     sine = m.fma(m.mul(r, r2), m.poly(r2, SIN_POLY), r)
     cosine = m.fma(m.mul(r2, r2), m.poly(r2, COS_POLY), m.fma(r2, m.f(-0.5), m.f(1.0)))
-    quadrant = m.b.add(m.as_int(shifted), m.i(quarter))  # (the magic's low bits are 0)
+    return sine, cosine
+
+
+def _sin_cos(m, x, quarter: int, libm: str):
+    """sin x (quarter 0) or cos x = sin(x + pi/2) (quarter 1: the quadrant one further)."""
+    _, bits, r = _reduce(m, x)
+    sine, cosine = _sin_cos_of(m, r)
+    quadrant = m.b.add(bits, m.i(quarter))  # (the magic's low bits are 0)
     odd = m.b.icmp_signed("!=", m.b.and_(quadrant, m.i(1)), m.i(0))
     value = m.select(odd, cosine, sine)
     sign = m.b.shl(m.b.and_(quadrant, m.i(2)), m.i(30))  # quadrants 2 and 3: negated
