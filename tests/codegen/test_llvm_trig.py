@@ -9,7 +9,7 @@ from tensorforge.te.expr import Call
 from tests.codegen.llvm_builders import aligned, run, unary_kernel
 from tests.codegen.test_llvm_math import ulp_error
 
-REFERENCE = {"sin": np.sin, "cos": np.cos}
+REFERENCE = {"sin": np.sin, "cos": np.cos, "tan": np.tan}
 
 
 def computed(name: str, x: np.ndarray, lanes: int) -> np.ndarray:
@@ -45,7 +45,7 @@ def test_sin_cos_within_2_ulp(name, lanes, rng):
     assert absolute_ulps(got, x, REFERENCE[name]) <= 1.5
 
 
-@pytest.mark.parametrize("name", ["sin", "cos"])
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
 @pytest.mark.parametrize("lanes", [1, 16])
 def test_special_values_and_huge_arguments_take_libm(name, lanes):
     special = [0.0, -0.0, 1e-30, -1e-38, 1e-45, 99999.0, 1e5, -1e5, 3e7, -1e20, 3.4e38]
@@ -57,7 +57,62 @@ def test_special_values_and_huge_arguments_take_libm(name, lanes):
         want = REFERENCE[name](x.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     finite = ~np.isnan(want)
-    assert absolute_ulps(got[finite], x[finite], REFERENCE[name]) <= 1
-    if name == "sin":  # the sign of zero
+    if name == "tan":  # (unbounded: relative)
+        assert ulp_error(got[finite], x[finite], np.tan) <= 3
+    else:
+        assert absolute_ulps(got[finite], x[finite], REFERENCE[name]) <= 1
+    if name != "cos":  # the sign of zero
         zeros = x == 0
         np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(x[zeros]))
+
+
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_tan_within_3_ulp(lanes, rng):
+    size = 8192
+    x = np.concatenate(
+        [
+            rng.uniform(-4, 4, size // 4),
+            rng.uniform(-1e5, 1e5, size // 4),
+            rng.standard_normal(size // 4) * 1e-3,
+            (rng.integers(-5000, 5000, size // 4) * (np.pi / 2)),  # near its poles and zeros
+        ]
+    ).astype(np.float32)
+    got = computed("tan", x, lanes)
+    assert ulp_error(got, x, np.tan) <= 3
+
+
+COMPOSED = {  # name: (numpy reference, sampler, max float32 ulps)
+    "atan": (np.arctan, lambda r, n: r.standard_normal(n) * 10.0 ** r.uniform(-6, 6, n), 3),
+    "asin": (np.arcsin, lambda r, n: r.uniform(-1, 1, n) ** 3, 4),
+    "acos": (np.arccos, lambda r, n: r.uniform(-1, 1, n) ** 3, 4),
+    "sinh": (np.sinh, lambda r, n: r.uniform(-89, 89, n) * r.uniform(0, 1, n) ** 4, 4),
+    "cosh": (np.cosh, lambda r, n: r.uniform(-89, 89, n) * r.uniform(0, 1, n) ** 2, 4),
+    "asinh": (np.arcsinh, lambda r, n: r.standard_normal(n) * 10.0 ** r.uniform(-6, 20, n), 3),
+    "acosh": (np.arccosh, lambda r, n: 1 + 10.0 ** r.uniform(-7, 20, n), 3),
+    "atanh": (np.arctanh, lambda r, n: r.uniform(-1, 1, n) ** 3, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSED))
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_inverse_and_hyperbolic_within_a_few_ulp(name, lanes, rng):
+    reference, sample, max_ulp = COMPOSED[name]
+    x = sample(rng, 8192).astype(np.float32)
+    x[:64] = np.linspace(-0.99, 0.99, 64) * (1 if name != "acosh" else -1) + (2 if name == "acosh" else 0)  # fmt: skip
+    assert ulp_error(computed(name, x, lanes), x, reference) <= max_ulp
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSED))
+def test_inverse_and_hyperbolic_special_values(name):
+    special = [0.0, -0.0, 1e-30, -1e-38, 1.0, -1.0, 1.5, -2.0, 88.0, 89.5, -95.0, 1e10, -3e38]
+    special += [np.inf, -np.inf, np.nan]
+    x = np.resize(np.array(special, np.float32), 32)
+    got = computed(name, x, 16)
+    with np.errstate(all="ignore"):
+        want = COMPOSED[name][0](x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=name)
+    finite = np.isfinite(want)
+    assert ulp_error(got[finite], x[finite], COMPOSED[name][0]) <= COMPOSED[name][2]
+    zeros = (x == 0) & (want == 0)  # odd functions keep the sign of zero
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=name)
