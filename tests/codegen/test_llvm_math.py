@@ -43,6 +43,7 @@ MATH = {  # name: (numpy reference on float64, input sampler, max float32 ulps a
     "exp": (np.exp, lambda r, n: r.uniform(-105, 90, n), 2),
     "log": (np.log, lambda r, n: np.exp(r.uniform(-100, 88, n)), 2),
     "log2": (np.log2, lambda r, n: np.exp(r.uniform(-100, 88, n)), 2),
+    "log10": (np.log10, lambda r, n: np.exp(r.uniform(-100, 88, n)), 2),
     "tanh": (np.tanh, lambda r, n: r.uniform(-10, 10, n), 3),
     "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), lambda r, n: r.uniform(-100, 100, n), 4),
     "erf": (_erf64, lambda r, n: r.uniform(-5, 5, n), 3),
@@ -152,6 +153,17 @@ def test_math_special_values(name):
     np.testing.assert_array_equal(np.isinf(b) & (b > 0), np.isinf(want) & (want > 0))
     finite = np.isfinite(want)
     np.testing.assert_allclose(b[finite], want[finite], rtol=1e-6, atol=1e-45)
+
+
+@pytest.mark.parametrize("name,edge", [("tanh", 9.02), ("erf", 3.925)])
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_tanh_and_erf_are_one_exactly_where_they_round_to_it(name, edge, lanes):
+    # the rational at its clamp gave 1 - 2**-24: GELU (tanh form) of -8.6e9 was -256, not 0
+    x = np.array([edge, 20.0, 1e3, 8.6e9, np.inf, -edge, -20.0, -8.6e9], np.float32)
+    a, b = aligned(x), aligned(np.zeros(x.size, np.float32))
+    dtype = "float32" if lanes == 1 else f"float32x{lanes}"
+    run(unary_kernel(f"one_{name}", lambda v: Call(dtype, name, (v,)), lanes), a, b, x.size)
+    np.testing.assert_array_equal(b, np.sign(x))
 
 
 @pytest.mark.parametrize("name", ["exp", "log", "log2", "tanh", "sigmoid", "erf", "sqrt", "round"])

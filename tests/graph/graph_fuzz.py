@@ -215,8 +215,32 @@ def op_unary(g: Generator):
         "F.hardswish({x})",
         "F.elu({x})",
         "torch.trunc({x} * 2)",
+        *LIBRARY_FORMS,
     ]
     return g.rng.choice(forms).format(x=x) if x else None
+
+
+# the C library's functions (te.LIBM_UNARY), in their domains and away from where they are
+# ill-conditioned (acos near 1 turns an ulp of its argument into 1e-4)
+LIBRARY_FORMS = (
+    "torch.sin({x} * 3)",
+    "torch.cos({x} * 40)",
+    "torch.tan({x}.clamp(-1.4, 1.4))",
+    "torch.asin({x}.clamp(-1, 1) * 0.9)",
+    "torch.acos(torch.tanh({x}) * 0.9)",
+    "torch.atan({x} * 5)",
+    "torch.sinh({x})",
+    "torch.cosh({x} * 2)",
+    "torch.asinh({x} * 10)",
+    "torch.acosh({x}.abs() + 1.1)",
+    "torch.atanh({x}.clamp(-0.9, 0.9))",
+    "torch.exp2({x} * 4)",
+    "torch.log10({x}.abs() + 0.01)",
+    "torch.log2({x}.abs() + 0.01)",
+    "torch.special.erfc({x})",
+    "torch.fmax({x}, {x}.flip(-1))",
+    "torch.isinf({x} / ({x}.round()))",
+)
 
 
 def op_binary(g: Generator):
@@ -577,17 +601,25 @@ def op_lowered_gaps(g: Generator):
         f"torch.remainder({x} * 3, -1.5)",
         f"torch.fmod({x} * 3, -1.5)",
         f"torch.round({x} * 4, decimals=1)",
-        f"({x} * 8).to(torch.int64) % -3",
-        f"torch.fmod(({x} * 8).to(torch.int64), 3)",
         f"{x}.argmax({d}, keepdim={keep})",
         f"{x}.argmin({d})",
         f"{x}.argmin()",
         f"{x}.min({d})[1]",
         f"({x} * 0.1 + 1).prod({d}, keepdim={keep})",
         f"({x} > 0).cumsum({d})",
-        f"({x} * 4).to(torch.int64).cumsum({d})",
         f"{x}.cumsum({d}) * 0.5",
     ]
+    if rng.random() < 0.3:  # integers of their own (a bfloat16 chain truncated jumps)
+        i = g.new_input(tuple(t.shape), torch.int64, "index:17")
+        forms = [
+            f"({i} - 8) % -3",
+            f"torch.remainder({i} - 8, ({i} % 5) - 2 + ({i} % 5 == 2).long())",
+            f"torch.fmod({i} - 8, 3)",
+            f"torch.fmod({i} - 8, -({i} % 4) - 1)",
+            f"({i} - 8).cumsum({d})",
+            f"({i} - 8).prod({d})",
+            f"({i} - 8).argmax({d})",
+        ]
     if rank >= 3:
         oh, ow = rng.choice([1, 2, 3, 5]), rng.choice([1, 2, 3, 4])
         forms += [

@@ -43,6 +43,7 @@ from tensorforge.te.expr import (
     Sub,
     Var,
 )
+from tensorforge.te.intrin import LIBM_UNARY
 
 SCALAR = {
     "bool": "bool",
@@ -92,6 +93,7 @@ _LIBM = {
     "pow": ("powf", "pow"),
     "atan2": ("atan2f", "atan2"),
     "hypot": ("hypotf", "hypot"),
+    **{name: (f"{name}f", name) for name in LIBM_UNARY},
 }
 BINARY_CALLS = ("pow", "atan2", "hypot")
 KNOWN_CALLS = (*_LIBM, "rsqrt", "sigmoid", "abs", "omp_get_thread_num")

@@ -21,6 +21,7 @@ from tensorforge.ir.visit import walk
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
 from tensorforge.te.extern_call import ExternCall
+from tensorforge.te.intrin import LIBM_UNARY
 
 _RESERVED = {
     # C++ keywords and CUDA built-ins a buffer or variable name could collide with
@@ -102,6 +103,7 @@ _RESERVED = {
         "pow",
         "tanh",
         "erf",
+        *LIBM_UNARY,
     ]
 }
 
@@ -140,9 +142,7 @@ _FLOAT32_CALLS = {
     "pow": "powf",
     "atan2": "atan2f",
     "hypot": "hypotf",
-    "sin": "sinf",
-    "cos": "cosf",
-    "tan": "tanf",
+    **{name: f"{name}f" for name in LIBM_UNARY},
 }
 _FLOAT64_CALLS = {name: f[:-1] for name, f in _FLOAT32_CALLS.items()}
 

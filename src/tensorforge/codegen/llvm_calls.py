@@ -13,6 +13,7 @@ from tensorforge.codegen.llvm_math import intrinsic, overloaded
 from tensorforge.codegen.llvm_types import I32, splat_constant
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Call
+from tensorforge.te.intrin import LIBM_UNARY
 
 
 class CallEmitter:
@@ -75,7 +76,7 @@ class CallEmitter:
             return self._log1p(x)
         if name == "expm1" and float32:
             return self._expm1(x)
-        if name in ("log1p", "expm1", "atan2", "hypot"):
+        if name in ("log1p", "expm1", "atan2", "hypot", *LIBM_UNARY):
             return self._per_lane_libm(name + ("f" if float32 else ""), *args)
         if name in ("exp", "log", "log2", "tanh"):  # float64: libm per lane
             return self.call_overloaded(f"llvm.{name}", x)
@@ -87,7 +88,7 @@ class CallEmitter:
             return self._per_lane_libm("erf", x)
         raise self.fail(
             f"unknown intrinsic {name!r} (known: exp expm1 log log1p log2 sqrt rsqrt tanh "
-            f"sigmoid erf floor ceil round abs pow atan2 hypot)"
+            f"sigmoid erf floor ceil round abs pow atan2 hypot {' '.join(LIBM_UNARY)})"
         )
 
     def _polynomial(self, name: str, x: ir.Value) -> ir.Value:

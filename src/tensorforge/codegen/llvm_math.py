@@ -1,4 +1,5 @@
-"""Math intrinsics as LLVM IR: float32 exp/log/log2/tanh/sigmoid/erf as inlinable polynomials.
+"""Math intrinsics as LLVM IR: float32 exp/log/log2/log10/tanh/sigmoid/erf (and sin/cos,
+llvm_trig.py) as inlinable polynomials.
 
 A loop that calls `expf` per lane runs no faster than numpy (PERF-NOTES "exp is the trap"), so
 float32 math is emitted as range reduction plus a polynomial in one `internal alwaysinline`
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
+from tensorforge.codegen import llvm_trig
 from tensorforge.codegen.llvm_types import concat, lanes_of
 
 F32 = ir.FloatType()
@@ -29,7 +31,8 @@ F64 = ir.DoubleType()
 I32 = ir.IntType(32)
 
 # Functions this module implements as polynomials for float32 (and float16 via float32).
-POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "tanh", "sigmoid", "erf")
+POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf")
+POLYNOMIAL_FUNCTIONS += ("sin", "cos", "tan")  # (llvm_trig.py)
 
 
 def mangle(ty: ir.Type) -> str:
@@ -203,6 +206,44 @@ class _Math:
             for k in range(0, self.lanes, 16)
         ]
         return concat(self.b, pieces)
+
+    def every_lane(self, cond):
+        """An i1: whether `cond` holds in every lane (a vector's lanes reduced by and)."""
+        if not self.lanes:
+            return cond
+        fn = intrinsic(
+            self.module, f"llvm.vector.reduce.and.{mangle(self.bty)}", ir.IntType(1), [self.bty]
+        )
+        return self.b.call(fn, [cond])
+
+    def per_lane_libm(self, symbol: str, x):
+        """The C library's float32 `symbol` on each lane of x."""
+        fn = intrinsic(self.module, symbol, F32, [F32])
+        if not self.lanes:
+            return self.b.call(fn, [x])
+        out = ir.Constant(self.ty, ir.Undefined)
+        for lane in range(self.lanes):
+            i = ir.Constant(I32, lane)
+            out = self.b.insert_element(out, self.b.call(fn, [self.b.extract_element(x, i)]), i)
+        return out
+
+    def unlikely_branch(self, fast_ok, fast, slow: Callable):
+        """`fast` where `fast_ok` (an i1) holds, else `slow()` computed in a block of its own
+        (a branch typical data never takes): the phi of the two."""
+        fast_block = self.b.block
+        fn = fast_block.function
+        slow_block = fn.append_basic_block("math.slow")
+        done_block = fn.append_basic_block("math.done")
+        self.b.cbranch(fast_ok, done_block, slow_block).set_weights([1000, 1])
+        self.b.position_at_end(slow_block)
+        exact = slow()
+        slow_end = self.b.block
+        self.b.branch(done_block)
+        self.b.position_at_end(done_block)
+        result = self.b.phi(self.ty)
+        result.add_incoming(fast, fast_block)
+        result.add_incoming(exact, slow_end)
+        return result
 
     def pow2(self, n):
         """2**n as a float for integer n in [-126, 127]: the exponent field built directly."""
@@ -382,6 +423,20 @@ def _log2(m: _Math, x):
     return _log_special(m, x, result)
 
 
+def _log10(m: _Math, x):
+    """log10 = e log10(2) + log(1 + f) log10(e), each constant split in a short head (exact
+    products with e) and its tail, summed from the smallest term up."""
+    e, f, tail = _log_reduce(m, x)
+    result = m.fma(m.add(f, tail), m.f(_LOG10E_LO), m.mul(tail, m.f(_LOG10E_HI)))
+    result = m.fma(f, m.f(_LOG10E_HI), result)
+    result = m.fma(e, m.f(_LOG10_2_LO), result)
+    return _log_special(m, x, m.fma(e, m.f(_LOG10_2_HI), result))
+
+
+_LOG10_2_HI, _LOG10_2_LO = 0.30078125, 2.48745663981195213739e-4  # log10(2) = HI + LO
+_LOG10E_HI, _LOG10E_LO = 0.43359375, 7.00731903251827651129e-4  # log10(e) = HI + LO
+
+
 # -- tanh, sigmoid --------------------------------------------------------------------------------
 # tanh(x) = x / 8 + x N(x^2) / Q(x^2) on |x| <= 9.02, as erf below: tanh(x) / x = P / Q a (6, 6)
 # rational fitted here (4.7e-9 in exact arithmetic with these float32 coefficients), N = P - Q / 8
@@ -423,12 +478,15 @@ _TANH_N = _less_part(
 def _odd_rational(m: _Math, x, clamp: float, numerator, denominator, part: float):
     """x * part + x * N(x^2) / Q(x^2) for x clamped to [-clamp, clamp]: one branch-free path.
     The clamps keep NaN (a comparison with NaN is false: the select passes x through) and take
-    +-inf to +-clamp; -0 stays -0."""
+    +-inf to +-clamp; -0 stays -0. From the clamp on, the result is +-1 exactly (the function
+    rounds to 1 there; the rational gave 1 - 2**-24, and GELU of -8.6e9 -256 where eager has 0)."""
+    large = m.cmp(">=", m.call("llvm.fabs", x), m.f(clamp))
     x = m.select(m.cmp(">", x, m.f(clamp)), m.f(clamp), x)
     x = m.select(m.cmp("<", x, m.f(-clamp)), m.f(-clamp), x)
     t = m.mul(x, x)
     ratio = m.divide(m.poly(t, numerator), m.poly(t, denominator))
-    return m.fma(x, ratio, m.mul(x, m.f(part)))
+    result = m.fma(x, ratio, m.mul(x, m.f(part)))
+    return m.select(large, m.call("llvm.copysign", m.f(1.0), x), result)
 
 
 def _tanh(m: _Math, x):
@@ -484,9 +542,13 @@ def _erf(m: _Math, x):
 
 
 _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {
+    "sin": llvm_trig.sin,
+    "cos": llvm_trig.cos,
+    "tan": llvm_trig.tan,
     "exp": _exp,
     "log": _log,
     "log2": _log2,
+    "log10": _log10,
     "tanh": _tanh,
     "sigmoid": _sigmoid,
     "erf": _erf,

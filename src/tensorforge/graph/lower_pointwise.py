@@ -11,6 +11,7 @@ from tensorforge.graph.lowerer import NATIVE, TE_TO_TORCH
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Lazy, Unsupported, in_dtype, opmath_dtype
 from tensorforge.te import dtype as dt
+from tensorforge.te.intrin import LIBM_UNARY
 
 aten = torch.ops.aten
 
@@ -42,6 +43,9 @@ UNARY = {
     aten.bitwise_not: lambda x: x == _zero(x),
     aten.sign: lambda x: _sign(x),
     aten.isnan: lambda x: x != x,  # (only NaN differs from itself)
+    aten.isinf: lambda x: te.abs(x) == te.const(math.inf, x.dtype),
+    aten.log2: te.log2,
+    **{getattr(aten, name): getattr(te, name) for name in LIBM_UNARY},
 }
 JUMPS = {aten.floor, aten.ceil, aten.round, aten.trunc, aten.sign}  # half operands as stored
 INTEGER_IDENTITY = {aten.floor, aten.ceil, aten.round, aten.trunc}  # of an integer: itself
@@ -54,7 +58,9 @@ def _unary(op, fn):
         x = ctx.lazy(x)
         if op is aten.bitwise_not and dt.is_int(x.dtype):
             return ctx.pointwise(_bitwise_not, [x], compute=x.dtype)
-        if op in (aten.logical_not, aten.bitwise_not, aten.isnan):
+        if op is aten.isinf and not dt.is_float(x.dtype):
+            return ctx.pointwise(lambda v: te.const(False, "bool"), [x], compute=x.dtype)
+        if op in (aten.logical_not, aten.bitwise_not, aten.isnan, aten.isinf):
             return ctx.pointwise(fn, [x], compute=x.dtype)
         if op is aten.sign and x.dtype == "bool":
             return x  # (a bool is its own sign)
@@ -239,6 +245,19 @@ def hypot(ctx, node, a, b):
     return ctx.pointwise(te.hypot, [a, b])
 
 
+@lowers(aten.fmax.default, aten.fmin.default)
+def fmax_fmin(ctx, node, a, b):
+    """The larger (smaller) of the two, a NaN ignored unless both are (maximum's propagates)."""
+    pick = te.max if node.target is aten.fmax.default else te.min
+    if not dt.is_float(ctx.dtype_of(node)):
+        return ctx.pointwise(pick, [a, b])
+
+    def fn(x, y):
+        return te.if_then_else(x != x, y, te.if_then_else(y != y, x, pick(x, y)))
+
+    return ctx.pointwise(fn, [a, b])
+
+
 @lowers(aten.round.decimals)
 def round_decimals(ctx, node, x, decimals=0):
     """torch's form: x * 10**d rounded half to even, / 10**d (d < 0: x / 10**-d, * 10**-d)."""
@@ -293,6 +312,15 @@ def logical_or(ctx, node, a, b):
         raise Unsupported("bitwise or of integers")
     return ctx.pointwise(
         lambda x, y: te.any(x != _zero(x), y != _zero(y)), [a, b], compute=_common_dtype([a, b])
+    )
+
+
+@lowers(aten.logical_xor.default, aten.bitwise_xor.Tensor)
+def logical_xor(ctx, node, a, b):
+    if ctx.dtype_of(node) != "bool":
+        raise Unsupported("bitwise xor of integers")
+    return ctx.pointwise(
+        lambda x, y: (x != _zero(x)) != (y != _zero(y)), [a, b], compute=_common_dtype([a, b])
     )
 
 

@@ -3,7 +3,9 @@
 A prefix sum of m elements is cut in blocks of about sqrt(m) (64 where m is known only at run
 time): one kernel sums each block, one sums the blocks before each block (its carry), and the
 output's kernel sums its own block up to itself and adds the carry as an epilogue. Each output
-reads about 2 sqrt(m) elements, each kernel is a plain reduction (the schedules' own), and the
+reads about 2 sqrt(m) elements, each kernel is a plain reduction (anchors of kind "scan": the
+rules' reduction schedule, which "auto" keeps; the first guess took 100x longer on the block
+sums), and the
 sums are float32 for half types (int64 for integers and bools), as torch accumulates. Where
 the whole dimension is one block (m <= 64), the output's kernel alone.
 """
@@ -51,7 +53,7 @@ def cumsum(ctx, node, x, dim, dtype=None):
 
     stage = te.compute(shape, own_block, name=ctx.unique(f"cumsum_{node.name}"))
     reads = x.reads | (carry.reads if carry is not None else frozenset())
-    anchor = reduction_anchor(ctx, "reduce", [stage], reads, shape, x.nodes + (node.name,))
+    anchor = reduction_anchor(ctx, "scan", [stage], reads, shape, x.nodes + (node.name,))
 
     def at(ia):
         total = stage[tuple(ia)]
@@ -92,5 +94,5 @@ def _carries(ctx, node, x: Lazy, d: int, m, block: int, acc: str, along) -> Lazy
 def _stored(ctx, node, source: Lazy, shape, body, acc: str, name: str) -> Lazy:
     """The reduction `body` over `shape` (reading `source`) as a kernel of its own, stored."""
     stage = te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}"))
-    anchor = reduction_anchor(ctx, "reduce", [stage], source.reads, shape, source.nodes)
+    anchor = reduction_anchor(ctx, "scan", [stage], source.reads, shape, source.nodes)
     return ctx.materialize(ctx.anchored(anchor, lambda ia: stage[tuple(ia)], acc))

@@ -35,6 +35,7 @@ from tensorforge.graph.values import (
     rounded,
 )
 from tensorforge.te import dtype as dt
+from tensorforge.te.intrin import LIBM_UNARY
 
 TORCH_TO_TE = {
     torch.float32: "float32",
@@ -53,6 +54,10 @@ TE_TO_TORCH = {v: k for k, v in TORCH_TO_TE.items()}
 # A value read by several consumers is recomputed in each while it costs at most this many
 # operations (a few adds and multiplies): cheaper than a store and a load per element. Past it, or
 # with a transcendental inside (exp, erf count 8), it is written once (see worth_materializing).
+# operators computed by the C library per element (CUDA's per thread): where their operands
+# derive from constants alone (rotary embeddings' cos and sin of `arange` positions), they are
+# computed once at compile time rather than in each call's kernels (and again by each consumer)
+LIBRARY_CALLS = {getattr(torch.ops.aten, name) for name in (*LIBM_UNARY, "atan2", "hypot")}
 INLINE_COST = 6
 MAX_COST = 96  # any value past this is materialized, so kernels stay a readable size
 NATIVE = "native"  # pointwise(compute=NATIVE): operands keep their dtypes (where, masked_fill)
@@ -139,6 +144,10 @@ class Lowerer(ConstantFolding):
         folded = self._fold_constants(node, args, kwargs)
         if folded is not None:
             return folded
+        if getattr(node.target, "overloadpacket", None) in LIBRARY_CALLS:
+            folded = self._fold_derived(node)  # (a table of positions: once, not each call)
+            if folded is not None:
+                return folded
         lowering = lowering_for(node.target)
         if lowering is None:
             return self._fold_or_eager(node, args, kwargs, "no lowering for this operator")
@@ -248,11 +257,16 @@ class Lowerer(ConstantFolding):
     def _fold_or_eager(self, node: torch.fx.Node, args, kwargs, reason: str):
         """An operator with no kernel: computed once now where its value derives from constants
         alone (rotary embeddings' cos/sin of `arange` positions), else run eagerly each call."""
+        folded = self._fold_derived(node)
+        return folded if folded is not None else self.eager(node, args, kwargs, reason)
+
+    def _fold_derived(self, node: torch.fx.Node):
+        """The node's value as a constant where it derives from constants alone, else None."""
         value = self._derived_constant(node)
         if isinstance(value, torch.Tensor) and value.dtype in TORCH_TO_TE:
             self.program.folded.append(node.name)
             return self.add_constant(value, node.name)
-        return self.eager(node, args, kwargs, reason)
+        return None
 
     # -- element-wise -----------------------------------------------------------------------
     def pointwise(

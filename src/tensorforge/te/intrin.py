@@ -24,7 +24,24 @@ FLOAT_UNARY = (
     "floor",
     "ceil",
     "round",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "exp2",
+    "log10",
+    "erfc",
 )
+# the trigonometric, hyperbolic and other functions each backend computes with its C library's
+# (libm per lane on the CPU, CUDA's math functions)
+LIBM_UNARY = FLOAT_UNARY[FLOAT_UNARY.index("sin") :]
 
 
 def _float_call(name: str, x: Any) -> Expr:
@@ -58,6 +75,20 @@ erf = _float_unary("erf")
 floor = _float_unary("floor")
 ceil = _float_unary("ceil")
 round = _float_unary("round")  # noqa: A001
+sin = _float_unary("sin")
+cos = _float_unary("cos")
+tan = _float_unary("tan")
+asin = _float_unary("asin")
+acos = _float_unary("acos")
+atan = _float_unary("atan")
+sinh = _float_unary("sinh")
+cosh = _float_unary("cosh")
+asinh = _float_unary("asinh")
+acosh = _float_unary("acosh")
+atanh = _float_unary("atanh")
+exp2 = _float_unary("exp2")  # 2**x
+log10 = _float_unary("log10")
+erfc = _float_unary("erfc")  # 1 - erf(x), accurate where erf(x) is near 1
 
 
 def abs(x: Any) -> Expr:  # noqa: A001

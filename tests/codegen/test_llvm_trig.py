@@ -1,0 +1,81 @@
+"""float32 sin and cos of the llvm backend (codegen/llvm_trig.py) against numpy's float64, in
+ulps: the polynomial path over |x| < 1e5 (small arguments, quadrant edges, both signs), and
+the per-lane libm path its lanes past that, inf and NaN take."""
+
+import numpy as np
+import pytest
+
+from tensorforge.te.expr import Call
+from tests.codegen.llvm_builders import aligned, run, unary_kernel
+from tests.codegen.test_llvm_math import ulp_error
+
+REFERENCE = {"sin": np.sin, "cos": np.cos, "tan": np.tan}
+
+
+def computed(name: str, x: np.ndarray, lanes: int) -> np.ndarray:
+    a, b = aligned(x), aligned(np.zeros(x.size, np.float32))
+    dtype = "float32" if lanes == 1 else f"float32x{lanes}"
+    run(unary_kernel(f"t_{name}_{lanes}", lambda v: Call(dtype, name, (v,)), lanes), a, b, x.size)
+    return b
+
+
+def absolute_ulps(got: np.ndarray, x: np.ndarray, reference) -> float:
+    """Error in ulps of 1 (the functions' magnitude): near a zero of sin, the relative error of
+    a float32 argument's reduction is not the measure (numpy's float32 sin shows the same)."""
+    want = reference(x.astype(np.float64))
+    return float(np.max(np.abs(got.astype(np.float64) - want)) / np.spacing(np.float32(1)))
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+@pytest.mark.parametrize("lanes", [1, 8, 16])
+def test_sin_cos_within_2_ulp(name, lanes, rng):
+    size = 8192
+    x = np.concatenate(
+        [
+            rng.uniform(-4, 4, size // 4),
+            rng.uniform(-1e5, 1e5, size // 4),
+            rng.standard_normal(size // 4) * 1e-3,  # relative error shows here
+            (rng.integers(-5000, 5000, size // 4) * (np.pi / 2)),  # quadrant edges
+        ]
+    ).astype(np.float32)
+    got = computed(name, x, lanes)
+    assert ulp_error(got, x, REFERENCE[name]) <= 2 or absolute_ulps(got, x, REFERENCE[name]) <= 1
+    small = np.abs(x) < 0.5  # where the result is not near a zero of its own: relative
+    assert ulp_error(got[small], x[small], REFERENCE[name]) <= 2
+    assert absolute_ulps(got, x, REFERENCE[name]) <= 1.5
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tan"])
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_special_values_and_huge_arguments_take_libm(name, lanes):
+    special = [0.0, -0.0, 1e-30, -1e-38, 1e-45, 99999.0, 1e5, -1e5, 3e7, -1e20, 3.4e38]
+    special += [np.inf, -np.inf, np.nan, 1.0, -2.0]
+    x = np.array(special * 2, np.float32)[: 2 * lanes if lanes > 1 else len(special)]
+    x = np.resize(x, (x.size // max(lanes, 1)) * max(lanes, 1))
+    got = computed(name, x, lanes)
+    with np.errstate(invalid="ignore"):
+        want = REFERENCE[name](x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    if name == "tan":  # (unbounded: relative)
+        assert ulp_error(got[finite], x[finite], np.tan) <= 3
+    else:
+        assert absolute_ulps(got[finite], x[finite], REFERENCE[name]) <= 1
+    if name != "cos":  # the sign of zero
+        zeros = x == 0
+        np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(x[zeros]))
+
+
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_tan_within_3_ulp(lanes, rng):
+    size = 8192
+    x = np.concatenate(
+        [
+            rng.uniform(-4, 4, size // 4),
+            rng.uniform(-1e5, 1e5, size // 4),
+            rng.standard_normal(size // 4) * 1e-3,
+            (rng.integers(-5000, 5000, size // 4) * (np.pi / 2)),  # near its poles and zeros
+        ]
+    ).astype(np.float32)
+    got = computed("tan", x, lanes)
+    assert ulp_error(got, x, np.tan) <= 3
