@@ -79,3 +79,40 @@ def test_tan_within_3_ulp(lanes, rng):
     ).astype(np.float32)
     got = computed("tan", x, lanes)
     assert ulp_error(got, x, np.tan) <= 3
+
+
+COMPOSED = {  # name: (numpy reference, sampler, max float32 ulps)
+    "atan": (np.arctan, lambda r, n: r.standard_normal(n) * 10.0 ** r.uniform(-6, 6, n), 3),
+    "asin": (np.arcsin, lambda r, n: r.uniform(-1, 1, n) ** 3, 4),
+    "acos": (np.arccos, lambda r, n: r.uniform(-1, 1, n) ** 3, 4),
+    "sinh": (np.sinh, lambda r, n: r.uniform(-89, 89, n) * r.uniform(0, 1, n) ** 4, 4),
+    "cosh": (np.cosh, lambda r, n: r.uniform(-89, 89, n) * r.uniform(0, 1, n) ** 2, 4),
+    "asinh": (np.arcsinh, lambda r, n: r.standard_normal(n) * 10.0 ** r.uniform(-6, 20, n), 3),
+    "acosh": (np.arccosh, lambda r, n: 1 + 10.0 ** r.uniform(-7, 20, n), 3),
+    "atanh": (np.arctanh, lambda r, n: r.uniform(-1, 1, n) ** 3, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSED))
+@pytest.mark.parametrize("lanes", [1, 16])
+def test_inverse_and_hyperbolic_within_a_few_ulp(name, lanes, rng):
+    reference, sample, max_ulp = COMPOSED[name]
+    x = sample(rng, 8192).astype(np.float32)
+    x[:64] = np.linspace(-0.99, 0.99, 64) * (1 if name != "acosh" else -1) + (2 if name == "acosh" else 0)  # fmt: skip
+    assert ulp_error(computed(name, x, lanes), x, reference) <= max_ulp
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSED))
+def test_inverse_and_hyperbolic_special_values(name):
+    special = [0.0, -0.0, 1e-30, -1e-38, 1.0, -1.0, 1.5, -2.0, 88.0, 89.5, -95.0, 1e10, -3e38]
+    special += [np.inf, -np.inf, np.nan]
+    x = np.resize(np.array(special, np.float32), 32)
+    got = computed(name, x, 16)
+    with np.errstate(all="ignore"):
+        want = COMPOSED[name][0](x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=name)
+    finite = np.isfinite(want)
+    assert ulp_error(got[finite], x[finite], COMPOSED[name][0]) <= COMPOSED[name][2]
+    zeros = (x == 0) & (want == 0)  # odd functions keep the sign of zero
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=name)

@@ -135,3 +135,20 @@ def nvcc_problem(fn, inputs, arch) -> str | None:
     modules = {id(s.module): s.module for s in compiled.steps if isinstance(s, BuiltKernel)}
     assert modules
     return nvcc_errors(list(modules.values()), arch)
+
+
+def test_signed_zeros_as_torch():
+    # -0.0 and 0.0 compare equal, so check() cannot tell them apart: the sign bits are compared
+    x = torch.tensor([0.0, -0.0, -3.0, 3.0, -4.5, 4.5, -1e-30, 2.0, float("nan")])
+    y = torch.tensor([1.0, -1.0, 3.0, -3.0, 1.5, -1.5, 3.0, float("inf"), 2.0])
+
+    def fn(x, y):
+        return (
+            -x, torch.neg(x), torch.fmod(x, y), torch.fmod(x, 1.5), torch.remainder(x, y),
+            torch.trunc(x), torch.round(x), x * 0,
+        )  # fmt: skip
+
+    compiled = check(fn, x, y)
+    for k, (got, expected) in enumerate(zip(compiled([x, y]), fn(x, y))):
+        number = ~expected.isnan()  # (a NaN's sign is not torch's promise)
+        assert torch.equal(got[number].signbit(), expected[number].signbit()), f"{k}: {got}"

@@ -32,7 +32,7 @@ I32 = ir.IntType(32)
 
 # Functions this module implements as polynomials for float32 (and float16 via float32).
 POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf")
-POLYNOMIAL_FUNCTIONS += ("sin", "cos", "tan")  # (llvm_trig.py)
+POLYNOMIAL_FUNCTIONS += ("sin", "cos", "tan", *llvm_trig.COMPOSED)  # (llvm_trig.py)
 
 
 def mangle(ty: ir.Type) -> str:
@@ -206,6 +206,12 @@ class _Math:
             for k in range(0, self.lanes, 16)
         ]
         return concat(self.b, pieces)
+
+    def exp(self, x):
+        return _exp(self, x)
+
+    def log(self, x):
+        return _log(self, x)
 
     def every_lane(self, cond):
         """An i1: whether `cond` holds in every lane (a vector's lanes reduced by and)."""
@@ -545,6 +551,7 @@ _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {
     "sin": llvm_trig.sin,
     "cos": llvm_trig.cos,
     "tan": llvm_trig.tan,
+    **{name: getattr(llvm_trig, name) for name in llvm_trig.COMPOSED},
     "exp": _exp,
     "log": _log,
     "log2": _log2,

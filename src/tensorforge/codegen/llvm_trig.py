@@ -75,3 +75,110 @@ def _sin_cos(m, x, quarter: int, libm: str):
         fast = m.select(m.cmp("==", x, m.f(0.0)), x, fast)
     inside = m.cmp("<", m.call("llvm.fabs", x), m.f(FAST_LIMIT))  # (false for NaN)
     return m.unlikely_branch(m.every_lane(inside), fast, lambda: m.per_lane_libm(libm, x))
+
+
+# the inverse and hyperbolic functions, composed from exp, log and atan's polynomial: float32
+# within a few ulp (tests/codegen/test_llvm_trig.py), where libm per lane ran 4-5x slower than
+# eager's vectorized ones
+COMPOSED = ("atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh")
+
+
+# -- inverse trigonometric -----------------------------------------------------------------------
+TAN_PI_8, TAN_3PI_8 = 0.41421356237309503, 2.414213562373095
+# atan z = z + z^3 P(z^2) on |z| <= tan(pi/8) (Cephes atanf's coefficients)
+ATAN_POLY = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)
+HALF_PI, QUARTER_PI = 1.5707963267948966, 0.7853981633974483
+
+
+def atan(m, x):
+    return _with_sign_of(m, _atan_of_magnitude(m, m.call("llvm.fabs", x)), x)
+
+
+def _atan_of_magnitude(m, a):
+    """atan a for a >= 0 (inf: pi/2; NaN: NaN): a reduced by atan a = pi/2 + atan(-1/a) past
+    tan(3pi/8), pi/4 + atan((a - 1) / (a + 1)) past tan(pi/8)."""
+    big, mid = m.cmp(">", a, m.f(TAN_3PI_8)), m.cmp(">", a, m.f(TAN_PI_8))
+    reduced = m.select(mid, m.b.fdiv(m.sub(a, m.f(1.0)), m.add(a, m.f(1.0))), a)
+    z = m.select(big, m.b.fdiv(m.f(-1.0), a), reduced)
+    base = m.select(big, m.f(HALF_PI), m.select(mid, m.f(QUARTER_PI), m.f(0.0)))
+    z2 = m.mul(z, z)
+    return m.add(base, m.fma(m.mul(z, z2), m.poly(z2, ATAN_POLY), z))
+
+
+def asin(m, x):
+    """atan(a / sqrt((1 - a)(1 + a))), the product exact where it matters (a >= 1/2)."""
+    a = m.call("llvm.fabs", x)
+    root = m.call("llvm.sqrt", m.mul(m.sub(m.f(1.0), a), m.add(m.f(1.0), a)))
+    return _with_sign_of(m, _atan_of_magnitude(m, m.b.fdiv(a, root)), x)
+
+
+def acos(m, x):
+    """2 atan(sqrt((1 - x) / (1 + x))): no cancellation near 1 (acos small) or -1 (pi)."""
+    ratio = m.b.fdiv(m.sub(m.f(1.0), x), m.add(m.f(1.0), x))
+    return m.mul(m.f(2.0), _atan_of_magnitude(m, m.call("llvm.sqrt", ratio)))
+
+
+# -- hyperbolic -----------------------------------------------------------------------------------
+# sinh x = x + x^3 P(x^2) on |x| <= 1 (Cephes sinhf's coefficients)
+SINH_POLY = (2.03721912945e-4, 8.33028376239e-3, 1.66667160211e-1)
+LN2 = 0.6931471805599453
+LOG_TAIL_FROM = 1.0e9  # past it, 1 + x^2 loses 1 entirely: asinh / acosh x = log x + ln 2
+
+
+def sinh(m, x):
+    """A polynomial on |x| <= 1; past it (h^2 - 1 / h^2) / 2 with h = e**(|x| / 2), whose
+    halving is exact and whose square overflows only where sinh does."""
+    a = m.call("llvm.fabs", x)
+    a2 = m.mul(a, a)
+    small = m.fma(m.mul(a, a2), m.poly(a2, SINH_POLY), a)
+    h = m.exp(m.mul(a, m.f(0.5)))
+    large = m.sub(m.mul(m.mul(h, m.f(0.5)), h), m.b.fdiv(m.f(0.5), m.mul(h, h)))
+    return _with_sign_of(m, m.select(m.cmp("<=", a, m.f(1.0)), small, large), x)
+
+
+def cosh(m, x):
+    """(h^2 + 1 / h^2) / 2 with h = e**(|x| / 2)."""
+    h = m.exp(m.mul(m.call("llvm.fabs", x), m.f(0.5)))
+    return m.fma(m.mul(h, m.f(0.5)), h, m.b.fdiv(m.f(0.5), m.mul(h, h)))
+
+
+def asinh(m, x):
+    """log1p(a + a^2 / (1 + sqrt(1 + a^2))) (= log(a + sqrt(a^2 + 1)) without its cancellation
+    at small a), log a + ln 2 past LOG_TAIL_FROM."""
+    a = m.call("llvm.fabs", x)
+    a2 = m.mul(a, a)
+    near = _log1p(m, m.add(a, m.b.fdiv(a2, m.add(m.f(1.0), m.call("llvm.sqrt", m.add(m.f(1.0), a2))))))  # fmt: skip
+    far = m.add(m.log(a), m.f(LN2))
+    return _with_sign_of(m, m.select(m.cmp(">", a, m.f(LOG_TAIL_FROM)), far, near), x)
+
+
+def acosh(m, x):
+    """log1p(t + sqrt(t (t + 2))) with t = x - 1 (exact near 1), log x + ln 2 past
+    LOG_TAIL_FROM; NaN below 1."""
+    t = m.sub(x, m.f(1.0))
+    near = _log1p(m, m.add(t, m.call("llvm.sqrt", m.mul(t, m.add(t, m.f(2.0))))))
+    far = m.add(m.log(x), m.f(LN2))
+    result = m.select(m.cmp(">", x, m.f(LOG_TAIL_FROM)), far, near)
+    return m.select(m.cmp("<", x, m.f(1.0)), m.f(float("nan")), result)  # (-3e38: t^2 is inf)
+
+
+def atanh(m, x):
+    """log1p(2a / (1 - a)) / 2, signed: 1 gives inf, past 1 NaN."""
+    a = m.call("llvm.fabs", x)
+    ratio = m.b.fdiv(m.mul(a, m.f(2.0)), m.sub(m.f(1.0), a))
+    return _with_sign_of(m, m.mul(_log1p(m, ratio), m.f(0.5)), x)
+
+
+def _log1p(m, v):
+    """log(1 + v) as log(u) v / (u - 1), u = 1 + v rounded (the ratio cancels u's rounding);
+    v where u rounds to 1, inf for inf."""
+    u = m.add(m.f(1.0), v)
+    result = m.mul(m.log(u), m.b.fdiv(v, m.sub(u, m.f(1.0))))
+    result = m.select(m.cmp("==", u, m.f(1.0)), v, result)
+    return m.select(m.cmp("==", u, m.f(float("inf"))), u, result)
+
+
+def _with_sign_of(m, magnitude, x):
+    """magnitude (>= 0, or NaN) with x's sign bit: an odd function's value, -0 for -0."""
+    sign = m.b.and_(m.as_int(x), m.i(-(1 << 31)))
+    return m.as_float(m.b.or_(m.as_int(magnitude), sign))

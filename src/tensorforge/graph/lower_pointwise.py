@@ -223,9 +223,11 @@ def fmod(ctx, node, a, b):
 
 def _float_fmod(x, y):
     """fmod(|x|, |y|) is exact and already >= 0 (the floor remainder of two non-negative
-    numbers), then given x's sign."""
+    numbers), then given x's sign: a zero x is its own remainder, -0.0 too (x - r: x, or the
+    NaN of a zero or NaN divisor)."""
     r = te.abs(x) % te.abs(y)
-    return te.if_then_else(x < _zero(x), -r, r)
+    zero = _zero(x)
+    return te.if_then_else(x < zero, -r, te.if_then_else(x == zero, x - r, r))
 
 
 def _int_fmod(x, y):
