@@ -105,6 +105,24 @@ def test_integer_division_in_a_guarded_vector_tail_does_not_trap(dtype):
     np.testing.assert_array_equal(d, a // b + a % b)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_values_that_overflow_wrap_around(dtype):
+    # torch's integers wrap: (a * k) // k is not a once a * k overflows (the simplifier, LLVM's
+    # nsw and C's signed overflow each assumed it could not), nor is a * 4 > a a > 0
+    info = np.iinfo(dtype)
+    k = 3 if dtype == "int32" else 2**40 + 1
+    a = np.array([info.max, info.min, info.max // 2, -5, 7, info.min // 2 - 1, 100, 2], dtype)
+    n = te.var("n")
+    A = te.placeholder((n,), dtype, name="A")
+    B = te.compute((n,), lambda i: (A[i] * k) // k + (A[i] * 4 > A[i]).astype(dtype), name="B")
+    s = te.create_schedule(B.op)
+    _, inner = s[B].split(B.op.axis[0], factor=4)
+    s[B].vectorize(inner)
+    (b,) = both(s, [A, B], [a, np.zeros(8, dtype)])[1:]
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(b, (a * np.array(k, dtype)) // k + (a * 4 > a))
+
+
 def wrapped_floor(a, b, dtype):
     """Python's a // b and a % b of integer arrays, the quotient wrapped to `dtype` as torch
     wraps it (the minimum // -1 is the minimum)."""

@@ -352,3 +352,26 @@ def test_floor_helpers_wrap_the_minimum_divided_by_minus_one(tmp_path):
     want = [f"{wrapped(a // b, 32)} {a % b}" for a, b in cases]
     want += [f"{wrapped(a // b, 64)} {a % b}" for a, b in cases64]
     assert got[: len(want)] == want
+
+
+def test_integer_tensor_arithmetic_wraps_in_unsigned(tmp_path):
+    """Signed overflow is undefined in C++, so nvcc may fold an int32 (a * 3) / 3 to a where
+    torch wraps a * 3 around: products and sums of loaded values are computed unsigned, index
+    arithmetic stays signed (its overflow never happens, and nvcc may use that)."""
+    import tensorforge as tf
+    from tensorforge import te
+
+    n = te.var("n")
+    A = te.placeholder((n,), "int32", name="A")
+    C = te.compute((n,), lambda i: (A[i] * 3) // 3 + A[i + 1 - 1], name="C")
+    s = te.create_schedule(C.op)
+    block, thread = s[C].split(C.op.axis[0], factor=64)
+    s[C].bind(block, te.thread_axis("blockIdx.x"))
+    s[C].bind(thread, te.thread_axis("threadIdx.x"))
+    text = tf.build(s, [A, C], target="cuda -arch=sm_90").get_source("cuda")
+    assert "((int)((unsigned int)(A[" in text and ") * (unsigned int)(3)))" in text
+    (store,) = [line for line in text.splitlines() if line.strip().startswith("C[")]
+    assert store.count("unsigned") == 4  # the product's operands, the sum's: no index's
+    assert store.count("[(i_outer * 64) + i_inner]") == 3
+    if NVCC is not None:
+        nvcc_ptx(text, tmp_path)

@@ -1,6 +1,7 @@
 """Integer division for graph_fuzz.py's programs: integer tensors divided by integer tensors
 (broadcast), by negative numbers and by -1, with floor and trunc rounding, `%`, remainder and
-fmod, of int8 through int64 values that include each type's minimum and maximum.
+fmod, of int8 through int64 values that include each type's minimum and maximum (and a few
+products and sums of those, which wrap around).
 
 Divisors are never zero. Eager torch raises for an integer division by zero on the CPU
 (RuntimeError: ZeroDivisionError), while a compiled kernel divides by 1 there (its guarded
@@ -56,14 +57,21 @@ def _dividend(g) -> str | None:
 
 def _divisor(g, dividend: torch.Tensor) -> str:
     """A divisor that broadcasts against the dividend, never zero, mostly of its type (mixed
-    types promote to the wider: no minimum there to overflow)."""
+    types promote to the wider: no minimum there to overflow). NOTE: a 0-d one is always of
+    its type: torch casts a 0-d divisor to the dividend's type, where INT64_MIN is 0."""
     shape = tuple(dividend.shape)
+
+    def fits(t: torch.Tensor) -> bool:
+        same = t.dtype == dividend.dtype or t.dim() > 0
+        return _integers(t) and same and _broadcasts(tuple(t.shape), shape)
+
     if g.rng.random() < 0.25:
-        y = g.pick(lambda t: _integers(t) and _broadcasts(tuple(t.shape), shape))
+        y = g.pick(fits)
         if y is not None:
             return f"torch.where({y} == 0, -1, {y})"
-    dtype = dividend.dtype if g.rng.random() < 0.8 else g.rng.choice(INT_TYPES)
-    return g.new_input(g.partner(shape), dtype, "divisor")
+    divisor = g.partner(shape)
+    mixed = g.rng.random() < 0.2 and divisor
+    return g.new_input(divisor, g.rng.choice(INT_TYPES) if mixed else dividend.dtype, "divisor")
 
 
 def _broadcasts(small, big) -> bool:
@@ -91,6 +99,12 @@ FORMS = [
     "({a} // {b}).float() * 0.5 + ({a} % -{k}).float()",
     "{a} / {b}",
     "torch.where({a} % {b} == 0, {a} // {b}, -{a})",
+    # arithmetic that wraps around (torch's integers do; the minimum and maximum are among the
+    # values): no rewrite that assumes it cannot may change the answer
+    "({a} * {k}) // {k}",
+    "{a} * 4 > {a}",
+    "({a} + {b}) - {b}",
+    "({a} * 1103515245 + 12345) % 65536",
 ]
 
 

@@ -1,6 +1,6 @@
 """Adaptive pools whose windows differ in size (7 -> 3), adaptive max pools, and layer norm over
-several trailing dimensions as kernels (they ran eagerly: the graph fuzzer's declines), against
-eager torch: odd sizes, 3-d and 4-d inputs, weights computed or constant, bfloat16, run-time
+several trailing dimensions as kernels, and group norm over positions of run-time sizes (they ran
+eagerly: the graph fuzzer's declines), against eager torch: odd sizes, 3-d and 4-d inputs, weights computed or constant, bfloat16, run-time
 sizes, nvcc."""
 
 import shutil
@@ -96,3 +96,18 @@ def test_cuda_builds_compile_with_nvcc(arch):
     assert nvcc_problem(pools, [x], arch) is None
     assert nvcc_problem(layer_norms, norm_inputs(8), arch) is None
     assert nvcc_problem(pools, [x.bfloat16()], arch) is None
+
+
+def test_group_norm_over_positions_of_run_time_sizes():
+    # (it ran eagerly where the positions were run-time sizes: fuzz seeds 15125, 15182)
+    w, b = rand(6, seed=1), rand(6, seed=2)
+
+    def fn(x):
+        return F.group_norm(x, 3, w, b) * 2, F.group_norm(x[:, :, :1], 2), F.group_norm(x, 6, w)
+
+    fast, nothing_eager = dynamic(fn)
+    for h, width in ((7, 11), (5, 3), (1, 9)):
+        x = rand(2, 6, h, width, seed=h)
+        for got, expected in zip(fast(x), fn(x)):
+            torch.testing.assert_close(got, expected, rtol=2e-5, atol=2e-5)
+    nothing_eager()

@@ -95,3 +95,14 @@ def test_cuda_builds_compile_with_nvcc(arch):
     a = torch.randint(-5, 5, (4, 13, 3))
     assert nvcc_problem(lambda a: (*index_reductions(a), a.prod(1)), [a], arch) is None
     assert nvcc_problem(index_reductions, [x.bfloat16()], arch) is None
+
+
+def test_bfloat16_ties_are_eagers():
+    # x + 100 rounds 101.0 and 101.0078 to one bfloat16 value: a tie, the first index, as eager
+    # (read unrounded from the fused chain, the second won)
+    x = torch.tensor([[1.0, 1.0078125, 0.5], [0.5, 1.0078125, 1.0]]).bfloat16()
+
+    def fn(x):
+        return (x + 100).argmax(1), (x + 100).max(1)[1], (-x - 100).argmin(1), (x + 100).argmax()
+
+    check(fn, x)

@@ -135,3 +135,32 @@ def nvcc_problem(fn, inputs, arch) -> str | None:
     modules = {id(s.module): s.module for s in compiled.steps if isinstance(s, BuiltKernel)}
     assert modules
     return nvcc_errors(list(modules.values()), arch)
+
+
+def test_signed_zeros_as_torch():
+    # -0.0 and 0.0 compare equal, so check() cannot tell them apart: the sign bits are compared
+    x = torch.tensor([0.0, -0.0, -3.0, 3.0, -4.5, 4.5, -1e-30, 2.0, float("nan")])
+    y = torch.tensor([1.0, -1.0, 3.0, -3.0, 1.5, -1.5, 3.0, float("inf"), 2.0])
+
+    def fn(x, y):
+        return (
+            -x, torch.neg(x), torch.fmod(x, y), torch.fmod(x, 1.5), torch.remainder(x, y),
+            torch.trunc(x), torch.round(x), x * 0,
+        )  # fmt: skip
+
+    compiled = check(fn, x, y)
+    for k, (got, expected) in enumerate(zip(compiled([x, y]), fn(x, y))):
+        number = ~expected.isnan()  # (a NaN's sign is not torch's promise)
+        assert torch.equal(got[number].signbit(), expected[number].signbit()), f"{k}: {got}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_round_to_more_decimals_than_the_type_holds(dtype):
+    # 10**40 (10**400) is inf in float32 (float64), as torch computes it: every result NaN; 30
+    # overflows only large elements (inf), -38 rounds all to 0
+    x = torch.tensor([1.5, -2.25, 0.0, 1e30, float("inf")], dtype=dtype)
+
+    def fn(x):
+        return tuple(torch.round(x, decimals=d) for d in (40, -40, 400, 30, -38))
+
+    check(fn, x)

@@ -17,6 +17,7 @@ from tensorforge.errors import BuildError
 from tensorforge.ir import gpu_intrin
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
 from tensorforge.ir.extern import AddressOf, WholeBuffer
+from tensorforge.ir.visit import walk
 from tensorforge.te import dtype as dt
 from tensorforge.te import expr as E
 from tensorforge.te.extern_call import ExternCall
@@ -276,6 +277,13 @@ class ExprPrinter(VectorAccesses):
                 return self._floor_op(isinstance(e, E.FloorDiv), p(a, lane), p(b, lane), e.dtype)
             case E.Min(a=a, b=b) | E.Max(a=a, b=b):
                 return self._min_max(isinstance(e, E.Min), p(a, lane), p(b, lane), e.dtype)
+            case E.Add(a=a, b=b) | E.Sub(a=a, b=b) | E.Mul(a=a, b=b) if _wraps(e):
+                # signed overflow is undefined in C++ (nvcc folded an int32 (a * 3) / 3 to a):
+                # tensor values wrap around, as torch's do, in unsigned arithmetic
+                wide = "unsigned int" if dt.element_of(e.dtype) == "int32" else "unsigned long long"
+                op = _BINARY[type(e)]
+                value = f"({wide})({p(a, lane)}) {op} ({wide})({p(b, lane)})"
+                return f"(({ctype(dt.element_of(e.dtype))})({value}))"
             case E.BinaryOp(a=a, b=b) if type(e) in _BINARY:
                 return f"({p(a, lane)} {_BINARY[type(e)]} {p(b, lane)})"
             case E.Not(a=a):
@@ -457,6 +465,14 @@ __device__ __forceinline__ double tf_float_floormod(double a, double b) {
   return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
 }
 """
+
+
+def _wraps(e: E.Expr) -> bool:
+    """int32 / int64 arithmetic of loaded values (tensor data, which wraps around), not of loop
+    variables and sizes alone (index arithmetic, which never overflows)."""
+    if dt.element_of(e.dtype) not in ("int32", "int64"):
+        return False
+    return any(isinstance(x, BufferLoad) for x in walk(e))
 
 
 def _positive(e: E.Expr) -> bool:

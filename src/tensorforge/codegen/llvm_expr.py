@@ -23,6 +23,7 @@ from tensorforge.codegen.llvm_types import (
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
 from tensorforge.ir.extern import AddressOf, WholeBuffer
+from tensorforge.ir.visit import walk
 from tensorforge.target import vector_bits_of
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import (
@@ -93,7 +94,8 @@ class ExprEmitter(CallEmitter, ExternEmitter, LoadEmitter):
                     value = int(bool(value))
                 return splat_constant(ty, value)
             case Add(a, x) | Sub(a, x) | Mul(a, x):
-                return self._arith(type(e).__name__.lower(), e.dtype, self.expr(a), self.expr(x))
+                lhs, rhs = self.expr(a), self.expr(x)
+                return self._arith(type(e).__name__.lower(), e.dtype, lhs, rhs, _reads_memory(e))
             case Div(a, x):
                 if not dt.is_float(e.dtype):
                     raise self.fail(f"Div of integers ({e}) should be FloorDiv after lowering")
@@ -184,13 +186,18 @@ class ExprEmitter(CallEmitter, ExternEmitter, LoadEmitter):
             parts.append(emit(*args))
         return concat(self.builder, parts)
 
-    def _arith(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    def _arith(
+        self, op: str, dtype: str, a: ir.Value, b: ir.Value, wraps: bool = False
+    ) -> ir.Value:
         if dt.is_float(dtype):
             fn = getattr(self.builder, "f" + op)
             return self.lanewise(lambda p, q: fn(p, q, flags=FLOAT), a, b)
-        # NOTE: nsw (no signed wrap) only on the index-sized types: int8/int16 code may rely
-        # on wrapping like numpy does, and unsigned arithmetic wraps by definition.
-        flags = ("nsw",) if dt.element_of(dtype) in ("int32", "int64") else ()
+        # NOTE: nsw (no signed wrap) only on index arithmetic of the index-sized types: int8/
+        # int16 code may rely on wrapping like numpy does, unsigned arithmetic wraps by
+        # definition, and so do tensor values (`wraps`: arithmetic of loaded values), as in
+        # torch; with nsw, LLVM folded an int32 (a * 3) // 3 that overflows to a
+        index = dt.element_of(dtype) in ("int32", "int64") and not wraps
+        flags = ("nsw",) if index else ()
         fn = getattr(self.builder, op)
         return self.lanewise(lambda p, q: fn(p, q, flags=flags), a, b)
 
@@ -367,3 +374,9 @@ class _Binding:
 
 
 _MISSING = object()
+
+
+def _reads_memory(e) -> bool:
+    """Whether integer arithmetic `e` computes on loaded values (tensor data, which wraps
+    around), not on loop variables and sizes alone (index arithmetic, which never overflows)."""
+    return dt.is_int(e.dtype) and any(isinstance(x, BufferLoad) for x in walk(e))

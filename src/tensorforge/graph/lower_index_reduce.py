@@ -10,6 +10,7 @@ which holds whether or not the backend's max propagates NaN (CUDA's fmaxf drops 
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import torch
@@ -72,9 +73,15 @@ def _arg_reduce(ctx, node, x, dims, keepdim, largest: bool):
     reduced over `dims` (all where None); the position counts along the dims reduced,
     flattened in order."""
     combine = te.max if largest else te.min
+    x = ctx.no_anchor(x)
     value_dtype = ctx.dtype_of(node, 0) if isinstance(node.meta["val"], tuple) else x.dtype
     if dt.is_bool(value_dtype):
         raise Unsupported("argmax / argmin of bool tensors")
+    if dt.is_half(x.dtype):  # an index jumps: half values read as stored, so ties are eager's
+        stored, wide = x, opmath_dtype(x.dtype)
+        x = dataclasses.replace(
+            x, dtype=wide, at=lambda idx: stored.at(idx).astype(wide), source=None
+        )
     x, best, shape, full, axes, count = reduction(
         ctx, node, x, dims, keepdim, combine, value_dtype, name="best"
     )

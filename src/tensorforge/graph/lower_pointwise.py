@@ -223,9 +223,11 @@ def fmod(ctx, node, a, b):
 
 def _float_fmod(x, y):
     """fmod(|x|, |y|) is exact and already >= 0 (the floor remainder of two non-negative
-    numbers), then given x's sign."""
+    numbers), then given x's sign: a zero x is its own remainder, -0.0 too (x - r: x, or the
+    NaN of a zero or NaN divisor)."""
     r = te.abs(x) % te.abs(y)
-    return te.if_then_else(x < _zero(x), -r, r)
+    zero = _zero(x)
+    return te.if_then_else(x < zero, -r, te.if_then_else(x == zero, x - r, r))
 
 
 def _int_fmod(x, y):
@@ -264,7 +266,10 @@ def round_decimals(ctx, node, x, decimals=0):
     x = ctx.lazy(x)
     if not dt.is_float(x.dtype):
         raise Unsupported("round(decimals=) of an integer tensor")
-    scale = float(10.0 ** abs(decimals))
+    largest = torch.finfo(TE_TO_TORCH[opmath_dtype(x.dtype)]).max
+    # NOTE: torch's 10**d in the opmath type: inf past its range, so every result is NaN
+    scale = 10.0 ** abs(decimals) if abs(decimals) <= 308 else math.inf  # (float64's range)
+    scale = scale if scale <= largest else math.inf
     if decimals >= 0:
         fn = lambda v: te.round(v * scale) / scale  # noqa: E731
     else:

@@ -385,8 +385,8 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
     out = ctx.dtype_of(node, 0)
     acc = opmath_dtype(out)
     dims = tuple(x.shape[1:])
-    if not all(isinstance(d, int) for d in dims) or dims[0] % group:
-        raise Unsupported("group norm channels or positions that are not static")
+    if not isinstance(dims[0], int) or dims[0] % group:  # (positions may be run-time sizes)
+        raise Unsupported("group norm channels that are not static")
     per_group, spatial = dims[0] // group, dims[1:]
     positions = numel(spatial)
     m = per_group * positions

@@ -1,18 +1,17 @@
 """Scans: cumsum along any dimension, as blocked reductions.
 
-A prefix sum of m elements is cut in blocks of about sqrt(m) (64 where m is known only at run
-time): one kernel sums each block, one sums the blocks before each block (its carry), and the
-output's kernel sums its own block up to itself and adds the carry as an epilogue. Each output
-reads about 2 sqrt(m) elements, each kernel is a plain reduction (anchors of kind "scan": the
-rules' reduction schedule, which "auto" keeps; the first guess took 100x longer on the block
-sums), and the
-sums are float32 for half types (int64 for integers and bools), as torch accumulates. Where
-the whole dimension is one block (m <= 64), the output's kernel alone.
+A prefix sum is cut in blocks: one kernel sums each block, the blocks' own prefix sums give
+each block its carry (the sum of the blocks before it), and the output's kernel sums its own
+block up to itself and adds the carry as an epilogue. With static sizes, blocks of 16 and the
+block sums' prefixes computed the same way, until they fit one block (4099 elements: 257 block
+sums, 17, then one kernel; about 8 + 8 + 8 reads an element); at run-time sizes, blocks of 64
+and each carry summed directly (two levels, about 32 + m / 128 reads an element). A dimension
+of at most 64 (static) is one kernel. Each kernel is a plain reduction (anchors of kind "scan":
+the rules' reduction schedule, which "auto" keeps; the first guess took 100x longer on block
+sums). The sums are float32 for half types (int64 for integers and bools), as torch's.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -23,7 +22,9 @@ from tensorforge.graph.values import Lazy, in_dtype, opmath_dtype
 
 aten = torch.ops.aten
 
-BLOCK = 64  # a run-time extent's block; a static one's whole dimension up to this
+ONE_KERNEL = 64  # a static dimension up to this is one block
+STATIC_BLOCK = 16  # longer static dimensions: blocks of this, their sums' prefixes recursively
+RUN_TIME_BLOCK = 64  # a run-time extent's block (its carries summed directly)
 
 
 @lowers(aten.cumsum.default)
@@ -33,10 +34,14 @@ def cumsum(ctx, node, x, dim, dtype=None):
     x = ctx.no_anchor(x)
     if x.ndim == 0:  # (dim 0 or -1: the element itself)
         return ctx.pointwise(lambda v: v, [x], compute=acc)
-    d = dim % x.ndim
+    return _prefix_sums(ctx, node, x, dim % x.ndim, acc, out)
+
+
+def _prefix_sums(ctx, node, x: Lazy, d: int, acc: str, out: str) -> Lazy:
+    """The inclusive prefix sums of `x` along `d`, in `out` (an anchored value)."""
     m = x.shape[d]
     block = _block_size(m)
-    shape = ctx.shape_of(node)
+    shape = x.shape
 
     def along(index, position):  # index with dimension d replaced
         return (*index[:d], position, *index[d + 1 :])
@@ -59,19 +64,34 @@ def cumsum(ctx, node, x, dim, dtype=None):
         total = stage[tuple(ia)]
         if carry is None:
             return total
-        return total + carry.at(along(ia, ia[d] // block))
+        return total + carry(ia, ia[d] // block)
 
     return ctx.anchored(anchor, at, out)
 
 
 def _block_size(m) -> int:
     if not isinstance(m, int):
-        return BLOCK
-    return m if m <= BLOCK else math.isqrt(m - 1) + 1
+        return RUN_TIME_BLOCK
+    return m if m <= ONE_KERNEL else STATIC_BLOCK
 
 
-def _carries(ctx, node, x: Lazy, d: int, m, block: int, acc: str, along) -> Lazy:
-    """Each block's carry along d, in memory: the sum of all the blocks before it."""
+class _Carry:
+    """Block b's carry at an index: the sum of the blocks before b (read from memory)."""
+
+    def __init__(self, stored: Lazy, along, inclusive: bool):
+        self.stored, self.along, self.inclusive = stored, along, inclusive
+        self.reads = stored.reads
+
+    def __call__(self, index, b):
+        if not self.inclusive:  # (stored: the sum of the blocks before each)
+            return self.stored.at(self.along(index, b))
+        before = self.stored.at(self.along(index, te.max(b - 1, 0)))  # (clamped: in bounds)
+        return te.if_then_else(b > 0, before, te.const(0, self.stored.dtype))
+
+
+def _carries(ctx, node, x: Lazy, d: int, m, block: int, acc: str, along) -> _Carry:
+    """Each block's carry along d: with static sizes the block sums' own inclusive prefix sums
+    (the same scheme, one level down), else each carry summed directly from the block sums."""
     blocks = (m + block - 1) // block
     shape = along(x.shape, blocks)
     k = te.reduce_axis((0, block), name="k")
@@ -83,12 +103,15 @@ def _carries(ctx, node, x: Lazy, d: int, m, block: int, acc: str, along) -> Lazy
         return te.sum(v, axis=k, where=inside)
 
     sums = _stored(ctx, node, x, shape, block_sum, acc, "block_sums")
+    if isinstance(m, int):
+        prefixes = ctx.materialize(_prefix_sums(ctx, node, sums, d, acc, acc))
+        return _Carry(prefixes, along, inclusive=True)
     b = te.reduce_axis((0, blocks), name="b")
 
     def carry(*i):
         return te.sum(sums.at(along(i, b.var)), axis=b, where=b.var < i[d])
 
-    return _stored(ctx, node, sums, shape, carry, acc, "carries")
+    return _Carry(_stored(ctx, node, sums, shape, carry, acc, "carries"), along, inclusive=False)
 
 
 def _stored(ctx, node, source: Lazy, shape, body, acc: str, name: str) -> Lazy:

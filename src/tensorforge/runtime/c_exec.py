@@ -45,6 +45,9 @@ def compiler_flags(target: Target, openmp: bool) -> list[str]:
     # miscompiled a fuzz case (a guarded store to a one-element stack buffer read back in the
     # same iteration: if-converted into masked stores, 24 of 26 outputs wrong). SLP stays on.
     flags.append("-fno-tree-loop-vectorize")
+    # signed integers wrap around, as torch's tensors do: without it GCC takes an int32 product
+    # that overflows for undefined and folds (a * 3) / 3 to a
+    flags.append("-fwrapv")
     flags += ["-Wno-unused-variable", "-Wno-unused-function", "-Wno-psabi"]
     name, features = host_cpu()
     if target.mcpu == name and target.features == features:

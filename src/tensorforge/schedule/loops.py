@@ -380,7 +380,9 @@ class _StageNest:
         buffers = self.output_buffers()
         if self.reduce_body is None:
             stores = [
-                BufferStore(buf, index, self.b.loads(simplify_expr(substitute(body, to_abs))))
+                BufferStore(
+                    buf, index, self.b.loads(simplify_expr(substitute(body, to_abs), data=True))
+                )
                 for buf, body in zip(buffers, self.info.body)
             ]
             return self.guarded(preds, seq(*stores))

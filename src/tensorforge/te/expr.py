@@ -63,6 +63,8 @@ class Expr:
         return _binary(FloorMod, other, self)
 
     def __neg__(self):
+        if dt.is_float(self.dtype):  # NOTE: 0 - x is +0.0 at x = 0.0, where -x is -0.0
+            return _binary(Mul, self, const(-1, self.dtype))
         return _binary(Sub, const(0, self.dtype), self)
 
     # -- comparisons --------------------------------------------------------------------------

@@ -292,3 +292,24 @@ def test_load_predicates_go_where_a_run_time_sized_buffer_provably_holds_every_l
         i, const(0), n + 1, For(k, const(0), const(64), store(Ramp(const(0), const(1), 8), beyond))
     )
     assert simplify(loop).body.body.value.predicate is not None
+
+
+def test_stored_integer_values_wrap_and_their_indices_do_not():
+    # torch's integer tensors wrap around: (x * 3) // 3 is not x where x * 3 overflows, and
+    # x * 4 > x is not x * 3 > 0; the loads' own indices are index arithmetic (no overflow)
+    i = Var("i")
+    X = Buffer("X", (const(1024),), "int32")
+    Y = Buffer("Y", (const(1024),), "int32")
+    x = BufferLoad(X, (FloorDiv(i * 3, const(3)),))
+    product = x * const(3)
+    wrapped = BufferStore(
+        Y, (i + const(0),), FloorDiv(product, const(3)) + (x * 4 > x).astype("int32")
+    )
+    assert simplify(wrapped) == BufferStore(
+        Y,
+        (i,),
+        FloorDiv(BufferLoad(X, (i,)) * const(3), const(3))
+        + (BufferLoad(X, (i,)) * 4 > BufferLoad(X, (i,))).astype("int32"),
+    )
+    assert simplify_expr(FloorDiv(i * 3, const(3)), data=True) == i  # (no load: an index)
+    assert simplify_expr(FloorDiv(product, const(3))) == BufferLoad(X, (i,))  # (an index)

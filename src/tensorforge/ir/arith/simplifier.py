@@ -3,6 +3,11 @@ linear form, and use variable ranges to resolve divisions, comparisons and min/m
 
 Floats are only folded when both operands are constants and never reassociated; `x * 0.0`
 stays (it is NaN for x = inf). Vector nodes keep their shape: only their scalar parts change.
+
+Index arithmetic never overflows (sizes and offsets fit their type), so `(i * 3) // 3 -> i`.
+Integer tensor values wrap around as torch's do (INT_MAX + 1 is INT_MIN): a simplifier for
+stored values (`data=True`) leaves integer arithmetic that reads memory as it is, and
+simplifies the loads' own indices (and arithmetic of loop variables alone) as index arithmetic.
 """
 
 from __future__ import annotations
@@ -50,17 +55,22 @@ from tensorforge.te.expr import (
     Or,
     Select,
     Sub,
+    TensorRead,
     Var,
 )
 from tensorforge.te.substitute import substitute
-from tensorforge.te.visit import map_children
+from tensorforge.te.visit import map_children, walk
 
 _NEGATED = {LT: GE, LE: GT, GT: LE, GE: LT, EQ: NE, NE: EQ}
+_READS = (BufferLoad, TensorRead)  # a value from memory (loop IR, a compute's body)
 _SUM_NODES = (Add, Sub, Mul)
 
 
-def simplify_expr(e: Expr, ranges: Mapping[Var, Interval] | None = None) -> Expr:
-    """`e` simplified, knowing each Var in `ranges` lies in its inclusive Interval.
+def simplify_expr(
+    e: Expr, ranges: Mapping[Var, Interval] | None = None, data: bool = False
+) -> Expr:
+    """`e` simplified, knowing each Var in `ranges` lies in its inclusive Interval (`data`: a
+    stored value, whose integer arithmetic of loaded values wraps around).
 
     >>> i, j = Var("i"), Var("j")
     >>> simplify_expr((i * 4 + j) - i * 4)
@@ -68,23 +78,45 @@ def simplify_expr(e: Expr, ranges: Mapping[Var, Interval] | None = None) -> Expr
     >>> simplify_expr((i * 4 + j) // 4, {j: Interval.from_range(0, 4)})
     i
     """
-    return ExprSimplifier(ranges).visit(e)
+    return ExprSimplifier(ranges, data).visit(e)
 
 
 class ExprSimplifier:
     """Simplifies expressions under one set of ranges, remembering results by node."""
 
-    def __init__(self, ranges: Mapping[Var, Interval] | None = None):
+    def __init__(self, ranges: Mapping[Var, Interval] | None = None, data: bool = False):
         self.analyzer = Analyzer(ranges)
         self._memo: dict[int, tuple[Expr, Expr]] = {}
+        self.data = data  # stored values: integer arithmetic of loaded values wraps around
+        self._index: ExprSimplifier | None = None  # (data: for the loads' indices)
+        self._reads: dict[int, tuple[Expr, bool]] = {}
+
+    def index(self) -> ExprSimplifier:
+        """The index-arithmetic simplifier beside a data one (same ranges and analyzer)."""
+        if self._index is None:
+            self._index = ExprSimplifier()
+            self._index.analyzer = self.analyzer
+        return self._index
+
+    def wraps(self, e: Expr) -> bool:
+        """Whether integer arithmetic `e` may wrap around: a stored value's that reads memory."""
+        if not self.data:
+            return False
+        hit = self._reads.get(id(e))
+        if hit is None:
+            hit = (e, any(isinstance(x, _READS) for x in walk(e)))
+            self._reads[id(e)] = hit
+        return hit[1]
 
     def visit(self, e: Expr) -> Expr:
         if isinstance(e, (Var, Const)):
             return e
+        if self.data and isinstance(e, _READS):
+            return self.index().visit(e)  # a load's indices are index arithmetic
         hit = self._memo.get(id(e))
         if hit is not None:
             return hit[1]
-        if type(e) in _SUM_NODES and is_index_dtype(e.dtype):
+        if type(e) in _SUM_NODES and is_index_dtype(e.dtype) and not self.wraps(e):
             node = self._canonical_sum(e)
         else:
             node = map_children(e, self.visit)
@@ -202,6 +234,10 @@ def _simplify_node(node: Expr, s: ExprSimplifier) -> Expr | None:
             return a  # select(c, a, a) -> a
         case Let(var=v, value=Const() | Var() as value, body=body):
             return s.visit(substitute(body, {v: value}))  # let v = 3 in v + 1 -> 4
+        case Add() | Sub() | Mul() | FloorDiv() | FloorMod() | Min() | Max() | CompareOp() if (
+            s.wraps(node)
+        ):
+            pass  # (the rules below assume no overflow; the identities after hold anyway)
         case Add() | Sub() | Mul() if is_index_dtype(node.dtype):
             return s._canonical_sum(node)  # a sum some other rule just built
         case FloorDiv(x, Const(value=c)) if is_index_dtype(node.dtype) and c > 0:

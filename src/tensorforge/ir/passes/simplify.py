@@ -45,6 +45,7 @@ class _Scope:
     def __init__(self, ranges: dict[Var, Interval]):
         self.ranges = ranges
         self._simplifier: ExprSimplifier | None = None
+        self._data: ExprSimplifier | None = None
 
     @property
     def simplifier(self) -> ExprSimplifier:
@@ -54,6 +55,14 @@ class _Scope:
 
     def expr(self, e: Expr) -> Expr:
         return self.simplifier.visit(e)
+
+    def value(self, e: Expr) -> Expr:
+        """A stored value: its integer arithmetic of loaded values wraps around (torch's does)."""
+        if self._data is None:
+            self._data = ExprSimplifier(self.ranges, data=True)
+            self._data._index = self.simplifier
+            self._data.analyzer = self.simplifier.analyzer
+        return self._data.visit(e)
 
     def within(self, var: Var, interval: Interval) -> _Scope:
         return _Scope({**self.ranges, var: interval})
@@ -111,8 +120,14 @@ def _simplify_stmt(s: Stmt, scope: _Scope) -> Stmt:
             return _replace(s, condition=cond, then_case=then_case, else_case=else_case)
         case Seq(stmts=stmts):
             return _flatten(s, [_simplify_stmt(x, scope) for x in stmts])
-        case BufferStore():
-            s = map_children(s, scope.visit)
+        case BufferStore(indices=indices, value=value, predicate=predicate):
+            simpler = tuple(scope.expr(i) for i in indices)
+            s = _replace(
+                s,
+                indices=indices if all(a is b for a, b in zip(simpler, indices)) else simpler,
+                value=scope.value(value),
+                predicate=None if predicate is None else scope.expr(predicate),
+            )
             if isinstance(s.predicate, Const) and dt.lanes_of(s.predicate.dtype) == 1:
                 # A[i] = x if True -> A[i] = x; A[i] = x if False -> nothing
                 return _replace(s, predicate=None) if s.predicate.value else _EMPTY
