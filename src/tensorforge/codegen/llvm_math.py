@@ -32,7 +32,7 @@ I32 = ir.IntType(32)
 
 # Functions this module implements as polynomials for float32 (and float16 via float32).
 POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf")
-POLYNOMIAL_FUNCTIONS += ("sin", "cos", "tan", *llvm_trig.COMPOSED)  # (llvm_trig.py)
+POLYNOMIAL_FUNCTIONS += ("exp2", "sin", "cos", "tan", *llvm_trig.COMPOSED, *llvm_trig.BINARY)
 
 
 def mangle(ty: ir.Type) -> str:
@@ -70,13 +70,14 @@ def math_function(
     existing = module.globals.get(symbol)
     if existing is not None:
         return existing
-    fn = ir.Function(module, ir.FunctionType(ty, [ty]), name=symbol)
+    arity = 2 if name in llvm_trig.BINARY else 1
+    fn = ir.Function(module, ir.FunctionType(ty, [ty] * arity), name=symbol)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     m = _Math(module, builder, ty, cpu_features)
-    builder.ret(_BODIES[name](m, fn.args[0]))
+    builder.ret(_BODIES[name](m, *fn.args))
     return fn
 
 
@@ -356,6 +357,21 @@ def _exp_exact(m: _Math, x):
     return m.mul(m.mul(y, m.pow2(half)), m.pow2(m.b.sub(ni, half)))
 
 
+def _exp2(m: _Math, x):
+    """2**x = 2**n e**(f ln 2), n = round(x), f = x - n exact in [-1/2, 1/2] (e**(x ln 2)
+    would carry the product's rounding, x ulps of it); 2**n in two halves as the exact exp's,
+    so that denormal results and overflow to inf come out right."""
+    clamped = m.select(m.cmp(">", x, m.f(130.0)), m.f(130.0), x)
+    clamped = m.select(m.cmp("<", clamped, m.f(-160.0)), m.f(-160.0), clamped)
+    shifted = m.add(clamped, m.f(_ROUND_MAGIC))  # low bits: round(x)
+    n = m.sub(shifted, m.f(_ROUND_MAGIC))
+    ni = m.b.sub(m.as_int(shifted), m.as_int(m.f(_ROUND_MAGIC)))
+    p = _exp(m, m.mul(m.sub(clamped, n), m.f(math.log(2.0))))
+    half = m.b.ashr(ni, m.i(1))
+    result = m.mul(m.mul(p, m.pow2(half)), m.pow2(m.b.sub(ni, half)))
+    return m.select(m.b.fcmp_unordered("!=", x, x), x, result)  # (NaN: its bits are garbage)
+
+
 # -- log, log2 ------------------------------------------------------------------------------------
 _LOG_POLY = (
     7.0376836292e-2,
@@ -534,7 +550,8 @@ _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {
     "sin": llvm_trig.sin,
     "cos": llvm_trig.cos,
     "tan": llvm_trig.tan,
-    **{name: getattr(llvm_trig, name) for name in llvm_trig.COMPOSED},
+    **{name: getattr(llvm_trig, name) for name in (*llvm_trig.COMPOSED, *llvm_trig.BINARY)},
+    "exp2": _exp2,
     "exp": _exp,
     "log": _log,
     "log2": _log2,
