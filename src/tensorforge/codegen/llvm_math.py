@@ -234,13 +234,14 @@ class _Math:
             out = self.b.insert_element(out, self.b.call(fn, [self.b.extract_element(x, i)]), i)
         return out
 
-    def unlikely_branch(self, fast_ok, fast, slow: Callable):
+    def unlikely_branch(self, fast_ok, fast, slow: Callable, name: str = "math"):
         """`fast` where `fast_ok` (an i1) holds, else `slow()` computed in a block of its own
-        (a branch typical data never takes): the phi of the two."""
+        (a branch typical data never takes; blocks `name`.slow and `name`.done): the phi of
+        the two."""
         fast_block = self.b.block
         fn = fast_block.function
-        slow_block = fn.append_basic_block("math.slow")
-        done_block = fn.append_basic_block("math.done")
+        slow_block = fn.append_basic_block(f"{name}.slow")
+        done_block = fn.append_basic_block(f"{name}.done")
         self.b.cbranch(fast_ok, done_block, slow_block).set_weights([1000, 1])
         self.b.position_at_end(slow_block)
         exact = slow()
@@ -302,25 +303,7 @@ def _exp(m: _Math, x):
     fast = m.select(underflow, m.f(0.0), _exp_in_range(m, x))
     low_ok = m.b.or_(m.cmp(">=", x, m.f(_EXP_FAST_LO)), underflow)
     in_range = m.b.and_(low_ok, m.cmp("<=", x, m.f(_EXP_FAST_HI)))
-    if m.lanes:
-        reduce_and = intrinsic(
-            m.module, f"llvm.vector.reduce.and.{mangle(m.bty)}", ir.IntType(1), [m.bty]
-        )
-        in_range = m.b.call(reduce_and, [in_range])
-    fast_block = m.b.block
-    fn = fast_block.function
-    edge_block = fn.append_basic_block("exp.edge")
-    done_block = fn.append_basic_block("exp.done")
-    m.b.cbranch(in_range, done_block, edge_block).set_weights([1000, 1])
-    m.b.position_at_end(edge_block)
-    exact = _exp_exact(m, x)
-    edge_end = m.b.block
-    m.b.branch(done_block)
-    m.b.position_at_end(done_block)
-    result = m.b.phi(m.ty)
-    result.add_incoming(fast, fast_block)
-    result.add_incoming(exact, edge_end)
-    return result
+    return m.unlikely_branch(m.every_lane(in_range), fast, lambda: _exp_exact(m, x), "exp")
 
 
 # The fast path's domain: n = round(x log2 e) in [-125, 127], so 2**n * p(r) stays a normal
