@@ -116,3 +116,60 @@ def test_inverse_and_hyperbolic_special_values(name):
     assert ulp_error(got[finite], x[finite], COMPOSED[name][0]) <= COMPOSED[name][2]
     zeros = (x == 0) & (want == 0)  # odd functions keep the sign of zero
     np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=name)
+
+
+def binary_on_llvm(name: str, x: np.ndarray, y: np.ndarray, lanes: int = 16) -> np.ndarray:
+    import tensorforge as tf
+    from tensorforge import te
+
+    n = x.size
+    a, b = te.placeholder((n,), name="a"), te.placeholder((n,), name="b")
+    out = te.compute((n,), lambda i: getattr(te, name)(a[i], b[i]), name=name)
+    s = te.create_schedule(out.op)
+    s[out].vectorize(s[out].split(out.op.axis[0], factor=lanes)[1])
+    fn = tf.build(s, [a, b, out], target="llvm")
+    bufs = [tf.nd.array(x), tf.nd.array(y), tf.nd.empty((n,), "float32")]
+    fn(*bufs)
+    return bufs[2].numpy()
+
+
+@pytest.mark.parametrize("name, reference", [("atan2", np.arctan2), ("hypot", np.hypot)])
+def test_atan2_and_hypot_within_3_ulp_and_special_values(name, reference, rng):
+    n = 8192 + 5  # (a tail)
+    x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-20, 20, n)).astype(np.float32)
+    y = (rng.standard_normal(n) * 10.0 ** rng.uniform(-20, 20, n)).astype(np.float32)
+    got = binary_on_llvm(name, x, y)
+    want = reference(x.astype(np.float64), y.astype(np.float64))  # (te.atan2(y, x) as C's)
+    spacing = np.maximum(np.spacing(np.abs(want.astype(np.float32))), np.spacing(np.float32(0)))
+    assert np.max(np.abs(got - want) / spacing) <= 3
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-45, 3e38], np.float32)
+    sx, sy = (v.ravel() for v in np.meshgrid(special, special))
+    got = binary_on_llvm(name, sx, sy, lanes=8)
+    with np.errstate(over="ignore"):  # (hypot of 3e38 and 3e38 overflows: inf, as ours)
+        want = reference(sx, sy).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=3e-7)
+    np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(want[finite]))
+
+
+def test_exp2_within_2_ulp_to_the_denormals_and_past_overflow(rng):
+    x = np.concatenate([rng.uniform(-155, 130, 8192), rng.standard_normal(1024) * 1e-3])
+    x = np.concatenate([x, [0.0, -0.0, 127.99, 128.0, -149.0, -150.5, np.inf, -np.inf, np.nan]])
+    x = np.resize(x.astype(np.float32), (x.size // 16) * 16)
+    assert ulp_error(computed("exp2", x, 16), x, np.exp2) <= 2
+    assert ulp_error(computed("exp2", x, 1), x, np.exp2) <= 2
+
+
+def test_erfc_stays_relative_into_its_tail():
+    # 1 - erf(x) is 0 from x = 4 on in float32; erfc reaches 1e-44 at 10
+    import math
+
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    x = np.linspace(-4, 10.2, 2**16).astype(np.float32)
+    x = np.concatenate(
+        [x, np.array([0, -0.0, 1e-30, 30, -30, np.inf, -np.inf, np.nan], np.float32)]
+    )
+    x = np.resize(x, (x.size // 16) * 16)
+    for lanes in (1, 16):
+        assert ulp_error(computed("erfc", x, lanes), x, erfc) <= 5

@@ -152,3 +152,15 @@ def test_signed_zeros_as_torch():
     for k, (got, expected) in enumerate(zip(compiled([x, y]), fn(x, y))):
         number = ~expected.isnan()  # (a NaN's sign is not torch's promise)
         assert torch.equal(got[number].signbit(), expected[number].signbit()), f"{k}: {got}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_round_to_more_decimals_than_the_type_holds(dtype):
+    # 10**40 (10**400) is inf in float32 (float64), as torch computes it: every result NaN; 30
+    # overflows only large elements (inf), -38 rounds all to 0
+    x = torch.tensor([1.5, -2.25, 0.0, 1e30, float("inf")], dtype=dtype)
+
+    def fn(x):
+        return tuple(torch.round(x, decimals=d) for d in (40, -40, 400, 30, -38))
+
+    check(fn, x)

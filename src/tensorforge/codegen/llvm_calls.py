@@ -70,7 +70,7 @@ class CallEmitter:
             return b.fdiv(one, self.call_overloaded("llvm.sqrt", x))
         if name in llvm_math.POLYNOMIAL_FUNCTIONS and dt.element_of(dtype) == "float32":
             helper = llvm_math.math_function(self.module, name, x.type, self.cpu_features)
-            return b.call(helper, [x])
+            return b.call(helper, args)
         float32 = dt.element_of(dtype) == "float32"
         if name == "log1p" and float32:
             return self._log1p(x)

@@ -31,8 +31,8 @@ F64 = ir.DoubleType()
 I32 = ir.IntType(32)
 
 # Functions this module implements as polynomials for float32 (and float16 via float32).
-POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf")
-POLYNOMIAL_FUNCTIONS += ("sin", "cos", "tan", *llvm_trig.COMPOSED)  # (llvm_trig.py)
+POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf", "erfc")
+POLYNOMIAL_FUNCTIONS += ("exp2", "sin", "cos", "tan", *llvm_trig.COMPOSED, *llvm_trig.BINARY)
 
 
 def mangle(ty: ir.Type) -> str:
@@ -70,13 +70,14 @@ def math_function(
     existing = module.globals.get(symbol)
     if existing is not None:
         return existing
-    fn = ir.Function(module, ir.FunctionType(ty, [ty]), name=symbol)
+    arity = 2 if name in llvm_trig.BINARY else 1
+    fn = ir.Function(module, ir.FunctionType(ty, [ty] * arity), name=symbol)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     m = _Math(module, builder, ty, cpu_features)
-    builder.ret(_BODIES[name](m, fn.args[0]))
+    builder.ret(_BODIES[name](m, *fn.args))
     return fn
 
 
@@ -233,13 +234,14 @@ class _Math:
             out = self.b.insert_element(out, self.b.call(fn, [self.b.extract_element(x, i)]), i)
         return out
 
-    def unlikely_branch(self, fast_ok, fast, slow: Callable):
+    def unlikely_branch(self, fast_ok, fast, slow: Callable, name: str = "math"):
         """`fast` where `fast_ok` (an i1) holds, else `slow()` computed in a block of its own
-        (a branch typical data never takes): the phi of the two."""
+        (a branch typical data never takes; blocks `name`.slow and `name`.done): the phi of
+        the two."""
         fast_block = self.b.block
         fn = fast_block.function
-        slow_block = fn.append_basic_block("math.slow")
-        done_block = fn.append_basic_block("math.done")
+        slow_block = fn.append_basic_block(f"{name}.slow")
+        done_block = fn.append_basic_block(f"{name}.done")
         self.b.cbranch(fast_ok, done_block, slow_block).set_weights([1000, 1])
         self.b.position_at_end(slow_block)
         exact = slow()
@@ -301,25 +303,7 @@ def _exp(m: _Math, x):
     fast = m.select(underflow, m.f(0.0), _exp_in_range(m, x))
     low_ok = m.b.or_(m.cmp(">=", x, m.f(_EXP_FAST_LO)), underflow)
     in_range = m.b.and_(low_ok, m.cmp("<=", x, m.f(_EXP_FAST_HI)))
-    if m.lanes:
-        reduce_and = intrinsic(
-            m.module, f"llvm.vector.reduce.and.{mangle(m.bty)}", ir.IntType(1), [m.bty]
-        )
-        in_range = m.b.call(reduce_and, [in_range])
-    fast_block = m.b.block
-    fn = fast_block.function
-    edge_block = fn.append_basic_block("exp.edge")
-    done_block = fn.append_basic_block("exp.done")
-    m.b.cbranch(in_range, done_block, edge_block).set_weights([1000, 1])
-    m.b.position_at_end(edge_block)
-    exact = _exp_exact(m, x)
-    edge_end = m.b.block
-    m.b.branch(done_block)
-    m.b.position_at_end(done_block)
-    result = m.b.phi(m.ty)
-    result.add_incoming(fast, fast_block)
-    result.add_incoming(exact, edge_end)
-    return result
+    return m.unlikely_branch(m.every_lane(in_range), fast, lambda: _exp_exact(m, x), "exp")
 
 
 # The fast path's domain: n = round(x log2 e) in [-125, 127], so 2**n * p(r) stays a normal
@@ -371,6 +355,21 @@ def _exp_exact(m: _Math, x):
     # 2**n in two halves so results in the denormal range and 2**128 (-> inf) come out right
     half = m.b.ashr(ni, m.i(1))
     return m.mul(m.mul(y, m.pow2(half)), m.pow2(m.b.sub(ni, half)))
+
+
+def _exp2(m: _Math, x):
+    """2**x = 2**n e**(f ln 2), n = round(x), f = x - n exact in [-1/2, 1/2] (e**(x ln 2)
+    would carry the product's rounding, x ulps of it); 2**n in two halves as the exact exp's,
+    so that denormal results and overflow to inf come out right."""
+    clamped = m.select(m.cmp(">", x, m.f(130.0)), m.f(130.0), x)
+    clamped = m.select(m.cmp("<", clamped, m.f(-160.0)), m.f(-160.0), clamped)
+    shifted = m.add(clamped, m.f(_ROUND_MAGIC))  # low bits: round(x)
+    n = m.sub(shifted, m.f(_ROUND_MAGIC))
+    ni = m.b.sub(m.as_int(shifted), m.as_int(m.f(_ROUND_MAGIC)))
+    p = _exp(m, m.mul(m.sub(clamped, n), m.f(math.log(2.0))))
+    half = m.b.ashr(ni, m.i(1))
+    result = m.mul(m.mul(p, m.pow2(half)), m.pow2(m.b.sub(ni, half)))
+    return m.select(m.b.fcmp_unordered("!=", x, x), x, result)  # (NaN: its bits are garbage)
 
 
 # -- log, log2 ------------------------------------------------------------------------------------
@@ -547,11 +546,47 @@ def _erf(m: _Math, x):
     return _odd_rational(m, x, _ERF_CLAMP, _ERF_N, _ERF_Q, 0.25)
 
 
+def _erfc(m: _Math, x):
+    """erfc |x| = t e**(-x^2 + P(s)), t = 1 / (1 + |x| / 2) and s = t mapped onto [-1, 1] for
+    |x| <= 10.1 (erfc is 0 past it: under half the smallest denormal); P a degree-10 fit of
+    log(erfc a) + a^2 - log t there (2e-9 from it; float32 Horner adds 1e-7). x^2 = hi + lo
+    exactly (an FMA), so e**-hi carries exp's error alone and e**(P - lo) is near 1.
+    erfc(-x) = 2 - erfc(x). Where 1 - erf(x) loses every bit past x = 4, this stays relative
+    (within 6 ulp, tests/codegen/test_llvm_trig.py)."""
+    a = m.call("llvm.fabs", x)
+    t = m.b.fdiv(m.f(1.0), m.fma(a, m.f(0.5), m.f(1.0)))
+    s = m.mul(m.sub(t, m.f(_ERFC_T_MID)), m.f(1.0 / _ERFC_T_HALF))
+    hi = m.mul(a, a)
+    lo = m.fma(a, a, m.b.fneg(hi))
+    tail = m.sub(m.poly(s, _ERFC_FIT), lo)
+    value = m.mul(m.mul(t, _exp(m, m.b.fneg(hi))), _exp(m, tail))
+    value = m.select(m.cmp(">", a, m.f(10.1)), m.f(0.0), value)
+    return m.select(m.cmp("<", x, m.f(0.0)), m.sub(m.f(2.0), value), value)
+
+
+_ERFC_T_MID, _ERFC_T_HALF = 0.5826446280991735, 0.41735537190082644  # t in [1 / 6.05, 1]
+_ERFC_FIT = (
+    -2.3097409211914055e-05,
+    5.599463474936783e-05,
+    0.0001304540055571124,
+    -0.0005421246751211584,
+    -0.0002722139179240912,
+    0.0037408550269901752,
+    -0.00108341162558645,
+    -0.029609641060233116,
+    0.015943774953484535,
+    0.5711973905563354,
+    -0.559537947177887,
+)  # least squares on 4000 Chebyshev nodes of s in float64 (numpy's chebfit, as powers),
+# highest power first
+
+
 _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {
     "sin": llvm_trig.sin,
     "cos": llvm_trig.cos,
     "tan": llvm_trig.tan,
-    **{name: getattr(llvm_trig, name) for name in llvm_trig.COMPOSED},
+    **{name: getattr(llvm_trig, name) for name in (*llvm_trig.COMPOSED, *llvm_trig.BINARY)},
+    "exp2": _exp2,
     "exp": _exp,
     "log": _log,
     "log2": _log2,
@@ -559,4 +594,5 @@ _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {
     "tanh": _tanh,
     "sigmoid": _sigmoid,
     "erf": _erf,
+    "erfc": _erfc,
 }

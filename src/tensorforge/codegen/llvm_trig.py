@@ -81,6 +81,7 @@ def _sin_cos(m, x, quarter: int, libm: str):
 # within a few ulp (tests/codegen/test_llvm_trig.py), where libm per lane ran 4-5x slower than
 # eager's vectorized ones
 COMPOSED = ("atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh")
+BINARY = ("atan2", "hypot")  # a point's angle and radius: two arguments
 
 
 # -- inverse trigonometric -----------------------------------------------------------------------
@@ -182,3 +183,39 @@ def _with_sign_of(m, magnitude, x):
     """magnitude (>= 0, or NaN) with x's sign bit: an odd function's value, -0 for -0."""
     sign = m.b.and_(m.as_int(x), m.i(-(1 << 31)))
     return m.as_float(m.b.or_(m.as_int(magnitude), sign))
+
+
+# -- a point's angle and radius -------------------------------------------------------------------
+PI = 3.141592653589793
+
+
+def atan2(m, y, x):
+    """The angle of (x, y): atan of the smaller over the larger magnitude (at most 1), then
+    pi/2 - a where |y| is larger, pi - a where x is negative (or -0), y's sign; both zero give
+    0 (or pi), both infinite pi/4 (or 3pi/4), as C's atan2."""
+    ay, ax = m.call("llvm.fabs", y), m.call("llvm.fabs", x)
+    steep = m.cmp(">", ay, ax)
+    small, large = m.select(steep, ax, ay), m.select(steep, ay, ax)
+    ratio = m.b.fdiv(small, large)
+    ratio = m.select(m.cmp("==", large, m.f(0.0)), m.f(0.0), ratio)
+    ratio = m.select(m.cmp("==", small, m.f(float("inf"))), m.f(1.0), ratio)
+    angle = _atan_of_magnitude(m, ratio)
+    angle = m.select(steep, m.sub(m.f(HALF_PI), angle), angle)
+    negative_x = m.b.icmp_signed("<", m.as_int(x), m.i(0))  # (-0 too)
+    angle = m.select(negative_x, m.sub(m.f(PI), angle), angle)
+    angle = _with_sign_of(m, angle, y)
+    return m.select(m.b.fcmp_unordered("uno", x, y), m.add(x, y), angle)
+
+
+def hypot(m, x, y):
+    """large * sqrt(1 + (small / large)^2): no overflow or underflow in the squares; 0 for
+    two zeros, inf where either is infinite (a NaN beside it too, as C's hypot)."""
+    ax, ay = m.call("llvm.fabs", x), m.call("llvm.fabs", y)
+    wider = m.cmp(">", ay, ax)
+    small, large = m.select(wider, ax, ay), m.select(wider, ay, ax)
+    ratio = m.b.fdiv(small, large)
+    result = m.mul(large, m.call("llvm.sqrt", m.fma(ratio, ratio, m.f(1.0))))
+    result = m.select(m.cmp("==", large, m.f(0.0)), m.f(0.0), result)
+    result = m.select(m.b.fcmp_unordered("uno", x, y), m.add(x, y), result)
+    infinite = m.b.or_(m.cmp("==", ax, m.f(float("inf"))), m.cmp("==", ay, m.f(float("inf"))))
+    return m.select(infinite, m.f(float("inf")), result)

@@ -266,7 +266,10 @@ def round_decimals(ctx, node, x, decimals=0):
     x = ctx.lazy(x)
     if not dt.is_float(x.dtype):
         raise Unsupported("round(decimals=) of an integer tensor")
-    scale = float(10.0 ** abs(decimals))
+    largest = torch.finfo(TE_TO_TORCH[opmath_dtype(x.dtype)]).max
+    # NOTE: torch's 10**d in the opmath type: inf past its range, so every result is NaN
+    scale = 10.0 ** abs(decimals) if abs(decimals) <= 308 else math.inf  # (float64's range)
+    scale = scale if scale <= largest else math.inf
     if decimals >= 0:
         fn = lambda v: te.round(v * scale) / scale  # noqa: E731
     else:
