@@ -159,3 +159,17 @@ def test_exp2_within_2_ulp_to_the_denormals_and_past_overflow(rng):
     x = np.resize(x.astype(np.float32), (x.size // 16) * 16)
     assert ulp_error(computed("exp2", x, 16), x, np.exp2) <= 2
     assert ulp_error(computed("exp2", x, 1), x, np.exp2) <= 2
+
+
+def test_erfc_stays_relative_into_its_tail():
+    # 1 - erf(x) is 0 from x = 4 on in float32; erfc reaches 1e-44 at 10
+    import math
+
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    x = np.linspace(-4, 10.2, 2**16).astype(np.float32)
+    x = np.concatenate(
+        [x, np.array([0, -0.0, 1e-30, 30, -30, np.inf, -np.inf, np.nan], np.float32)]
+    )
+    x = np.resize(x, (x.size // 16) * 16)
+    for lanes in (1, 16):
+        assert ulp_error(computed("erfc", x, lanes), x, erfc) <= 5
