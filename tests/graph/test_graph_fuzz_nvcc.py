@@ -29,3 +29,19 @@ def test_a_program_that_builds_no_kernel_is_reported(monkeypatch):
     # nvcc has nothing to reject then: a pass would check nothing
     monkeypatch.setattr(graph_fuzz_nvcc, "cuda_modules", lambda case, arch: [])
     assert "no kernel built" in graph_fuzz_nvcc.check(0, "sm_80")
+
+
+class _Source:
+    def __init__(self, text):
+        self.text = text
+
+    def get_source(self, kind):
+        return self.text
+
+
+def test_nvcc_rejecting_one_module_of_several_is_reported():
+    good = _Source('extern "C" __global__ void ok(float* a) { a[0] = 1.f; }')
+    bad = _Source('extern "C" __global__ void broken(float* a) { a[0] = undeclared; }')
+    assert graph_fuzz_nvcc.nvcc_errors([good, good], "sm_80") is None
+    problem = graph_fuzz_nvcc.nvcc_errors([good, bad, good], "sm_80")
+    assert "undeclared" in problem and "void broken" in problem
