@@ -426,3 +426,34 @@ def test_integer_tensors_that_overflow_wrap_around():
         return (x * 3) // 3, x * 4 > x, (x * 1103515245 + 12345) % 65536, (x + high) - high
 
     check(fn, x)
+
+
+def test_a_cuda_kernel_of_an_empty_output_from_bfloat16_compiles():
+    # an empty slice's kernel stores nothing, so it printed no bfloat16 expression and left out
+    # <cuda_bf16.h>, while its parameter list names __nv_bfloat16: nvcc failed (seed 7046)
+    import shutil
+
+    from tests.graph.graph_fuzz_nvcc import nvcc_errors
+
+    x = rand(3, 1, seed=30).to(torch.bfloat16)
+
+    def fn(x):
+        return ((x * 4).to(torch.int64) + 1)[..., 1:-1]
+
+    modules = cuda_modules_of(fn, x, "sm_80")
+    assert ["#include <cuda_bf16.h>" in m.get_source("cuda") for m in modules] == [True]
+    if shutil.which("nvcc"):
+        assert nvcc_errors(modules, "sm_80") is None
+
+
+def cuda_modules_of(fn, x, arch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+    from tensorforge.graph.program import BuiltKernel
+
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    compiled = compile_aten(gm, [x], {}, Options(target=f"cuda -arch={arch}"))
+    while not hasattr(compiled, "steps") and hasattr(compiled, "compiled"):  # (output views)
+        compiled = compiled.compiled
+    return [step.module for step in compiled.steps if isinstance(step, BuiltKernel)]

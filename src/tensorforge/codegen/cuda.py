@@ -27,7 +27,7 @@ from tensorforge.codegen.cuda_intrin import (
 from tensorforge.codegen.cuda_launch import ThreadExtents, compute_launch, host_expr
 from tensorforge.codegen.cuda_pipeline import PipelineWriter, cluster_size
 from tensorforge.codegen.cuda_shared import plan_offsets, shared_arrays
-from tensorforge.codegen.cuda_types import ctype
+from tensorforge.codegen.cuda_types import HALF_TYPES, ctype
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.ir.extern import AddressOf
@@ -215,6 +215,10 @@ class _KernelWriter(PipelineWriter):
         if not self.threads.extents:
             note.append("// NOTE: no loop is bound to a thread axis: one thread runs everything")
         self.preamble = []
+        for param in func.params:  # a half parameter needs its header, read or not (a kernel
+            # of an empty output stores nothing: the header was left out, nvcc failed)
+            if isinstance(param, Buffer) and dt.is_half(param.dtype):
+                self.printer.helpers.add(HALF_TYPES[dt.element_of(param.dtype)][4])
         if "half" in self.printer.helpers:
             self.preamble.append("#include <cuda_fp16.h>")
         if "bf16" in self.printer.helpers:
