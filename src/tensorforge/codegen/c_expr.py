@@ -93,9 +93,10 @@ _LIBM = {
     "pow": ("powf", "pow"),
     "atan2": ("atan2f", "atan2"),
     "hypot": ("hypotf", "hypot"),
+    "fmod": ("fmodf", "fmod"),
     **{name: (f"{name}f", name) for name in LIBM_UNARY},
 }
-BINARY_CALLS = ("pow", "atan2", "hypot")
+BINARY_CALLS = ("pow", "atan2", "hypot", "fmod")
 KNOWN_CALLS = (*_LIBM, "rsqrt", "sigmoid", "abs", "omp_get_thread_num")
 
 # C keywords and the library names the generated code uses: never the name of a variable

@@ -96,6 +96,7 @@ _RESERVED = {
         "log1p",
         "atan2",
         "hypot",
+        "fmod",
         "sqrt",
         "floor",
         "ceil",
@@ -142,6 +143,7 @@ _FLOAT32_CALLS = {
     "pow": "powf",
     "atan2": "atan2f",
     "hypot": "hypotf",
+    "fmod": "fmodf",
     **{name: f"{name}f" for name in LIBM_UNARY},
 }
 _FLOAT64_CALLS = {name: f[:-1] for name, f in _FLOAT32_CALLS.items()}

@@ -30,7 +30,7 @@ class CallEmitter:
         if name == "omp_get_thread_num":  # the worker's index inside a PARALLEL loop (0 outside)
             return b.call(intrinsic(self.module, "omp_get_thread_num", I32, []), [])
         args = [self.expr(a) for a in e.args]
-        want = 2 if name in ("pow", "atan2", "hypot") else 1
+        want = 2 if name in ("pow", "atan2", "hypot", "fmod") else 1
         if len(args) != want:
             raise self.fail(f"intrinsic {name!r} takes {want} argument(s), got {len(args)}")
         x, dtype = args[0], e.args[0].dtype
@@ -66,6 +66,8 @@ class CallEmitter:
         }  # round: half to even, like numpy
         if name in simple:
             return self.call_overloaded(simple[name], *args)
+        if name == "fmod":  # C's: the dividend's sign, exact (LLVM's frem)
+            return b.frem(x, args[1])
         if name == "rsqrt":
             return b.fdiv(one, self.call_overloaded("llvm.sqrt", x))
         if name in llvm_math.POLYNOMIAL_FUNCTIONS and dt.element_of(dtype) == "float32":

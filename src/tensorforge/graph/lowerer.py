@@ -36,6 +36,7 @@ from tensorforge.graph.values import (
 )
 from tensorforge.te import dtype as dt
 from tensorforge.te.intrin import LIBM_UNARY
+from tensorforge.te.visit import children
 
 TORCH_TO_TE = {
     torch.float32: "float32",
@@ -299,7 +300,11 @@ class Lowerer(ConstantFolding):
                 elif anchored is None or op.anchor is not anchored.anchor:
                     op = self.materialize(op)
             ops.append(op)
-        cost = 1 + sum(op.cost for op in ops if isinstance(op, Lazy))
+        uses = _uses_of_operands(fn, ops, compute)
+        for k, (n, op) in enumerate(zip(uses, ops)):  # an operand fn repeats, read from memory
+            if isinstance(op, Lazy) and op.anchor is None and n > 1 and n * op.cost > MAX_COST:
+                ops[k] = self.materialize(op)  # (else each use inlines it: fmod's 7 of a chain)
+        cost = 1 + sum(n * op.cost for n, op in zip(uses, ops) if isinstance(op, Lazy))
         reads = frozenset().union(*[op.reads for op in ops if isinstance(op, Lazy)])
         nodes = tuple(dict.fromkeys(n for op in ops if isinstance(op, Lazy) for n in op.nodes))
         nodes = nodes + (node.name,) if node is not None else nodes
@@ -421,6 +426,37 @@ class Lowerer(ConstantFolding):
             )
             return BufferArg(value.source, tuple(value.shape))
         return value
+
+
+def _uses_of_operands(fn, ops, compute) -> list[int]:
+    """How many times `fn`'s expression holds each operand (fmod's holds x three times, a
+    rounding division's quotient twice): a value is inlined that many times into its consumer,
+    so its cost counts so many times; counted as 1 alone, chains of such operators grew
+    expressions exponentially past MAX_COST (fmod of a trunc division of a lerp: a hang)."""
+    dtypes = [compute if compute != NATIVE else op.dtype for op in ops if isinstance(op, Lazy)]
+    leaves = iter(te.Var(f"_operand{k}", d) for k, d in enumerate(dtypes))
+    args = [
+        next(leaves)
+        if isinstance(op, Lazy)
+        else (
+            op
+            if isinstance(op, te.Expr)
+            else te.const(op, compute if compute != NATIVE else "float32")
+        )  # fmt: skip
+        for op in ops
+    ]
+    try:
+        expr = fn(*args)
+    except Exception:  # noqa: BLE001 - an fn that needs real operands: count each once
+        return [1] * len(ops)
+    counts: dict[int, int] = {}
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, te.Var):
+            counts[id(node)] = counts.get(id(node), 0) + 1
+        stack.extend(children(node))
+    return [counts.get(id(a), 0) if isinstance(op, Lazy) else 0 for a, op in zip(args, ops)]
 
 
 def worth_materializing(value: Lazy, users: int) -> bool:

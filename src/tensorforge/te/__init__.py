@@ -40,6 +40,7 @@ from tensorforge.te.intrin import (
     exp2,
     expm1,
     floor,
+    fmod,
     hypot,
     if_then_else,
     log,

@@ -115,6 +115,11 @@ def atan2(y: Any, x: Any) -> Expr:
     return _float_binary("atan2", y, x)
 
 
+def fmod(x: Any, y: Any) -> Expr:
+    """C's fmod: x - n y with n = trunc(x / y), exactly; x's sign (-0 kept), NaN for y = 0."""
+    return _float_binary("fmod", x, y)
+
+
 def hypot(x: Any, y: Any) -> Expr:
     """sqrt(x**2 + y**2) without overflow or underflow in the squares (C's hypot)."""
     return _float_binary("hypot", x, y)
