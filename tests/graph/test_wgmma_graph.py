@@ -248,3 +248,18 @@ def test_a_misaligned_input_view_reaches_wgmma_kernels_aligned():
             got = compiled(x)
             torch.cuda.synchronize()
             assert ((got.float() - want).abs().max() / want.abs().max()).item() < 2e-3
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_wgmma_products_covering_seven_eighths_of_the_sms_are_not_split():
+    # 1024 x 1920 on 64 x 128 tiles: 16 x 15 = 240 blocks; 256 x 1920: 4 x 30 = 120 of 64 x 64
+    # (120 of 132 SMs: 7/8, one slice: k of 4 steps would split into slices of 2)
+    def fn(x, w):
+        return F.linear(x, w), F.linear(x[:256], w)
+
+    gen = torch.Generator().manual_seed(9)
+    inputs = [(torch.randn(*s, generator=gen) / 8).half() for s in ((1024, 256), (1920, 256))]
+    _, _, compiled = compiled_for(SM90, graph=lambda dtype=None: (fn, inputs, (1,)))
+    products = [s for s in compiled.steps if isinstance(s, BuiltKernel) and s.spec.anchor]
+    assert [s.source for s in products] == [WGMMA_SOURCE, WGMMA_SOURCE]
+    assert [s.spec.anchor.info["shape"] for s in products] == [(1024, 1920), (256, 1920)]

@@ -389,8 +389,9 @@ def _product(ctx, node, shape, tiles, a_tile, b_tile, reads, b_k_major: bool = F
     rows, k = (int(e.value) for e in a_tile.shape[-2:])
     cols = int(b_tile.shape[-2 if b_k_major else -1].value)
     blocks = numel(lead) * (rows // tiles.block_m) * (cols // tiles.block_n)
-    splits = max(1, splits_to_fill(blocks, k, ctx.target.sm_count, tiles.block_k))  # (wgmma's
-    # tiles fill the SMs already: one slice)
+    splits = max(1, splits_to_fill(blocks, k, ctx.target.sm_count, tiles.block_k))
+    if tiles.mma == "wgmma" and 8 * blocks >= FULL_EIGHTHS * ctx.target.sm_count:
+        splits = 1  # (7/8 of the SMs is full enough: choose_wgmma_tiles; else its split)
     part = k // splits
     a_batched, b_batched = len(a_tile.shape) > 2, len(b_tile.shape) > 2
     r = te.reduce_axis((0, part), name="k")
