@@ -375,3 +375,22 @@ def test_integer_tensor_arithmetic_wraps_in_unsigned(tmp_path):
     assert store.count("[(i_outer * 64) + i_inner]") == 3
     if NVCC is not None:
         nvcc_ptx(text, tmp_path)
+
+
+def test_narrow_integer_tensor_arithmetic_wraps_to_its_type(tmp_path):
+    """C++ computes int16 / int8 arithmetic in int: an int16 x * 4 > x compared unwrapped
+    values where torch's product wraps in 16 bits (the GPU fuzz sweep, seed 9053)."""
+    import tensorforge as tf
+    from tensorforge import te
+
+    n = te.var("n")
+    A = te.placeholder((n,), "int16", name="A")
+    C = te.compute((n,), lambda i: A[i] * 4 > A[i], name="C")
+    s = te.create_schedule(C.op)
+    block, thread = s[C].split(C.op.axis[0], factor=64)
+    s[C].bind(block, te.thread_axis("blockIdx.x"))
+    s[C].bind(thread, te.thread_axis("threadIdx.x"))
+    text = tf.build(s, [A, C], target="cuda -arch=sm_90").get_source("cuda")
+    assert "((short)((unsigned int)(A[" in text
+    if NVCC is not None:
+        nvcc_ptx(text, tmp_path)
