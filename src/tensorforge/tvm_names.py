@@ -102,30 +102,14 @@ TE = {
     "truncdiv": "'//' (te.floordiv); it equals truncdiv for non-negative operands",
     "truncmod": "'%' (te.floormod); it equals truncmod for non-negative operands",
     **{
-        name: "not provided; te offers exp, log, log2, sqrt, rsqrt, tanh, sigmoid, erf, floor, "
-        "ceil, round, abs, power (or tf.tir.call_pure_extern('float32', 'cosf', x) for a libm "
-        "function on the CPU)"
+        name: "not provided; te offers exp, exp2, expm1, log, log2, log10, log1p, sqrt, rsqrt, "
+        "sin, cos, tan, asin, acos, atan, atan2, sinh, cosh, tanh, asinh, acosh, atanh, sigmoid, "
+        "erf, erfc, floor, ceil, round, abs, power, fmod, hypot (or "
+        "tf.tir.call_pure_extern('float32', 'copysignf', x, y) for a libm function on the CPU)"
         for name in (
-            "cos",
-            "sin",
-            "tan",
-            "acos",
-            "asin",
-            "atan",
-            "atan2",
-            "cosh",
-            "sinh",
-            "acosh",
-            "asinh",
-            "atanh",
-            "log10",
-            "log1p",
-            "exp2",
             "exp10",
-            "fmod",
             "trunc",
             "nearbyint",
-            "hypot",
             "ldexp",
             "nextafter",
             "copysign",
