@@ -13,7 +13,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
 from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
-from tests.graph.test_lowering import check, compile_fn, rand  # noqa: E402
+from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -61,19 +61,9 @@ def test_layer_norm_over_several_dimensions(constants):
 
 
 def test_bfloat16_is_as_accurate_as_eager():
-    eps = torch.finfo(torch.bfloat16).eps
     cases = [(pools, [rand(2, 3, 7, 11, seed=5)]), (layer_norms, norm_inputs(6))]
     for fn, inputs in cases:
-        half = [t.bfloat16() for t in inputs]
-        compiled = compile_fn(fn, half)
-        got, eager = compiled(half), fn(*half)
-        reference = fn(*[t.float() for t in half])
-        for g, e, r in zip(got, eager, reference):
-            assert g.dtype == torch.bfloat16
-            scale = r.abs().max()
-            ours, eagers = (g.float() - r).abs().max() / scale, (e.float() - r).abs().max() / scale
-            assert ours <= 2 * eagers + eps
-        assert compiled.program.fallbacks == []
+        check_bfloat16(fn, *(t.bfloat16() for t in inputs))
 
 
 def test_run_time_sizes():

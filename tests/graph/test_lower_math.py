@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
-from tests.graph.test_lowering import check, compile_fn, rand  # noqa: E402
+from tests.graph.test_lowering import check, check_bfloat16, compile_fn, rand  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -85,16 +85,7 @@ def test_bfloat16_is_as_accurate_as_eager():
     # against float32 on the same bfloat16 values: at most twice eager's error plus an eps
     x = (rand(5, 17, seed=7) * 3).bfloat16()
     y = (rand(17, seed=8) * 2).bfloat16()
-    compiled = compile_fn(pointwise_math, [x, y])
-    got, eager = compiled([x, y]), pointwise_math(x, y)
-    reference = pointwise_math(x.float(), y.float())
-    eps = torch.finfo(torch.bfloat16).eps
-    for k, (g, e, r) in enumerate(zip(got, eager, reference)):
-        assert g.dtype == torch.bfloat16
-        scale = r.abs().max()
-        ours, eagers = ((g.float() - r).abs().max() / scale), ((e.float() - r).abs().max() / scale)
-        assert ours <= 2 * eagers + eps, (k, ours.item(), eagers.item())
-    assert compiled.program.fallbacks == []
+    check_bfloat16(pointwise_math, x, y)
 
 
 def test_run_time_sizes():

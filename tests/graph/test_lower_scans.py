@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
 from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
-from tests.graph.test_lowering import check, compile_fn, rand  # noqa: E402
+from tests.graph.test_lowering import check, check_bfloat16, compile_fn, rand  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -34,16 +34,7 @@ def test_integers_bools_and_a_0d_tensor():
 
 
 def test_bfloat16_is_as_accurate_as_eager():
-    x = rand(3, 300, seed=2).bfloat16()
-    compiled = compile_fn(every_dimension, [x])
-    got, eager, reference = compiled([x]), every_dimension(x), every_dimension(x.float())
-    eps = torch.finfo(torch.bfloat16).eps
-    for g, e, r in zip(got, eager, reference):
-        assert g.dtype == torch.bfloat16
-        scale = r.abs().max()
-        ours, eagers = (g.float() - r).abs().max() / scale, (e.float() - r).abs().max() / scale
-        assert ours <= 2 * eagers + eps
-    assert compiled.program.fallbacks == []
+    check_bfloat16(every_dimension, rand(3, 300, seed=2).bfloat16())
 
 
 def test_run_time_sizes():

@@ -15,7 +15,7 @@ import tensorforge as tf  # noqa: E402
 from tensorforge import te  # noqa: E402
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
 from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
-from tests.graph.test_lowering import check, compile_fn, rand  # noqa: E402
+from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -73,22 +73,7 @@ def test_integers_are_made_float():
 
 def test_bfloat16_is_as_accurate_as_eager():
     # against float32 on the same bfloat16 values: at most twice eager's error plus an eps
-    x, y = (t.bfloat16() for t in inputs(5, 17, seed=7))
-    compiled = compile_fn(library_math, [x, y])
-    got, eager = compiled([x, y]), library_math(x, y)
-    reference = library_math(x.float(), y.float())
-    eps = torch.finfo(torch.bfloat16).eps
-    for k, (g, e, r) in enumerate(zip(got, eager, reference)):
-        assert g.dtype == e.dtype
-        if not r.dtype.is_floating_point:
-            assert torch.equal(g, e), k
-            continue
-        finite = torch.isfinite(r)
-        scale = r[finite].abs().max()
-        ours = (g.float() - r)[finite].abs().max() / scale
-        eagers = (e.float() - r)[finite].abs().max() / scale
-        assert ours <= 2 * eagers + eps, (k, ours.item(), eagers.item())
-    assert compiled.program.fallbacks == []
+    check_bfloat16(library_math, *(t.bfloat16() for t in inputs(5, 17, seed=7)))
 
 
 def test_run_time_sizes():

@@ -53,6 +53,27 @@ def check(fn, *inputs, constants=(), rtol=1e-5, fallbacks=0, schedule="auto"):
     return compiled
 
 
+def check_bfloat16(fn, *half):
+    """`fn` compiled on bfloat16 inputs, against float32 on the same values: each output of
+    eager's dtype, at most twice eager's error plus an eps (over the reference's finite
+    values; integer and bool outputs equal to eager's), nothing run eagerly."""
+    compiled = compile_fn(fn, list(half))
+    got, eager = compiled(list(half)), fn(*half)
+    reference = fn(*[t.float() if t.dtype == torch.bfloat16 else t for t in half])
+    eps = torch.finfo(torch.bfloat16).eps
+    for k, (g, e, r) in enumerate(zip(got, eager, reference)):
+        assert g.dtype == e.dtype
+        if not r.dtype.is_floating_point:
+            assert torch.equal(g, e), k
+            continue
+        finite = torch.isfinite(r)
+        scale = r[finite].abs().max()
+        ours = (g.float() - r)[finite].abs().max() / scale
+        eagers = (e.float() - r)[finite].abs().max() / scale
+        assert ours <= 2 * eagers + eps, (k, ours.item(), eagers.item())
+    assert compiled.program.fallbacks == []
+
+
 def rand(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
