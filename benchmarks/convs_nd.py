@@ -45,6 +45,7 @@ def main() -> None:
     print(f"{'case':12} {'eager ms':>9} {'tf ms':>9} {'eager/tf':>9} {'error':>9}")
     for name in args.cases.split(","):
         make, shape = CASES[name]
+        torch._dynamo.reset()  # (a model compiled after another of its class timed 5-50x slow)
         torch.manual_seed(0)
         model, x = make().eval(), torch.randn(shape)
         with torch.no_grad():

@@ -92,7 +92,28 @@ def test_run_time_sizes():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-def test_cuda_builds_compile_with_nvcc(arch):
-    assert nvcc_problem(conv1ds, conv1d_inputs(6), arch) is None
-    assert nvcc_problem(conv3ds, conv3d_inputs(7), arch) is None
+def test_cuda_builds_compile_with_nvcc():
+    def fn(x, w, dw, b, tw, x3, w3, gw3, b3):
+        return (*conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3))
+
+    assert nvcc_problem(fn, conv1d_inputs(6) + conv3d_inputs(7), "sm_90a") is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_conv1d_and_conv3d_match_eager_on_the_gpu():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+
+    def fn(x, w, dw, b, tw, x3, w3, gw3, b3):
+        return (*conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3))
+
+    inputs = [t.cuda() for t in conv1d_inputs(8) + conv3d_inputs(9)]
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    compiled = compile_aten(gm, inputs, {}, Options(target="cuda"))
+    assert compiled.program.fallbacks == []
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        expected = fn(*inputs)
+    for got, e in zip(compiled(inputs), expected):
+        torch.testing.assert_close(got, e, rtol=1e-4, atol=1e-4)

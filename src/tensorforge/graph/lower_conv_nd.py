@@ -60,17 +60,17 @@ def _conv3d(ctx, node, x: Lazy, weight, bias, stride, padding, dilation, groups,
     HP = (H + 2 * ph + sh - 1) // sh * sh
     src = ctx.no_anchor(x)
 
-    def at(idx):
-        n, ck, row, xx = idx
-        c, kz = ck // KD, ck % KD
-        iz, iy, ix = row // HP * sd + kz * dd - pd, row % HP - ph, xx - pw
+    def at(idx):  # (n, c, kz, z, y, x): no divisions, contiguous along x
+        n, c, kz, z, y, xx = idx
+        iz, iy, ix = z * sd + kz * dd - pd, y - ph, xx - pw
         inside = te.all(iz >= 0, iz < D, iy >= 0, iy < H, ix >= 0, ix < W)
         clamped = [te.max(te.min(i, size - 1), 0) for i, size in ((iz, D), (iy, H), (ix, W))]
         v = src.at((n, c, *clamped))
         return te.if_then_else(inside, v, te.const(0, v.dtype))
 
-    stacked = Lazy((N, C * KD, OD * HP, W + 2 * pw), x.dtype, at, src.reads, src.nodes, 3)
+    stacked = Lazy((N, C, KD, OD, HP, W + 2 * pw), x.dtype, at, src.reads, src.nodes, 3)
     stacked = ctx.materialize(stacked, node=f"{node.name}_depths")
+    stacked = reshaped(stacked, (N, C * KD, OD * HP, W + 2 * pw))
     rows = (OD * HP - dh * (KH - 1) - 1) // sh + 1
     shape_2d = (N, F, rows, OW)
 

@@ -37,6 +37,7 @@ from tensorforge.graph.values import (
     Unsupported,
     in_dtype,
     in_opmath,
+    is_one,
     is_static,
     numel,
     opmath_dtype,
@@ -281,7 +282,7 @@ def convolution_2d(
     )
     acc = opmath_dtype(dtype)
     lanes = _filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
-    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
+    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return epilogue(out)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
@@ -421,10 +422,12 @@ def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_ou
     return out
 
 
-def _filter_vectors(KH: int, KW: int, stride) -> bool:
+def _filter_vectors(KH: int, KW: int, stride, shape) -> bool:
     """Direct, vectors along the filters? All but the 1 x 1 convolutions of stride 1 (matrix
-    products of the input as it lies in memory)."""
-    return (KH, KW) != (1, 1) or tuple(stride) != (1, 1)
+    products of the input as it lies in memory) and those of one output row (a 1-d
+    convolution: its im2col columns are a small copy and the product's panels run along the
+    whole row; Whisper's 80 -> 384 over 3000, 1 thread: 6.8 -> 3.4 ms, eager 5.8)."""
+    return ((KH, KW) != (1, 1) or tuple(stride) != (1, 1)) and not is_one(shape[2])
 
 
 def _filter_lanes(target_lanes: int, filters: int) -> int:
@@ -506,6 +509,7 @@ def _as_matmul(ctx, shape, stride, KH: int, KW: int) -> bool:
     tile = lanes * (-(-OW // lanes) if isinstance(OW, int) and OW <= 4 * lanes else 3)
     return (
         (KH == 1 and KW == 1)
+        or is_one(shape[2])  # one output row (a 1-d convolution): see _filter_vectors
         or tuple(stride) != (1, 1)
         or not isinstance(OW, int)
         or OW < 2 * lanes
