@@ -280,6 +280,7 @@ def test_max_and_min_propagate_nan_on_the_gpu(dtype):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_nan_propagating_max_and_min_compile_with_nvcc(tmp_path):
     from tensorforge.codegen.cuda_expr import MINMAX_NAN_HELPERS
+    from tests.graph.graph_fuzz_nvcc import one_translation_unit
 
     sources = []
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
@@ -290,14 +291,7 @@ def test_nan_propagating_max_and_min_compile_with_nvcc(tmp_path):
         sources += [s.module.get_source("cuda") for s in compiled.steps if hasattr(s, "module")]
     kernels = "\n".join(sources).replace(MINMAX_NAN_HELPERS.rstrip(), "")
     assert "tf_max_nan(" in kernels and "fmaxf(" not in kernels and "__hmax(" not in kernels
-    # one translation unit (headers first, a namespace per kernel, C++ linkage so that names
-    # may repeat), for sm_90 (max.NaN) and sm_75 (selects): one nvcc run, not 28
-    headers = sorted({line for src in sources for line in src.splitlines() if "#include" in line})
-    bodies = [
-        "\n".join(x for x in src.splitlines() if "#include" not in x).replace('extern "C" ', "")
-        for src in sources
-    ]
-    text = "\n".join([*headers, *(f"namespace k{k} {{\n{b}\n}}" for k, b in enumerate(bodies))])
+    text = one_translation_unit(sources)  # for sm_90 (max.NaN) and sm_75 (selects)
     (tmp_path / "nan.cu").write_text(text)
     arches = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in (90, 75)]
     command = ["nvcc", *arches, "-c", "-o", str(tmp_path / "nan.o"), str(tmp_path / "nan.cu")]
