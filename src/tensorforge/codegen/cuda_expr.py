@@ -231,7 +231,7 @@ class ExprPrinter(VectorAccesses):
         self.hoisted: dict[Any, list[str]] = {}  # structural key of a vector load -> chunk temps
         self.divisors: dict[int, int] = {}  # id(var) -> a known divisor of its value
         self.nonnegative_vars: set[int] = set()  # id(var) of integer vars known to be >= 0
-        self.helpers: set[str] = set()  # "floordiv", "half", "bf16"
+        self.helpers: set[str] = set()  # "floordiv", "minmax_nan", "half", "bf16"
         self.fill_barrier: str | None = None  # the pipeline fill being written: its mbarrier
         self.tensor_maps: dict[str, str] = {}  # buffer param name -> its tensor map's C name
         self.vector_params: dict[str, int] = {}  # buffer C name -> byte alignment it needs
@@ -411,14 +411,15 @@ class ExprPrinter(VectorAccesses):
         return f"tf_floor{'div' if is_div else 'mod'}<{ctype(dtype)}>({a}, {b})"
 
     def _min_max(self, is_min: bool, a: str, b: str, dtype: str) -> str:
+        """Float Min / Max propagate NaN, as the LLVM and C backends' do and torch's maximum,
+        amax and clamp do (CUDA's fmaxf and __hmax return the other operand)."""
         base = dt.element_of(dtype)
         word = "min" if is_min else "max"
-        if base == "float32":
-            return f"f{word}f({a}, {b})"
-        if base == "float64":
-            return f"f{word}({a}, {b})"
+        if base in ("float32", "float64"):
+            self.helpers.add("minmax_nan")
+            return f"tf_{word}_nan({a}, {b})"
         if base in HALF_TYPES:
-            return f"__h{word}({a}, {b})"
+            return f"__h{word}_nan({a}, {b})"
         if base in ("int32", "int64", "uint32", "uint64"):
             return f"{word}({a}, {b})"
         return f"(({ctype(dtype)}){word}((int)({a}), (int)({b})))"
@@ -485,6 +486,30 @@ __device__ __forceinline__ float tf_float_floormod(float a, float b) {
 __device__ __forceinline__ double tf_float_floormod(double a, double b) {
   double r = fmod(a, b);
   return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
+}
+"""
+
+MINMAX_NAN_HELPERS = """\
+// max / min with NaN propagated (sm_80+: one max.NaN instruction; float64 has none)
+__device__ __forceinline__ float tf_max_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+  return (a != a || b != b) ? a + b : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ float tf_min_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+  return (a != a || b != b) ? a + b : fminf(a, b);
+#endif
+}
+__device__ __forceinline__ double tf_max_nan(double a, double b) {
+  return (a != a || b != b) ? a + b : fmax(a, b);
+}
+__device__ __forceinline__ double tf_min_nan(double a, double b) {
+  return (a != a || b != b) ? a + b : fmin(a, b);
 }
 """
 

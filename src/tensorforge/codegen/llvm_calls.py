@@ -4,12 +4,10 @@ hypot through libm per lane)."""
 
 from __future__ import annotations
 
-import math
-
 from llvmlite import ir
 
 from tensorforge.codegen import llvm_math
-from tensorforge.codegen.llvm_math import intrinsic, overloaded
+from tensorforge.codegen.llvm_math_builder import intrinsic, overloaded
 from tensorforge.codegen.llvm_types import I32, splat_constant
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Call
@@ -91,10 +89,6 @@ class CallEmitter:
             helper = llvm_math.math_function(self.module, name, x.type, self.cpu_features)
             return b.call(helper, args)
         float32 = dt.element_of(dtype) == "float32"
-        if name == "log1p" and float32:
-            return self._log1p(x)
-        if name == "expm1" and float32:
-            return self._expm1(x)
         if name in ("log1p", "expm1", "atan2", "hypot", *LIBM_UNARY):
             return self._per_lane_libm(name + ("f" if float32 else ""), *args)
         if name in ("exp", "log", "log2", "tanh"):  # float64: libm per lane
@@ -109,33 +103,6 @@ class CallEmitter:
             f"unknown intrinsic {name!r} (known: exp expm1 log log1p log2 sqrt rsqrt tanh "
             f"sigmoid erf floor ceil round abs {' '.join(FLOAT_BINARY)} {' '.join(LIBM_UNARY)})"
         )
-
-    def _polynomial(self, name: str, x: ir.Value) -> ir.Value:
-        helper = llvm_math.math_function(self.module, name, x.type, self.cpu_features)
-        return self.builder.call(helper, [x])
-
-    def _log1p(self, x: ir.Value) -> ir.Value:
-        """log(1 + x) of float32 as log(u) * x / (u - 1), u = 1 + x rounded (Goldberg's form:
-        the ratio cancels u's rounding error; x itself where u rounds to 1, inf for inf)."""
-        b, t = self.builder, x.type
-        u = b.fadd(splat_constant(t, 1.0), x)
-        u_minus_1 = b.fsub(u, splat_constant(t, 1.0))
-        result = b.fmul(self._polynomial("log", u), b.fdiv(x, u_minus_1))
-        result = b.select(b.fcmp_ordered("==", u, splat_constant(t, 1.0)), x, result)
-        return b.select(b.fcmp_ordered("==", u, splat_constant(t, math.inf)), u, result)
-
-    def _expm1(self, x: ir.Value) -> ir.Value:
-        """e**x - 1 of float32 as (u - 1) * x / log(u), u = e**x rounded (Kahan's form: the
-        ratio cancels u's rounding error); x where u rounds to 1, -1 where u - 1 does, inf
-        where u overflows."""
-        b, t = self.builder, x.type
-        u = self._polynomial("exp", x)
-        u_minus_1 = b.fsub(u, splat_constant(t, 1.0))
-        result = b.fmul(u_minus_1, b.fdiv(x, self._polynomial("log", u)))
-        result = b.select(b.fcmp_ordered("==", u, splat_constant(t, 1.0)), x, result)
-        minus_one = splat_constant(t, -1.0)
-        result = b.select(b.fcmp_ordered("==", u_minus_1, minus_one), minus_one, result)
-        return b.select(b.fcmp_ordered("==", u, splat_constant(t, math.inf)), u, result)
 
     def _per_lane_libm(self, symbol: str, *args: ir.Value) -> ir.Value:
         """libm's `symbol` on each lane (its arguments and result of the lanes' type)."""

@@ -63,6 +63,16 @@ def reshape(ctx, node, x, *rest):
     return _view(x, out, lambda idx: x.at(reshape_index(idx, out, x.shape)))
 
 
+@lowers(aten.squeeze_.default, aten.squeeze_.dim, aten.squeeze_.dims, aten.unsqueeze_.default)
+def reshape_in_place(ctx, node, x, *rest):
+    """make_fx's graphs keep F.linear's squeeze_ of a 1-d input's product (Dynamo's are
+    functional): later nodes read the in-place op's result, so it is the view itself, unless
+    it reshapes a graph input, whose metadata the caller would see change."""
+    if isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder":
+        raise Unsupported(f"{node.target} changes the shape of an input in place")
+    return reshape(ctx, node, x, *rest)
+
+
 @lowers(aten.permute.default)
 def permute(ctx, node, x, dims):
     x = ctx.no_anchor(x)
