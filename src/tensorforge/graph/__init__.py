@@ -10,6 +10,7 @@ from tensorforge.graph import (
     lower_bits,
     lower_index_reduce,
     lower_linalg,
+    lower_norms,
     lower_pointwise,
     lower_pools,
     lower_reduce,

@@ -114,20 +114,6 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
 
 
-@lowers(aten.linalg_vector_norm.default)
-def vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None):
-    """The 2-norm (x.norm(dim=d), F.normalize's): the square root of a sum of squares."""
-    if ord != 2 or dtype is not None:
-        raise Unsupported(f"a vector norm of ord {ord}")
-    out_dtype = ctx.dtype_of(node)
-    dims = [dim] if isinstance(dim, int) else list(dim or [])
-    x, stage, shape, *_ = reduction(
-        ctx, node, x, dims, keepdim, te.sum, out_dtype, prologue=lambda v, i: v * v
-    )
-    anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
-    return ctx.anchored(anchor, lambda ia: te.sqrt(stage[tuple(ia)]), out_dtype)
-
-
 @lowers(aten.mean.dim, aten.mean.default)
 def mean(ctx, node, x, dims=None, keepdim=False, dtype=None):
     out_dtype = ctx.dtype_of(node)

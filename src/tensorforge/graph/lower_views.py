@@ -159,6 +159,42 @@ def select(ctx, node, x, dim, index):
     )
 
 
+@lowers(aten.diagonal.default)
+def diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
+    """The diagonal of dims dim1 and dim2 (above it for offset > 0, below for < 0) as x's last
+    dimension, the other dims kept in order: out[..., k] = x[.., k + below, .., k + above, ..]."""
+    x = ctx.no_anchor(x)
+    dim1, dim2 = dim1 % x.ndim, dim2 % x.ndim
+    rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]
+    above, below = max(offset, 0), max(-offset, 0)
+
+    def at(idx):
+        index = [None] * x.ndim
+        for d, i in zip(rest, idx[:-1]):
+            index[d] = i
+        index[dim1], index[dim2] = idx[-1] + below, idx[-1] + above
+        return x.at(tuple(index))
+
+    return _view(x, ctx.shape_of(node), at)
+
+
+@lowers(aten.unfold.default)
+def unfold(ctx, node, x, dimension, size, step):
+    """Windows of `size` every `step` along `dimension`, each a new last dimension:
+    out[.., i, .., j] = x[.., i * step + j, ..]."""
+    x = ctx.no_anchor(x)
+    if x.ndim == 0:
+        return _view(x, ctx.shape_of(node), lambda idx: x.at(()))
+    dim = dimension % x.ndim
+
+    def at(idx):
+        index = list(idx[:-1])
+        index[dim] = idx[dim] * step + idx[-1]
+        return x.at(tuple(index))
+
+    return _view(x, ctx.shape_of(node), at)
+
+
 @lowers(aten.split.Tensor, aten.split_with_sizes.default)
 def split(ctx, node, x, sizes, dim=0):
     x = ctx.no_anchor(x)
