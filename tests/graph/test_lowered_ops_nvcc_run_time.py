@@ -14,6 +14,7 @@ from tests.graph.test_adaptive_pools_and_layer_norms import (  # noqa: E402
     norm_inputs,
     pools,
 )
+from tests.graph.test_lower_bits import gap_inputs, gaps  # noqa: E402
 from tests.graph.test_lower_index_reduce import index_reductions, products, with_ties_and_nan  # noqa: E402
 from tests.graph.test_lower_math import integer_math, pointwise_math, signed_divisors  # noqa: E402
 from tests.graph.test_lower_scans import every_dimension  # noqa: E402
@@ -38,6 +39,7 @@ CASES = {
     "cumsum": (every_dimension, lambda: [rand(3, 131, seed=4)]),
     "pools": (pools, lambda: [rand(2, 3, 7, 11, seed=5)]),
     "layer_norms": (layer_norms, lambda: norm_inputs(6)),
+    "gaps": (gaps, gap_inputs),  # bits, signs, clamps, norms, boolean reductions, diagonals
 }  # fmt: skip
 
 

@@ -97,6 +97,8 @@ _RESERVED = {
         "atan2",
         "hypot",
         "fmod",
+        "copysign",
+        "nextafter",
         "sqrt",
         "floor",
         "ceil",
@@ -144,9 +146,19 @@ _FLOAT32_CALLS = {
     "atan2": "atan2f",
     "hypot": "hypotf",
     "fmod": "fmodf",
+    "copysign": "copysignf",
+    "nextafter": "nextafterf",
     **{name: f"{name}f" for name in LIBM_UNARY},
 }
 _FLOAT64_CALLS = {name: f[:-1] for name, f in _FLOAT32_CALLS.items()}
+
+BITWISE_OPERATORS = {
+    "bitwise_and": "&",
+    "bitwise_or": "|",
+    "bitwise_xor": "^",
+    "shift_left": "<<",
+    "shift_right": ">>",
+}
 
 _SMALL_INTS = {"bool", "signed char", "short", "unsigned char", "unsigned short"}
 
@@ -426,6 +438,14 @@ class ExprPrinter(VectorAccesses):
 
     def _call(self, name: str, args: list[str], dtype: str) -> str:
         base = dt.element_of(dtype)
+        if name in BITWISE_OPERATORS:  # in the type's unsigned twin: C++ computes small ones in
+            # int, and a left shift of a negative value was undefined before C++20
+            t = ctype(dtype)
+            u = f"unsigned {t}" if not t.startswith("unsigned") and " " not in t else t
+            u = {"signed char": "unsigned char", "long long": "unsigned long long"}.get(t, u)
+            if name == "shift_right" and not dt.is_unsigned(base):
+                return f"(({t})({args[0]} >> {args[1]}))"  # arithmetic on signed types
+            return f"(({t})(({u})({args[0]}) {BITWISE_OPERATORS[name]} ({u})({args[1]})))"
         if base in HALF_TYPES:  # compute in float32
             to_float, from_float = HALF_TYPES[base][:2]
             inner = self._call(name, [f"{to_float}({a})" for a in args], "float32")
