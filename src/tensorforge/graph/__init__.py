@@ -7,6 +7,7 @@ schedules (schedules.py) -> one compiled callable with planned intermediates (pr
 
 # the lowerings register themselves in the table when imported
 from tensorforge.graph import (
+    lower_batch_norm,
     lower_bits,
     lower_index_reduce,
     lower_linalg,
