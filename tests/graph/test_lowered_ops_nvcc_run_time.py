@@ -14,8 +14,10 @@ from tests.graph.test_adaptive_pools_and_layer_norms import (  # noqa: E402
     norm_inputs,
     pools,
 )
+from tests.graph.test_lower_bits import gap_inputs, gaps  # noqa: E402
 from tests.graph.test_lower_index_reduce import index_reductions, products, with_ties_and_nan  # noqa: E402
 from tests.graph.test_lower_math import integer_math, pointwise_math, signed_divisors  # noqa: E402
+from tests.graph.test_lower_norms import run_time_sized as norms_and_views  # noqa: E402
 from tests.graph.test_lower_scans import every_dimension  # noqa: E402
 from tests.graph.test_lowering import rand  # noqa: E402
 
@@ -25,6 +27,10 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def all_gaps(a, b, c, x, y):
+    return (*gaps(a, b, c, x, y), *norms_and_views(x, y[:3]))
 
 
 def index_and_products(x):
@@ -38,6 +44,7 @@ CASES = {
     "cumsum": (every_dimension, lambda: [rand(3, 131, seed=4)]),
     "pools": (pools, lambda: [rand(2, 3, 7, 11, seed=5)]),
     "layer_norms": (layer_norms, lambda: norm_inputs(6)),
+    "gaps": (all_gaps, gap_inputs),  # bits, signs, clamps, norms, boolean reductions, diagonals
 }  # fmt: skip
 
 
