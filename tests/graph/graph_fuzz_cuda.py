@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the generated source says F.)
 
 from tests.graph import graph_fuzz_run
-from tests.graph.graph_fuzz import HALF, Case, generate, make_inputs
+from tests.graph.graph_fuzz import HALF, Case, compile_source, generate, make_inputs
 
 
 def _on_gpu(source: str) -> str:
@@ -55,6 +55,27 @@ def _float32_reference_on_gpu(case: Case, outputs, values) -> list | None:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
+def _resized_if_eager_accepts_on_cpu(case: Case, module) -> list | None:
+    """graph_fuzz_run's resized inputs, where eager accepts the program at those sizes on the
+    CPU first: on the GPU an index past a resized dimension is a device-side assert, which
+    leaves the CUDA context unusable for every later case (a sweep shard ended in a CUDA error
+    with each of its seeds passing alone), where the CPU raises an IndexError."""
+    shapes = graph_fuzz_run.resized_shapes(case)
+    if shapes is None:
+        return None
+    values, first = make_inputs(case, case.seed + 2, shapes), make_inputs(case, case.seed + 1)
+    values = [o if s.constant and v.shape != o.shape else v for s, v, o in zip(case.inputs, values, first)]  # fmt: skip
+    try:
+        with torch.no_grad():
+            compile_source(case.source())(*values)
+    except Exception:  # noqa: BLE001 - the program does not generalize to that size
+        return None
+    return _RESIZED(case, module)
+
+
+_RESIZED = graph_fuzz_run._resized
+
+
 @contextlib.contextmanager
 def on_gpu():
     """graph_fuzz_run's case runner with its inputs, index lists and reference on the GPU,
@@ -63,9 +84,11 @@ def on_gpu():
         graph_fuzz_run.make_inputs,
         graph_fuzz_run.compile_source,
         graph_fuzz_run.float32_reference,
+        graph_fuzz_run._resized,
         torch.backends.cudnn.allow_tf32,
         torch.backends.cuda.matmul.allow_tf32,
     )
+    graph_fuzz_run._resized = _resized_if_eager_accepts_on_cpu
     graph_fuzz_run.make_inputs = _inputs_on_gpu
     graph_fuzz_run.compile_source = _compile_on_gpu
     graph_fuzz_run.float32_reference = _float32_reference_on_gpu
@@ -77,6 +100,7 @@ def on_gpu():
             graph_fuzz_run.make_inputs,
             graph_fuzz_run.compile_source,
             graph_fuzz_run.float32_reference,
+            graph_fuzz_run._resized,
             torch.backends.cudnn.allow_tf32,
             torch.backends.cuda.matmul.allow_tf32,
         ) = saved

@@ -187,9 +187,9 @@ def _marked(case: Case) -> int | None:
     return 0 if variable[0].shape[0] > 1 else None
 
 
-def _resized(case: Case, module) -> list | None:
-    """Fresh inputs with one size (every dim of it; under "mark" the marked one's) changed,
-    where eager still accepts them."""
+def resized_shapes(case: Case) -> list[tuple] | None:
+    """The inputs' shapes with one size (every dim of it; under "mark" the marked one's)
+    changed, or None where the case has no size to change."""
     rng = random.Random(case.seed)
     sizes = sorted({d for s in case.inputs if not s.constant for d in s.shape if d > 2})
     if case.dynamic == "mark":
@@ -199,7 +199,14 @@ def _resized(case: Case, module) -> list | None:
         return None
     old = rng.choice(sizes)
     new = old + rng.choice([1, 2, 5, -1])
-    shapes = [tuple(new if d == old else d for d in s.shape) for s in case.inputs]
+    return [tuple(new if d == old else d for d in s.shape) for s in case.inputs]
+
+
+def _resized(case: Case, module) -> list | None:
+    """Fresh inputs of `resized_shapes`, where eager still accepts them."""
+    shapes = resized_shapes(case)
+    if shapes is None:
+        return None
     values = make_inputs(case, case.seed + 2, shapes)
     for s, v, original in zip(case.inputs, values, make_inputs(case, case.seed + 1)):
         if s.constant:

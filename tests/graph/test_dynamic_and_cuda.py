@@ -239,3 +239,61 @@ def test_dynamic_sizes_on_the_gpu_match_eager():
             got, expected = fast(x), fn(x)
             torch.cuda.synchronize()
             assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5), rows
+
+
+def nan_min_max(x, y):
+    # each reads the NaNs: reductions over rows (warp shuffles), element-wise max / min, clamp
+    return (
+        x.amax(-1),
+        x.amin(0),
+        torch.maximum(x, y),
+        torch.minimum(x, y),
+        x.clamp(-0.5, 0.5),
+        torch.relu(x),
+        x.max(-1).values,
+    )
+
+
+def nan_inputs(dtype, device="cpu"):
+    x = torch.randn(6, 37, generator=torch.Generator().manual_seed(3)).to(dtype)
+    y = torch.randn(6, 37, generator=torch.Generator().manual_seed(4)).to(dtype)
+    x[1, 5] = x[4, 36] = float("nan")
+    y[2, 7] = float("nan")
+    return x.to(device), y.to(device)
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_max_and_min_propagate_nan_on_the_gpu(dtype):
+    """CUDA's fmaxf and __hmax return the other operand of a NaN; torch's (and the CPU
+    backends') max and min return NaN."""
+    x, y = nan_inputs(dtype, "cuda")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(nan_min_max, backend=backend)(x, y)
+    for g, e in zip(got, nan_min_max(x, y)):
+        assert torch.equal(g.isnan(), e.isnan())
+        assert torch.allclose(g, e, equal_nan=True)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_nan_propagating_max_and_min_compile_with_nvcc(tmp_path):
+    from tensorforge.codegen.cuda_helpers import MINMAX_NAN_HELPERS
+    from tests.graph.graph_fuzz_nvcc import one_translation_unit
+
+    sources = []
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        inputs = list(nan_inputs(dtype))
+        gm = make_fx(nan_min_max, decomposition_table=decompositions())(*inputs)
+        compiled = compile_aten(gm, inputs, {}, Options(target="cuda -arch=sm_90"))
+        assert isinstance(compiled, CompiledGraph) and not compiled.program.fallbacks
+        sources += [s.module.get_source("cuda") for s in compiled.steps if hasattr(s, "module")]
+    kernels = "\n".join(sources).replace(MINMAX_NAN_HELPERS.rstrip(), "")
+    assert "tf_max_nan(" in kernels and "fmaxf(" not in kernels and "__hmax(" not in kernels
+    text = one_translation_unit(sources)  # for sm_90 (max.NaN) and sm_75 (selects)
+    (tmp_path / "nan.cu").write_text(text)
+    arches = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in (90, 75)]
+    command = ["nvcc", *arches, "-c", "-o", str(tmp_path / "nan.o"), str(tmp_path / "nan.cu")]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -270,6 +270,23 @@ def test_batch_norm_folds_into_the_convolution():
     assert sum("relu" in nodes for nodes in kernels) == 1  # conv, batch norm, relu: one kernel
 
 
+def test_batch_norm_of_statistics_the_graph_computes():
+    # eval-mode F.batch_norm of statistics that are inputs, not constants (and of no weight or
+    # bias, or one of them): per-channel vectors read where they are
+    x, mean, var = rand(2, 3, 7, 5, seed=17), rand(3, seed=18), rand(3, seed=19).abs() + 0.5
+    g, beta = rand(3, seed=20), rand(3, seed=21)
+
+    def fn(x, mean, var, g, beta):
+        return (
+            F.batch_norm(x, mean, var, g, beta, False, 0.1, 1e-3),
+            F.batch_norm(x, mean * 2, var, None, None, False, 0.1, 1e-5),
+            F.batch_norm(x[:, :, 0], mean, var + 1, g, None, False, 0.1, 1e-5),
+        )
+
+    check(fn, x, mean, var, g, beta)
+    check(fn, x, mean, var, g, beta, constants=(3, 4))
+
+
 def test_views_are_index_expressions():
     x, y = rand(2, 3, 4, 5, seed=18), rand(4, 6, seed=19)
 

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
-from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, ExprPrinter, Names
+from tensorforge.codegen.cuda_expr import ExprPrinter, Names
+from tensorforge.codegen.cuda_helpers import FLOOR_HELPERS, MINMAX_NAN_HELPERS
 from tensorforge.codegen.cuda_intrin import (
     ASYNC_FILL_CALLS,
     SWIZZLED_CALLS,
@@ -225,6 +226,8 @@ class _KernelWriter(PipelineWriter):
             self.preamble.append("#include <cuda_bf16.h>")
         if "floordiv" in self.printer.helpers:
             self.preamble += ["", FLOOR_HELPERS.rstrip()]
+        if "minmax_nan" in self.printer.helpers:
+            self.preamble += ["", MINMAX_NAN_HELPERS.rstrip()]
         for source in self.printer.device_sources:  # tensor intrinsics' device functions
             self.preamble += ["", source.rstrip()]
         params_text = ",\n    ".join(decls)

@@ -97,6 +97,8 @@ _RESERVED = {
         "atan2",
         "hypot",
         "fmod",
+        "copysign",
+        "nextafter",
         "sqrt",
         "floor",
         "ceil",
@@ -144,9 +146,19 @@ _FLOAT32_CALLS = {
     "atan2": "atan2f",
     "hypot": "hypotf",
     "fmod": "fmodf",
+    "copysign": "copysignf",
+    "nextafter": "nextafterf",
     **{name: f"{name}f" for name in LIBM_UNARY},
 }
 _FLOAT64_CALLS = {name: f[:-1] for name, f in _FLOAT32_CALLS.items()}
+
+BITWISE_OPERATORS = {
+    "bitwise_and": "&",
+    "bitwise_or": "|",
+    "bitwise_xor": "^",
+    "shift_left": "<<",
+    "shift_right": ">>",
+}
 
 _SMALL_INTS = {"bool", "signed char", "short", "unsigned char", "unsigned short"}
 
@@ -219,7 +231,7 @@ class ExprPrinter(VectorAccesses):
         self.hoisted: dict[Any, list[str]] = {}  # structural key of a vector load -> chunk temps
         self.divisors: dict[int, int] = {}  # id(var) -> a known divisor of its value
         self.nonnegative_vars: set[int] = set()  # id(var) of integer vars known to be >= 0
-        self.helpers: set[str] = set()  # "floordiv", "half", "bf16"
+        self.helpers: set[str] = set()  # "floordiv", "minmax_nan", "half", "bf16"
         self.fill_barrier: str | None = None  # the pipeline fill being written: its mbarrier
         self.tensor_maps: dict[str, str] = {}  # buffer param name -> its tensor map's C name
         self.vector_params: dict[str, int] = {}  # buffer C name -> byte alignment it needs
@@ -399,14 +411,15 @@ class ExprPrinter(VectorAccesses):
         return f"tf_floor{'div' if is_div else 'mod'}<{ctype(dtype)}>({a}, {b})"
 
     def _min_max(self, is_min: bool, a: str, b: str, dtype: str) -> str:
+        """Float Min / Max propagate NaN, as the LLVM and C backends' do and torch's maximum,
+        amax and clamp do (CUDA's fmaxf and __hmax return the other operand)."""
         base = dt.element_of(dtype)
         word = "min" if is_min else "max"
-        if base == "float32":
-            return f"f{word}f({a}, {b})"
-        if base == "float64":
-            return f"f{word}({a}, {b})"
+        if base in ("float32", "float64"):
+            self.helpers.add("minmax_nan")
+            return f"tf_{word}_nan({a}, {b})"
         if base in HALF_TYPES:
-            return f"__h{word}({a}, {b})"
+            return f"__h{word}_nan({a}, {b})"
         if base in ("int32", "int64", "uint32", "uint64"):
             return f"{word}({a}, {b})"
         return f"(({ctype(dtype)}){word}((int)({a}), (int)({b})))"
@@ -425,6 +438,14 @@ class ExprPrinter(VectorAccesses):
 
     def _call(self, name: str, args: list[str], dtype: str) -> str:
         base = dt.element_of(dtype)
+        if name in BITWISE_OPERATORS:  # in the type's unsigned twin: C++ computes small ones in
+            # int, and a left shift of a negative value was undefined before C++20
+            t = ctype(dtype)
+            u = f"unsigned {t}" if not t.startswith("unsigned") and " " not in t else t
+            u = {"signed char": "unsigned char", "long long": "unsigned long long"}.get(t, u)
+            if name == "shift_right" and not dt.is_unsigned(base):
+                return f"(({t})({args[0]} >> {args[1]}))"  # arithmetic on signed types
+            return f"(({t})(({u})({args[0]}) {BITWISE_OPERATORS[name]} ({u})({args[1]})))"
         if base in HALF_TYPES:  # compute in float32
             to_float, from_float = HALF_TYPES[base][:2]
             inner = self._call(name, [f"{to_float}({a})" for a in args], "float32")
@@ -442,31 +463,6 @@ class ExprPrinter(VectorAccesses):
                 return args[0]
             return f"{'llabs' if base == 'int64' else 'abs'}({args[0]})"
         raise BuildError(f"CUDA codegen: no CUDA function for intrinsic {name}() on {dtype}")
-
-
-FLOOR_HELPERS = """\
-// floor division and modulo with Python semantics (the IR's FloorDiv / FloorMod on integers);
-// the minimum divided by -1 wraps, as in torch (INT_MIN // -1 == INT_MIN, INT_MIN % -1 == 0),
-// where C's a / b overflows (undefined)
-template <typename T> __device__ __forceinline__ T tf_floordiv(T a, T b) {
-  if (b == T(-1)) return T(0ull - (unsigned long long)a);
-  T q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-template <typename T> __device__ __forceinline__ T tf_floormod(T a, T b) {
-  if (b == T(-1)) return T(0);
-  T r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-__device__ __forceinline__ float tf_float_floormod(float a, float b) {
-  float r = fmodf(a, b);
-  return (r != 0.f && ((r < 0.f) != (b < 0.f))) ? r + b : r;
-}
-__device__ __forceinline__ double tf_float_floormod(double a, double b) {
-  double r = fmod(a, b);
-  return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
-}
-"""
 
 
 def _wraps(e: E.Expr) -> bool:

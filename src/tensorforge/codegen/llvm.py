@@ -23,7 +23,7 @@ from tensorforge.codegen.base import (
     kernel_params,
 )
 from tensorforge.codegen.llvm_expr import ExprEmitter
-from tensorforge.codegen.llvm_math import mangle
+from tensorforge.codegen.llvm_math_builder import mangle
 from tensorforge.codegen.llvm_memory import known_mask_pieces, masked_chunks, power_of_two_pieces
 from tensorforge.codegen.llvm_types import I1, I32, I64, PTR, element_bytes, memory_type, value_type
 from tensorforge.ir.expr import Buffer, BufferLoad

@@ -7,10 +7,9 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from tensorforge.codegen import llvm_math
 from tensorforge.codegen.llvm_calls import CallEmitter
 from tensorforge.codegen.llvm_extern import ExternEmitter
-from tensorforge.codegen.llvm_math import intrinsic
+from tensorforge.codegen.llvm_math_builder import intrinsic, mangle
 from tensorforge.codegen.llvm_memory import LoadEmitter, power_of_two_pieces
 from tensorforge.codegen.llvm_types import (
     FLOAT,
@@ -332,7 +331,7 @@ class ExprEmitter(CallEmitter, ExternEmitter, LoadEmitter):
             if op == "add":
                 fn = intrinsic(
                     self.module,
-                    f"llvm.vector.reduce.fadd.{llvm_math.mangle(v.type)}",
+                    f"llvm.vector.reduce.fadd.{mangle(v.type)}",
                     elem,
                     [elem, v.type],
                 )
@@ -350,9 +349,7 @@ class ExprEmitter(CallEmitter, ExternEmitter, LoadEmitter):
             )
         if name is None:
             raise self.fail(f"VectorReduce op {op!r} is not one of add, max, min")
-        fn = intrinsic(
-            self.module, f"llvm.vector.reduce.{name}.{llvm_math.mangle(v.type)}", elem, [v.type]
-        )
+        fn = intrinsic(self.module, f"llvm.vector.reduce.{name}.{mangle(v.type)}", elem, [v.type])
         return self.builder.call(fn, [v])
 
 

@@ -1,5 +1,6 @@
-"""Math intrinsics as LLVM IR: float32 exp/log/log2/log10/tanh/sigmoid/erf (and sin/cos,
-llvm_trig.py) as inlinable polynomials.
+"""Math intrinsics as LLVM IR: float32 exp/log/log1p/expm1/log2/log10/tanh/sigmoid/erf/erfc (and
+sin/cos and the rest of llvm_trig.py) as inlinable polynomials, written in llvm_math_builder's
+MathBuilder.
 
 A loop that calls `expf` per lane runs no faster than numpy (PERF-NOTES "exp is the trap"), so
 float32 math is emitted as range reduction plus a polynomial in one `internal alwaysinline`
@@ -24,39 +25,15 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from tensorforge.codegen import llvm_trig
-from tensorforge.codegen.llvm_types import concat, lanes_of
+from tensorforge.codegen.llvm_math_builder import MathBuilder, mangle
 
 F32 = ir.FloatType()
-F64 = ir.DoubleType()
 I32 = ir.IntType(32)
 
 # Functions this module implements as polynomials for float32 (and float16 via float32).
 POLYNOMIAL_FUNCTIONS = ("exp", "log", "log2", "log10", "tanh", "sigmoid", "erf", "erfc")
+POLYNOMIAL_FUNCTIONS += ("log1p", "expm1")
 POLYNOMIAL_FUNCTIONS += ("exp2", "sin", "cos", "tan", *llvm_trig.COMPOSED, *llvm_trig.BINARY)
-
-
-def mangle(ty: ir.Type) -> str:
-    """The type suffix LLVM's intrinsic names use: <8 x float> -> v8f32, i32 -> i32, ptr -> p0."""
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{mangle(ty.element)}"
-    if isinstance(ty, ir.PointerType):
-        return "p0"
-    if isinstance(ty, ir.IntType):
-        return f"i{ty.width}"
-    return ty.intrinsic_name
-
-
-def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    """Declare (once) the LLVM function `name` with the given signature."""
-    existing = module.globals.get(name)
-    if existing is not None:
-        return existing
-    return ir.Function(module, ir.FunctionType(ret, args), name=name)
-
-
-def overloaded(module: ir.Module, base: str, ty: ir.Type, nargs: int = 1) -> ir.Function:
-    """An elementwise intrinsic such as llvm.sqrt.v8f32: `nargs` arguments of `ty`, returns `ty`."""
-    return intrinsic(module, f"{base}.{mangle(ty)}", ty, [ty] * nargs)
 
 
 def math_function(
@@ -81,132 +58,8 @@ def math_function(
     return fn
 
 
-class _Math:
-    """Shorthand for writing the polynomials below on scalars and vectors alike."""
-
-    def __init__(
-        self,
-        module: ir.Module,
-        builder: ir.IRBuilder,
-        ty: ir.Type,
-        cpu_features: frozenset[str] = frozenset(),
-    ):
-        self.module, self.b, self.ty = module, builder, ty
-        lanes = ty.count if isinstance(ty, ir.VectorType) else 0
-        self.ity = ir.VectorType(I32, lanes) if lanes else I32
-        self.bty = ir.VectorType(ir.IntType(1), lanes) if lanes else ir.IntType(1)
-        self.lanes = lanes
-        self.cpu_features = cpu_features
-
-    def f(self, value: float) -> ir.Constant:
-        return ir.Constant(self.ty, [value] * self.lanes if self.lanes else value)
-
-    def i(self, value: int) -> ir.Constant:
-        return ir.Constant(self.ity, [value] * self.lanes if self.lanes else value)
-
-    def add(self, a, b):
-        return self.b.fadd(a, b, flags=("contract",))
-
-    def sub(self, a, b):
-        return self.b.fsub(a, b, flags=("contract",))
-
-    def mul(self, a, b):
-        return self.b.fmul(a, b, flags=("contract",))
-
-    def fma(self, a, b, c):
-        """a*b + c, fused where the target has FMA (llvm.fmuladd)."""
-        return self.b.call(overloaded(self.module, "llvm.fmuladd", self.ty, 3), [a, b, c])
-
-    def poly(self, x, coeffs: tuple[float, ...]):
-        """Horner: coeffs[0]*x^(n-1) + ... + coeffs[-1]."""
-        acc = self.f(coeffs[0])
-        for c in coeffs[1:]:
-            acc = self.fma(acc, x, self.f(c))
-        return acc
-
-    def call(self, base: str, *args):
-        return self.b.call(overloaded(self.module, base, self.ty, len(args)), list(args))
-
-    def cmp(self, op: str, a, b):
-        return self.b.fcmp_ordered(op, a, b)
-
-    def select(self, cond, a, b):
-        return self.b.select(cond, a, b)
-
-    def as_int(self, x):
-        return self.b.bitcast(x, self.ity)
-
-    def as_float(self, x):
-        return self.b.bitcast(x, self.ty)
-
-    def reciprocal(self, d):
-        """1 / d for finite nonzero d, within 1 ulp. A vector divide is the slowest arithmetic
-        there is (16 lanes: about 16 cycles on AVX-512 Intel cores, against 0.5 for an FMA), so
-        where the CPU has a reciprocal estimate it is refined by Newton steps instead: each
-        r += r * (1 - d * r) doubles the correct bits (sigmoid on AVX-512: 1.7x faster)."""
-        estimate = self._reciprocal_estimate(d)
-        if estimate is None:
-            return self.b.fdiv(self.f(1.0), d)
-        r, steps = estimate
-        return self._newton(r, d, steps)
-
-    def divide(self, n, d):
-        """n / d for finite nonzero d, within an ulp. Where the CPU has a reciprocal estimate:
-        q = n * r, then one correction q += r * (n - d * q) with the exact residual of an FMA
-        (rcp14's 14 bits become ~28; rcpps' 12 get one Newton step on r first)."""
-        estimate = self._reciprocal_estimate(d)
-        if estimate is None:
-            return self.b.fdiv(n, d)
-        r, steps = estimate
-        r = self._newton(r, d, steps - 1)
-        q = self.mul(n, r)
-        return self.fma(r, self.fma(self.b.fneg(d), q, n), q)
-
-    def _newton(self, r, d, steps: int):
-        """`steps` Newton steps r += r * (1 - d * r) on an estimate r of 1 / d."""
-        for _ in range(steps):
-            r = self.fma(r, self.fma(self.b.fneg(d), r, self.f(1.0)), r)
-        return r
-
-    def _reciprocal_estimate(self, d):
-        """(estimate, Newton steps) from the widest x86 instruction that fits, else None."""
-        for feature, width, name, steps in _RECIPROCAL_ESTIMATES:
-            if feature not in self.cpu_features or self.lanes < width or self.lanes % width:
-                continue
-            vty = ir.VectorType(F32, width)
-            if width == 16:  # rcp14 takes a pass-through and a lane mask
-                fn = intrinsic(self.module, name, vty, [vty, vty, ir.IntType(16)])
-                tail = [ir.Constant(vty, None), ir.Constant(ir.IntType(16), -1)]
-            else:
-                fn = intrinsic(self.module, name, vty, [vty])
-                tail = []
-            pieces = [
-                self.b.call(fn, [lanes_of(self.b, d, start, width), *tail])
-                for start in range(0, self.lanes, width)
-            ]
-            return concat(self.b, pieces), steps
-        return None
-
-    def has_scalef(self) -> bool:
-        """Whether `scale_by_pow2` can be used: AVX-512 and whole 16-lane pieces."""
-        return "avx512f" in self.cpu_features and self.lanes >= 16 and self.lanes % 16 == 0
-
-    def scale_by_pow2(self, p, n):
-        """p * 2**n for integral float n by AVX-512's scalef: overflow gives inf, and a denormal
-        result is rounded once (needs `has_scalef`)."""
-        vty = ir.VectorType(F32, 16)
-        fn = intrinsic(
-            self.module,
-            "llvm.x86.avx512.mask.scalef.ps.512",
-            vty,
-            [vty, vty, vty, ir.IntType(16), I32],
-        )
-        tail = [ir.Constant(vty, None), ir.Constant(ir.IntType(16), -1), ir.Constant(I32, 4)]
-        pieces = [
-            self.b.call(fn, [lanes_of(self.b, p, k, 16), lanes_of(self.b, n, k, 16), *tail])
-            for k in range(0, self.lanes, 16)
-        ]
-        return concat(self.b, pieces)
+class _Math(MathBuilder):
+    """A MathBuilder whose exp, log, log1p and expm1 are this module's (inlined, not called)."""
 
     def exp(self, x):
         return _exp(self, x)
@@ -214,59 +67,13 @@ class _Math:
     def log(self, x):
         return _log(self, x)
 
-    def every_lane(self, cond):
-        """An i1: whether `cond` holds in every lane (a vector's lanes reduced by and)."""
-        if not self.lanes:
-            return cond
-        fn = intrinsic(
-            self.module, f"llvm.vector.reduce.and.{mangle(self.bty)}", ir.IntType(1), [self.bty]
-        )
-        return self.b.call(fn, [cond])
+    def log1p(self, x):
+        return _log1p(self, x)
 
-    def per_lane_libm(self, symbol: str, x):
-        """The C library's float32 `symbol` on each lane of x."""
-        fn = intrinsic(self.module, symbol, F32, [F32])
-        if not self.lanes:
-            return self.b.call(fn, [x])
-        out = ir.Constant(self.ty, ir.Undefined)
-        for lane in range(self.lanes):
-            i = ir.Constant(I32, lane)
-            out = self.b.insert_element(out, self.b.call(fn, [self.b.extract_element(x, i)]), i)
-        return out
-
-    def unlikely_branch(self, fast_ok, fast, slow: Callable, name: str = "math"):
-        """`fast` where `fast_ok` (an i1) holds, else `slow()` computed in a block of its own
-        (a branch typical data never takes; blocks `name`.slow and `name`.done): the phi of
-        the two."""
-        fast_block = self.b.block
-        fn = fast_block.function
-        slow_block = fn.append_basic_block(f"{name}.slow")
-        done_block = fn.append_basic_block(f"{name}.done")
-        self.b.cbranch(fast_ok, done_block, slow_block).set_weights([1000, 1])
-        self.b.position_at_end(slow_block)
-        exact = slow()
-        slow_end = self.b.block
-        self.b.branch(done_block)
-        self.b.position_at_end(done_block)
-        result = self.b.phi(self.ty)
-        result.add_incoming(fast, fast_block)
-        result.add_incoming(exact, slow_end)
-        return result
-
-    def pow2(self, n):
-        """2**n as a float for integer n in [-126, 127]: the exponent field built directly."""
-        return self.as_float(self.b.shl(self.b.add(n, self.i(127)), self.i(23)))
+    def expm1(self, x):
+        return _expm1(self, x)
 
 
-# x86 reciprocal estimates: (CPU feature, lanes, intrinsic, Newton steps to float32 accuracy).
-# rcp14 is good to 14 bits, rcpps to 12: one step, resp. two, reach the 24 of a float32.
-_RECIPROCAL_ESTIMATES = (
-    ("avx512f", 16, "llvm.x86.avx512.rcp14.ps.512", 1),
-    ("avx", 8, "llvm.x86.avx.rcp.ps.256", 2),
-    ("sse", 4, "llvm.x86.sse.rcp.ps", 2),
-)
-
-# -- exp ------------------------------------------------------------------------------------------
 _LOG2E = 1.44269504088896341
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 split so that n * _LN2_HI is exact
 _ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: adding it rounds to an integer held in the low bits
@@ -418,6 +225,26 @@ def _log(m: _Math, x):
     result = m.fma(e, m.f(_LN2_LO), tail)
     result = m.add(f, result)
     return _log_special(m, x, m.fma(e, m.f(_LN2_HI), result))
+
+
+def _log1p(m: _Math, x):
+    """log(1 + x) as log(u) * x / (u - 1), u = 1 + x rounded (Goldberg's form: the ratio
+    cancels u's rounding error); x itself where u rounds to 1, inf for inf."""
+    u = m.add(m.f(1.0), x)
+    result = m.mul(_log(m, u), m.b.fdiv(x, m.sub(u, m.f(1.0))))
+    result = m.select(m.cmp("==", u, m.f(1.0)), x, result)
+    return m.select(m.cmp("==", u, m.f(math.inf)), u, result)
+
+
+def _expm1(m: _Math, x):
+    """e**x - 1 as (u - 1) * x / log(u), u = e**x rounded (Kahan's form: the ratio cancels
+    u's rounding error); x where u rounds to 1, -1 where u - 1 does, inf where u overflows."""
+    u = _exp(m, x)
+    u_minus_1 = m.sub(u, m.f(1.0))
+    result = m.mul(u_minus_1, m.b.fdiv(x, _log(m, u)))
+    result = m.select(m.cmp("==", u, m.f(1.0)), x, result)
+    result = m.select(m.cmp("==", u_minus_1, m.f(-1.0)), m.f(-1.0), result)
+    return m.select(m.cmp("==", u, m.f(math.inf)), u, result)
 
 
 def _log2(m: _Math, x):
@@ -589,6 +416,8 @@ _BODIES: dict[str, Callable[[_Math, ir.Value], ir.Value]] = {
     "exp2": _exp2,
     "exp": _exp,
     "log": _log,
+    "log1p": _log1p,
+    "expm1": _expm1,
     "log2": _log2,
     "log10": _log10,
     "tanh": _tanh,

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from tensorforge.codegen import llvm_math
-from tensorforge.codegen.llvm_math import intrinsic
+from tensorforge.codegen.llvm_math_builder import intrinsic, mangle
 from tensorforge.codegen.llvm_types import (
     I32,
     I64,
@@ -205,7 +204,7 @@ class LoadEmitter:
                 part_ty = ir.VectorType(elem, count)
                 fn = intrinsic(
                     self.module,
-                    f"llvm.masked.load.{llvm_math.mangle(part_ty)}.p0",
+                    f"llvm.masked.load.{mangle(part_ty)}.p0",
                     part_ty,
                     [PTR, I32, ir.VectorType(ir.IntType(1), count), part_ty],
                 )
@@ -230,7 +229,7 @@ class LoadEmitter:
         else:
             fn = intrinsic(
                 self.module,
-                f"llvm.masked.gather.{llvm_math.mangle(vty)}.{llvm_math.mangle(ptr.type)}",
+                f"llvm.masked.gather.{mangle(vty)}.{mangle(ptr.type)}",
                 vty,
                 [ptr.type, I32, mask.type, vty],
             )
@@ -298,7 +297,7 @@ class LoadEmitter:
         """An i1: is some lane of the vector `mask` on?"""
         reduce_or = intrinsic(
             self.module,
-            f"llvm.vector.reduce.or.{llvm_math.mangle(mask.type)}",
+            f"llvm.vector.reduce.or.{mangle(mask.type)}",
             ir.IntType(1),
             [mask.type],
         )

@@ -148,7 +148,7 @@ def asinh(m, x):
     at small a), log a + ln 2 past LOG_TAIL_FROM."""
     a = m.call("llvm.fabs", x)
     a2 = m.mul(a, a)
-    near = _log1p(m, m.add(a, m.b.fdiv(a2, m.add(m.f(1.0), m.call("llvm.sqrt", m.add(m.f(1.0), a2))))))  # fmt: skip
+    near = m.log1p(m.add(a, m.b.fdiv(a2, m.add(m.f(1.0), m.call("llvm.sqrt", m.add(m.f(1.0), a2))))))  # fmt: skip
     far = m.add(m.log(a), m.f(LN2))
     return _with_sign_of(m, m.select(m.cmp(">", a, m.f(LOG_TAIL_FROM)), far, near), x)
 
@@ -157,7 +157,7 @@ def acosh(m, x):
     """log1p(t + sqrt(t (t + 2))) with t = x - 1 (exact near 1), log x + ln 2 past
     LOG_TAIL_FROM; NaN below 1."""
     t = m.sub(x, m.f(1.0))
-    near = _log1p(m, m.add(t, m.call("llvm.sqrt", m.mul(t, m.add(t, m.f(2.0))))))
+    near = m.log1p(m.add(t, m.call("llvm.sqrt", m.mul(t, m.add(t, m.f(2.0))))))
     far = m.add(m.log(x), m.f(LN2))
     result = m.select(m.cmp(">", x, m.f(LOG_TAIL_FROM)), far, near)
     return m.select(m.cmp("<", x, m.f(1.0)), m.f(float("nan")), result)  # (-3e38: t^2 is inf)
@@ -167,16 +167,7 @@ def atanh(m, x):
     """log1p(2a / (1 - a)) / 2, signed: 1 gives inf, past 1 NaN."""
     a = m.call("llvm.fabs", x)
     ratio = m.b.fdiv(m.mul(a, m.f(2.0)), m.sub(m.f(1.0), a))
-    return _with_sign_of(m, m.mul(_log1p(m, ratio), m.f(0.5)), x)
-
-
-def _log1p(m, v):
-    """log(1 + v) as log(u) v / (u - 1), u = 1 + v rounded (the ratio cancels u's rounding);
-    v where u rounds to 1, inf for inf."""
-    u = m.add(m.f(1.0), v)
-    result = m.mul(m.log(u), m.b.fdiv(v, m.sub(u, m.f(1.0))))
-    result = m.select(m.cmp("==", u, m.f(1.0)), v, result)
-    return m.select(m.cmp("==", u, m.f(float("inf"))), u, result)
+    return _with_sign_of(m, m.mul(m.log1p(ratio), m.f(0.5)), x)
 
 
 def _with_sign_of(m, magnitude, x):
