@@ -15,6 +15,7 @@ from tensorforge.graph import (
     lower_norms,
     lower_pointwise,
     lower_pools,
+    lower_pools_nd,
     lower_reduce,
     lower_scans,
     lower_views,
