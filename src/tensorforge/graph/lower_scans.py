@@ -5,9 +5,10 @@ A prefix scan is cut in blocks: one kernel reduces each block, the blocks' own p
 each block its carry (the blocks before it, combined), and the output's kernel reduces its own
 block up to itself and combines the carry as an epilogue. With static sizes, blocks of 16 and the
 block totals' prefixes computed the same way, until they fit one block (4099 elements: 257 block
-totals, 17, then one kernel; about 8 + 8 + 8 reads an element); at run-time sizes, blocks of 64
-and each carry reduced directly (two levels, about 32 + m / 128 reads an element). A dimension
-of at most 64 (static) is one kernel. Each kernel is a plain reduction (anchors of kind "scan":
+totals, 17, 2, then one kernel; about 8 + 8 + 8 reads an element); at run-time sizes, blocks of
+64 and each carry reduced directly (two levels, about 32 + m / 128 reads an element). A dimension
+of at most 16 (static) is one kernel (one of 64 reads 32 elements an output: 4096 rows of 50,
+1 thread: cumsum 2.0 -> 0.36 ms, cummin 63 -> 2.6 ms). Each kernel is a plain reduction (anchors of kind "scan":
 the rules' reduction schedule, which "auto" keeps; the first guess took 100x longer on block
 sums). Sums and products are float32 for half types (int64 for integers and bools), as torch's.
 
@@ -34,8 +35,8 @@ from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
 
-ONE_KERNEL = 64  # a static dimension up to this is one block
-STATIC_BLOCK = 16  # longer static dimensions: blocks of this, their totals' prefixes recursively
+ONE_KERNEL = STATIC_BLOCK = 16  # a static dimension up to this is one block
+# (longer static dimensions: blocks of STATIC_BLOCK, their totals' prefixes recursively)
 RUN_TIME_BLOCK = 64  # a run-time extent's block (its carries reduced directly)
 
 
