@@ -16,6 +16,7 @@ from tensorforge.graph import (
     lower_pools,
     lower_reduce,
     lower_scans,
+    lower_special,
     lower_views,
 )  # noqa: E402, I001
 from tensorforge.graph.backend import backend, compile_aten, decompositions
