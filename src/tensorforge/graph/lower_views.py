@@ -43,8 +43,11 @@ def _view(x: Lazy, shape: tuple, at) -> Lazy:
     aten.flatten.using_ints,
 )
 def reshape(ctx, node, x, *rest):
-    x = ctx.lazy(x)
-    out = ctx.shape_of(node)
+    return reshaped(ctx.lazy(x), ctx.shape_of(node))
+
+
+def reshaped(x: Lazy, out: tuple) -> Lazy:
+    """`x` viewed as `out` (same element count, row-major): an index expression, no copy."""
     if x.anchor is not None:
         old, in_shape = x.to_logical, x.shape
         return Lazy(
