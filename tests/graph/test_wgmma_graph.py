@@ -134,7 +134,7 @@ def test_large_half_products_take_wgmma_on_sm90_only():
 def test_wgmma_products_compile_for_sm90a(tmp_path):
     kernels = [s for s in product_sources(SM90) if s.source == WGMMA_SOURCE]
     text = joined_sources({id(s.module): s.module for s in kernels}.values())
-    assert "tf_wgmma_sync<16, 128, 64, 1>" in text and "tf_cp_async_sw128<" in text
+    assert "tf_wgmma_sync<16, 128, 64, 1, 0>" in text and "tf_tma_sw128<" in text  # (TMA_FILLS)
     assert_compiles_with_nvcc(tmp_path, text, arch="sm_90a")
 
 
