@@ -15,11 +15,13 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
+from tensorforge.graph import lower_tensor_core  # noqa: E402
 from tensorforge.graph.program import BuiltKernel  # noqa: E402
 from tensorforge.graph.schedules_tensor_core import WGMMA_SOURCE  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 from tests.graph.test_schedules_cuda import assert_compiles_with_nvcc, compiled_for, joined_sources  # noqa: E402
 from tests.graph.test_tensor_core import assert_as_close_to_fp32_as_eager  # noqa: E402
+from tests.graph.test_wgmma_graph import shared_memory  # noqa: E402
 
 
 def tma_products(dtype=torch.float16):
@@ -49,7 +51,8 @@ def fills(kernel) -> tuple[int, int]:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_plain_operands_take_bulk_tensor_copies_views_cp_async(tmp_path):
+def test_plain_operands_take_bulk_tensor_copies_views_cp_async(tmp_path, monkeypatch):
+    monkeypatch.setattr(lower_tensor_core, "TMA_FILLS", True)
     _, _, compiled = compiled_for("cuda -arch=sm_90", graph=tma_products)
     wgmma = [s for s in compiled.steps if isinstance(s, BuiltKernel) and s.source == WGMMA_SOURCE]
     counts = [fills(s) for s in wgmma]
@@ -58,11 +61,15 @@ def test_plain_operands_take_bulk_tensor_copies_views_cp_async(tmp_path):
     # the view's product: its left tile by cp.async, the constant right one by bulk copies
     assert counts == [(2 * t, 0) if k != 2 else (t, t) for k, t in enumerate(stages)]
     assert all(s.spec.anchor.info["tensor_core"].fill == "tma" for s in wgmma)
+    # the float32 tile takes the pipeline's bytes once the copies have landed (cuda_shared.py)
+    assert all(shared_memory(s) == s.spec.anchor.info["tensor_core"].shared_bytes() for s in wgmma)  # fmt: skip
     assert_compiles_with_nvcc(tmp_path, joined_sources({id(s.module): s.module for s in wgmma}.values()), "sm_90a")  # fmt: skip
 
 
 @pytest.mark.cuda
 @TORCH_CUDA
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_bulk_copied_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
+@pytest.mark.parametrize("tma", [True, False])
+def test_bulk_copied_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype, tma, monkeypatch):
+    monkeypatch.setattr(lower_tensor_core, "TMA_FILLS", tma)  # (either way: both paths)
     assert_as_close_to_fp32_as_eager(lambda: tma_products(dtype))

@@ -86,8 +86,7 @@ FULL_EIGHTHS = 7  # of the SMs a wgmma product's blocks must cover (choose_wgmma
 SPLIT_TILE = (64, 64)  # wgmma's block tile where none covers the SMs: k is split
 # wgmma's operand tiles that are plain buffers (graph inputs, constants, earlier kernels'
 # results, read as they are: plain_source) filled by bulk tensor copies, one thread's (TMA:
-# rows past the buffer come in as zeros), instead of every thread's 16-byte cp.async; the
-# tiles the copy engine fills keep their shared memory (the float32 tile takes bytes of its own)
+# rows past the buffer come in as zeros), instead of every thread's 16-byte cp.async
 TMA_FILLS = True
 WGMMA_STAGES = 4  # 3 at least: a step's multiplies stay in flight while the next one starts
 # (128 x 128 blocks at 2048 x 3072 x 768: 31.1 us with 4, 33.1 with 3)
@@ -114,8 +113,6 @@ class TensorCoreTiles(PipelineTiles):
         pipeline = (a + b) * (elem_bytes or operand.bytes) * max(1, self.stages)
         staged = self.block_m * (self.block_n + STAGING_PAD) * 4
         apart = pipeline + staged
-        if self.fill == "tma":  # (the copy engine's tiles share no bytes: with_tma_fills)
-            return apart
         return apart if apart <= STATIC_SHARED_LIMIT else max(pipeline, staged)
 
     def resident_blocks(self, shared_limit: int) -> int:
@@ -273,22 +270,12 @@ def plain_source(at, shape, dtype: str):
     return e.tensor if row_bytes % 16 == 0 else None
 
 
-def with_tma_fills(tiles: TensorCoreTiles, shared_limit: int) -> TensorCoreTiles:
+def with_tma_fills(tiles: TensorCoreTiles) -> TensorCoreTiles:
     """wgmma `tiles` whose plain operands bulk tensor copies fill (fill "tma": the schedule
-    takes them where an operand tile reads a buffer as it is): tiles the copy engine fills
-    never share bytes with the float32 tile (codegen/cuda_shared.py), so the stages are as
-    many as fit, 3 where that lets more blocks share an SM; half operands only."""
+    takes them where an operand tile reads a buffer as it is); half operands only (tma_fill's)."""
     if tiles.mma != "wgmma" or tiles.dtype not in HALVES:
         return tiles
-    tma = replace(tiles, fill="tma")
-    while tma.shared_bytes() > shared_limit and tma.stages > 3:
-        tma = replace(tma, stages=tma.stages - 1)
-    three = replace(tma, stages=min(3, tma.stages))
-    if three.resident_blocks(shared_limit) > tma.resident_blocks(shared_limit):
-        tma = three
-    if tma.shared_bytes() > shared_limit:
-        return tiles
-    return replace(tma, blocks=tma.resident_blocks(shared_limit))
+    return replace(tiles, fill="tma")
 
 
 def _has_wgmma(target, dtype: str) -> bool:
@@ -326,7 +313,7 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     if tma and (
         source is not None or constant is not None or plain_source(b.at, b.shape, dtype) is not None
     ):
-        tiles = with_tma_fills(tiles, ctx.target.max_shared_memory_opt_in)
+        tiles = with_tma_fills(tiles)
     if source is not None and tiles.fill == "tma":  # bulk tensor copies: rows past n come in
         # as zeros (or as the next batch's rows, never stored)
         a_tile = te.compute((*lead, rows, k), lambda *idx: source[idx], name=ctx.unique(f"{node.name}_a_tile"))  # fmt: skip
@@ -379,7 +366,7 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
         wgmma = _has_wgmma(ctx.target, dtype) and not pointwise
         tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma)
         if tiles.mma == "wgmma" and TMA_FILLS:  # (the padded weights, the materialized columns)
-            tiles = with_tma_fills(tiles, ctx.target.max_shared_memory_opt_in)
+            tiles = with_tma_fills(tiles)
     rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
     col, col_at = im2col(
         ctx, node, x, w.shape, shape, stride, padding, dilation, cols, depth,
