@@ -310,7 +310,7 @@ def test_floor_helpers_wrap_the_minimum_divided_by_minus_one(tmp_path):
     with the same text (no GPU here), compute Python's floor division with the minimum wrapped."""
     import tensorforge as tf
     from tensorforge import te
-    from tensorforge.codegen.cuda_expr import FLOOR_HELPERS
+    from tensorforge.codegen.cuda_helpers import FLOOR_HELPERS
 
     n = te.var("n")
     A = te.placeholder((n,), "int32", name="A")

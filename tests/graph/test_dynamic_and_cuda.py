@@ -279,7 +279,7 @@ def test_max_and_min_propagate_nan_on_the_gpu(dtype):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_nan_propagating_max_and_min_compile_with_nvcc(tmp_path):
-    from tensorforge.codegen.cuda_expr import MINMAX_NAN_HELPERS
+    from tensorforge.codegen.cuda_helpers import MINMAX_NAN_HELPERS
     from tests.graph.graph_fuzz_nvcc import one_translation_unit
 
     sources = []

@@ -457,3 +457,38 @@ def cuda_modules_of(fn, x, arch):
     while not hasattr(compiled, "steps") and hasattr(compiled, "compiled"):  # (output views)
         compiled = compiled.compiled
     return [step.module for step in compiled.steps if isinstance(step, BuiltKernel)]
+
+
+def test_a_bfloat16_vector_times_constant_weights():
+    # F.linear of a 1-d bfloat16 input that is also an output (a buffer of its own): the CPU
+    # dot kernel's "rows already in memory" test unpacked the vector's one index as two (seed
+    # 17048, a lowering error). Through Dynamo: make_fx alone leaves linear's in-place squeeze_
+    from tensorforge.graph import backend
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+
+    linear = torch.nn.Linear(3000, 5, bias=False).bfloat16().eval()
+    x = rand(3000, seed=1).bfloat16()
+    compiled = []
+
+    def counting(gm, example_inputs, **kwargs):
+        compiled.append(backend(gm, example_inputs, **kwargs))
+        return compiled[-1]
+
+    def fn(x):
+        v = torch.where(x < 0.5, x * 2, -x)
+        return linear(v), v
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got, expected = torch.compile(fn, backend=counting)(x), fn(x)
+    assert torch.equal(got[1], expected[1])
+    assert torch.allclose(got[0].float(), expected[0].float(), rtol=2e-2, atol=2e-2)
+    assert [_find_compiled(c).program.fallbacks for c in compiled] == [[]]
+
+
+def test_linear_of_a_vector_through_make_fx():
+    # make_fx keeps F.linear's in-place squeeze_ of the 1-d input's product (aten mode sweeps
+    # ran it eagerly); a squeeze_ of a graph input itself stays eager (the caller's tensor)
+    x, w, b = rand(37, seed=1), rand(5, 37, seed=2), rand(5, seed=3)
+    check(lambda x, w, b: F.linear(torch.tanh(x), w, b) * 2, x, w, b)
+    check(lambda x: x.squeeze_(0) * 2, rand(1, 7, seed=4), fallbacks=1)

@@ -1,7 +1,8 @@
-"""The kernels of math, index reduction, scan, adaptive pool and layer norm lowerings built for
-CUDA at run-time sizes (dynamic=True: sizes are kernel arguments, cumsum takes its two-level
-form, adaptive windows their bounds) and compiled by nvcc for sm_90a and sm_80 (no GPU: the
-build is what counts; the static builds are each test file's own)."""
+"""The kernels of math, index reduction, scan (cumsum, cumprod, cummax / cummin, logcumsumexp),
+adaptive pool and layer norm lowerings built for CUDA at run-time sizes (dynamic=True: sizes are
+kernel arguments, cumsum takes its two-level form, adaptive windows their bounds) and compiled by
+nvcc for sm_90a and sm_80 (no GPU: the build is what counts; the static builds are each test file's
+own)."""
 
 import shutil
 
@@ -14,8 +15,11 @@ from tests.graph.test_adaptive_pools_and_layer_norms import (  # noqa: E402
     norm_inputs,
     pools,
 )
+from tests.graph.test_lower_bits import gap_inputs, gaps  # noqa: E402
+from tests.graph.test_lower_cumulative import scans  # noqa: E402
 from tests.graph.test_lower_index_reduce import index_reductions, products, with_ties_and_nan  # noqa: E402
 from tests.graph.test_lower_math import integer_math, pointwise_math, signed_divisors  # noqa: E402
+from tests.graph.test_lower_norms import run_time_sized as norms_and_views  # noqa: E402
 from tests.graph.test_lower_scans import every_dimension  # noqa: E402
 from tests.graph.test_lowering import rand  # noqa: E402
 
@@ -27,17 +31,26 @@ def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
 
 
+def all_gaps(a, b, c, x, y):
+    return (*gaps(a, b, c, x, y), *norms_and_views(x, y[:3]))
+
+
 def index_and_products(x):
     return (*index_reductions(x), *products(x))
+
+
+def all_scans(x):  # cumsum, cumprod, cummax / cummin with indices, logcumsumexp
+    return (*every_dimension(x), *scans(x))
 
 
 CASES = {
     "pointwise": (pointwise_math, lambda: [rand(3, 5, 7, seed=1), rand(5, 7, seed=2)]),
     "integers": (integer_math, lambda: [torch.randint(-50, 50, (4, 13)), signed_divisors(13, seed=6)]),
     "index": (index_and_products, lambda: [with_ties_and_nan(3)]),
-    "cumsum": (every_dimension, lambda: [rand(3, 131, seed=4)]),
+    "scans": (all_scans, lambda: [rand(3, 131, seed=4)]),
     "pools": (pools, lambda: [rand(2, 3, 7, 11, seed=5)]),
     "layer_norms": (layer_norms, lambda: norm_inputs(6)),
+    "gaps": (all_gaps, gap_inputs),  # bits, signs, clamps, norms, boolean reductions, diagonals
 }  # fmt: skip
 
 

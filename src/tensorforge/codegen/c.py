@@ -350,7 +350,18 @@ class _FunctionWriter(CExprPrinter):
 
 
 # -- helper functions ------------------------------------------------------------------------
-_BINARY = ("floordiv", "floormod", "min", "max", "pow", "atan2", "hypot", "fmod")
+_BINARY = (
+    "floordiv",
+    "floormod",
+    "min",
+    "max",
+    "pow",
+    "atan2",
+    "hypot",
+    "fmod",
+    "copysign",
+    "nextafter",
+)
 
 
 def define_helper(printer: CExprPrinter, op: str, dtype: str) -> str:
@@ -429,7 +440,7 @@ def _scalar(printer: CExprPrinter, op: str, element: str) -> str:
             return f"{signature} {{ return a {'&&' if op == 'min' else '||'} b; }}"
         nan = " || a != a" if is_float else ""  # a NaN operand gives NaN, as numpy does
         return f"{signature} {{ return (a {cmp} b{nan}) ? a : b; }}"
-    if op in ("pow", "atan2", "hypot", "fmod"):
+    if op in ("pow", "atan2", "hypot", "fmod", "copysign", "nextafter"):
         return f"{signature} {{ return {_float_fn(element, op, 'a', 'b')}; }}"
     if op == "abs":
         if is_float:

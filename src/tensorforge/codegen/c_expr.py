@@ -43,7 +43,7 @@ from tensorforge.te.expr import (
     Sub,
     Var,
 )
-from tensorforge.te.intrin import LIBM_UNARY
+from tensorforge.te.intrin import BITWISE, LIBM_UNARY
 
 SCALAR = {
     "bool": "bool",
@@ -94,10 +94,19 @@ _LIBM = {
     "atan2": ("atan2f", "atan2"),
     "hypot": ("hypotf", "hypot"),
     "fmod": ("fmodf", "fmod"),
+    "copysign": ("copysignf", "copysign"),
+    "nextafter": ("nextafterf", "nextafter"),
     **{name: (f"{name}f", name) for name in LIBM_UNARY},
 }
-BINARY_CALLS = ("pow", "atan2", "hypot", "fmod")
-KNOWN_CALLS = (*_LIBM, "rsqrt", "sigmoid", "abs", "omp_get_thread_num")
+BINARY_CALLS = ("pow", "atan2", "hypot", "fmod", "copysign", "nextafter", *BITWISE)
+KNOWN_CALLS = (*_LIBM, *BITWISE, "rsqrt", "sigmoid", "abs", "omp_get_thread_num")
+_BITWISE_OPERATORS = {
+    "bitwise_and": "&",
+    "bitwise_or": "|",
+    "bitwise_xor": "^",
+    "shift_left": "<<",
+    "shift_right": ">>",
+}
 
 # C keywords and the library names the generated code uses: never the name of a variable
 RESERVED = frozenset(
@@ -374,9 +383,22 @@ class CExprPrinter:
         if len(e.args) != want:
             raise self.fail(f"intrinsic {name!r} takes {want} argument(s), got {len(e.args)}")
         dtype = e.args[0].dtype
+        if name in BITWISE:
+            return self.bitwise(name, e.dtype, *(self.expr(a) for a in e.args))
         if name != "abs" and not dt.is_float(dtype):
             raise self.fail(f"intrinsic {name!r} needs a float argument, got {dtype}")
         return self.call_helper(name, dtype, *(self.expr(a) for a in e.args))
+
+    def bitwise(self, name: str, dtype: str, a: str, b: str) -> str:
+        """a & b, a << b, ...: of vectors lanewise; a scalar's result cast back to its type (C
+        computes small ones in int), a left shift in the unsigned type (signed overflow)."""
+        op = _BITWISE_OPERATORS[name]
+        if dt.lanes_of(dtype) > 1:
+            return f"({a} {op} {b})"
+        t = SCALAR[dt.element_of(dtype)]
+        if name == "shift_left":
+            return f"(({t})((uint64_t)(int64_t)({a}) << ({b})))"
+        return f"(({t})({a} {op} {b}))"
 
     # -- memory ---------------------------------------------------------------------------------
     def buffer(self, buffer: Buffer) -> str:

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from tensorforge.codegen.base import KernelSource, Launch, Param
-from tensorforge.codegen.cuda_expr import FLOOR_HELPERS, MINMAX_NAN_HELPERS, ExprPrinter, Names
+from tensorforge.codegen.cuda_expr import ExprPrinter, Names
+from tensorforge.codegen.cuda_helpers import FLOOR_HELPERS, MINMAX_NAN_HELPERS
 from tensorforge.codegen.cuda_intrin import (
     ASYNC_FILL_CALLS,
     SWIZZLED_CALLS,

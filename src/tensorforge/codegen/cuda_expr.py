@@ -97,6 +97,8 @@ _RESERVED = {
         "atan2",
         "hypot",
         "fmod",
+        "copysign",
+        "nextafter",
         "sqrt",
         "floor",
         "ceil",
@@ -144,9 +146,19 @@ _FLOAT32_CALLS = {
     "atan2": "atan2f",
     "hypot": "hypotf",
     "fmod": "fmodf",
+    "copysign": "copysignf",
+    "nextafter": "nextafterf",
     **{name: f"{name}f" for name in LIBM_UNARY},
 }
 _FLOAT64_CALLS = {name: f[:-1] for name, f in _FLOAT32_CALLS.items()}
+
+BITWISE_OPERATORS = {
+    "bitwise_and": "&",
+    "bitwise_or": "|",
+    "bitwise_xor": "^",
+    "shift_left": "<<",
+    "shift_right": ">>",
+}
 
 _SMALL_INTS = {"bool", "signed char", "short", "unsigned char", "unsigned short"}
 
@@ -426,6 +438,14 @@ class ExprPrinter(VectorAccesses):
 
     def _call(self, name: str, args: list[str], dtype: str) -> str:
         base = dt.element_of(dtype)
+        if name in BITWISE_OPERATORS:  # in the type's unsigned twin: C++ computes small ones in
+            # int, and a left shift of a negative value was undefined before C++20
+            t = ctype(dtype)
+            u = f"unsigned {t}" if not t.startswith("unsigned") and " " not in t else t
+            u = {"signed char": "unsigned char", "long long": "unsigned long long"}.get(t, u)
+            if name == "shift_right" and not dt.is_unsigned(base):
+                return f"(({t})({args[0]} >> {args[1]}))"  # arithmetic on signed types
+            return f"(({t})(({u})({args[0]}) {BITWISE_OPERATORS[name]} ({u})({args[1]})))"
         if base in HALF_TYPES:  # compute in float32
             to_float, from_float = HALF_TYPES[base][:2]
             inner = self._call(name, [f"{to_float}({a})" for a in args], "float32")
@@ -443,55 +463,6 @@ class ExprPrinter(VectorAccesses):
                 return args[0]
             return f"{'llabs' if base == 'int64' else 'abs'}({args[0]})"
         raise BuildError(f"CUDA codegen: no CUDA function for intrinsic {name}() on {dtype}")
-
-
-FLOOR_HELPERS = """\
-// floor division and modulo with Python semantics (the IR's FloorDiv / FloorMod on integers);
-// the minimum divided by -1 wraps, as in torch (INT_MIN // -1 == INT_MIN, INT_MIN % -1 == 0),
-// where C's a / b overflows (undefined)
-template <typename T> __device__ __forceinline__ T tf_floordiv(T a, T b) {
-  if (b == T(-1)) return T(0ull - (unsigned long long)a);
-  T q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-template <typename T> __device__ __forceinline__ T tf_floormod(T a, T b) {
-  if (b == T(-1)) return T(0);
-  T r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-__device__ __forceinline__ float tf_float_floormod(float a, float b) {
-  float r = fmodf(a, b);
-  return (r != 0.f && ((r < 0.f) != (b < 0.f))) ? r + b : r;
-}
-__device__ __forceinline__ double tf_float_floormod(double a, double b) {
-  double r = fmod(a, b);
-  return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
-}
-"""
-
-MINMAX_NAN_HELPERS = """\
-// max / min with NaN propagated (sm_80+: one max.NaN instruction; float64 has none)
-__device__ __forceinline__ float tf_max_nan(float a, float b) {
-#if __CUDA_ARCH__ >= 800
-  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-#else
-  return (a != a || b != b) ? a + b : fmaxf(a, b);
-#endif
-}
-__device__ __forceinline__ float tf_min_nan(float a, float b) {
-#if __CUDA_ARCH__ >= 800
-  float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-#else
-  return (a != a || b != b) ? a + b : fminf(a, b);
-#endif
-}
-__device__ __forceinline__ double tf_max_nan(double a, double b) {
-  return (a != a || b != b) ? a + b : fmax(a, b);
-}
-__device__ __forceinline__ double tf_min_nan(double a, double b) {
-  return (a != a || b != b) ? a + b : fmin(a, b);
-}
-"""
 
 
 def _wraps(e: E.Expr) -> bool:

@@ -11,7 +11,9 @@ from tensorforge.codegen.llvm_math_builder import intrinsic, overloaded
 from tensorforge.codegen.llvm_types import I32, splat_constant
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Call
-from tensorforge.te.intrin import LIBM_UNARY
+from tensorforge.te.intrin import BITWISE, LIBM_UNARY
+
+FLOAT_BINARY = ("pow", "atan2", "hypot", "fmod", "copysign", "nextafter")
 
 
 class CallEmitter:
@@ -28,7 +30,7 @@ class CallEmitter:
         if name == "omp_get_thread_num":  # the worker's index inside a PARALLEL loop (0 outside)
             return b.call(intrinsic(self.module, "omp_get_thread_num", I32, []), [])
         args = [self.expr(a) for a in e.args]
-        want = 2 if name in ("pow", "atan2", "hypot", "fmod") else 1
+        want = 2 if name in FLOAT_BINARY or name in BITWISE else 1
         if len(args) != want:
             raise self.fail(f"intrinsic {name!r} takes {want} argument(s), got {len(args)}")
         x, dtype = args[0], e.args[0].dtype
@@ -39,6 +41,8 @@ class CallEmitter:
                 return x
             zero = splat_constant(x.type, 0)
             return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+        if name in BITWISE:
+            return self._bitwise(name, x, args[1], dtype)
         if not dt.is_float(dtype):
             raise self.fail(f"intrinsic {name!r} needs a float argument, got {dtype}")
         if dt.element_of(dtype) == "float16":  # compute in float32
@@ -51,6 +55,13 @@ class CallEmitter:
             return self._float_call(name, list(xs), dt.with_lanes(dtype, lanes))
 
         return self.lanewise(piece, *args)
+
+    def _bitwise(self, name: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+        b = self.builder
+        if name == "shift_right":
+            return b.lshr(x, y) if dt.is_unsigned(dtype) else b.ashr(x, y)
+        emit = {"bitwise_and": b.and_, "bitwise_or": b.or_, "bitwise_xor": b.xor}
+        return emit.get(name, b.shl)(x, y)
 
     def _float_call(self, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
         b, x = self.builder, args[0]
@@ -66,6 +77,12 @@ class CallEmitter:
             return self.call_overloaded(simple[name], *args)
         if name == "fmod":  # C's: the dividend's sign, exact (LLVM's frem)
             return b.frem(x, args[1])
+        if name == "copysign":
+            return self.call_overloaded("llvm.copysign", *args)
+        if name == "nextafter":
+            return self._per_lane_libm(
+                name + ("f" if dt.element_of(dtype) == "float32" else ""), *args
+            )
         if name == "rsqrt":
             return b.fdiv(one, self.call_overloaded("llvm.sqrt", x))
         if name in llvm_math.POLYNOMIAL_FUNCTIONS and dt.element_of(dtype) == "float32":
@@ -84,7 +101,7 @@ class CallEmitter:
             return self._per_lane_libm("erf", x)
         raise self.fail(
             f"unknown intrinsic {name!r} (known: exp expm1 log log1p log2 sqrt rsqrt tanh "
-            f"sigmoid erf floor ceil round abs pow atan2 hypot {' '.join(LIBM_UNARY)})"
+            f"sigmoid erf floor ceil round abs {' '.join(FLOAT_BINARY)} {' '.join(LIBM_UNARY)})"
         )
 
     def _per_lane_libm(self, symbol: str, *args: ir.Value) -> ir.Value:

@@ -7,10 +7,15 @@ schedules (schedules.py) -> one compiled callable with planned intermediates (pr
 
 # the lowerings register themselves in the table when imported
 from tensorforge.graph import (
+    lower_batch_norm,
+    lower_bits,
+    lower_conv_nd,
     lower_index_reduce,
     lower_linalg,
+    lower_norms,
     lower_pointwise,
     lower_pools,
+    lower_pools_nd,
     lower_reduce,
     lower_scans,
     lower_views,

@@ -26,6 +26,7 @@ from tensorforge.graph.attention_decompositions import ATTENTION_DECOMPOSITIONS
 from tensorforge.graph.lowerer import Lowerer
 from tensorforge.graph.options import Float32Precision, Options
 from tensorforge.graph.output_views import WithOutputViews, view_outputs
+from tensorforge.graph.product_decompositions import product_decompositions
 from tensorforge.graph.program import CompiledGraph, build_kernels
 from tensorforge.graph.report import Checked
 from tensorforge.target import Target
@@ -53,6 +54,7 @@ def decompositions() -> dict:
 
     table = dict(core_aten_decompositions())
     table.update(ATTENTION_DECOMPOSITIONS)  # a GPU's fused attention kernels, as the CPU's
+    table.update(product_decompositions())  # addmv, addbmm, masked_scatter
     kept = set(KEPT_WHOLE)
     return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", op) not in kept}
 

@@ -127,6 +127,8 @@ def _rows_in_memory(a: Lazy) -> bool:
     read = a.at(idx)
     if not isinstance(read, TensorRead) or read.tensor is not buf.placeholder:
         return False
+    if len(read.indices) < 2:  # a vector viewed as one row (F.linear of a 1-d input)
+        return False
     *outer, row, col = read.indices
     i, kk = idx[-2:]
 

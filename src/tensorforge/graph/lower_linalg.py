@@ -37,6 +37,7 @@ from tensorforge.graph.values import (
     Unsupported,
     in_dtype,
     in_opmath,
+    is_one,
     is_static,
     numel,
     opmath_dtype,
@@ -232,21 +233,25 @@ def _folded_batch_norm(ctx, node):
     return bn, tensors, eps
 
 
-@lowers(aten.convolution.default)
-def convolution(
-    ctx, node, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups
-):
-    x = ctx.lazy(x)
-    if x.ndim != 4:
-        raise Unsupported(f"a {x.ndim - 2}-d convolution")
+def convolution_2d(
+    ctx, node, x: Lazy, weight, bias, stride, padding, dilation, transposed, output_padding,
+    groups, shape, to_output=None,
+):  # fmt: skip
+    """aten.convolution of a 4-d input to `shape` (4-d); `to_output` views that value as the
+    node's own (a 1-d convolution's unit height dropped) before a folded batch norm takes it."""
     dtype = ctx.dtype_of(node)
     w = ctx.constant(weight)
     if transposed:
-        if w is None:
-            raise Unsupported("a transposed convolution whose weights are not constants")
-        if _transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, groups):
-            return _conv_transpose_as_matmul(ctx, node, x, w, bias, dtype)
-        x, w = _dilated_input(ctx, node, x, w, stride, padding, dilation, output_padding, groups)
+        w_shape = ctx.lazy(weight).shape
+        if w is not None and _transposed_as_matmul(
+            ctx, w, stride, padding, dilation, output_padding, groups
+        ):
+            return _conv_transpose_as_matmul(ctx, node, x, w, bias, dtype, shape, to_output)
+        x = _dilated_input(ctx, node, x, w_shape, stride, padding, dilation, output_padding)
+        if w is not None:
+            w = _flipped(w, groups)
+        else:
+            weight = _flipped_weights(ctx, node, ctx.lazy(weight), groups)
         stride, padding = (1, 1), (0, 0)
     b = ctx.constant(bias) if bias is not None else None
     folded = (
@@ -272,12 +277,14 @@ def convolution(
     N, C, H, W = x.shape
     F, cg, KH, KW = weight.shape
     fg = F // groups
-    shape = ctx.shape_of(node)
+    epilogue = lambda out: _conv_epilogue(  # noqa: E731
+        ctx, node, out, bias_value, folded, shape, dtype, to_output
+    )
     acc = opmath_dtype(dtype)
     lanes = _filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
-    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride):
+    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
-        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+        return epilogue(out)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
     # TF32 for large convolutions only: below TF32_MIN_MACS float32's own schedules (direct,
     # split-K staged) beat im2col + TF32. H100, fp32 ResNet-18, GPU time a call: its 231M
@@ -288,13 +295,13 @@ def convolution(
     tf32 = ctx.precision.conv_tf32 and macs >= TF32_MIN_MACS
     if wants_tensor_core_conv(ctx.target, dtype, shape, groups, C * KH * KW, w is not None, tf32):
         out = tensor_core_conv(ctx, node, x, w, shape, stride, padding, dilation, dtype)
-        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+        return epilogue(out)
     if groups == 1 and splits:
         out = conv_split_k(ctx, node, x, w, shape, stride, padding, dilation, dtype, splits)
-        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+        return epilogue(out)
     if w is not None and groups == 1 and _as_matmul(ctx, shape, stride, KH, KW):
         out = _conv_as_matmul(ctx, node, x, w, shape, stride, padding, dilation, dtype)
-        return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+        return epilogue(out)
     x = _padded(ctx, node, ctx.buffer(x), padding)
     rc = te.reduce_axis((0, cg), name="rc")
     ry = te.reduce_axis((0, KH), name="ry")
@@ -309,8 +316,7 @@ def convolution(
     conv = te.compute(shape, body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": groups, "depthwise": cg == 1}
     anchor = Anchor("conv2d", conv, frozenset(x.reads | weight.reads), (node.name,), info)
-    out = ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype)
-    return _conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype)
+    return epilogue(ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype))
 
 
 def _transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, groups) -> bool:
@@ -327,7 +333,9 @@ def _transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, gro
     )
 
 
-def _conv_transpose_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, bias, dtype) -> Lazy:
+def _conv_transpose_as_matmul(
+    ctx, node, x: Lazy, w: torch.Tensor, bias, dtype, out_shape, to_output
+) -> Lazy:
     """out[n, f, y, x] = sum_c in[n, c, y / s, x / s] * w[c, f, y % s, x % s]: a 1 x 1
     convolution to F * s * s channels (f, ky, kx), read back as the s x s blocks."""
     C, F, KH, KW = w.shape
@@ -341,23 +349,43 @@ def _conv_transpose_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, bias, dtype) 
         n, f, y, xx = idx
         return product.at((n, (f * KH + y % KH) * KW + xx % KW, y // KH, xx // KW))
 
-    out = Lazy(ctx.shape_of(node), dtype, at, product.reads, product.nodes, 3)
+    out = Lazy(out_shape, dtype, at, product.reads, product.nodes, 3)
     bias_value = ctx.lazy(bias) if bias is not None else None
-    return _conv_epilogue(ctx, node, out, bias_value, None, ctx.shape_of(node), dtype)
+    return _conv_epilogue(ctx, node, out, bias_value, None, out_shape, dtype, to_output)
 
 
-def _dilated_input(ctx, node, x: Lazy, w: torch.Tensor, stride, padding, dilation, extra, groups):
-    """A transposed convolution as a direct one of stride 1: the input with stride - 1 zeros
-    between its pixels, padded by dilation * (K - 1) - padding (and output_padding after), and
-    the weights flipped, their in and out channels swapped within each group."""
+def _flipped(w: torch.Tensor, groups: int) -> torch.Tensor:
+    """A transposed convolution's weights (C, F / groups, KH, KW) as a direct one's: flipped,
+    their in and out channels swapped within each group."""
+    C, fg, KH, KW = w.shape
+    flipped = w.reshape(groups, C // groups, fg, KH, KW).transpose(1, 2)
+    return flipped.reshape(groups * fg, C // groups, KH, KW).flip(2, 3).contiguous()
+
+
+def _flipped_weights(ctx, node, w: Lazy, groups: int) -> Lazy:
+    """`_flipped` of weights computed in the graph, as a kernel of their own."""
+    C, fg, KH, KW = w.shape
+    cg = C // groups
+    src = ctx.no_anchor(w)
+
+    def at(idx):
+        f, c, ky, kx = idx
+        return src.at(((f // fg) * cg + c, f % fg, KH - 1 - ky, KW - 1 - kx))
+
+    flipped = Lazy((groups * fg, cg, KH, KW), w.dtype, at, src.reads, src.nodes, 1 + src.cost)
+    return ctx.materialize(flipped, node=f"{node.name}_flipped")
+
+
+def _dilated_input(ctx, node, x: Lazy, w_shape, stride, padding, dilation, extra) -> Lazy:
+    """A transposed convolution as a direct one of stride 1 (over `_flipped` weights): the
+    input with stride - 1 zeros between its pixels, padded by dilation * (K - 1) - padding (and
+    output_padding after)."""
     N, C, H, W = x.shape
-    _, fg, KH, KW = w.shape
+    KH, KW = w_shape[2:]
     (sh, sw), (dh, dw) = stride, dilation
     py, px = dh * (KH - 1) - padding[0], dw * (KW - 1) - padding[1]
     if py < 0 or px < 0:
         raise Unsupported("a transposed convolution padded past its kernel")
-    flipped = w.reshape(groups, C // groups, fg, KH, KW).transpose(1, 2)
-    flipped = flipped.reshape(groups * fg, C // groups, KH, KW).flip(2, 3).contiguous()
     shape = (N, C, (H - 1) * sh + 1 + 2 * py + extra[0], (W - 1) * sw + 1 + 2 * px + extra[1])
     src = ctx.no_anchor(x)
 
@@ -376,25 +404,30 @@ def _dilated_input(ctx, node, x: Lazy, w: torch.Tensor, stride, padding, dilatio
         return te.if_then_else(inside, v, te.const(0, v.dtype))
 
     dilated = Lazy(shape, x.dtype, at, src.reads, src.nodes, 3 + src.cost)
-    return ctx.materialize(dilated, node=f"{node.name}_dilated"), flipped
+    return ctx.materialize(dilated, node=f"{node.name}_dilated")
 
 
-def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype) -> Lazy:
-    """Bias (the folded batch norm's shift included) added to the convolution's output."""
+def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_output) -> Lazy:
+    """Bias (the folded batch norm's shift included) added to the convolution's output, viewed
+    as the node's value by `to_output` (where not None)."""
     if bias_value is not None:
         out = ctx.pointwise(
             lambda c, d: c + d, [out, _per_channel(bias_value)], shape=shape, dtype=dtype
         )
+    if to_output is not None:
+        out = to_output(out)
     if folded is not None:
         out = dataclasses.replace(out, nodes=out.nodes + (folded[0].name,))
         ctx.replaced[folded[0]] = (out, None, None)
     return out
 
 
-def _filter_vectors(KH: int, KW: int, stride) -> bool:
+def _filter_vectors(KH: int, KW: int, stride, shape) -> bool:
     """Direct, vectors along the filters? All but the 1 x 1 convolutions of stride 1 (matrix
-    products of the input as it lies in memory)."""
-    return (KH, KW) != (1, 1) or tuple(stride) != (1, 1)
+    products of the input as it lies in memory) and those of one output row (a 1-d
+    convolution: its im2col columns are a small copy and the product's panels run along the
+    whole row; Whisper's 80 -> 384 over 3000, 1 thread: 6.8 -> 3.4 ms, eager 5.8)."""
+    return ((KH, KW) != (1, 1) or tuple(stride) != (1, 1)) and not is_one(shape[2])
 
 
 def _filter_lanes(target_lanes: int, filters: int) -> int:
@@ -476,6 +509,7 @@ def _as_matmul(ctx, shape, stride, KH: int, KW: int) -> bool:
     tile = lanes * (-(-OW // lanes) if isinstance(OW, int) and OW <= 4 * lanes else 3)
     return (
         (KH == 1 and KW == 1)
+        or is_one(shape[2])  # one output row (a 1-d convolution): see _filter_vectors
         or tuple(stride) != (1, 1)
         or not isinstance(OW, int)
         or OW < 2 * lanes

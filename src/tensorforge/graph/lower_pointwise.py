@@ -299,28 +299,22 @@ for _op, _fn in [
     lowers(_op.Tensor, _op.Scalar)(_compare(_fn))
 
 
-@lowers(aten.logical_and.default, aten.bitwise_and.Tensor)
+@lowers(aten.logical_and.default)  # (bitwise_and: lower_bits.py)
 def logical_and(ctx, node, a, b):
-    if ctx.dtype_of(node) != "bool":
-        raise Unsupported("bitwise and of integers")
     return ctx.pointwise(
         lambda x, y: te.all(x != _zero(x), y != _zero(y)), [a, b], compute=_common_dtype([a, b])
     )
 
 
-@lowers(aten.logical_or.default, aten.bitwise_or.Tensor)
+@lowers(aten.logical_or.default)  # (bitwise_or: lower_bits.py)
 def logical_or(ctx, node, a, b):
-    if ctx.dtype_of(node) != "bool":
-        raise Unsupported("bitwise or of integers")
     return ctx.pointwise(
         lambda x, y: te.any(x != _zero(x), y != _zero(y)), [a, b], compute=_common_dtype([a, b])
     )
 
 
-@lowers(aten.logical_xor.default, aten.bitwise_xor.Tensor)
+@lowers(aten.logical_xor.default)  # (bitwise_xor: lower_bits.py)
 def logical_xor(ctx, node, a, b):
-    if ctx.dtype_of(node) != "bool":
-        raise Unsupported("bitwise xor of integers")
     return ctx.pointwise(
         lambda x, y: (x != _zero(x)) != (y != _zero(y)), [a, b], compute=_common_dtype([a, b])
     )
@@ -420,6 +414,13 @@ def _common_dtype(values) -> str:
 def full(ctx, node, size, value, **kwargs):
     dtype = ctx.dtype_of(node)
     return Lazy(ctx.shape_of(node), dtype, lambda idx: te.const(value, dtype), cost=0)
+
+
+@lowers(aten.empty.memory_format)
+def empty(ctx, node, size, **kwargs):
+    """Uninitialized memory may hold anything: zeros (rrelu's noise in inference, which is
+    never written, at run-time sizes where constant folding cannot make it)."""
+    return full(ctx, node, None, 0)
 
 
 @lowers(aten.full_like.default)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge import te
+from tensorforge.graph.lower_pools_nd import max_pool2d_with_indices
 from tensorforge.graph.lower_reduce import only_first_output_used, reduction_anchor
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Unsupported, in_dtype, opmath_dtype
@@ -58,6 +59,14 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
     return x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W)
 
 
+def _indices_read(node) -> bool:
+    try:
+        only_first_output_used(node)
+    except Unsupported:
+        return True
+    return False
+
+
 def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
     """The last of `out` windows ends inside `size` (unknown sizes: not proven)."""
     if not (isinstance(out, int) and isinstance(size, int)):
@@ -67,8 +76,8 @@ def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
 
 @lowers(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
 def max_pool2d(ctx, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    if node.target is aten.max_pool2d_with_indices.default:
-        only_first_output_used(node)
+    if node.target is aten.max_pool2d_with_indices.default and _indices_read(node):
+        return max_pool2d_with_indices(ctx, node, x, kernel, stride, padding, dilation, ceil_mode)
     padding = padding if isinstance(padding, (list, tuple)) else [padding]
     dilation = dilation if isinstance(dilation, (list, tuple)) else [dilation]
     x, stage, shape, _ = _window(ctx, node, x, kernel, stride, padding, dilation, te.max, "maxpool")

@@ -1,5 +1,6 @@
 """Reductions and the operators built around one: sum/mean/amax/amin/var, softmax, log_softmax,
-layer and group norm, inference batch norm (the pools, reductions over windows: lower_pools.py).
+layer and group norm (the pools, reductions over windows: lower_pools.py; inference batch norm:
+lower_batch_norm.py).
 
 Each makes an `Anchor`: its reduction stages as te computes reading the (element-wise) input,
 which is inlined into them (the prologue); what the consumers compute from the result is the
@@ -112,20 +113,6 @@ def sum_(ctx, node, x, dims=None, keepdim=False, dtype=None):
     x, stage, shape, *_ = reduction(ctx, node, x, dims, keepdim, combine, out_dtype)
     anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype)
-
-
-@lowers(aten.linalg_vector_norm.default)
-def vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None):
-    """The 2-norm (x.norm(dim=d), F.normalize's): the square root of a sum of squares."""
-    if ord != 2 or dtype is not None:
-        raise Unsupported(f"a vector norm of ord {ord}")
-    out_dtype = ctx.dtype_of(node)
-    dims = [dim] if isinstance(dim, int) else list(dim or [])
-    x, stage, shape, *_ = reduction(
-        ctx, node, x, dims, keepdim, te.sum, out_dtype, prologue=lambda v, i: v * v
-    )
-    anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
-    return ctx.anchored(anchor, lambda ia: te.sqrt(stage[tuple(ia)]), out_dtype)
 
 
 @lowers(aten.mean.dim, aten.mean.default)
@@ -421,64 +408,3 @@ def group_norm(ctx, node, x, weight, bias, N, C, HxW, group, eps):
     anchor = reduction_anchor(ctx, "layer_norm", [total, squares], reads, shape, nodes, **info)
     value = ctx.anchored(anchor, at_anchor, out, shape=x.shape, to_logical=logical)
     return value, None, None
-
-
-@lowers(aten.native_batch_norm.default)
-def native_batch_norm(ctx, node, x, weight, bias, mean, var, training, momentum, eps):
-    if training:
-        raise Unsupported("batch norm in training mode")
-    return batch_norm(ctx, node, x, weight, bias, mean, var, momentum, eps)
-
-
-@lowers(aten._native_batch_norm_legit_no_training.default)
-def batch_norm(ctx, node, x, weight, bias, running_mean, running_var, momentum, eps):
-    """x * scale + shift per channel, scale and shift folded from the constant statistics (and
-    the weight and bias where they are constants; a weight or bias computed in the graph is
-    applied after: (x * scale + shift) * weight + bias)."""
-    only_first_output_used(node)
-    consts = [
-        ctx.constant(v) if v is not None else None
-        for v in (weight, bias, running_mean, running_var)
-    ]
-    if consts[2] is None or consts[3] is None:
-        raise Unsupported("batch norm statistics that are not constants")
-    scale = torch.rsqrt(consts[3].float() + eps)
-    computed_weight = weight is not None and consts[0] is None
-    if consts[0] is not None:
-        scale = scale * consts[0]
-    shift = -consts[2] * scale
-    late_bias = bias is not None and (consts[1] is None or computed_weight)
-    if consts[1] is not None and not late_bias:
-        shift = shift + consts[1]
-    x = ctx.lazy(x)
-    view = (-1,) + (1,) * (x.ndim - 2)
-    s = ctx.add_constant(scale.reshape(view), f"{node.name}_scale")
-    t = ctx.add_constant(shift.reshape(view), f"{node.name}_shift")
-    late = [
-        _per_channel(ctx.no_anchor(ctx.lazy(v)), x.ndim)
-        for v, on in ((weight, computed_weight), (bias, late_bias))
-        if on
-    ]
-
-    def fn(v, a, c, *rest):
-        y = v * a + c
-        if computed_weight:
-            y = y * rest[0]
-        if late_bias:
-            y = y + rest[-1]
-        return y
-
-    return (
-        ctx.pointwise(
-            fn, [x, s, t, *late], shape=ctx.shape_of(node, 0), dtype=ctx.dtype_of(node, 0)
-        ),
-        None,
-        None,
-    )
-
-
-def _per_channel(v: Lazy, ndim: int) -> Lazy:
-    """A vector of channels (C,) viewed as (C, 1, ...) to broadcast along dim 1 of ndim (`v`
-    has no anchor: only `at` is viewed)."""
-    shape = (v.shape[0],) + (1,) * (ndim - 2)
-    return dataclasses.replace(v, shape=shape, at=lambda idx: v.at((idx[0],)), source=None)

@@ -1,44 +1,152 @@
-"""Scans: cumsum along any dimension, as blocked reductions.
+"""Scans: cumsum, cumprod, cummax / cummin (with indices) and logcumsumexp along any dimension,
+as blocked reductions.
 
-A prefix sum is cut in blocks: one kernel sums each block, the blocks' own prefix sums give
-each block its carry (the sum of the blocks before it), and the output's kernel sums its own
-block up to itself and adds the carry as an epilogue. With static sizes, blocks of 16 and the
-block sums' prefixes computed the same way, until they fit one block (4099 elements: 257 block
-sums, 17, then one kernel; about 8 + 8 + 8 reads an element); at run-time sizes, blocks of 64
-and each carry summed directly (two levels, about 32 + m / 128 reads an element). A dimension
+A prefix scan is cut in blocks: one kernel reduces each block, the blocks' own prefix scans give
+each block its carry (the blocks before it, combined), and the output's kernel reduces its own
+block up to itself and combines the carry as an epilogue. With static sizes, blocks of 16 and the
+block totals' prefixes computed the same way, until they fit one block (4099 elements: 257 block
+totals, 17, then one kernel; about 8 + 8 + 8 reads an element); at run-time sizes, blocks of 64
+and each carry reduced directly (two levels, about 32 + m / 128 reads an element). A dimension
 of at most 64 (static) is one kernel. Each kernel is a plain reduction (anchors of kind "scan":
 the rules' reduction schedule, which "auto" keeps; the first guess took 100x longer on block
-sums). The sums are float32 for half types (int64 for integers and bools), as torch's.
+sums). Sums and products are float32 for half types (int64 for integers and bools), as torch's.
+
+Every scan is one `_Scan`: a reducer, its identity and its binary combine (the carry's epilogue).
+cummax's index at i is the last position k <= i whose element is the running extreme there (or a
+NaN): a running max of such positions, itself a scan of a pointwise key (torch's `>=` rule: ties
+take the later index; a NaN sticks and each later NaN takes the index).
 """
 
 from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_reduce import reduction_anchor
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.values import Lazy, in_dtype, opmath_dtype
+from tensorforge.graph.values import Lazy, Unsupported, in_dtype, opmath_dtype
+from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
 
 ONE_KERNEL = 64  # a static dimension up to this is one block
-STATIC_BLOCK = 16  # longer static dimensions: blocks of this, their sums' prefixes recursively
-RUN_TIME_BLOCK = 64  # a run-time extent's block (its carries summed directly)
+STATIC_BLOCK = 16  # longer static dimensions: blocks of this, their totals' prefixes recursively
+RUN_TIME_BLOCK = 64  # a run-time extent's block (its carries reduced directly)
 
 
-@lowers(aten.cumsum.default)
+@dataclass(frozen=True)
+class _Scan:
+    """What a scan combines: `reducer` (te.sum's signature), its `identity(dtype)`, and
+    `combine(a, b)`, the same operation on two values (a block's carry and its own part)."""
+
+    name: str
+    reducer: Callable
+    identity: Callable
+    combine: Callable
+
+
+def _max_propagating_nan(a, b):  # (LLVM's maxnum and CUDA's fmaxf drop a NaN)
+    if not dt.is_float(a.dtype):
+        return te.max(a, b)
+    return te.if_then_else(a != a, a, te.if_then_else(b != b, b, te.max(a, b)))
+
+
+def _min_propagating_nan(a, b):
+    if not dt.is_float(a.dtype):
+        return te.min(a, b)
+    return te.if_then_else(a != a, a, te.if_then_else(b != b, b, te.min(a, b)))
+
+
+def _log_add_exp(a, b):
+    """log(exp(a) + exp(b)) without overflow; equal operands (both -inf or +inf) give
+    a + log 2, so -inf stays -inf and +inf stays +inf."""
+    big, small = te.max(a, b), te.min(a, b)
+    spread = te.log(te.exp(small - big) + te.const(1, a.dtype))
+    same = a + te.const(math.log(2), a.dtype)
+    either_nan = te.if_then_else(a != a, a, b)
+    return te.if_then_else(
+        (a != a) | (b != b), either_nan, te.if_then_else(a == b, same, big + spread)
+    )
+
+
+def _lowest(dtype):
+    return te.const(-math.inf, dtype) if dt.is_float(dtype) else te.min_value(dtype)
+
+
+def _highest(dtype):
+    return te.const(math.inf, dtype) if dt.is_float(dtype) else te.max_value(dtype)
+
+
+def _scan(name, combine, identity) -> _Scan:
+    return _Scan(name, te.comm_reducer(combine, identity, name=name), identity, combine)
+
+
+SUM = _Scan("cumsum", te.sum, lambda dtype: te.const(0, dtype), operator.add)
+PROD = _scan("cumprod", operator.mul, lambda dtype: te.const(1, dtype))
+MAX = _scan("cummax", _max_propagating_nan, _lowest)
+MIN = _scan("cummin", _min_propagating_nan, _highest)
+LOG_SUM_EXP = _scan("logcumsumexp", _log_add_exp, lambda dtype: te.const(-math.inf, dtype))
+LAST = _scan("last_position", te.max, lambda dtype: te.const(-1, dtype))
+
+
+@lowers(aten.cumsum.default, aten.cumprod.default)
 def cumsum(ctx, node, x, dim, dtype=None):
     out = ctx.dtype_of(node)
     acc = opmath_dtype(out)
     x = ctx.no_anchor(x)
     if x.ndim == 0:  # (dim 0 or -1: the element itself)
         return ctx.pointwise(lambda v: v, [x], compute=acc)
-    return _prefix_sums(ctx, node, x, dim % x.ndim, acc, out)
+    scan = SUM if node.target is aten.cumsum.default else PROD
+    return _prefix_scan(ctx, node, x, dim % x.ndim, scan, acc, out)
 
 
-def _prefix_sums(ctx, node, x: Lazy, d: int, acc: str, out: str) -> Lazy:
-    """The inclusive prefix sums of `x` along `d`, in `out` (an anchored value)."""
+@lowers(aten.logcumsumexp.default)
+def logcumsumexp(ctx, node, x, dim):
+    out = ctx.dtype_of(node)
+    acc = opmath_dtype(out)
+    x = ctx.no_anchor(x)
+    if x.ndim == 0:
+        return ctx.pointwise(lambda v: v, [x], compute=acc)
+    return _prefix_scan(ctx, node, x, dim % x.ndim, LOG_SUM_EXP, acc, out)
+
+
+@lowers(aten.cummax.default, aten.cummin.default)
+def cummax(ctx, node, x, dim):
+    """The running extreme and the index holding it (the later one of equals, a NaN's)."""
+    scan = MAX if node.target is aten.cummax.default else MIN
+    out = ctx.dtype_of(node, 0)
+    if dt.is_bool(out):
+        raise Unsupported(f"{scan.name} of bool tensors")
+    x = ctx.no_anchor(x)
+    if x.ndim == 0:
+        shape = x.shape
+        values = ctx.pointwise(lambda v: v, [x], shape=shape, dtype=out)
+        return values, ctx.pointwise(lambda v: 0, [x], shape=shape, dtype="int64")
+    d = dim % x.ndim
+    values = ctx.materialize(_prefix_scan(ctx, node, x, d, scan, x.dtype, out))
+
+    def key(v, best, *index):  # this position where it holds the running extreme (or a NaN)
+        here = index[d].astype("int64")
+        held = (v == best) | (v != v) if dt.is_float(x.dtype) else v == best
+        return te.if_then_else(held, here, te.const(-1, "int64"))
+
+    keys = Lazy(
+        x.shape,
+        "int64",
+        lambda index: key(x.at(index), values.at(index), *index),
+        x.reads | values.reads,
+        x.nodes + (node.name,),
+    )
+    return values, _prefix_scan(ctx, node, keys, d, LAST, "int64", "int64")
+
+
+def _prefix_scan(ctx, node, x: Lazy, d: int, scan: _Scan, acc: str, out: str) -> Lazy:
+    """The inclusive prefix scan of `x` along `d`, in `out` (an anchored value)."""
     m = x.shape[d]
     block = _block_size(m)
     shape = x.shape
@@ -48,15 +156,15 @@ def _prefix_sums(ctx, node, x: Lazy, d: int, acc: str, out: str) -> Lazy:
 
     carry = None
     if not (isinstance(m, int) and m <= block):
-        carry = _carries(ctx, node, x, d, m, block, acc, along)
+        carry = _carries(ctx, node, x, d, m, block, scan, acc, along)
     k = te.reduce_axis((0, block), name="k")
 
     def own_block(*i):  # the elements of i's block up to i
         start = (i[d] // block) * block
         v = in_dtype(x.at(along(i, start + k.var)), acc)
-        return te.sum(v, axis=k, where=k.var <= i[d] % block)
+        return scan.reducer(v, axis=k, where=k.var <= i[d] % block)
 
-    stage = te.compute(shape, own_block, name=ctx.unique(f"cumsum_{node.name}"))
+    stage = te.compute(shape, own_block, name=ctx.unique(f"{scan.name}_{node.name}"))
     reads = x.reads | (carry.reads if carry is not None else frozenset())
     anchor = reduction_anchor(ctx, "scan", [stage], reads, shape, x.nodes + (node.name,))
 
@@ -64,7 +172,7 @@ def _prefix_sums(ctx, node, x: Lazy, d: int, acc: str, out: str) -> Lazy:
         total = stage[tuple(ia)]
         if carry is None:
             return total
-        return total + carry(ia, ia[d] // block)
+        return scan.combine(carry(ia, ia[d] // block), total)
 
     return ctx.anchored(anchor, at, out)
 
@@ -76,42 +184,43 @@ def _block_size(m) -> int:
 
 
 class _Carry:
-    """Block b's carry at an index: the sum of the blocks before b (read from memory)."""
+    """Block b's carry at an index: the blocks before b combined (read from memory)."""
 
-    def __init__(self, stored: Lazy, along, inclusive: bool):
-        self.stored, self.along, self.inclusive = stored, along, inclusive
+    def __init__(self, stored: Lazy, along, inclusive: bool, scan: _Scan):
+        self.stored, self.along, self.inclusive, self.scan = stored, along, inclusive, scan
         self.reads = stored.reads
 
     def __call__(self, index, b):
-        if not self.inclusive:  # (stored: the sum of the blocks before each)
+        if not self.inclusive:  # (stored: the blocks before each, combined)
             return self.stored.at(self.along(index, b))
         before = self.stored.at(self.along(index, te.max(b - 1, 0)))  # (clamped: in bounds)
-        return te.if_then_else(b > 0, before, te.const(0, self.stored.dtype))
+        return te.if_then_else(b > 0, before, self.scan.identity(self.stored.dtype))
 
 
-def _carries(ctx, node, x: Lazy, d: int, m, block: int, acc: str, along) -> _Carry:
-    """Each block's carry along d: with static sizes the block sums' own inclusive prefix sums
-    (the same scheme, one level down), else each carry summed directly from the block sums."""
+def _carries(ctx, node, x: Lazy, d: int, m, block: int, scan: _Scan, acc: str, along) -> _Carry:
+    """Each block's carry along d: with static sizes the block totals' own inclusive prefix
+    scans (the same scheme, one level down), else each carry reduced directly from the totals."""
     blocks = (m + block - 1) // block
     shape = along(x.shape, blocks)
     k = te.reduce_axis((0, block), name="k")
 
-    def block_sum(*i):
+    def block_total(*i):
         position = i[d] * block + k.var
         inside = position < m
         v = in_dtype(x.at(along(i, te.min(position, m - 1))), acc)  # (clamped: read in bounds)
-        return te.sum(v, axis=k, where=inside)
+        return scan.reducer(v, axis=k, where=inside)
 
-    sums = _stored(ctx, node, x, shape, block_sum, acc, "block_sums")
+    totals = _stored(ctx, node, x, shape, block_total, acc, "block_totals")
     if isinstance(m, int):
-        prefixes = ctx.materialize(_prefix_sums(ctx, node, sums, d, acc, acc))
-        return _Carry(prefixes, along, inclusive=True)
+        prefixes = ctx.materialize(_prefix_scan(ctx, node, totals, d, scan, acc, acc))
+        return _Carry(prefixes, along, inclusive=True, scan=scan)
     b = te.reduce_axis((0, blocks), name="b")
 
     def carry(*i):
-        return te.sum(sums.at(along(i, b.var)), axis=b, where=b.var < i[d])
+        return scan.reducer(totals.at(along(i, b.var)), axis=b, where=b.var < i[d])
 
-    return _Carry(_stored(ctx, node, sums, shape, carry, acc, "carries"), along, inclusive=False)
+    stored = _stored(ctx, node, totals, shape, carry, acc, "carries")
+    return _Carry(stored, along, inclusive=False, scan=scan)
 
 
 def _stored(ctx, node, source: Lazy, shape, body, acc: str, name: str) -> Lazy:

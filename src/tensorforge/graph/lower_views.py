@@ -43,8 +43,11 @@ def _view(x: Lazy, shape: tuple, at) -> Lazy:
     aten.flatten.using_ints,
 )
 def reshape(ctx, node, x, *rest):
-    x = ctx.lazy(x)
-    out = ctx.shape_of(node)
+    return reshaped(ctx.lazy(x), ctx.shape_of(node))
+
+
+def reshaped(x: Lazy, out: tuple) -> Lazy:
+    """`x` viewed as `out` (same element count, row-major): an index expression, no copy."""
     if x.anchor is not None:
         old, in_shape = x.to_logical, x.shape
         return Lazy(
@@ -61,6 +64,16 @@ def reshape(ctx, node, x, *rest):
     if x.source is not None:
         return read_buffer(x.source, out)
     return _view(x, out, lambda idx: x.at(reshape_index(idx, out, x.shape)))
+
+
+@lowers(aten.squeeze_.default, aten.squeeze_.dim, aten.squeeze_.dims, aten.unsqueeze_.default)
+def reshape_in_place(ctx, node, x, *rest):
+    """make_fx's graphs keep F.linear's squeeze_ of a 1-d input's product (Dynamo's are
+    functional): later nodes read the in-place op's result, so it is the view itself, unless
+    it reshapes a graph input, whose metadata the caller would see change."""
+    if isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder":
+        raise Unsupported(f"{node.target} changes the shape of an input in place")
+    return reshape(ctx, node, x, *rest)
 
 
 @lowers(aten.permute.default)
@@ -147,6 +160,42 @@ def select(ctx, node, x, dim, index):
     return _view(
         x, ctx.shape_of(node), lambda idx: x.at(tuple(idx[:dim]) + (index,) + tuple(idx[dim:]))
     )
+
+
+@lowers(aten.diagonal.default)
+def diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
+    """The diagonal of dims dim1 and dim2 (above it for offset > 0, below for < 0) as x's last
+    dimension, the other dims kept in order: out[..., k] = x[.., k + below, .., k + above, ..]."""
+    x = ctx.no_anchor(x)
+    dim1, dim2 = dim1 % x.ndim, dim2 % x.ndim
+    rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]
+    above, below = max(offset, 0), max(-offset, 0)
+
+    def at(idx):
+        index = [None] * x.ndim
+        for d, i in zip(rest, idx[:-1]):
+            index[d] = i
+        index[dim1], index[dim2] = idx[-1] + below, idx[-1] + above
+        return x.at(tuple(index))
+
+    return _view(x, ctx.shape_of(node), at)
+
+
+@lowers(aten.unfold.default)
+def unfold(ctx, node, x, dimension, size, step):
+    """Windows of `size` every `step` along `dimension`, each a new last dimension:
+    out[.., i, .., j] = x[.., i * step + j, ..]."""
+    x = ctx.no_anchor(x)
+    if x.ndim == 0:
+        return _view(x, ctx.shape_of(node), lambda idx: x.at(()))
+    dim = dimension % x.ndim
+
+    def at(idx):
+        index = list(idx[:-1])
+        index[dim] = idx[dim] * step + idx[-1]
+        return x.at(tuple(index))
+
+    return _view(x, ctx.shape_of(node), at)
 
 
 @lowers(aten.split.Tensor, aten.split_with_sizes.default)

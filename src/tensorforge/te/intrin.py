@@ -125,6 +125,50 @@ def hypot(x: Any, y: Any) -> Expr:
     return _float_binary("hypot", x, y)
 
 
+def copysign(x: Any, y: Any) -> Expr:
+    """x's magnitude with y's sign bit (-0.0 and a NaN's sign count), elementwise (C's copysign)."""
+    return _float_binary("copysign", x, y)
+
+
+def nextafter(x: Any, y: Any) -> Expr:
+    """The float next to x in the direction of y (y itself where equal), elementwise (C's)."""
+    return _float_binary("nextafter", x, y)
+
+
+# integer operations on the bits: each a Call of the operands' (common) integer dtype; the shift
+# count must lie in [0, bits) (te leaves others undefined, as C and LLVM do)
+BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right")
+
+
+def _bitwise(name: str, x: Any, y: Any) -> Expr:
+    x, y = _operands(x, y)
+    if not dt.is_int(x.dtype) or dt.is_bool(x.dtype):
+        raise ExprError(f"{name}: operands must be integers, not {x.dtype}")
+    return Call(x.dtype, name, (x, y))
+
+
+def bitwise_and(x: Any, y: Any) -> Expr:
+    return _bitwise("bitwise_and", x, y)
+
+
+def bitwise_or(x: Any, y: Any) -> Expr:
+    return _bitwise("bitwise_or", x, y)
+
+
+def bitwise_xor(x: Any, y: Any) -> Expr:
+    return _bitwise("bitwise_xor", x, y)
+
+
+def shift_left(x: Any, count: Any) -> Expr:
+    """x * 2**count, wrapped to x's type (count in [0, bits))."""
+    return _bitwise("shift_left", x, count)
+
+
+def shift_right(x: Any, count: Any) -> Expr:
+    """x >> count: arithmetic (sign-filling) of a signed type, logical of an unsigned one."""
+    return _bitwise("shift_right", x, count)
+
+
 def if_then_else(cond: Any, then_value: Any, else_value: Any) -> Expr:
     cond = as_expr(cond)
     if not dt.is_bool(cond.dtype):

@@ -1,0 +1,93 @@
+"""aten.convolution by its input's rank: 2-d (lower_linalg.py), 1-d as the 2-d path over a unit
+height (so it gets the same direct, im2col and tensor-core schedules), 3-d as a 2-d one over
+its depth taps stacked as channels."""
+
+from __future__ import annotations
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.lower_linalg import convolution_2d
+from tensorforge.graph.lower_views import reshaped
+from tensorforge.graph.registry import lowers
+from tensorforge.graph.values import Lazy, Unsupported
+
+aten = torch.ops.aten
+
+
+@lowers(aten.convolution.default)
+def convolution(
+    ctx, node, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+):
+    x = ctx.lazy(x)
+    shape = ctx.shape_of(node)
+    if x.ndim == 4:
+        return convolution_2d(
+            ctx, node, x, weight, bias, stride, padding, dilation, transposed, output_padding,
+            groups, shape,
+        )  # fmt: skip
+    if x.ndim == 3:  # (N, C, L) as (N, C, 1, L), its weights (F, C / groups, 1, K)
+        w = ctx.lazy(weight)
+        return convolution_2d(
+            ctx, node, _unit_height(x), _unit_height(w), bias, (1, *stride), (0, *padding),
+            (1, *dilation), transposed, (0, *output_padding), groups, _unit_height_shape(shape),
+            lambda out: reshaped(out, shape),
+        )  # fmt: skip
+    if x.ndim == 5 and not transposed:
+        return _conv3d(ctx, node, x, weight, bias, stride, padding, dilation, groups, shape)
+    raise Unsupported(f"a {x.ndim - 2}-d{' transposed' if transposed else ''} convolution")
+
+
+def _unit_height_shape(shape) -> tuple:
+    return (*shape[:2], 1, shape[2])
+
+
+def _unit_height(x: Lazy) -> Lazy:
+    return reshaped(x, _unit_height_shape(x.shape))
+
+
+def _conv3d(ctx, node, x: Lazy, weight, bias, stride, padding, dilation, groups, shape) -> Lazy:
+    """A 3-d convolution as a 2-d one over its depth taps laid out as channels: the padded
+    input's depth windows stacked, X2[n, c * KD + kz, z * HP + y, x] = X[n, c, z * sd + kz * dd,
+    y, x] (KD copies of the input, where im2col makes KD * KH * KW), convolved in 2-d with the
+    weights (F, C / groups * KD, KH, KW) (a reshape) over rows HP apart per output depth z (HP
+    the padded height, rounded up to a whole stride); the rows between them are dropped."""
+    N, C, D, H, W = x.shape
+    w = ctx.lazy(weight)
+    F, cg, KD, KH, KW = w.shape
+    (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = stride, padding, dilation
+    _, _, OD, OH, OW = shape
+    HP = (H + 2 * ph + sh - 1) // sh * sh
+    src = ctx.no_anchor(x)
+
+    def at(idx):  # (n, c, kz, z, y, x): no divisions, contiguous along x
+        n, c, kz, z, y, xx = idx
+        iz, iy, ix = z * sd + kz * dd - pd, y - ph, xx - pw
+        inside = te.all(iz >= 0, iz < D, iy >= 0, iy < H, ix >= 0, ix < W)
+        clamped = [te.max(te.min(i, size - 1), 0) for i, size in ((iz, D), (iy, H), (ix, W))]
+        v = src.at((n, c, *clamped))
+        return te.if_then_else(inside, v, te.const(0, v.dtype))
+
+    stacked = Lazy((N, C, KD, OD, HP, W + 2 * pw), x.dtype, at, src.reads, src.nodes, 3)
+    stacked = ctx.materialize(stacked, node=f"{node.name}_depths")
+    stacked = reshaped(stacked, (N, C * KD, OD * HP, W + 2 * pw))
+    rows = (OD * HP - dh * (KH - 1) - 1) // sh + 1
+    shape_2d = (N, F, rows, OW)
+
+    def to_output(out: Lazy) -> Lazy:
+        out = ctx.buffer(out)
+        row_step = HP // sh
+        return Lazy(
+            shape,
+            out.dtype,
+            lambda idx: out.at((idx[0], idx[1], idx[2] * row_step + idx[3], idx[4])),
+            out.reads,
+            out.nodes,
+            out.cost,
+        )
+
+    weight_2d = reshaped(w, (F, cg * KD, KH, KW))
+    return convolution_2d(
+        ctx, node, stacked, weight_2d, bias, (sh, sw), (0, 0), (dh, dw), False, (0, 0), groups,
+        shape_2d, to_output,
+    )  # fmt: skip

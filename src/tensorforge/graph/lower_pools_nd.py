@@ -1,0 +1,142 @@
+"""Pools over windows of any rank (1-d, 2-d, 3-d): 3-d max and average pools, and max pools whose
+indices are read (torch's flat position within each plane, of the first maximum in the window's
+order, or of its last NaN): each a reduction over its window guarded by the padding and
+ceil_mode's last window (lower_pools.py keeps the 2-d pools whose indices nobody reads)."""
+
+from __future__ import annotations
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.lower_reduce import reduction_anchor
+from tensorforge.graph.registry import lowers
+from tensorforge.graph.values import Unsupported, in_dtype, opmath_dtype
+from tensorforge.te import dtype as dt
+
+aten = torch.ops.aten
+
+
+def _per_dim(v, dims: int, default) -> list:
+    v = default if v is None or (isinstance(v, (list, tuple)) and not v) else v
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * dims if len(v) == 1 else v
+
+
+class Window:
+    """A pool's window over the last `dims` dimensions of `x` (in memory): its reduce axes and,
+    at an output index, the input positions under them and whether they are inside the input."""
+
+    def __init__(self, ctx, node, x, dims, kernel, stride, padding, dilation, shape, name):
+        self.x = ctx.buffer(x)
+        if self.x.ndim not in (dims + 1, dims + 2):
+            raise Unsupported(f"a {dims}-d pool of a {self.x.ndim}-d tensor")
+        self.dims, self.shape = dims, shape
+        self.kernel = _per_dim(kernel, dims, None)
+        self.stride = _per_dim(stride, dims, self.kernel)
+        self.padding = _per_dim(padding, dims, 0)
+        self.dilation = _per_dim(dilation, dims, 1)
+        self.sizes = list(self.x.shape[-dims:])
+        self.axes = [te.reduce_axis((0, k), name=f"r{d}") for d, k in enumerate(self.kernel)]
+        self.name = name
+
+    def positions(self, out_index):
+        """(the input positions, one per spatial dim, clamped into it; inside the input)."""
+        at = [
+            o * s - p + a.var * d
+            for o, s, p, a, d in zip(
+                out_index[-self.dims :], self.stride, self.padding, self.axes, self.dilation
+            )
+        ]
+        inside = te.all(*(te.all(i >= 0, i < size) for i, size in zip(at, self.sizes)))
+        clamped = [te.max(te.min(i, size - 1), 0) for i, size in zip(at, self.sizes)]
+        return clamped, inside
+
+    def read(self, out_index):
+        clamped, inside = self.positions(out_index)
+        return self.x.at((*out_index[: -self.dims], *clamped)), clamped, inside
+
+
+def _max_pool(ctx, node, x, dims, kernel, stride, padding, dilation, ceil_mode):
+    """The maximum over each window and, where read, its index within the plane."""
+    shape = ctx.shape_of(node, 0)
+    w = Window(ctx, node, x, dims, kernel, stride, padding, dilation, shape, "maxpool")
+    acc = opmath_dtype(w.x.dtype)
+
+    def best_body(*i):
+        v, _, inside = w.read(i)
+        return te.max(in_dtype(v, acc), axis=w.axes, where=inside)
+
+    best = te.compute(shape, best_body, name=ctx.unique(f"maxpool_{node.name}"))
+    plane = 1
+    for size in w.sizes:
+        plane = plane * size
+    big = te.const(plane, "int64") if isinstance(plane, int) else plane.astype("int64")
+    is_float = dt.is_float(acc)
+
+    def first_body(*i):  # min over the window of: -(flat + 1) at a NaN, flat at the max, else big
+        v, clamped, inside = w.read(i)
+        v = in_dtype(v, acc)
+        flat = te.const(0, "int64")
+        for c, size in zip(clamped, w.sizes):
+            size = te.const(size, "int64") if isinstance(size, int) else size.astype("int64")
+            flat = flat * size + c.astype("int64")
+        key = te.if_then_else(v == best[i], flat, big)
+        if is_float:
+            key = te.if_then_else(v != v, -flat - 1, key)
+        return te.min(key, axis=w.axes, where=inside)
+
+    first = te.compute(shape, first_body, name=ctx.unique(f"maxpool_index_{node.name}"))
+    nodes = w.x.nodes + (node.name,)
+    anchor = reduction_anchor(ctx, "reduce", [best, first], w.x.reads, shape, nodes)
+
+    def value(ia):
+        if not is_float:
+            return best[tuple(ia)]
+        nan = te.const(float("nan"), best.dtype)
+        return te.if_then_else(first[tuple(ia)] < 0, nan, best[tuple(ia)])
+
+    def index(ia):
+        key = first[tuple(ia)]
+        return te.if_then_else(key < 0, -key - 1, key)
+
+    return ctx.anchored(anchor, value, w.x.dtype), ctx.anchored(anchor, index, "int64")
+
+
+@lowers(aten.max_pool3d_with_indices.default)
+def max_pool3d(ctx, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(ctx, node, x, 3, kernel, stride, padding, dilation, ceil_mode)
+
+
+def max_pool2d_with_indices(ctx, node, x, kernel, stride, padding, dilation, ceil_mode):
+    return _max_pool(ctx, node, x, 2, kernel, stride, padding, dilation, ceil_mode)
+
+
+@lowers(aten.avg_pool3d.default)
+def avg_pool3d(
+    ctx, node, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+    divisor_override=None,
+):  # fmt: skip
+    shape = ctx.shape_of(node)
+    w = Window(ctx, node, x, 3, kernel, stride, padding, 1, shape, "avgpool")
+    acc = opmath_dtype(w.x.dtype)
+
+    def body(*i):
+        v, _, inside = w.read(i)
+        return te.sum(in_dtype(v, acc), axis=w.axes, where=inside)
+
+    total = te.compute(shape, body, name=ctx.unique(f"avgpool_{node.name}"))
+
+    def count(ia):
+        if divisor_override:
+            return te.const(float(divisor_override), acc)
+        n = None
+        for o, s, p, k, size in zip(ia[-3:], w.stride, w.padding, w.kernel, w.sizes):
+            start = o * s - p
+            end = te.min(start + k, size + p)
+            if not count_include_pad:
+                start, end = te.max(start, 0), te.min(end, size)
+            n = end - start if n is None else n * (end - start)
+        return n.astype(acc)
+
+    anchor = reduction_anchor(ctx, "window", [total], w.x.reads, shape, w.x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: total[tuple(ia)] / count(ia), w.x.dtype)

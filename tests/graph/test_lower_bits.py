@@ -1,0 +1,136 @@
+"""Bitwise and/or/xor and shifts of integers, copysign, signbit, nextafter, angle, clamp by
+tensors and rrelu in inference as kernels (they ran eagerly), against eager torch: every integer
+type, shift counts past the width and negative, signed zeros and NaN's sign, broadcasting,
+empty tensors, half types, run-time sizes."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+from tests.graph.test_fuzz_found import dynamic  # noqa: E402
+from tests.graph.test_lowering import check, check_bfloat16, compile_fn, rand  # noqa: E402
+
+INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def ints(shape, dtype, seed, low=None, high=None):
+    info = torch.iinfo(dtype)
+    low = info.min if low is None else low
+    high = info.max if high is None else high
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def bits(a, b, c):
+    return (
+        a & b, a | b, a ^ b, a & 3, torch.bitwise_or(a, 300), a ^ -1, c & a,
+        a << c, a >> c, a << 3, a >> 1, torch.bitwise_left_shift(a, c[:1]),
+        torch.bitwise_right_shift(b, 5),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_bitwise_and_shifts_of_every_integer_type(dtype):
+    width = torch.iinfo(dtype).bits
+    a, b = ints((3, 37), dtype, 1), ints((1, 37), dtype, 2)
+    low = 0 if dtype == torch.uint8 else -3
+    c = ints((3, 1), dtype, 3, low, width + 3)  # counts past the width and negative
+    c[0, 0], c[1, 0] = width, width - 1
+    check(bits, a, b, c)
+
+
+def test_bools_int_promotion_and_empty():
+    a, b = ints((5, 7), torch.int16, 4), ints((5, 7), torch.int64, 5, -70, 70)
+    m = a > 0
+    check(lambda a, b, m: (a & b, a << b, a >> b, m & (b > 3), m ^ m, m | (a < 0)), a, b, m)
+    e = ints((0, 3), torch.int32, 6)
+    check(lambda e: (e & 5, e << 2, e ^ e), e)
+
+
+def signs(x, y):
+    return (
+        torch.copysign(x, y), torch.copysign(x, -2.0), torch.signbit(x), torch.signbit(y),
+        torch.nextafter(x, y), torch.angle(x), torch.angle(y) + 1,
+    )  # fmt: skip
+
+
+def test_copysign_signbit_nextafter_angle():
+    nan, inf = float("nan"), float("inf")
+    special = [0.0, -0.0, nan, -nan, inf, -inf, 1e-45, -1e-45, 3.4e38, -1.0]
+    x = torch.cat([rand(31, seed=7), torch.tensor(special)])
+    y = torch.cat([rand(31, seed=8), torch.tensor(special[::-1])])
+    compiled = compile_fn(signs, [x, y])
+    for g, e in zip(compiled([x, y]), signs(x, y)):
+        assert g.dtype == e.dtype
+        assert torch.equal(g.isnan(), e.isnan())
+        same = ~e.isnan()
+        assert torch.equal(g[same], e[same]) and torch.equal(g.signbit(), e.signbit())
+    assert compiled.program.fallbacks == []
+    i = ints((4, 5), torch.int32, 9, -4, 4)
+    check(lambda i: (torch.angle(i), torch.signbit(i), torch.copysign(i, -1)), i)
+    check(lambda x: (torch.copysign(x, x[:1]), torch.signbit(x)), rand(1, 5, seed=10).double())
+
+
+def clamps(x, lo, hi):
+    return (
+        torch.clamp(x, lo, hi), torch.clamp(x, min=lo), torch.clamp(x, max=hi),
+        torch.clamp_min(x, lo), torch.clamp_max(x, hi[:1]), F.rrelu(x, 0.1, 0.3, training=False),
+    )  # fmt: skip
+
+
+def test_clamp_by_tensors_and_rrelu():
+    x, lo, hi = rand(5, 11, seed=11), rand(5, 1, seed=12) - 0.5, rand(5, 11, seed=13)
+    x[0, 0], lo[1, 0], hi[2, 3] = float("nan"), float("nan"), float("nan")
+    check(clamps, x, lo, hi)  # (lo > hi in places: hi wins)
+    i = ints((3, 7), torch.int32, 14, -9, 9)
+    check(lambda i, lo: (torch.clamp(i, lo), torch.clamp(i, i - 1, lo)), i, lo[:3].double())
+    half = [t.bfloat16() for t in (x, lo, hi)]
+    check_bfloat16(lambda x, lo, hi: (torch.clamp(x, lo, hi), torch.copysign(x, lo)), *half)
+
+
+def run_time_sized(a, b, x, y):
+    return a & b, a << (b & 7), x.clamp(y, y + 1), F.cosine_similarity(x, y), F.normalize(x)
+
+
+def test_run_time_sizes_and_cosine_similarity():
+    fast, nothing_eager = dynamic(run_time_sized)  # (Dynamo's graphs: clamp_min.Tensor)
+    for n in (3, 8):
+        a, b = ints((n, 5), torch.int32, n), ints((n, 5), torch.int32, n + 1)
+        x, y = rand(n, 5, seed=n), rand(n, 1, seed=n + 2)
+        for g, w in zip(fast(a, b, x, y), run_time_sized(a, b, x, y)):
+            assert torch.allclose(g, w, rtol=1e-5, atol=1e-6)
+    nothing_eager()
+
+
+def gaps(a, b, c, x, y):
+    """Each operator of this file's in one graph: the nvcc build and GPU run cases."""
+    return (*bits(a, b, c), *signs(x, y), *clamps(x, y[:1], y))
+
+
+def gap_inputs():
+    a, b = ints((3, 37), torch.int32, 1), ints((1, 37), torch.int32, 2)
+    c = ints((3, 1), torch.int32, 3, -3, 35)
+    return [a, b, c, rand(5, 37, seed=4), rand(5, 37, seed=5)]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_the_gpu():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+
+    inputs = [t.cuda() for t in gap_inputs()]
+    gm = make_fx(gaps, decomposition_table=decompositions())(*inputs)
+    compiled = compile_aten(gm, inputs, {}, Options(target="cuda"))
+    for k, (got, want) in enumerate(zip(compiled(inputs), gaps(*inputs))):
+        assert got.dtype == want.dtype and got.shape == want.shape, k
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), k
+    assert compiled.program.fallbacks == []

@@ -1,0 +1,119 @@
+"""1-d convolutions (the 2-d path over a unit height) and 3-d ones (a product over 3-d im2col
+columns) as kernels, against eager torch: odd strides, padding ('same' too), dilation, groups
+(depthwise), bias, weights constant or an input, transposed 1-d, bfloat16, run-time sizes, nvcc."""
+
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+from tests.graph.test_fuzz_found import dynamic  # noqa: E402
+from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
+from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def conv1ds(x, w, dw, b, tw):
+    return (
+        F.conv1d(x, w, b), F.conv1d(x, w, None, 2, 3, 2), F.conv1d(x, w, b, padding="same"),
+        F.relu(F.conv1d(x, dw, b, 1, 5, 1, 6)), F.conv1d(x[:, :, :1], w, None, 1, 1),
+        F.conv_transpose1d(x, tw, b[:5], 3, 1, 1), F.conv1d(x, w, b, 3, 0, 1) * 2,
+    )  # fmt: skip
+
+
+def conv1d_inputs(seed, length=13):
+    return [
+        rand(2, 6, length, seed=seed), rand(6, 6, 3, seed=seed + 1), rand(6, 1, 5, seed=seed + 2),
+        rand(6, seed=seed + 3), rand(6, 5, 3, seed=seed + 4),
+    ]  # fmt: skip
+
+
+def conv3ds(x, w, gw, b):
+    return (
+        F.conv3d(x, w, b[:3]), F.conv3d(x, w, None, (1, 2, 3), (1, 0, 2), (2, 1, 1)),
+        F.conv3d(x, gw, b, 1, 1, 1, 2) + 1, F.conv3d(x, w, b[1:], padding="same"),
+    )  # fmt: skip
+
+
+def conv3d_inputs(seed):
+    return [
+        rand(2, 4, 5, 7, 6, seed=seed), rand(3, 4, 3, 2, 3, seed=seed + 1),
+        rand(4, 2, 1, 3, 3, seed=seed + 2), rand(4, seed=seed + 3),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("constants", [(), (1, 2, 3, 4)])
+def test_conv1d(constants):
+    check(conv1ds, *conv1d_inputs(1), constants=constants, rtol=2e-5)
+
+
+def test_conv1d_of_an_empty_batch():
+    x, w = rand(0, 3, 7), rand(5, 3, 2, seed=1)
+    check(lambda x, w: F.conv1d(x, w, padding=1), x, w)
+
+
+def test_conv1d_folds_its_batch_norm():
+    m = torch.nn.Sequential(torch.nn.Conv1d(3, 5, 3), torch.nn.BatchNorm1d(5)).eval()
+    m[1].running_mean.uniform_(-1, 1)
+    m[1].running_var.uniform_(0.5, 2)
+    with torch.no_grad():
+        x = rand(2, 3, 11, seed=3)
+        compiled = torch.compile(m, backend="tensorforge")
+        torch.testing.assert_close(compiled(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("constants", [(), (1, 2, 3)])
+def test_conv3d(constants):
+    check(conv3ds, *conv3d_inputs(2), constants=constants, rtol=2e-5)
+
+
+def test_bfloat16_is_as_accurate_as_eager():
+    for fn, inputs in ((conv1ds, conv1d_inputs(4)), (conv3ds, conv3d_inputs(5))):
+        check_bfloat16(fn, *(t.bfloat16() for t in inputs))
+
+
+def test_run_time_sizes():
+    def fn(x, w, dw, b, tw, x3, w3, gw3, b3):
+        return (*conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3))
+
+    fast, nothing_eager = dynamic(fn)
+    for length in (13, 17):
+        inputs = conv1d_inputs(length, length) + conv3d_inputs(length)
+        for got, expected in zip(fast(*inputs), fn(*inputs)):
+            torch.testing.assert_close(got, expected, rtol=2e-5, atol=2e-5)
+    nothing_eager()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_cuda_builds_compile_with_nvcc():
+    def fn(x, w, dw, b, tw, x3, w3, gw3, b3):
+        return (*conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3))
+
+    assert nvcc_problem(fn, conv1d_inputs(6) + conv3d_inputs(7), "sm_90a") is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_conv1d_and_conv3d_match_eager_on_the_gpu():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+
+    def fn(x, w, dw, b, tw, x3, w3, gw3, b3):
+        return (*conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3))
+
+    inputs = [t.cuda() for t in conv1d_inputs(8) + conv3d_inputs(9)]
+    gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
+    compiled = compile_aten(gm, inputs, {}, Options(target="cuda"))
+    assert compiled.program.fallbacks == []
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        expected = fn(*inputs)
+    for got, e in zip(compiled(inputs), expected):
+        torch.testing.assert_close(got, e, rtol=1e-4, atol=1e-4)
