@@ -86,8 +86,13 @@ FULL_EIGHTHS = 7  # of the SMs a wgmma product's blocks must cover (choose_wgmma
 SPLIT_TILE = (64, 64)  # wgmma's block tile where none covers the SMs: k is split
 # wgmma's operand tiles that are plain buffers (graph inputs, constants, earlier kernels'
 # results, read as they are: plain_source) filled by bulk tensor copies, one thread's (TMA:
-# rows past the buffer come in as zeros), instead of every thread's 16-byte cp.async
-TMA_FILLS = True
+# rows past the buffer come in as zeros), instead of every thread's 16-byte cp.async. Off, as
+# measured slower but for GPT-2 (H100, GPU time a call, TMA against cp.async in one run): MLP
+# 768-3072-768 of 2048 rows 61.9 us against 60.7, GPT-2 block of 8 x 256 tokens 153.5 against
+# 155.8, fp16 ResNet-18 batch 16 915 against 863, batch 4 300 against 286, batch 1 190 against
+# 173, MLP of 64 rows 10.9 against 10.4, of 256 rows 19.0 against 17.1 (the split products and
+# the convolutions lose most; not profiled further)
+TMA_FILLS = False
 WGMMA_STAGES = 4  # 3 at least: a step's multiplies stay in flight while the next one starts
 # (128 x 128 blocks at 2048 x 3072 x 768: 31.1 us with 4, 33.1 with 3)
 
