@@ -1,6 +1,6 @@
 """3-d max and average pools, 1-d pools, and max pools whose indices are read (torch's flat
 index within each plane) as kernels, against eager torch: odd sizes, stride, padding, dilation,
-ceil_mode, NaN, bfloat16, run-time sizes, nvcc."""
+ceil_mode, NaN, bfloat16, run-time sizes, nvcc; and norms of batch statistics (instance norm)."""
 
 import shutil
 
@@ -39,17 +39,20 @@ def pools(x, x3):
     )  # fmt: skip
 
 
+def batch_statistics_norms(x, w, b):
+    return (
+        F.instance_norm(x), F.instance_norm(x, weight=w, bias=b, eps=1e-3),
+        F.batch_norm(x[:, :, 0], None, None, w, b, training=True, eps=0.1),
+    )  # fmt: skip
+
+
 def inputs(seed, h=7, w=11):
     return [rand(2, 3, h, w, seed=seed), rand(2, 3, 5, h, w, seed=seed + 1)]
 
 
 def test_pools():
-    check(pools, *inputs(1), rtol=2e-5)
-
-
-def test_max_pool_index_of_nan_and_ties():
     x, x3 = inputs(2)
-    x[0, 1, 2, 2] = x[0, 1, 3, 4] = float("nan")
+    x[0, 1, 2, 2] = x[0, 1, 3, 4] = float("nan")  # an index of a NaN: the last in the window
     x[1, 0] = 1.0  # ties: the first in the window
     x3[1, 2, :2] = float("nan")
     check(pools, x, x3, rtol=2e-5)
@@ -60,11 +63,17 @@ def test_bfloat16_is_as_accurate_as_eager():
     check_bfloat16(max_pools, *(t.bfloat16() for t in inputs(3)))
 
 
-def test_run_time_sizes():
-    fast, nothing_eager = dynamic(pools)
-    for h, w in ((7, 11), (9, 8)):
-        ins = inputs(h, h, w)
-        for got, expected in zip(fast(*ins), pools(*ins)):
+def test_run_time_sizes_and_norms_of_batch_statistics():
+    # (norms through Dynamo: its graphs hold _native_batch_norm_legit.no_stats, make_fx's not)
+    w, b = rand(3, seed=7), rand(3, seed=8)
+
+    def fn(x, x3):
+        return (*pools(x, x3), *batch_statistics_norms(x * 3 + 1, w, b))
+
+    fast, nothing_eager = dynamic(fn)
+    for h, width in ((7, 11), (9, 8)):
+        ins = inputs(h, h, width)
+        for got, expected in zip(fast(*ins), fn(*ins)):
             torch.testing.assert_close(got, expected, rtol=2e-5, atol=2e-5)
     nothing_eager()
 

@@ -50,11 +50,14 @@ KEPT_WHOLE = (
 
 def decompositions() -> dict:
     """Core ATen decompositions, less those of the operators kept whole."""
-    from torch._decomp import core_aten_decompositions
+    from torch._decomp import core_aten_decompositions, decomposition_table
 
     table = dict(core_aten_decompositions())
     table.update(ATTENTION_DECOMPOSITIONS)  # a GPU's fused attention kernels, as the CPU's
     table.update(product_decompositions())  # addmv, addbmm, masked_scatter
+    # batch statistics (F.instance_norm; batch norm in training mode): var_mean, element-wise
+    no_stats = aten._native_batch_norm_legit.no_stats
+    table[no_stats] = decomposition_table[no_stats]
     kept = set(KEPT_WHOLE)
     return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", op) not in kept}
 

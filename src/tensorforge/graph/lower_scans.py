@@ -53,13 +53,13 @@ class _Scan:
 def _max_propagating_nan(a, b):  # (LLVM's maxnum and CUDA's fmaxf drop a NaN)
     if not dt.is_float(a.dtype):
         return te.max(a, b)
-    return te.if_then_else(a != a, a, te.if_then_else(b != b, b, te.max(a, b)))
+    return te.if_then_else((b > a) | (b != b), b, a)  # (a NaN: a stays; b NaN: b)
 
 
 def _min_propagating_nan(a, b):
     if not dt.is_float(a.dtype):
         return te.min(a, b)
-    return te.if_then_else(a != a, a, te.if_then_else(b != b, b, te.min(a, b)))
+    return te.if_then_else((b < a) | (b != b), b, a)
 
 
 def _log_add_exp(a, b):
@@ -131,18 +131,21 @@ def cummax(ctx, node, x, dim):
     values = ctx.materialize(_prefix_scan(ctx, node, x, d, scan, x.dtype, out))
 
     def key(v, best, *index):  # this position where it holds the running extreme (or a NaN)
-        here = index[d].astype("int64")
+        here = index[d].astype(position)
         held = (v == best) | (v != v) if dt.is_float(x.dtype) else v == best
-        return te.if_then_else(held, here, te.const(-1, "int64"))
+        return te.if_then_else(held, here, te.const(-1, position))
 
+    # positions in int32 where they fit (vector max of int64 needs AVX-512)
+    m = x.shape[d]
+    position = "int32" if isinstance(m, int) and m < 2**31 else "int64"
     keys = Lazy(
         x.shape,
-        "int64",
+        position,
         lambda index: key(x.at(index), values.at(index), *index),
         x.reads | values.reads,
         x.nodes + (node.name,),
     )
-    return values, _prefix_scan(ctx, node, keys, d, LAST, "int64", "int64")
+    return values, _prefix_scan(ctx, node, keys, d, LAST, position, "int64")
 
 
 def _prefix_scan(ctx, node, x: Lazy, d: int, scan: _Scan, acc: str, out: str) -> Lazy:
