@@ -492,3 +492,11 @@ def test_linear_of_a_vector_through_make_fx():
     x, w, b = rand(37, seed=1), rand(5, 37, seed=2), rand(5, seed=3)
     check(lambda x, w, b: F.linear(torch.tanh(x), w, b) * 2, x, w, b)
     check(lambda x: x.squeeze_(0) * 2, rand(1, 7, seed=4), fallbacks=1)
+
+
+def test_a_bfloat16_max_pool_of_one_element_windows_builds():
+    # 1 x 1 windows over rows of 9: the store of 8 lanes and 1 concatenated a <1 x float>
+    # shuffled wider, on which LLVM's O3 pipeline aborted the process (an assertion in
+    # getSplatValue; fuzz seed 17244)
+    x = rand(3, 2, 31, 9, seed=1).bfloat16()
+    check(lambda x: F.max_pool2d(x, 1) * 2, x, rtol=1e-2)

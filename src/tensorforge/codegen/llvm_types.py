@@ -86,6 +86,12 @@ def concat(builder: ir.IRBuilder, parts: list[ir.Value]) -> ir.Value:
 def _widen(builder: ir.IRBuilder, vector: ir.Value, width: int) -> ir.Value:
     if vector.type.count == width:
         return vector
+    if vector.type.count == 1:  # its lane inserted: LLVM 22's O3 pipeline aborted (assertion
+        # in getSplatValue) on a <1 x float> shuffled wider (a bfloat16 pool of 1 x 1 windows
+        # over rows of 9: 8 lanes and 1 concatenated, fuzz seed 17244)
+        lane = builder.extract_element(vector, ir.Constant(I32, 0))
+        wide = ir.Constant(ir.VectorType(vector.type.element, width), None)
+        return builder.insert_element(wide, lane, ir.Constant(I32, 0))
     lanes = list(range(vector.type.count)) + [vector.type.count] * (width - vector.type.count)
     return builder.shuffle_vector(
         vector, ir.Constant(vector.type, None), ir.Constant(ir.VectorType(I32, width), lanes)
