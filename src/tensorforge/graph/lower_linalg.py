@@ -382,6 +382,8 @@ def _dilated_input(ctx, node, x: Lazy, w_shape, stride, padding, dilation, extra
     output_padding after)."""
     N, C, H, W = x.shape
     KH, KW = w_shape[2:]
+    if not is_static((KH, KW)):  # (weights that are an input under dynamic=True)
+        raise Unsupported("a transposed convolution whose kernel is a run-time size")
     (sh, sw), (dh, dw) = stride, dilation
     py, px = dh * (KH - 1) - padding[0], dw * (KW - 1) - padding[1]
     if py < 0 or px < 0:
