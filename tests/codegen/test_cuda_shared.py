@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tensorforge.codegen.cuda import CUDACodegen
 from tensorforge.codegen.cuda_shared import plan_offsets, shared_arrays
 from tensorforge.ir.expr import BufferLoad
@@ -112,11 +114,19 @@ def test_an_asynchronous_read_lasts_until_its_drain():
     assert _offsets(func) == [0, 0]
 
 
-def test_arrays_the_copy_engine_fills_never_share():
+@pytest.mark.parametrize(
+    "call, shares",
+    [
+        ("tf_tma_sw128<64, 64, 1>", True),  # a block's own copies: landed before it reads
+        ("tf_tma_sw128<64, 128, 2>", False),  # multicast: the other blocks' copies
+        ("tf_bulk_rows<64, 128, 2>", False),
+    ],
+)
+def test_arrays_the_copy_engine_fills_share_only_a_blocks_own(call, shares):
     def bulk(A, S1, tx):
-        return Seq((_call("tf_tma_sw128<64, 64, 1>", S1, "w"), _phase(A, S1, Var("j1"), tx, 0)))
+        return Seq((_call(call, S1, "w"), _phase(A, S1, Var("j1"), tx, 0)))
 
-    assert _offsets(_kernel(first=bulk)) == [0, N * 4]
+    assert _offsets(_kernel(first=bulk)) == [0, 0 if shares else N * 4]
 
 
 def test_three_arrays_first_fit():

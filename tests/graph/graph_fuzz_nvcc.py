@@ -70,7 +70,8 @@ def one_translation_unit(sources: list[str]) -> str:
         "\n".join(x for x in src if not x.startswith("#include")).replace('extern "C" ', "")
         for src in lines
     ]
-    return "\n".join([*headers, *(f"namespace tf{k} {{\n{b}\n}}" for k, b in enumerate(bodies))])
+    # (#undef: a source's include guards, e.g. ops/wgmma.py's TF_TENSOR_MAP, are its own)
+    return "\n".join([*headers, *(f"#undef TF_TENSOR_MAP\nnamespace tf{k} {{\n{b}\n}}" for k, b in enumerate(bodies))])  # fmt: skip
 
 
 def _nvcc(source: Path, text: str, arch: str) -> str | None:

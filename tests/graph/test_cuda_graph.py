@@ -80,6 +80,20 @@ def test_the_graph_is_a_chain_and_a_call_updates_only_moved_arguments():
     assert read_back(graph.params[2]) == [300, 444]
 
 
+def test_a_node_passes_its_tensor_maps_first_encoded_for_its_buffers(monkeypatch):
+    from tensorforge.codegen.base import TensorMap
+    from tensorforge.runtime import cuda_tensor_map
+
+    monkeypatch.setattr(cuda_tensor_map, "device_map", lambda spec, address, device: address + 1)
+    spec = TensorMap("A", "float16", 128, 64, 64)
+    tma = cg.Node(b"image", "k", (3, 1, 1), (256, 1, 1), 0, ("ptr",) * 3, ((spec, 1),))
+    driver = FakeDriver()
+    graph = cg.CudaGraph([tma], [[100, 200]], driver=driver)
+    assert read_back(graph.params[0]) == [201, 100, 200]  # the map of argument 1 (A) first
+    assert graph.launch([[100, 300]]) == 1  # A moved: its map too
+    assert read_back(graph.params[0]) == [301, 100, 300]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_every_kernel_of_a_cuda_graph_becomes_a_node():
     fn, inputs, constants = cuda_graph()

@@ -41,8 +41,7 @@ def with_ties_and_nans(*shape, seed):
 @pytest.mark.parametrize("shape", [(3, 131), (67, 2), (1, 1)])  # many blocks, one, one element
 def test_float_scans_with_ties_and_nans(shape):
     x = with_ties_and_nans(*shape, seed=shape[0])
-    check(scans, x)
-    check(scans, x.nan_to_num(0.0) / 2)  # (cumprod of a NaN-free row: finite values to check)
+    check(scans, x)  # (3 NaNs: most rows' products stay finite, to compare)
 
 
 def test_logcumsumexp_of_infinities_and_a_0d_tensor():

@@ -137,7 +137,8 @@ def joined_sources(modules) -> str:
     bodies = [
         "\n".join(line for line in lines if not line.startswith("#include")) for lines in sources
     ]
-    return "\n".join([*includes, *(f"namespace k{k} {{\n{b}\n}}" for k, b in enumerate(bodies))])
+    # (#undef: a source's include guards, e.g. ops/wgmma.py's TF_TENSOR_MAP, are its own)
+    return "\n".join([*includes, *(f"#undef TF_TENSOR_MAP\nnamespace k{k} {{\n{b}\n}}" for k, b in enumerate(bodies))])  # fmt: skip
 
 
 def assert_compiles_with_nvcc(tmp_path, text: str, arch: str = "sm_90") -> None:

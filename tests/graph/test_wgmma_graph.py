@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tensorforge import te  # noqa: E402
+from tensorforge.graph import lower_tensor_core  # noqa: E402
 from tensorforge.graph.lower_tensor_core import (  # noqa: E402
     SHARED_RESERVED,
     WGMMA_K,
@@ -131,10 +132,11 @@ def test_large_half_products_take_wgmma_on_sm90_only():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_wgmma_products_compile_for_sm90a(tmp_path):
+def test_wgmma_products_compile_for_sm90a(tmp_path, monkeypatch):
+    monkeypatch.setattr(lower_tensor_core, "TMA_FILLS", True)  # (test_wgmma_tma_graph.py's)
     kernels = [s for s in product_sources(SM90) if s.source == WGMMA_SOURCE]
     text = joined_sources({id(s.module): s.module for s in kernels}.values())
-    assert "tf_wgmma_sync<16, 128, 64, 1>" in text and "tf_cp_async_sw128<" in text
+    assert "tf_wgmma_sync<16, 128, 64, 1, 0>" in text and "tf_tma_sw128<" in text  # (TMA_FILLS)
     assert_compiles_with_nvcc(tmp_path, text, arch="sm_90a")
 
 

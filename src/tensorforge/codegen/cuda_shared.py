@@ -14,15 +14,15 @@ arrays, and barriers). Arrays X and Y may overlap when
   cp.async copies) lies after X's last access and before Y's first, or the other way round.
 An access is a load, a store, an address or the whole array passed to a call. An array that
 wgmma reads (asynchronously) stays alive until the next wait for all of them (the pipeline's
-drain) that every thread runs; one that bulk copies fill (TMA, completing on mbarriers) never
-shares.
+drain) that every thread runs; one that bulk row copies fill, or bulk tensor copies multicast to a
+cluster, never shares (a block's own bulk tensor copies have all landed by the k loop's end).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tensorforge.codegen.cuda_intrin import ASYNC_READ_CALLS, BULK_CALLS, TMA_CALLS
+from tensorforge.codegen.cuda_intrin import ASYNC_READ_CALLS, TMA_LOADS
 from tensorforge.ir.expr import BufferLoad
 from tensorforge.ir.extern import WholeBuffer
 from tensorforge.ir.stmt import (
@@ -42,7 +42,16 @@ from tensorforge.te.expr import Const
 from tensorforge.te.extern_call import ExternCall
 
 DRAINS = ("tf_wgmma_wait_all",)  # waits for all of them (so does Attr "pipeline_drain")
-NEVER_SHARED = (*BULK_CALLS, *TMA_CALLS)  # filled or read by the copy engine
+# filled or read by the copy engine (bulk row copies, bulk tensor stores, and bulk tensor copies
+# multicast to a cluster: other blocks' copies); a block's own bulk tensor copies into a
+# pipeline's tiles have all landed once its k loop is done (each waited on through the full
+# mbarrier before the tile is read: the copies of k steps past the last are never issued)
+NEVER_SHARED = ("tf_bulk_rows", "tf_tma_store")
+
+
+def multicast(name: str) -> bool:
+    """A bulk tensor copy shared by the blocks of a cluster (tf_tma_sw128<ROWS, COLS, CLUSTER>)."""
+    return name.startswith(TMA_LOADS) and not name.replace(" ", "").endswith(",1>")
 
 
 @dataclass
@@ -78,7 +87,7 @@ class _Events:
             if isinstance(n, (BufferLoad, BufferStore, WholeBuffer)) and id(n.buffer) in self.shared
         }
         reads_async = any(c.name.startswith(ASYNC_READ_CALLS) for c in calls)
-        alone = any(c.name.startswith(NEVER_SHARED) for c in calls)
+        alone = any(c.name.startswith(NEVER_SHARED) or multicast(c.name) for c in calls)
         for key in touched:
             life = self.lives[key]
             life.first = index if life.first < 0 else life.first

@@ -38,7 +38,9 @@ class Node:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int
-    kinds: tuple[str, ...]
+    kinds: tuple[str, ...]  # (a "ptr" first for each tensor map)
+    maps: tuple = ()  # (TensorMap, index of its buffer's argument) of bulk tensor copies
+    device_id: int = 0
 
 
 def node_of(executable, raw_args: list) -> Node | None:
@@ -54,7 +56,19 @@ def node_of(executable, raw_args: list) -> Node | None:
     if any(k != "ptr" and k not in _CTYPES for k in kinds):
         return None
     symbol = executable.source.symbol or executable.source.entry
-    return Node(executable.image(), symbol, grid, tuple(launch.block), launch.shared_bytes, kinds)
+    maps = tuple(getattr(executable, "_maps", ()))
+    kinds = ("ptr",) * len(maps) + kinds
+    return Node(executable.image(), symbol, grid, tuple(launch.block), launch.shared_bytes, kinds, maps, executable.device_id)  # fmt: skip
+
+
+def with_maps(node: Node, args: list) -> list:
+    """A node's kernel arguments: the device addresses of its tensor maps (encoded for the
+    buffers' addresses in `args`, cached per address: runtime/cuda_tensor_map.py), then `args`."""
+    if not node.maps:
+        return args
+    from tensorforge.runtime import cuda_tensor_map
+
+    return [*(cuda_tensor_map.device_map(m, int(args[i]), node.device_id) for m, i in node.maps), *args]  # fmt: skip
 
 
 class KernelParams:
@@ -90,7 +104,7 @@ class CudaGraph:
     def __init__(self, nodes: list[Node], args: list[list], driver=None):
         self.driver = driver or Driver()
         self.nodes = nodes
-        self.params = [KernelParams(n.kinds, a) for n, a in zip(nodes, args)]
+        self.params = [KernelParams(n.kinds, with_maps(n, a)) for n, a in zip(nodes, args)]
         self.functions = [self.driver.function(n.image, n.symbol, n.shared) for n in nodes]
         self.graph = self.driver.graph_create()
         self.handles = []
@@ -107,7 +121,7 @@ class CudaGraph:
         updated = 0
         for k in range(len(self.nodes)) if nodes is None else nodes:
             params = self.params[k]
-            if params.set(args[k]):
+            if params.set(with_maps(self.nodes[k], args[k])):
                 self.driver.set_kernel_node(
                     self.exec, self.handles[k], self.functions[k], self.nodes[k], params
                 )

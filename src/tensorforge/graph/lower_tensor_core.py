@@ -84,6 +84,15 @@ WGMMA_TILES = ((128, 128), (64, 128), (128, 64), (64, 64))
 WGMMA_K = 64
 FULL_EIGHTHS = 7  # of the SMs a wgmma product's blocks must cover (choose_wgmma_tiles)
 SPLIT_TILE = (64, 64)  # wgmma's block tile where none covers the SMs: k is split
+# wgmma's operand tiles that are plain buffers (graph inputs, constants, earlier kernels'
+# results, read as they are: plain_source) filled by bulk tensor copies, one thread's (TMA:
+# rows past the buffer come in as zeros), instead of every thread's 16-byte cp.async. Off, as
+# measured slower but for GPT-2 (H100, GPU time a call, TMA against cp.async in one run): MLP
+# 768-3072-768 of 2048 rows 61.9 us against 60.7, GPT-2 block of 8 x 256 tokens 153.5 against
+# 155.8, fp16 ResNet-18 batch 16 915 against 863, batch 4 300 against 286, batch 1 190 against
+# 173, MLP of 64 rows 10.9 against 10.4, of 256 rows 19.0 against 17.1 (the split products and
+# the convolutions lose most; not profiled further)
+TMA_FILLS = False
 WGMMA_STAGES = 4  # 3 at least: a step's multiplies stay in flight while the next one starts
 # (128 x 128 blocks at 2048 x 3072 x 768: 31.1 us with 4, 33.1 with 3)
 
@@ -249,6 +258,31 @@ def reads_whole_rows(at, rank: int) -> bool:
     )
 
 
+def plain_source(at, shape, dtype: str):
+    """The kernel argument (a placeholder) that index function `at` over `shape` reads as it
+    is, each index its own (a slice of leading rows too), where its rows are whole 16-byte
+    pieces: what bulk tensor copies can fill a tile from; else None."""
+    idx = tuple(Var(f"i{d}", "int32") for d in range(len(shape)))
+    e = at(idx)
+    if not (isinstance(e, TensorRead) and isinstance(e.tensor.op, PlaceholderOp)):
+        return None
+    if e.tensor.dtype != dtype or len(e.indices) != len(idx):
+        return None
+    if not all(structural_equal(simplify_expr(i), v) for i, v in zip(e.indices, idx)):
+        return None
+    length = e.tensor.shape[-1]
+    row_bytes = OPERANDS[dtype].bytes * length.value if isinstance(length, Const) else 1
+    return e.tensor if row_bytes % 16 == 0 else None
+
+
+def with_tma_fills(tiles: TensorCoreTiles) -> TensorCoreTiles:
+    """wgmma `tiles` whose plain operands bulk tensor copies fill (fill "tma": the schedule
+    takes them where an operand tile reads a buffer as it is); half operands only (tma_fill's)."""
+    if tiles.mma != "wgmma" or tiles.dtype not in HALVES:
+        return tiles
+    return replace(tiles, fill="tma")
+
+
 def _has_wgmma(target, dtype: str) -> bool:
     """wgmma of half operands (ops/wgmma.py's), which exists on sm_90 (sm_90a code) only:
     Blackwell has other instructions."""
@@ -279,11 +313,21 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     wgmma = wgmma and (constant is not None or reads_whole_rows(b.at, b.ndim))
     tiles = _tiles_for(ctx.target, lead, n, m, k, dtype, constant is None, wgmma)
     rows, cols = round_up(n, tiles.block_m), round_up(m, tiles.block_n)
-    a_tile = te.compute(
-        (*lead, rows, k),
-        lambda *idx: a.at((*idx[:-2], te.min(idx[-2], n - 1), idx[-1])),
-        name=ctx.unique(f"{node.name}_a_tile"),
-    )
+    tma = tiles.mma == "wgmma" and TMA_FILLS
+    source = plain_source(a.at, a.shape, dtype) if tma else None
+    if tma and (
+        source is not None or constant is not None or plain_source(b.at, b.shape, dtype) is not None
+    ):
+        tiles = with_tma_fills(tiles)
+    if source is not None and tiles.fill == "tma":  # bulk tensor copies: rows past n come in
+        # as zeros (or as the next batch's rows, never stored)
+        a_tile = te.compute((*lead, rows, k), lambda *idx: source[idx], name=ctx.unique(f"{node.name}_a_tile"))  # fmt: skip
+    else:
+        a_tile = te.compute(
+            (*lead, rows, k),
+            lambda *idx: a.at((*idx[:-2], te.min(idx[-2], n - 1), idx[-1])),
+            name=ctx.unique(f"{node.name}_a_tile"),
+        )
     if constant is not None:
         padded = torch.zeros(k, cols, dtype=constant.dtype)
         padded[:, :m] = constant
@@ -326,6 +370,8 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     if tiles is None:
         wgmma = _has_wgmma(ctx.target, dtype) and not pointwise
         tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma)
+        if tiles.mma == "wgmma" and TMA_FILLS:  # (the padded weights, the materialized columns)
+            tiles = with_tma_fills(tiles)
     rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
     col, col_at = im2col(
         ctx, node, x, w.shape, shape, stride, padding, dilation, cols, depth,

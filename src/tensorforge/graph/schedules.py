@@ -298,6 +298,12 @@ def _reduction(s, out, anchor, target, vectorize: bool = True) -> None:
     lanes = target.vector_lanes(opmath_dtype(out.dtype)) if dt.is_float(out.dtype) else 1
     last = getattr(out.shape[-1], "value", None)
     stages = anchor.info["stages"]
+    tail = "auto"
+    if anchor.kind == "scan" and isinstance(last, int) and last > lanes:
+        # a scan's row of 4099: vectors and a peeled scalar tail (scalar throughout, 64 x 4099
+        # took 10x eager's time); integer scans (cummax's indices) in vectors too
+        lanes = target.vector_lanes(out.dtype) if not dt.is_float(out.dtype) else lanes
+        tail = "peel" if last % lanes else tail
     if anchor.kind == "window" and isinstance(last, int):
         # a pool's row of 56 outputs: 7 vectors of 8 where 16 lanes do not divide it (the
         # first guess's choice; scalar, a 3 x 3 max pool ran 5x slower)
@@ -308,12 +314,12 @@ def _reduction(s, out, anchor, target, vectorize: bool = True) -> None:
         vectorize
         and lanes > 1
         and isinstance(last, int)
-        and last % lanes == 0
+        and (last % lanes == 0 or tail == "peel")
         and len(stages) == 1
         and all(len(st.shape) == len(out.shape) for st in stages)
     ):
         *rows, x = axes
-        xo, xi = s[out].split(x, factor=lanes)
+        xo, xi = s[out].split(x, factor=lanes, tail=tail)
         s[out].vectorize(xi)
         outer = s[out].fuse(*rows, xo) if rows else xo
         if worth_threads(out):

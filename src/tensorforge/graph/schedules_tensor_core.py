@@ -21,8 +21,10 @@ from __future__ import annotations
 from tensorforge import te
 from tensorforge.ops.gemm_fp16 import WARP
 from tensorforge.ops.tensor_core import OPERANDS, mma_store, mma_sync
-from tensorforge.ops.wgmma import swizzled_fill, wgmma_sync
+from tensorforge.ops.wgmma import swizzled_fill, tma_fill, wgmma_sync
 from tensorforge.ops.wgmma_tf32 import wgmma_tf32_sync
+from tensorforge.te.expr import TensorRead, structural_equal
+from tensorforge.te.tensor import PlaceholderOp
 
 # floats added to each row of the float32 tile: a half-warp's 8-byte fragment stores (4 rows x
 # 4 column pairs) then hit 32 distinct banks, where rows of a power-of-two length hit 8 only
@@ -76,10 +78,15 @@ def schedule_tensor_core(s, out, anchor) -> str:
     ko, ki = s[C].split(kr, factor=tiles.block_k)
     s[C].reorder(ko, ci, cj, ki)
     tf32_wgmma = wgmma and dtype == "float32"  # (K-major B: [n][k] tiles, ops/wgmma_tf32.py)
+    # tiles that read a buffer as it is (a constant right matrix's always): one thread's bulk
+    # tensor copies where the tiles say so (lower_tensor_core's with_tma_fills), else cp.async
+    tma = tiles.fill == "tma" and wgmma and not tf32_wgmma
+    bulk = [tma and copies_a_buffer(a_tile.op), tma and (not b_tile or copies_a_buffer(b_tile[0].op))]  # fmt: skip
     if tf32_wgmma:
         mma = wgmma_tf32_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, pending=1)
-    elif wgmma:  # (pending 1: a step's multiplies run on while the next step's start)
-        mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, pending=1)
+    elif wgmma:  # (pending 1: a step's multiplies run on while the next step's start; tiles
+        # that the copy engine filled alone need no proxy fence)
+        mma = wgmma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype, 1, not all(bulk))
     else:
         mma = mma_sync(tiles.warp_m, tiles.warp_n, tiles.block_k, dtype)
     s[C].tensorize(ci, mma)
@@ -97,9 +104,13 @@ def schedule_tensor_core(s, out, anchor) -> str:
     )
     if tf32_wgmma:
         fills = (fills[0], (b_shared, tiles.block_n, tiles.block_k, 0))
-    for stage, rows, row_len, pad in fills:
+    for (stage, rows, row_len, pad), by_copy_engine in zip(fills, bulk):
         s[stage].compute_at(s[C], ko)
         *outer, row, col = s[stage].op.axis
+        if by_copy_engine:  # the whole tile (a batch's part of it) by one thread
+            s[stage].tensorize(row, tma_fill(rows, row_len, dtype))
+            s[stage].double_buffer(tiles.stages, tiles.sync)
+            continue
         lanes = 16 // operand.bytes  # 16 bytes a copy
         if wgmma:  # pieces of rows, each placed by the swizzle
             col, vec = s[stage].split(col, factor=lanes)
@@ -118,3 +129,15 @@ def schedule_tensor_core(s, out, anchor) -> str:
         if tiles.stages > 1:  # cp.async fills `stages - 1` k steps ahead of the mma
             s[stage].double_buffer(tiles.stages, tiles.sync)
     return WGMMA_SOURCE if wgmma else SOURCE
+
+
+def copies_a_buffer(op) -> bool:
+    """Whether compute `op` reads a kernel argument (a placeholder) as it is: element idx of
+    the tile is element idx of the buffer, as bulk tensor copies fill it."""
+    body = op.body[0]
+    if not (isinstance(body, TensorRead) and isinstance(body.tensor.op, PlaceholderOp)):
+        return False
+    axes = [iv.var for iv in op.axis]
+    return len(body.indices) == len(axes) and all(
+        structural_equal(i, v) for i, v in zip(body.indices, axes)
+    )

@@ -24,6 +24,7 @@ _lock = threading.Lock()
 _encode = None
 _cache: dict[tuple[TensorMap, int], bytes] = {}
 _on_device: dict[tuple[TensorMap, int, int], Any] = {}
+_retired: list = []  # descriptors dropped from _on_device, never freed
 
 
 def _encoder():
@@ -87,7 +88,8 @@ def device_map(spec: TensorMap, address: int, device_id: int = 0) -> int:
         found = cuda.mem_alloc(MAP_BYTES)
         cuda.memcpy_htod(found, encode(spec, address))
         with _lock:
-            if len(_on_device) > 256:
+            if len(_on_device) > 256:  # (kept allocated: a CUDA graph's node may hold one)
+                _retired.extend(_on_device.values())
                 _on_device.clear()
             found = _on_device.setdefault(key, found)
     return int(found)

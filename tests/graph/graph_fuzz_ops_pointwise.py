@@ -1,0 +1,70 @@
+"""Operators graph_fuzz.py draws that ran eagerly until session 17 (lower_bits.py, lower_norms.py,
+the diagonal and unfold views), in their awkward forms: bounds that cross (lo > hi), signed zeros,
+norms of every order over any dimension, empty-ish and size-1 dimensions, shift counts past the
+width and negative, every integer type."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from tests.graph.graph_fuzz import Generator
+
+ORDS = ["2", "1", "3", "0.5", "0", "float('inf')", "float('-inf')", "-2"]
+SHIFT_TYPES = ["torch.int8", "torch.int16", "torch.int32", "torch.int64", "torch.uint8"]
+
+
+def op_pointwise_gaps(g: Generator):
+    x = g.pick(lambda t: t.is_floating_point() and t.dim() > 0)
+    if x is None:
+        return None
+    t, rng = g.samples[x], g.rng
+    rank = t.dim()
+    d = rng.randrange(rank) - (rank if rng.random() < 0.5 else 0)
+    keep = rng.random() < 0.4
+    half = t.dtype != torch.float32
+    forms = [
+        f"torch.clamp({x}, {x}.flip(-1), {x}.flip(-1) + 0.5)",
+        f"torch.clamp({x}, min={x}.flip({d}))",
+        f"torch.clamp({x}, max={x}.mean({d}, keepdim=True))",
+        f"F.normalize({x}, dim={d})",
+        f"F.cosine_similarity({x}, {x}.flip(-1) + 1, dim={d})",
+        f"torch.copysign({x}, {x}.flip(-1) * 0)",
+        f"torch.signbit({x} * 0) | ({x} < 0)",
+        f"torch.angle({x}.round())",
+        f"F.rrelu({x}, 0.1, 0.4, training=False)",
+        f"torch.linalg.vector_norm({x}, {rng.choice(ORDS)}, {d}, keepdim={keep})",
+        f"torch.linalg.vector_norm({x}.round(), {rng.choice(ORDS)})",
+        f"{x}.round().any({d}, keepdim={keep})",
+        f"({x} > -1).all({d})",
+        f"({x} > 1).any()",
+        f"{x}.unfold({d}, {rng.randint(1, t.shape[d])}, {rng.randint(1, 3)}) * 2",
+    ]
+    if not half:
+        forms.append(f"torch.nextafter({x}, {x}.flip(-1))")
+    if rank >= 2:
+        off = rng.randint(-2, 2)
+        forms += [
+            f"torch.diagonal({x}, {off}, {d}, {(d + 1) % rank}) + 1",
+            f"torch.trace({x}.flatten(0, -2))",
+        ]
+    if rank in (2, 3) and not half:
+        p = rng.choice(["2.0", "1.0", "float('inf')", "0.0", "3.0"])
+        forms.append(f"torch.cdist({x}, {x}.flip(-2)[..., :1, :] * 2, {p})")
+    if rng.random() < 0.35:  # integers of their own
+        i = g.new_input(tuple(t.shape), torch.int64, "index:17")
+        kind = rng.choice(SHIFT_TYPES)
+        k = f"({i} - 8).to({kind})"
+        forms = [
+            f"{k} & ({i} * 7).to({kind})",
+            f"{k} | 5",
+            f"{k} ^ -3" if kind != "torch.uint8" else f"{k} ^ 3",
+            f"{k} << ({i} * 5 - 20).to({kind})",
+            f"{k} >> ({i} * 5 - 20).to({kind})",
+            f"{k} << 3",
+            f"{k} >> 2",
+            f"torch.bitwise_left_shift({i} - 8, {i} * 4)",
+        ]
+    return rng.choice(forms)

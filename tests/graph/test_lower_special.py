@@ -1,0 +1,64 @@
+"""erfinv, ndtri, lgamma, digamma and the modified Bessel functions i0, i0e, i1, i1e as kernels
+(they ran eagerly), against float64 torch within two float32 ulps: poles and zeros (lgamma at
+1 and 2, digamma's root, the non-positive integers), tails (erfinv near +-1, ndtri to 1e-30),
+large |x|, infinities, NaN. (Accuracy over the whole domain and speed at 1M elements:
+benchmarks/bench_special_functions.py.)"""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.graph.test_lowering import check_bfloat16, compile_fn  # noqa: E402
+
+S = torch.special
+FUNCTIONS = [torch.erfinv, S.ndtri, torch.lgamma, torch.digamma, S.i0, S.i0e, S.i1, S.i1e]
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def special(u, p, g, b):
+    return (
+        torch.erfinv(u), S.ndtri(p), torch.lgamma(g), torch.digamma(g), S.i0(b), S.i0e(b),
+        S.i1(b), S.i1e(b),
+    )  # fmt: skip
+
+
+def inputs():
+    inf, nan = math.inf, math.nan
+    gen = torch.Generator().manual_seed(1)
+    r = torch.rand(61, generator=gen, dtype=torch.float64)
+    u = torch.cat([r * 2 - 1, 1 - torch.logspace(-7, -1, 8), torch.tensor([1.0, -1, -0.0, 2, nan])])
+    p = torch.cat([r, torch.logspace(-30, -1, 8), torch.tensor([0.0, 1, 1 - 2**-24, -1, nan])])
+    near = torch.tensor([1.0, 2.0, 1 + 2**-23, 2 - 2**-22, 1.4616321, -2.457, 0.0, -0.0])
+    g = torch.cat([r * 40 - 20, near, torch.tensor([-1.0, -3.0, -2.5, 1e30, inf, -inf, nan])])
+    b = torch.cat([r * 200 - 100, torch.tensor([0.0, -0.0, 1e-30, 14.9, 15.1, -88, inf, nan])])
+    return [t.float() for t in (u, p, g, b)]
+
+
+def ulps(got, reference):
+    ref32 = reference.float()
+    spacing = (torch.nextafter(ref32.abs(), torch.tensor(math.inf)) - ref32.abs()).double()
+    finite = torch.isfinite(ref32)
+    assert torch.equal(got[~finite], ref32[~finite]) or torch.equal(
+        got[~finite].isnan(), ref32[~finite].isnan()
+    )
+    return ((got.double() - reference).abs() / spacing)[finite].max().item()
+
+
+def test_special_functions_within_two_ulps_of_float64():
+    args = inputs()
+    compiled = compile_fn(special, args)
+    references = special(*[a.double() for a in args])
+    for k, (got, reference) in enumerate(zip(compiled(args), references)):
+        assert got.dtype == torch.float32
+        assert torch.equal(got.isnan(), reference.isnan()), k
+        assert torch.equal(got.isinf(), reference.float().isinf()), k
+        assert ulps(got, reference) <= 4 if k == 0 else ulps(got, reference) <= 2, k
+    assert compiled.program.fallbacks == []
+    half = [a.clamp(-0.99, 0.99).bfloat16() for a in args[:2]]
+    check_bfloat16(lambda u, p: (torch.erfinv(u), S.i0e(p * 3)), *half)
