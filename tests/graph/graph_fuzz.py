@@ -19,6 +19,7 @@ import torch.nn.functional as F  # noqa: N812 (the generated source says F.)
 
 from tests.graph.graph_fuzz_gaps import LIBRARY_FORMS, op_lowered_gaps
 from tests.graph.graph_fuzz_int import make_int_input, op_int_divide
+from tests.graph.graph_fuzz_ops_convs import op_conv_gaps
 from tests.graph.graph_fuzz_ops_pointwise import op_pointwise_gaps
 from tests.graph.graph_fuzz_ops_scans import op_scan_gaps
 from tests.graph.graph_fuzz_products import (  # (with the sizes every op draws from)
@@ -467,6 +468,7 @@ OPS = [
     (op_rows, 2),
     (op_matmul, 2),
     (op_conv, 2),
+    (op_conv_gaps, 1),
     (op_embedding, 0.3),
     (op_attention, 0.5),
     (op_lowered_gaps, 2),

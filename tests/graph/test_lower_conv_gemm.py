@@ -26,12 +26,12 @@ def test_split_k_convolutions_match_eager(monkeypatch, splits):
     reduction, their sum with the epilogue) built for this CPU, against eager: strides,
     dilation, padding, batch 2, filters no multiple of the 64-tile, a 1 x 1, an epilogue of
     bias, ReLU and an add."""
-    from tensorforge.graph import lower_linalg
+    from tensorforge.graph import lower_conv
 
     def forced(target, shape, channels, window, dtype):
         return splits if channels * window % splits == 0 else 0
 
-    monkeypatch.setattr(lower_linalg, "cuda_conv_splits", forced)
+    monkeypatch.setattr(lower_conv, "cuda_conv_splits", forced)
     x, w, b = rand(2, 6, 9, 7, seed=40), rand(5, 6, 3, 3, seed=41), rand(5, seed=42)
     w_1x1 = rand(7, 6, 1, 1, seed=43)
 

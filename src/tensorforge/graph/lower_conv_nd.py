@@ -1,4 +1,4 @@
-"""aten.convolution by its input's rank: 2-d (lower_linalg.py), 1-d as the 2-d path over a unit
+"""aten.convolution by its input's rank: 2-d (lower_conv.py), 1-d as the 2-d path over a unit
 height (so it gets the same direct, im2col and tensor-core schedules), 3-d as a 2-d one over
 its depth taps stacked as channels."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_linalg import convolution_2d
+from tensorforge.graph.lower_conv import convolution_2d
 from tensorforge.graph.lower_views import reshaped
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Lazy, Unsupported

@@ -1,20 +1,16 @@
-"""Matrix products and convolution as anchors (mm, addmm, bmm, convolution), and embedding.
+"""Matrix products as anchors (mm, addmm, bmm; convolutions: lower_conv.py), and embedding.
 
 Weights are constants: a constant right-hand matrix is packed once, at compile time, into the
 column panels the CPU matmul schedule reads (`packed[j // nr][k][j % nr]`, zero-padded), or,
-for bfloat16 on a CPU with its dot instruction, the dot micro-kernel's (lower_cpu_dot.py); a
-batch norm that follows a convolution is folded into its weights and bias.
+for bfloat16 on a CPU with its dot instruction, the dot micro-kernel's (lower_cpu_dot.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import operator
-
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, matmul_split_k, positions
+from tensorforge.graph.lower_conv_gemm import matmul_split_k
 from tensorforge.graph.lower_cpu_dot import (
     cpu_dot_bmm,
     cpu_dot_product,
@@ -22,24 +18,17 @@ from tensorforge.graph.lower_cpu_dot import (
     wants_cpu_dot_bmm,
 )
 from tensorforge.graph.lower_tensor_core import (
-    TF32_MIN_MACS,
-    tensor_core_conv,
     tensor_core_product,
-    wants_tensor_core_conv,
     wants_tensor_cores,
 )
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.split_k import cuda_conv_splits, cuda_matmul_splits
+from tensorforge.graph.split_k import cuda_matmul_splits
 from tensorforge.graph.symbols import is_symbolic
 from tensorforge.graph.values import (
     Anchor,
     Lazy,
     Unsupported,
     in_dtype,
-    in_opmath,
-    is_one,
-    is_static,
-    numel,
     opmath_dtype,
 )
 from tensorforge.te import dtype as dt
@@ -209,344 +198,6 @@ def addmm(ctx, node, bias, a, b, beta=1, alpha=1):
     product = _matmul(ctx, node, a, b, batched=False)
     fn = lambda c, d: c * alpha + d * beta if (alpha != 1 or beta != 1) else c + d  # noqa: E731
     return ctx.pointwise(fn, [product, ctx.lazy(bias)])
-
-
-def _folded_batch_norm(ctx, node):
-    """The batch norm right after this convolution, if it can fold into the weights."""
-    if len(node.users) != 1:
-        return None
-    (bn,) = node.users
-    if bn.target is aten._native_batch_norm_legit_no_training.default:
-        eps = bn.args[6]
-    elif bn.target is aten.native_batch_norm.default and not bn.args[5]:
-        eps = bn.args[7]
-    else:
-        return None
-    if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in bn.users):
-        return None
-    params = [ctx.env.get(a) if isinstance(a, torch.fx.Node) else None for a in bn.args[1:5]]
-    tensors = [ctx.constant(p) if p is not None else None for p in params]
-    if tensors[2] is None or tensors[3] is None:
-        return None
-    if any(p is not None and t is None for p, t in zip(params, tensors)):
-        return None
-    return bn, tensors, eps
-
-
-def convolution_2d(
-    ctx, node, x: Lazy, weight, bias, stride, padding, dilation, transposed, output_padding,
-    groups, shape, to_output=None,
-):  # fmt: skip
-    """aten.convolution of a 4-d input to `shape` (4-d); `to_output` views that value as the
-    node's own (a 1-d convolution's unit height dropped) before a folded batch norm takes it."""
-    dtype = ctx.dtype_of(node)
-    w = ctx.constant(weight)
-    if transposed:
-        w_shape = ctx.lazy(weight).shape
-        if w is not None and _transposed_as_matmul(
-            ctx, w, stride, padding, dilation, output_padding, groups
-        ):
-            return _conv_transpose_as_matmul(ctx, node, x, w, bias, dtype, shape, to_output)
-        x = _dilated_input(ctx, node, x, w_shape, stride, padding, dilation, output_padding)
-        if w is not None:
-            w = _flipped(w, groups)
-        else:
-            weight = _flipped_weights(ctx, node, ctx.lazy(weight), groups)
-        stride, padding = (1, 1), (0, 0)
-    b = ctx.constant(bias) if bias is not None else None
-    folded = (
-        _folded_batch_norm(ctx, node) if w is not None and (bias is None or b is not None) else None
-    )
-    if folded is not None:
-        bn, (gamma, beta, mean, var), eps = folded
-        scale = torch.rsqrt(var.float() + eps)
-        if gamma is not None:
-            scale = scale * gamma
-        w = w * scale.reshape(-1, 1, 1, 1)
-        b = ((b if b is not None else torch.zeros_like(mean)) - mean) * scale
-        if beta is not None:
-            b = b + beta
-    weight = ctx.add_constant(w, f"{node.name}_w") if w is not None else ctx.buffer(weight)
-    if folded is None:
-        bias_value = ctx.lazy(bias) if bias is not None else None
-    else:
-        bias_value = ctx.add_constant(b, f"{node.name}_b")
-    sh, sw = stride
-    ph, pw = padding
-    dh, dw = dilation
-    N, C, H, W = x.shape
-    F, cg, KH, KW = weight.shape
-    fg = F // groups
-    epilogue = lambda out: _conv_epilogue(  # noqa: E731
-        ctx, node, out, bias_value, folded, shape, dtype, to_output
-    )
-    acc = opmath_dtype(dtype)
-    lanes = _filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
-    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape):
-        out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
-        return epilogue(out)
-    splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
-    # TF32 for large convolutions only: below TF32_MIN_MACS float32's own schedules (direct,
-    # split-K staged) beat im2col + TF32. H100, fp32 ResNet-18, GPU time a call: its 231M
-    # layers in TF32 (2^28 -> 2^27) batch 2 531 -> 359 us, batch 4 597 -> 527; its 115M ones too
-    # (2^26) batch 1 331 -> 261 (session 14, before the tensor-core tiles no thinner than the
-    # rows: 332 against 380 with every convolution in TF32); its 58M stage entries stay direct
-    macs = numel(shape) * C * KH * KW if is_static(shape) else 0
-    tf32 = ctx.precision.conv_tf32 and macs >= TF32_MIN_MACS
-    if wants_tensor_core_conv(ctx.target, dtype, shape, groups, C * KH * KW, w is not None, tf32):
-        out = tensor_core_conv(ctx, node, x, w, shape, stride, padding, dilation, dtype)
-        return epilogue(out)
-    if groups == 1 and splits:
-        out = conv_split_k(ctx, node, x, w, shape, stride, padding, dilation, dtype, splits)
-        return epilogue(out)
-    if w is not None and groups == 1 and _as_matmul(ctx, shape, stride, KH, KW):
-        out = _conv_as_matmul(ctx, node, x, w, shape, stride, padding, dilation, dtype)
-        return epilogue(out)
-    x = _padded(ctx, node, ctx.buffer(x), padding)
-    rc = te.reduce_axis((0, cg), name="rc")
-    ry = te.reduce_axis((0, KH), name="ry")
-    rx = te.reduce_axis((0, KW), name="rx")
-
-    def body(n, f, y, xx):
-        c = rc.var if groups == 1 else (f // fg) * cg + rc.var
-        v = x.at((n, c, y * sh + ry.var * dh, xx * sw + rx.var * dw))
-        product = in_dtype(v, acc) * in_dtype(weight.at((f, rc.var, ry.var, rx.var)), acc)
-        return te.sum(product, axis=[rc, ry, rx])
-
-    conv = te.compute(shape, body, name=ctx.unique(f"conv_{node.name}"))
-    info = {"shape": shape, "stages": [conv], "groups": groups, "depthwise": cg == 1}
-    anchor = Anchor("conv2d", conv, frozenset(x.reads | weight.reads), (node.name,), info)
-    return epilogue(ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype))
-
-
-def _transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, groups) -> bool:
-    """A transposed convolution whose kernel equals its stride (UNet's 2 x 2, stride 2): each
-    input pixel writes its own s x s output block, a matrix product (no overlap, no zeros)."""
-    KH, KW = w.shape[2:]
-    return (
-        ctx.target.kind == "llvm"
-        and groups == 1
-        and tuple(stride) == (KH, KW)
-        and not any(padding)
-        and not any(output_padding)
-        and tuple(dilation) == (1, 1)
-    )
-
-
-def _conv_transpose_as_matmul(
-    ctx, node, x: Lazy, w: torch.Tensor, bias, dtype, out_shape, to_output
-) -> Lazy:
-    """out[n, f, y, x] = sum_c in[n, c, y / s, x / s] * w[c, f, y % s, x % s]: a 1 x 1
-    convolution to F * s * s channels (f, ky, kx), read back as the s x s blocks."""
-    C, F, KH, KW = w.shape
-    N, _, H, W = x.shape
-    blocks = w.permute(1, 2, 3, 0).reshape(F * KH * KW, C, 1, 1)
-    shape = (N, F * KH * KW, H, W)
-    product = _conv_as_matmul(ctx, node, x, blocks, shape, (1, 1), (0, 0), (1, 1), dtype)
-    product = ctx.buffer(product)
-
-    def at(idx):
-        n, f, y, xx = idx
-        return product.at((n, (f * KH + y % KH) * KW + xx % KW, y // KH, xx // KW))
-
-    out = Lazy(out_shape, dtype, at, product.reads, product.nodes, 3)
-    bias_value = ctx.lazy(bias) if bias is not None else None
-    return _conv_epilogue(ctx, node, out, bias_value, None, out_shape, dtype, to_output)
-
-
-def _flipped(w: torch.Tensor, groups: int) -> torch.Tensor:
-    """A transposed convolution's weights (C, F / groups, KH, KW) as a direct one's: flipped,
-    their in and out channels swapped within each group."""
-    C, fg, KH, KW = w.shape
-    flipped = w.reshape(groups, C // groups, fg, KH, KW).transpose(1, 2)
-    return flipped.reshape(groups * fg, C // groups, KH, KW).flip(2, 3).contiguous()
-
-
-def _flipped_weights(ctx, node, w: Lazy, groups: int) -> Lazy:
-    """`_flipped` of weights computed in the graph, as a kernel of their own."""
-    C, fg, KH, KW = w.shape
-    cg = C // groups
-    src = ctx.no_anchor(w)
-
-    def at(idx):
-        f, c, ky, kx = idx
-        return src.at(((f // fg) * cg + c, f % fg, KH - 1 - ky, KW - 1 - kx))
-
-    flipped = Lazy((groups * fg, cg, KH, KW), w.dtype, at, src.reads, src.nodes, 1 + src.cost)
-    return ctx.materialize(flipped, node=f"{node.name}_flipped")
-
-
-def _dilated_input(ctx, node, x: Lazy, w_shape, stride, padding, dilation, extra) -> Lazy:
-    """A transposed convolution as a direct one of stride 1 (over `_flipped` weights): the
-    input with stride - 1 zeros between its pixels, padded by dilation * (K - 1) - padding (and
-    output_padding after)."""
-    N, C, H, W = x.shape
-    KH, KW = w_shape[2:]
-    (sh, sw), (dh, dw) = stride, dilation
-    py, px = dh * (KH - 1) - padding[0], dw * (KW - 1) - padding[1]
-    if py < 0 or px < 0:
-        raise Unsupported("a transposed convolution padded past its kernel")
-    shape = (N, C, (H - 1) * sh + 1 + 2 * py + extra[0], (W - 1) * sw + 1 + 2 * px + extra[1])
-    src = ctx.no_anchor(x)
-
-    def at(idx):
-        n, c, y, xx = idx
-        iy, ix = y - py, xx - px
-        inside = te.all(
-            iy >= 0,
-            iy % sh == 0,
-            iy < (H - 1) * sh + 1,
-            ix >= 0,
-            ix % sw == 0,
-            ix < (W - 1) * sw + 1,
-        )
-        v = src.at((n, c, te.max(te.min(iy // sh, H - 1), 0), te.max(te.min(ix // sw, W - 1), 0)))
-        return te.if_then_else(inside, v, te.const(0, v.dtype))
-
-    dilated = Lazy(shape, x.dtype, at, src.reads, src.nodes, 3 + src.cost)
-    return ctx.materialize(dilated, node=f"{node.name}_dilated")
-
-
-def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_output) -> Lazy:
-    """Bias (the folded batch norm's shift included) added to the convolution's output, viewed
-    as the node's value by `to_output` (where not None)."""
-    if bias_value is not None:
-        out = ctx.pointwise(
-            lambda c, d: c + d, [out, _per_channel(bias_value)], shape=shape, dtype=dtype
-        )
-    if to_output is not None:
-        out = to_output(out)
-    if folded is not None:
-        out = dataclasses.replace(out, nodes=out.nodes + (folded[0].name,))
-        ctx.replaced[folded[0]] = (out, None, None)
-    return out
-
-
-def _filter_vectors(KH: int, KW: int, stride, shape) -> bool:
-    """Direct, vectors along the filters? All but the 1 x 1 convolutions of stride 1 (matrix
-    products of the input as it lies in memory) and those of one output row (a 1-d
-    convolution: its im2col columns are a small copy and the product's panels run along the
-    whole row; Whisper's 80 -> 384 over 3000, 1 thread: 6.8 -> 3.4 ms, eager 5.8)."""
-    return ((KH, KW) != (1, 1) or tuple(stride) != (1, 1)) and not is_one(shape[2])
-
-
-def _filter_lanes(target_lanes: int, filters: int) -> int:
-    """Lanes of the filter vectors: the target's full vector, or a half or quarter of it (a ymm
-    or xmm register on AVX-512) where that is what divides the filters; 0 where none of 4 lanes
-    or more does (8 or 24 filters take 8-lane vectors on a 16-lane target), or the filters are a
-    run-time size (weights that are an input under dynamic=True)."""
-    if not isinstance(filters, int):
-        return 0
-    lanes = target_lanes
-    while lanes >= 4 and filters % lanes:
-        lanes //= 2
-    return lanes if lanes >= 4 and lanes * 4 >= target_lanes else 0
-
-
-def _conv_filter_vectors(
-    ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype, lanes: int
-):
-    """Direct convolution with vectors along the filters: the weights packed once as
-    [F / lanes][C][KH][KW][lanes], so each step of the reduction broadcasts one input value per
-    output column and loads one weight vector per `lanes` filters. Any output width and stride
-    fills the vectors (the direct schedule along rows needs rows of whole vectors)."""
-    N, C, H, W = x.shape
-    F, _, KH, KW = w.shape
-    (sh, sw), (dh, dw) = stride, dilation
-    packed = w.reshape(F // lanes, lanes, C, KH, KW).permute(0, 2, 3, 4, 1).contiguous()
-    weights = ctx.add_constant(packed, f"{node.name}_wvec")
-    src = _padded(ctx, node, x, padding)
-    rc = te.reduce_axis((0, C), name="rc")
-    ry = te.reduce_axis((0, KH), name="ry")
-    rx = te.reduce_axis((0, KW), name="rx")
-    _, _, OH, OW = shape
-
-    def body(n, fo, y, xx, fi):
-        v = src.at((n, rc.var, y * sh + ry.var * dh, xx * sw + rx.var * dw))
-        w = in_opmath(weights.at((fo, rc.var, ry.var, rx.var, fi)))
-        return te.sum(in_dtype(v, w.dtype) * w, axis=[rc, ry, rx])
-
-    conv = te.compute((N, F // lanes, OH, OW, lanes), body, name=ctx.unique(f"conv_{node.name}"))
-    info = {"shape": shape, "stages": [conv], "groups": 1, "depthwise": False, "lanes": lanes}
-    anchor = Anchor("conv2d", conv, frozenset(src.reads | weights.reads), (node.name,), info)
-
-    def at(ia):
-        n, f, y, xx = ia
-        return conv[n, f // lanes, y, xx, f % lanes]
-
-    return ctx.anchored(anchor, at, dtype)
-
-
-def _padded(ctx, node, x: Lazy, padding) -> Lazy:
-    """The input in memory, zero-padded by `padding` (a kernel of its own if padded)."""
-    ph, pw = padding
-    if not (ph or pw):
-        return ctx.buffer(x)
-    N, C, H, W = x.shape
-    src = ctx.no_anchor(x)
-
-    def pad(idx):
-        n, c, y, xx = idx
-        iy, ix = y - ph, xx - pw
-        inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
-        v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
-        return te.if_then_else(inside, v, te.const(0, v.dtype))
-
-    shape = (N, C, H + 2 * ph, W + 2 * pw)
-    return ctx.materialize(
-        Lazy(shape, x.dtype, pad, src.reads, (), 2 + src.cost), node=f"{node.name}_pad"
-    )
-
-
-def _as_matmul(ctx, shape, stride, KH: int, KW: int) -> bool:
-    """Compute this convolution as a matrix product over im2col columns? Where output rows are
-    short (a direct schedule's vectors along a row would be mostly empty), strided (its vector
-    loads would be gathers), or the kernel is 1 x 1 (it is a matrix product already)."""
-    if ctx.target.kind != "llvm":
-        return False
-    OW = shape[3]
-    lanes = ctx.target.vector_lanes("float32")
-    tile = lanes * (-(-OW // lanes) if isinstance(OW, int) and OW <= 4 * lanes else 3)
-    return (
-        (KH == 1 and KW == 1)
-        or is_one(shape[2])  # one output row (a 1-d convolution): see _filter_vectors
-        or tuple(stride) != (1, 1)
-        or not isinstance(OW, int)
-        or OW < 2 * lanes
-        or OW % tile != 0  # the direct schedule's partial row tile is guarded throughout
-    )
-
-
-def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype):
-    """out[n, f, p] = sum_r W[f, r] * col[n, r, p], p = y * OW + x, r = (c, ky, kx): the
-    weights are the left matrix (rows of filters), the input's patches the right one, laid out
-    once (im2col) so the micro-kernel reads them as contiguous vectors along p."""
-    N = x.shape[0]
-    F, C, KH, KW = w.shape  # (the weights' C: static where the input's is a run-time size)
-    _, _, OH, OW = shape
-    K, P = C * KH * KW, OH * OW
-    acc = opmath_dtype(dtype)
-    weights = ctx.add_constant(w.reshape(F, K), f"{node.name}_wmat")
-    col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation)
-    r = te.reduce_axis((0, K), name="k")
-    C_ = te.compute(
-        (N, F, P),
-        lambda n, f, p: te.sum(
-            in_dtype(weights.at((f, r.var)), acc) * in_dtype(col_at(n, r.var, p), acc), axis=r
-        ),
-        name=ctx.unique(f"conv_{node.name}"),
-    )
-    info = {"shape": (N, F, P), "stages": [C_], "k": K}
-    anchor = Anchor("matmul", C_, frozenset(col.reads | weights.reads), (node.name,), info)
-    return ctx.anchored(
-        anchor, lambda ia: C_[tuple(ia)], dtype, shape=shape, to_logical=positions(OW)
-    )
-
-
-def _per_channel(v: Lazy) -> Lazy:
-    """A [C] vector as [C, 1, 1], broadcasting over an NCHW output."""
-    (c,) = v.shape
-    return Lazy((c, 1, 1), v.dtype, lambda idx: v.at((idx[0],)), v.reads, v.nodes, v.cost)
 
 
 @lowers(aten.embedding.default)

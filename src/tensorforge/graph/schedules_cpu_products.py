@@ -136,7 +136,7 @@ def schedule_conv2d(s, out, anchor, target) -> None:
 
 
 def _conv2d_filter_vectors(s, out, anchor, target) -> None:
-    """A direct convolution with vectors along the filters (lower_linalg's packed weights):
+    """A direct convolution with vectors along the filters (lower_conv's packed weights):
     a tile of `x_block` output columns x `f_vectors` vectors of filters accumulated in
     registers over the whole reduction (6 x 2: 12 accumulators, a broadcast and two weight
     vectors in AVX2's 16 registers; 7 x 2 spills, 1.6x slower); the epilogue stores each tile.
