@@ -50,7 +50,10 @@ def ulps(got, reference):
     return ((got.double() - reference).abs() / spacing)[finite].max().item()
 
 
-def test_special_functions_within_two_ulps_of_float64():
+def test_special_functions_within_two_ulps_of_float64(monkeypatch):
+    from tensorforge.graph import lower_special
+
+    monkeypatch.setattr(lower_special, "CPU_EAGER", set())  # (the GPU's kernels, checked here)
     args = inputs()
     compiled = compile_fn(special, args)
     references = special(*[a.double() for a in args])
@@ -62,3 +65,13 @@ def test_special_functions_within_two_ulps_of_float64():
     assert compiled.program.fallbacks == []
     half = [a.clamp(-0.99, 0.99).bfloat16() for a in args[:2]]
     check_bfloat16(lambda u, p: (torch.erfinv(u), S.i0e(p * 3)), *half)
+
+
+def test_lgamma_and_i1e_run_eagerly_on_the_cpu():
+    # eager torch's vectorized lgamma and i1e are faster there than the float64 series
+    x = torch.rand(37, generator=torch.Generator().manual_seed(2)) * 20 - 10
+    compiled = compile_fn(lambda x: (torch.lgamma(x) * 2, S.i1e(x) + 1, S.i0e(x)), [x])
+    assert sorted(target for _, target, _ in compiled.program.fallbacks) == [
+        "aten.lgamma.default",
+        "aten.special_i1e.default",
+    ]
