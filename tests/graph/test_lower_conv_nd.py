@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
-from tests.graph.test_fuzz_found import dynamic  # noqa: E402
+from tensorforge.graph import lower_conv_nd as conv_nd  # noqa: E402
+from tensorforge.graph.values import is_static  # noqa: E402
 from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
 from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
 
@@ -83,12 +84,24 @@ def test_run_time_sizes():
     def fn(x, w, dw, b, tw, x3, w3, gw3, b3):
         return (*conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3))
 
-    fast, nothing_eager = dynamic(fn)
-    for length in (13, 17):
-        inputs = conv1d_inputs(length, length) + conv3d_inputs(length)
-        for got, expected in zip(fast(*inputs), fn(*inputs)):
-            torch.testing.assert_close(got, expected, rtol=2e-5, atol=2e-5)
-    nothing_eager()
+    # on the CPU at run-time sizes they run eagerly (the 2-d path's generic schedule was 5x
+    # slower than eager); their kernels at run-time sizes are checked with the gate off
+    from tests.graph.test_dynamic_and_cuda import _find_compiled
+    from tests.graph.test_dynamic_rows import compiled_once
+
+    for gate in (True, False):
+        if not gate:
+            conv_nd.is_static = lambda sizes: True
+        try:
+            fast, graphs = compiled_once(fn)
+            for length in (13, 17):
+                inputs = conv1d_inputs(length, length) + conv3d_inputs(length)
+                for got, expected in zip(fast(*inputs), fn(*inputs)):
+                    torch.testing.assert_close(got, expected, rtol=2e-5, atol=2e-5)
+        finally:
+            conv_nd.is_static = is_static
+        reasons = {r for g in graphs for _, _, r in _find_compiled(g).program.fallbacks}
+        assert reasons == ({"a 1-d convolution of run-time sizes", "a 3-d convolution of run-time sizes"} if gate else set())  # fmt: skip
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
