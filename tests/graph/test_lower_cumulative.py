@@ -7,6 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tensorforge.graph import lower_scans  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
 from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
@@ -15,6 +16,8 @@ from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+    # the kernels the GPU takes, checked on the CPU too (there they run eagerly: the last test)
+    monkeypatch.setattr(lower_scans, "CPU_EAGER", set())
 
 
 def scans(x):
@@ -88,3 +91,14 @@ def test_scans_match_eager_on_the_gpu(shape):
     compiled = compile_aten(gm, [x], {}, Options(target="cuda"))
     for got, expected in zip(compiled([x]), scans(x)):
         torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-5, equal_nan=True)
+
+
+def test_cummax_cummin_and_logcumsumexp_run_eagerly_on_the_cpu(monkeypatch):
+    # slower than eager torch's there; cumsum and cumprod are kernels
+    monkeypatch.setattr(lower_scans, "CPU_EAGER", {*lower_scans.CPU_EAGER_DEFAULT})
+    x = rand(5, 37, seed=3)
+    check(
+        lambda x: (x.cumsum(1), x.cumprod(0), *x.cummax(1), torch.logcumsumexp(x, 0)),
+        x,
+        fallbacks=2,
+    )
