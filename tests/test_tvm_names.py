@@ -21,7 +21,7 @@ from tensorforge.tvm_names import MissingNameError
         (tf, "IRModule", "PrimFunc"),
         (tf, "placeholder", "te.placeholder"),
         (te, "hybrid", "te.compute"),
-        (te, "copysign", "call_pure_extern"),
+        (te, "ldexp", "call_pure_extern"),
         (te, "create_prim_func", "tf.lower"),
         (tf.tir, "transform", "trace=True"),
         (tf.tir, "Schedule", "te.create_schedule"),

@@ -104,15 +104,14 @@ TE = {
     **{
         name: "not provided; te offers exp, exp2, expm1, log, log2, log10, log1p, sqrt, rsqrt, "
         "sin, cos, tan, asin, acos, atan, atan2, sinh, cosh, tanh, asinh, acosh, atanh, sigmoid, "
-        "erf, erfc, floor, ceil, round, abs, power, fmod, hypot (or "
-        "tf.tir.call_pure_extern('float32', 'copysignf', x, y) for a libm function on the CPU)"
+        "erf, erfc, floor, ceil, round, abs, power, fmod, hypot, copysign, nextafter, "
+        "bitwise_and / or / xor, shift_left / right (or "
+        "tf.tir.call_pure_extern('float32', 'ldexpf', x, n) for a libm function on the CPU)"
         for name in (
             "exp10",
             "trunc",
             "nearbyint",
             "ldexp",
-            "nextafter",
-            "copysign",
             "isnan",
             "isinf",
             "isfinite",

@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import torch.nn.functional as F  # noqa: E402
+
 from tests.graph.test_adaptive_pools_and_layer_norms import (  # noqa: E402
     layer_norms,
     norm_inputs,
@@ -35,6 +37,12 @@ def all_gaps(a, b, c, x, y):
     return (*gaps(a, b, c, x, y), *norms_and_views(x, y[:3]))
 
 
+def one_row(x):
+    # row operators of a 1-d tensor: one row of a run-time length (the simple schedule's exps
+    # were a local array of that length: a BuildError, the graph run eagerly)
+    return torch.softmax(x, 0), torch.log_softmax(x * 2, 0), F.layer_norm(x, x.shape)
+
+
 def index_and_products(x):
     return (*index_reductions(x), *products(x))
 
@@ -51,6 +59,7 @@ CASES = {
     "pools": (pools, lambda: [rand(2, 3, 7, 11, seed=5)]),
     "layer_norms": (layer_norms, lambda: norm_inputs(6)),
     "gaps": (all_gaps, gap_inputs),  # bits, signs, clamps, norms, boolean reductions, diagonals
+    "one_row": (one_row, lambda: [rand(257, seed=9)]),
 }  # fmt: skip
 
 

@@ -62,11 +62,7 @@ def schedule_cuda(s, out, anchor) -> str:
     if anchor is not None and anchor.info.get("row_block"):
         schedule_split_rows(s, out, anchor)
         return SOURCES["split_rows"]
-    if (
-        kind in ("softmax", "layer_norm")
-        and len(s[out].op.axis) > 1
-        or is_row_reduction(out, anchor)
-    ):
+    if kind in ("softmax", "layer_norm") and s[out].op.axis or is_row_reduction(out, anchor):
         schedule_rows(s, out, anchor)
         return SOURCES["rows"]
     if anchor is None and _vector_width(out) > 1:

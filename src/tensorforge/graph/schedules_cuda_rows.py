@@ -16,8 +16,11 @@ def schedule_rows(s, out, anchor) -> None:
     """A block per row: each reduction stage reduced across the block's threads (its result in
     shared memory, for every thread), element-wise stages inlined, the epilogue along the row."""
     *rows, j = s[out].op.axis
-    row = s[out].fuse(*rows) if len(rows) > 1 else rows[0]
-    length = getattr(s[out].op.axis[-1].dom.extent, "value", None)
+    length = getattr(j.dom.extent, "value", None)
+    if not rows:  # one row (a 1-d softmax): a block axis of one
+        row, j = s[out].split(j, nparts=1)
+    else:
+        row = s[out].fuse(*rows) if len(rows) > 1 else rows[0]
     terms = [
         static_extent(st.op.reduce_axis[0]) for st in anchor.info["stages"] if st.op.reduce_axis
     ]
