@@ -93,3 +93,23 @@ def test_run_time_sizes():
                 g.double(), w.double(), rtol=1e-5, atol=1e-6
             )
     nothing_eager()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_norm_over_a_dimension_of_one_drops_it_on_the_gpu():
+    # torch 2.11's fake tensor kept the reduced dimension of 1: the kernel's output was
+    # (17, 1, 65, 1) where eager's is (17, 1, 65) (GPU fuzz seed 9188)
+    from tensorforge.graph import backend
+
+    x = torch.randn(17, 1, 65, 1, generator=torch.Generator().manual_seed(5)).cuda()
+
+    def fn(x):
+        return x.norm(dim=-1), torch.linalg.vector_norm(x, 3, (1, 3)), x.norm(dim=1, keepdim=True)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(fn, backend=backend)(x)
+    for g, e in zip(got, fn(x)):
+        assert g.shape == e.shape
+        torch.testing.assert_close(g, e)

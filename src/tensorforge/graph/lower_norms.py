@@ -39,10 +39,25 @@ def _norm(ctx, node, x: Lazy, dims, keepdim: bool, ord, out_dtype: str):
         combine = te.sum
         prologue = lambda v, i: te.power(te.abs(v), p)  # noqa: E731
         finish = lambda s: te.power(s, inverse)  # noqa: E731
-    x, stage, shape, *_ = reduction(ctx, node, x, dims, keepdim, combine, out_dtype, prologue)
+    x, stage, shape, *_ = reduction(
+        ctx, node, x, dims, keepdim, combine, out_dtype, prologue, out_shape=_reduced(ctx, node, x, dims, keepdim)
+    )  # fmt: skip
     anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
     at = (lambda ia: stage[tuple(ia)]) if finish is None else (lambda ia: finish(stage[tuple(ia)]))
     return ctx.anchored(anchor, at, out_dtype)
+
+
+def _reduced(ctx, node, x: Lazy, dims, keepdim: bool) -> tuple:
+    """The norm's shape from its dims, not the node's fake tensor: torch 2.11's kept a reduced
+    dimension of 1 (an H100 run, (17, 1, 65, 1) over dim -1: (17, 1, 65, 1), eager's
+    (17, 1, 65); GPU fuzz seed 9188)."""
+    shape = ctx.shape_of(node)
+    if not shape or not dims:  # a full reduction, a 0-d tensor's
+        return shape
+    reduced = {d % x.ndim for d in dims}
+    return tuple(
+        1 if d in reduced else x.shape[d] for d in range(x.ndim) if keepdim or d not in reduced
+    )
 
 
 @lowers(aten.linalg_vector_norm.default)

@@ -55,16 +55,20 @@ def _element_of(x: Lazy):
     return lambda idx: x.at(())
 
 
-def reduction(ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red"):
+def reduction(
+    ctx, node, x, dims, keepdim, combine, dtype, prologue=None, name="red", out_shape=None
+):
     """The anchor of reducing `x` over `dims` (all when empty) with `combine` (te.sum, te.max),
-    computed in `dtype`'s opmath dtype (float32 for a half type)."""
+    computed in `dtype`'s opmath dtype (float32 for a half type); of the node's shape unless
+    `out_shape` says it."""
     dtype = opmath_dtype(dtype)
     x = ctx.no_anchor(x)
     if x.ndim == 0:  # a 0-d tensor reduced over its dim 0 or -1: its one element as a vector
         x, dims = dataclasses.replace(x, shape=(1,), at=_element_of(x), source=None), [0]
     ndim = x.ndim
     dims = sorted({d % ndim for d in dims}) if dims else list(range(ndim))
-    out_shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else None
+    if out_shape is None and not isinstance(node.meta["val"], tuple):
+        out_shape = ctx.shape_of(node)
     if out_shape is None:
         out_shape = ctx.shape_of(node, 0)
     axes = [te.reduce_axis((0, x.shape[d]), name=f"r{d}") for d in dims]
