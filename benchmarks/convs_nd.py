@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import torch
 from torch import nn
+from torch_models import time_calls  # benchmarks/: the script's folder is on sys.path
 
 CASES = {
     "whisper": (lambda: nn.Conv1d(80, 384, 3, padding=1), (1, 80, 3000)),
@@ -23,13 +23,6 @@ CASES = {
     "conv3d": (lambda: nn.Conv3d(16, 16, 3, padding=1), (1, 16, 16, 32, 32)),
     "conv3d_stem": (lambda: nn.Conv3d(3, 32, (3, 7, 7), (1, 2, 2), (1, 3, 3)), (1, 3, 8, 64, 64)),
 }
-
-
-def time_call(fn, x, calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    return (time.perf_counter() - start) / calls
 
 
 def main() -> None:
@@ -54,8 +47,8 @@ def main() -> None:
             error = ((got - expected).abs().max() / expected.abs().max()).item()
             eager, ours = [], []
             for _ in range(args.repeats):
-                eager.append(time_call(model, x, 3))
-                ours.append(time_call(compiled, x, 3))
+                eager.append(time_calls(model, x, 3))
+                ours.append(time_calls(compiled, x, 3))
         e, t = min(eager) * 1e3, min(ours) * 1e3
         print(f"{name:12} {e:9.3f} {t:9.3f} {e / t:9.2f} {error:9.1e}")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import torch
+from torch_models import time_calls  # benchmarks/: the script's folder is on sys.path
 
 CASES = {
     "cumsum_4099": (lambda x: x.cumsum(-1), (64, 4099)),
@@ -25,13 +25,6 @@ CASES = {
     "cummin_short": (lambda x: x.cummin(-1), (4096, 50)),
     "logcumsumexp_4096": (lambda x: torch.logcumsumexp(x, -1), (64, 4096)),
 }
-
-
-def time_call(fn, x, calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    return (time.perf_counter() - start) / calls
 
 
 def difference(got, expected) -> float:
@@ -67,8 +60,8 @@ def main() -> None:
         diff = difference(compiled(x), fn(x))
         eager, ours = [], []
         for _ in range(args.repeats):
-            eager.append(time_call(fn, x, 3))
-            ours.append(time_call(compiled, x, 3))
+            eager.append(time_calls(fn, x, 3))
+            ours.append(time_calls(compiled, x, 3))
         e, t = min(eager) * 1e3, min(ours) * 1e3
         print(f"{name:18} {e:9.3f} {t:9.3f} {e / t:9.2f} {diff:9.1e}")
 

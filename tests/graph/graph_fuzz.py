@@ -141,6 +141,19 @@ class Generator:
         self.lines.append(f"{name} = {expr}")
         return name
 
+    def float_and_dim(self):
+        """(name, sample, dim) of a float value of rank 1 or more, the dim negative half the
+        time; None where there is none."""
+        x = self.pick(lambda t: t.is_floating_point() and t.dim() > 0)
+        if x is None:
+            return None
+        rank = self.samples[x].dim()
+        return (
+            x,
+            self.samples[x],
+            self.rng.randrange(rank) - (rank if self.rng.random() < 0.5 else 0),
+        )
+
     def pick(self, want=lambda t: True) -> str | None:
         names = [n for n, t in self.samples.items() if want(t) and t.numel()]  # (none empty)
         if not names:
@@ -426,12 +439,11 @@ def op_reduce(g: Generator):
 
 
 def op_rows(g: Generator):
-    x = g.pick(lambda t: t.is_floating_point() and t.dim() > 0)
-    if x is None:
+    picked = g.float_and_dim()
+    if picked is None:
         return None
-    t, rng = g.samples[x], g.rng
+    (x, t, d), rng = picked, g.rng
     rank = t.dim()
-    d = rng.randrange(rank) - (rank if rng.random() < 0.5 else 0)
     k = rng.randint(1, min(2, rank))
     norm = tuple(t.shape[rank - k :])
     w = g.new_input(norm, kind="randn", constant=rng.random() < 0.5) if rng.random() < 0.6 else None

@@ -37,12 +37,11 @@ LIBRARY_FORMS = (
 def op_lowered_gaps(g: Generator):
     """Operators that ran eagerly until session 16 (pointwise math, index reductions, scans,
     uneven adaptive pools), in their awkward forms: small arguments, signed divisors, integers."""
-    x = g.pick(lambda t: t.is_floating_point() and t.dim() > 0)
-    if x is None:
+    picked = g.float_and_dim()
+    if picked is None:
         return None
-    t, rng = g.samples[x], g.rng
+    (x, t, d), rng = picked, g.rng
     rank = t.dim()
-    d = rng.randrange(rank) - (rank if rng.random() < 0.5 else 0)
     keep = rng.random() < 0.4
     forms = [
         f"torch.log1p({x}.abs())",

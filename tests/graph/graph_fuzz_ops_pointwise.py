@@ -17,12 +17,11 @@ SHIFT_TYPES = ["torch.int8", "torch.int16", "torch.int32", "torch.int64", "torch
 
 
 def op_pointwise_gaps(g: Generator):
-    x = g.pick(lambda t: t.is_floating_point() and t.dim() > 0)
-    if x is None:
+    picked = g.float_and_dim()
+    if picked is None:
         return None
-    t, rng = g.samples[x], g.rng
+    (x, t, d), rng = picked, g.rng
     rank = t.dim()
-    d = rng.randrange(rank) - (rank if rng.random() < 0.5 else 0)
     keep = rng.random() < 0.4
     half = t.dtype != torch.float32
     forms = [

@@ -14,12 +14,10 @@ if TYPE_CHECKING:
 
 def op_scan_gaps(g: Generator):
     """A scan that ran eagerly until session 17, along a random dimension (negative or not)."""
-    x = g.pick(lambda t: t.is_floating_point() and t.dim() > 0)
-    if x is None:
+    picked = g.float_and_dim()
+    if picked is None:
         return None
-    t, rng = g.samples[x], g.rng
-    rank = t.dim()
-    d = rng.randrange(rank) - (rank if rng.random() < 0.5 else 0)
+    (x, t, d), rng = picked, g.rng
     forms = [
         f"({x} * 0.1 + 1).cumprod({d})",
         f"{x}.cummax({d})[0]",

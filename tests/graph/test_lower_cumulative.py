@@ -7,7 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorforge.graph import lower_scans  # noqa: E402
+from tensorforge.graph import registry  # noqa: E402
+from tensorforge.graph.registry import EAGER_ON_CPU  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
 from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
@@ -17,7 +18,7 @@ from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
 def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
     # the kernels the GPU takes, checked on the CPU too (there they run eagerly: the last test)
-    monkeypatch.setattr(lower_scans, "CPU_EAGER", set())
+    monkeypatch.setattr(registry, "EAGER_ON_CPU", {})
 
 
 def scans(x):
@@ -95,7 +96,7 @@ def test_scans_match_eager_on_the_gpu(shape):
 
 def test_cummax_cummin_and_logcumsumexp_run_eagerly_on_the_cpu(monkeypatch):
     # slower than eager torch's there; cumsum and cumprod are kernels
-    monkeypatch.setattr(lower_scans, "CPU_EAGER", {*lower_scans.CPU_EAGER_DEFAULT})
+    monkeypatch.setattr(registry, "EAGER_ON_CPU", EAGER_ON_CPU)
     x = rand(5, 37, seed=3)
     check(
         lambda x: (x.cumsum(1), x.cumprod(0), *x.cummax(1), torch.logcumsumexp(x, 0)),

@@ -16,7 +16,7 @@ import math
 import torch
 
 from tensorforge import te
-from tensorforge.graph.registry import lowers
+from tensorforge.graph.registry import eager_on_cpu, lowers
 from tensorforge.graph.values import Unsupported
 from tensorforge.te import dtype as dt
 
@@ -218,18 +218,16 @@ SPECIAL = {
 }
 
 
-# run eagerly on CPU targets, where torch's own vectorized kernels are faster than these
-# float64 series (1M float32 elements, 1 thread, Zen 5: lgamma 20.3 ms against eager's 4.2,
-# i1e 3.9 against 1.9; the others are 1.6-6x faster than eager). GPU targets take the kernels.
-CPU_EAGER = {aten.lgamma.default, aten.special_i1e.default}
+# eager on CPU targets, where torch's own vectorized kernels are faster than these float64
+# series (1M float32 elements, 1 thread, Zen 5: lgamma 20.3 ms against eager's 4.2, i1e 3.9
+# against 1.9; the others are 1.6-6x faster than eager)
+eager_on_cpu(aten.lgamma.default, aten.special_i1e.default)
 
 
 @lowers(*SPECIAL)
 def special(ctx, node, x):
     fn, compute = SPECIAL[node.target]
     dtype = ctx.dtype_of(node)
-    if node.target in CPU_EAGER and ctx.target.kind == "llvm":
-        raise Unsupported(f"{node.target} on the CPU (eager torch's vectorized one is faster)")
     if dtype == "float64":
         raise Unsupported(f"{node.target} of float64 (the series are float32-accurate)")
     if not dt.is_float(dtype):

@@ -22,7 +22,7 @@ from tensorforge.graph import symbols as sym
 from tensorforge.graph.constant_folding import ConstantFolding
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.options import Float32Precision
-from tensorforge.graph.registry import lowering_for
+from tensorforge.graph.registry import eager_on_cpu_reason, lowering_for
 from tensorforge.graph.values import (
     Buffer,
     Lazy,
@@ -152,6 +152,9 @@ class Lowerer(ConstantFolding):
         lowering = lowering_for(node.target)
         if lowering is None:
             return self._fold_or_eager(node, args, kwargs, "no lowering for this operator")
+        slower = eager_on_cpu_reason(node.target) if self.target.kind == "llvm" else None
+        if slower is not None:
+            return self._fold_or_eager(node, args, kwargs, slower)
         try:
             value = lowering(self, node, *args, **kwargs)
         except Unsupported as why:

@@ -19,7 +19,7 @@ def _addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     if alpha != 1:
         product = product * alpha
     if beta == 0:  # (torch ignores input then: NaN in it does not propagate)
-        return product.expand(input.shape).clone() if product.shape != input.shape else product
+        return product
     return input * beta + product if beta != 1 else input + product
 
 

@@ -22,6 +22,20 @@ def lowers(*ops) -> Callable:
     return register
 
 
+# operators whose kernels are slower than eager torch's on CPU targets (measured: each module's
+# note): the lowerer runs them eagerly there, GPU targets take the kernels
+EAGER_ON_CPU: dict[object, str] = {}
+
+
+def eager_on_cpu(*ops) -> None:
+    for op in ops:
+        EAGER_ON_CPU[op] = f"{op} on the CPU (eager torch's is faster)"
+
+
+def eager_on_cpu_reason(target) -> str | None:
+    return EAGER_ON_CPU.get(target)
+
+
 def lowering_for(target) -> Callable | None:
     """The lowering of an OpOverload, or of its packet (all overloads) when only that is listed."""
     fn = LOWERINGS.get(target)
