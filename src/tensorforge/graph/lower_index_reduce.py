@@ -11,12 +11,15 @@ which holds whether or not the backend's max propagates NaN (CUDA's fmaxf drops 
 from __future__ import annotations
 
 import dataclasses
-import operator
 
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_reduce import only_first_output_used, reduction, reduction_anchor
+from tensorforge.graph.lower_reduce import (
+    later_outputs_read,
+    reduction,
+    reduction_anchor,
+)
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Unsupported, in_dtype, opmath_dtype
 from tensorforge.te import dtype as dt
@@ -51,21 +54,13 @@ def max_dim(ctx, node, x, dim, keepdim=False):
     the indices where they are."""
     largest = node.target is aten.max.dim
     out_dtype = ctx.dtype_of(node, 0)
-    if not _indices_read(node):
+    if not later_outputs_read(node):
         combine = te.max if largest else te.min
         x, stage, shape, *_ = reduction(ctx, node, x, [dim], keepdim, combine, out_dtype)
         anchor = reduction_anchor(ctx, "reduce", [stage], x.reads, shape, x.nodes + (node.name,))
         return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], out_dtype), None
     anchor, value, index = _arg_reduce(ctx, node, x, [dim], keepdim, largest)
     return ctx.anchored(anchor, value, out_dtype), ctx.anchored(anchor, index, "int64")
-
-
-def _indices_read(node) -> bool:
-    try:
-        only_first_output_used(node)
-    except Unsupported:
-        return any(u.target is operator.getitem and u.args[1] == 1 for u in node.users)
-    return False
 
 
 def _arg_reduce(ctx, node, x, dims, keepdim, largest: bool):

@@ -8,7 +8,11 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_pools_nd import max_pool2d_with_indices
-from tensorforge.graph.lower_reduce import only_first_output_used, reduction_anchor
+from tensorforge.graph.lower_reduce import (
+    later_outputs_read,
+    only_first_output_used,
+    reduction_anchor,
+)
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Unsupported, in_dtype, opmath_dtype
 
@@ -59,14 +63,6 @@ def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
     return x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W)
 
 
-def _indices_read(node) -> bool:
-    try:
-        only_first_output_used(node)
-    except Unsupported:
-        return True
-    return False
-
-
 def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
     """The last of `out` windows ends inside `size` (unknown sizes: not proven)."""
     if not (isinstance(out, int) and isinstance(size, int)):
@@ -76,7 +72,7 @@ def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
 
 @lowers(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
 def max_pool2d(ctx, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    if node.target is aten.max_pool2d_with_indices.default and _indices_read(node):
+    if node.target is aten.max_pool2d_with_indices.default and later_outputs_read(node):
         return max_pool2d_with_indices(ctx, node, x, kernel, stride, padding, dilation, ceil_mode)
     padding = padding if isinstance(padding, (list, tuple)) else [padding]
     dilation = dilation if isinstance(dilation, (list, tuple)) else [dilation]

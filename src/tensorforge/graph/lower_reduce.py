@@ -43,12 +43,19 @@ def _float_size(n, dtype: str):
     return te.const(float(n), dtype) if isinstance(n, int) else n.astype(dtype)
 
 
-def only_first_output_used(node) -> None:
+def later_outputs_read(node) -> bool:
+    """Whether a result of `node` past its first (a statistic: mean, rstd, indices) is read."""
     for user in node.users:
         if user.target is operator.getitem and not user.users:
             continue  # a statistic nobody reads
         if user.target is not operator.getitem or user.args[1] != 0:
-            raise Unsupported("a statistic output (mean, rstd, indices) is used")
+            return True
+    return False
+
+
+def only_first_output_used(node) -> None:
+    if later_outputs_read(node):
+        raise Unsupported("a statistic output (mean, rstd, indices) is used")
 
 
 def _element_of(x: Lazy):
