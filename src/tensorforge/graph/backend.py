@@ -45,6 +45,9 @@ KEPT_WHOLE = (
     aten.silu,
     aten.hardtanh,
     aten.embedding,
+    aten.col2im,  # (their decompositions scatter with index_put: lower_fold.py gathers)
+    aten.max_unpool2d,
+    aten.max_unpool3d,
 )
 
 

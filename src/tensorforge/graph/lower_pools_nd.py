@@ -16,7 +16,7 @@ from tensorforge.te import dtype as dt
 aten = torch.ops.aten
 
 
-def _per_dim(v, dims: int, default) -> list:
+def per_dim(v, dims: int, default) -> list:
     v = default if v is None or (isinstance(v, (list, tuple)) and not v) else v
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return v * dims if len(v) == 1 else v
@@ -31,10 +31,10 @@ class Window:
         if self.x.ndim not in (dims + 1, dims + 2):
             raise Unsupported(f"a {dims}-d pool of a {self.x.ndim}-d tensor")
         self.dims, self.shape = dims, shape
-        self.kernel = _per_dim(kernel, dims, None)
-        self.stride = _per_dim(stride, dims, self.kernel)
-        self.padding = _per_dim(padding, dims, 0)
-        self.dilation = _per_dim(dilation, dims, 1)
+        self.kernel = per_dim(kernel, dims, None)
+        self.stride = per_dim(stride, dims, self.kernel)
+        self.padding = per_dim(padding, dims, 0)
+        self.dilation = per_dim(dilation, dims, 1)
         self.sizes = list(self.x.shape[-dims:])
         self.axes = [te.reduce_axis((0, k), name=f"r{d}") for d, k in enumerate(self.kernel)]
         self.name = name
