@@ -13,20 +13,42 @@ from tensorforge import te
 from tensorforge.graph.lower_pools_nd import per_dim
 from tensorforge.graph.lower_reduce import reduction_anchor
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.values import Unsupported, in_dtype, opmath_dtype
+from tensorforge.graph.values import Lazy, Unsupported, in_dtype, opmath_dtype
 
 aten = torch.ops.aten
 
 
-def _taps(out_position, pad, dilation, stride, blocks, axis):
-    """The window (block) whose tap `axis` lands on `out_position`, clamped into 0..blocks-1,
-    and whether one does: out = block * stride - pad + tap * dilation."""
-    t = out_position + pad - axis.var * dilation
-    block = te.floordiv(te.max(t, 0), stride) if stride != 1 else te.max(t, 0)
-    reaches = te.all(t >= 0, block < blocks)
-    if stride != 1:
-        reaches = te.all(reaches, te.floormod(te.max(t, 0), stride) == 0)
-    return te.min(block, blocks - 1), reaches
+class Reach:
+    """The windows (blocks) along one dimension that reach an output position o, where
+    o = block * stride - pad + tap * dilation: at step j of `steps`, (block, tap, whether that
+    window does). Without dilation only ceil(kernel / stride) taps can land on o (one where the
+    windows do not overlap): tap (o + pad) mod stride + j stride of block (o + pad) // stride - j;
+    with dilation, each tap j, where o + pad - j dilation is a multiple of the stride."""
+
+    def __init__(self, kernel: int, stride: int, pad: int, dilation: int, blocks):
+        self.kernel, self.stride, self.pad, self.dilation = kernel, stride, pad, dilation
+        self.blocks = blocks
+        self.steps = -(-kernel // stride) if dilation == 1 else kernel
+
+    def at(self, o, j):
+        s = self.stride
+        if self.dilation == 1:
+            t = o + self.pad  # >= 0
+            block = (te.floordiv(t, s) if s != 1 else t) - j
+            tap = t - block * s
+            reaches = te.all(block >= 0, block < self.blocks, tap < self.kernel)
+        else:
+            t = o + self.pad - j * self.dilation
+            block, tap = te.floordiv(te.max(t, 0), s) if s != 1 else te.max(t, 0), j
+            reaches = te.all(t >= 0, block < self.blocks)
+            if s != 1:
+                reaches = te.all(reaches, te.floormod(te.max(t, 0), s) == 0)
+        block = te.max(te.min(block, self.blocks - 1), 0)
+        return block, te.max(te.min(tap, self.kernel - 1), 0), reaches
+
+
+def _reaches(kernel, stride, padding, dilation, blocks) -> list[Reach]:
+    return [Reach(*a) for a in zip(kernel, stride, padding, dilation, blocks)]
 
 
 @lowers(aten.col2im.default)
@@ -37,26 +59,35 @@ def col2im(ctx, node, x, output_size, kernel_size, dilation, padding, stride):
     kernel, dilation = per_dim(kernel_size, 2, None), per_dim(dilation, 2, 1)
     padding, stride = per_dim(padding, 2, 0), per_dim(stride, 2, 1)
     shape = ctx.shape_of(node)
-    sizes = list(shape[-2:])
     blocks = [
         (size + 2 * p - d * (k - 1) - 1) // s + 1
-        for size, p, d, k, s in zip(sizes, padding, dilation, kernel, stride)
+        for size, p, d, k, s in zip(shape[-2:], padding, dilation, kernel, stride)
     ]
-    axes = [te.reduce_axis((0, k), name=f"r{d}") for d, k in enumerate(kernel)]
+    reach = _reaches(kernel, stride, padding, dilation, blocks)
     acc = opmath_dtype(x.dtype)
 
-    def body(*index):
+    def term(index, steps):
         *lead, y, xx = index
-        (by, y_in), (bx, x_in) = (
-            _taps(o, p, d, s, b, a)
-            for o, p, d, s, b, a in zip((y, xx), padding, dilation, stride, blocks, axes)
-        )
-        channel = (lead[-1] * kernel[0] + axes[0].var) * kernel[1] + axes[1].var
-        v = x.at((*lead[:-1], channel, by * blocks[1] + bx))
-        return te.sum(in_dtype(v, acc), axis=axes, where=te.all(y_in, x_in))
+        (by, ky, y_in), (bx, kx, x_in) = (r.at(o, j) for r, o, j in zip(reach, (y, xx), steps))
+        channel = (lead[-1] * kernel[0] + ky) * kernel[1] + kx
+        return in_dtype(x.at((*lead[:-1], channel, by * blocks[1] + bx)), acc), te.all(y_in, x_in)
+
+    nodes = x.nodes + (node.name,)
+    if all(r.steps == 1 for r in reach):  # windows that do not overlap: one term, no sum
+
+        def at(index):
+            v, inside = term(index, (0, 0))
+            return in_dtype(te.if_then_else(inside, v, te.const(0, acc)), x.dtype)
+
+        return Lazy(shape, x.dtype, at, x.reads, nodes, 4)
+    axes = [te.reduce_axis((0, r.steps), name=f"r{d}") for d, r in enumerate(reach)]
+
+    def body(*index):
+        v, inside = term(index, [a.var for a in axes])
+        return te.sum(v, axis=axes, where=inside)
 
     stage = te.compute(shape, body, name=ctx.unique(f"col2im_{node.name}"))
-    anchor = reduction_anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
+    anchor = reduction_anchor(ctx, "window", [stage], x.reads, shape, nodes)
     return ctx.anchored(anchor, lambda ia: stage[tuple(ia)], x.dtype)
 
 
@@ -95,59 +126,55 @@ def _max_unpool(ctx, node, x, indices, dims: int):
     if tuple(node.meta["val"].shape[-dims:]) != pooled_from[-dims:]:
         raise Unsupported("max_unpool to another size than the pool's input")
     x, indices = ctx.buffer(x), ctx.buffer(indices)
-    windows = list(x.shape[-dims:])
-    axes = [te.reduce_axis((0, k), name=f"r{d}") for d, k in enumerate(kernel)]
-    taps = 1
-    for k in kernel:
-        taps *= k
+    reach = _reaches(kernel, stride, padding, dilation, x.shape[-dims:])
 
-    def window_of(positions, tap_vars):
-        found, reaches = [], []
-        for o, p, d, s, b, t in zip(positions, padding, dilation, stride, windows, tap_vars):
-            block, inside = _taps(o, p, d, s, b, t)
-            found.append(block)
-            reaches.append(inside)
-        return found, te.all(*reaches)
-
-    def flat(positions):
-        at = te.const(0, "int64")
-        for o, size in zip(positions, shape[-dims:]):
-            at = at * size + o.astype("int64")
-        return at
-
-    def key_body(*index):  # the first tap (in window order) whose window's index names here
+    def candidate(index, steps):
+        """(the window at `steps`, whether it reaches here and its index names here)."""
         lead, positions = index[:-dims], index[-dims:]
-        found, reaches = window_of(positions, axes)
-        named = indices.at((*lead, *found)) == flat(positions)
-        tap = te.const(0, "int32")
-        for a, k in zip(axes, kernel):
-            tap = tap * k + a.var
-        return te.min(
-            te.if_then_else(named, tap, te.const(taps, "int32")), axis=axes, where=reaches
-        )
+        found, named = [], []
+        for r, o, j in zip(reach, positions, steps):
+            block, _, reaches = r.at(o, j)
+            found.append(block)
+            named.append(reaches)
+        flat = te.const(0, "int64")
+        for o, size in zip(positions, shape[-dims:]):
+            flat = flat * size + o.astype("int64")
+        window = (*lead, *found)
+        return window, te.all(*named, indices.at(window) == flat)
+
+    nodes = x.nodes + indices.nodes + (node.name,)
+    if all(r.steps == 1 for r in reach):  # windows that do not overlap: one candidate
+
+        def at(index):
+            window, named = candidate(tuple(index), [0] * dims)
+            return te.if_then_else(named, x.at(window), te.const(0, x.dtype))
+
+        return Lazy(shape, x.dtype, at, x.reads | indices.reads, nodes, 6)
+    axes = [te.reduce_axis((0, r.steps), name=f"r{d}") for d, r in enumerate(reach)]
+    count = 1
+    for r in reach:
+        count *= r.steps
+
+    def key_body(*index):  # the first window (in step order) whose index names here
+        _, named = candidate(index, [a.var for a in axes])
+        step = te.const(0, "int32")
+        for a, r in zip(axes, reach):
+            step = step * r.steps + a.var
+        return te.min(te.if_then_else(named, step, te.const(count, "int32")), axis=axes)
 
     key = te.compute(shape, key_body, name=ctx.unique(f"unpool_key_{node.name}"))
-    nodes = x.nodes + indices.nodes + (node.name,)
     anchor = reduction_anchor(ctx, "window", [key], x.reads | indices.reads, shape, nodes)
 
     def value(ia):
         ia = tuple(ia)
-        tap, remaining = key[ia], []
-        for k in reversed(kernel):  # the tap's position along each dimension
-            remaining.insert(0, te.floormod(tap, k))
-            tap = te.floordiv(tap, k)
-        found, _ = window_of(ia[-dims:], [_Tap(r) for r in remaining])
-        v = x.at((*ia[:-dims], *found))
-        return te.if_then_else(key[ia] < taps, v, te.const(0, v.dtype))
+        step, steps = key[ia], []
+        for r in reversed(reach):  # the step along each dimension
+            steps.insert(0, te.floormod(step, r.steps))
+            step = te.floordiv(step, r.steps)
+        window, _ = candidate(ia, steps)
+        return te.if_then_else(key[ia] < count, x.at(window), te.const(0, x.dtype))
 
     return ctx.anchored(anchor, value, x.dtype)
-
-
-class _Tap:
-    """A tap position given as an expression, where _taps expects a reduce axis."""
-
-    def __init__(self, expr):
-        self.var = expr
 
 
 @lowers(aten.max_unpool2d.default)
