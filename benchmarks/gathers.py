@@ -35,6 +35,9 @@ def _unpool3d(x):
 
 
 GRID = _grid(8, 64, 64)
+torch.manual_seed(0)
+UP3 = torch.nn.ConvTranspose3d(16, 16, 3, 2, 1, 1).eval().requires_grad_(False)
+UP3_2 = torch.nn.ConvTranspose3d(32, 16, 2, 2).eval().requires_grad_(False)
 CASES = {
     "grid_bilinear": (lambda x: F.grid_sample(x, GRID, align_corners=False), (8, 16, 64, 64)),
     "grid_nearest": (
@@ -49,6 +52,10 @@ CASES = {
     "fold_stride2": (lambda x: F.fold(x, (64, 64), 2, stride=2), (8, 32 * 4, 32 * 32)),
     "max_unpool2d": (_unpool2d, (8, 32, 64, 64)),
     "max_unpool3d": (_unpool3d, (4, 16, 16, 32, 32)),
+    "adaptive_avg3d": (lambda x: F.adaptive_avg_pool3d(x, (5, 7, 7)), (4, 16, 16, 32, 32)),
+    "adaptive_max3d": (lambda x: F.adaptive_max_pool3d(x, (5, 7, 7)), (4, 16, 16, 32, 32)),
+    "conv_t3d_k3s2": (UP3, (2, 16, 8, 16, 16)),
+    "conv_t3d_k2s2": (UP3_2, (2, 32, 8, 16, 16)),
 }
 
 
