@@ -1,4 +1,4 @@
-"""Bitwise and/or/xor and shifts of integers, copysign, signbit, nextafter, angle, clamp by
+"""Bitwise and/or/xor and shifts of integers, copysign, signbit, nextafter, ldexp, angle, clamp by
 tensors and rrelu in inference as kernels (they ran eagerly), against eager torch: every integer
 type, shift counts past the width and negative, signed zeros and NaN's sign, broadcasting,
 empty tensors, half types, run-time sizes."""
@@ -109,9 +109,19 @@ def test_run_time_sizes_and_cosine_similarity():
     nothing_eager()
 
 
+def scalings(x, e):
+    return torch.ldexp(x, e), torch.ldexp(x.half(), e - 20), torch.ldexp(x.double(), e * 9)
+
+
+def test_ldexp_by_tensors():
+    x = torch.cat([rand(3, 31, seed=11) * 10, torch.tensor([[0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.0]] * 3)], 1)  # fmt: skip
+    e = ints((3, 1), torch.int32, 12, -160, 140)  # 2^e underflows and overflows too
+    check(scalings, x, e)
+
+
 def gaps(a, b, c, x, y):
     """Each operator of this file's in one graph: the nvcc build and GPU run cases."""
-    return (*bits(a, b, c), *signs(x, y), *clamps(x, y[:1], y))
+    return (*bits(a, b, c), *signs(x, y), *clamps(x, y[:1], y), *scalings(x[:3], c))
 
 
 def gap_inputs():

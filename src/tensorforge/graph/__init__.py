@@ -9,6 +9,7 @@ schedules (schedules.py) -> one compiled callable with planned intermediates (pr
 from tensorforge.graph import (
     lower_batch_norm,
     lower_bits,
+    lower_buckets,
     lower_conv_nd,
     lower_fold,
     lower_grid_sample,

@@ -1,5 +1,5 @@
 """Element-wise operators on bits and signs: bitwise and/or/xor and shifts of integers, copysign,
-signbit, nextafter, the angle of real numbers; clamp by tensors; rrelu in inference."""
+signbit, nextafter, ldexp, the angle of real numbers; clamp by tensors; rrelu in inference."""
 
 from __future__ import annotations
 
@@ -126,6 +126,23 @@ def nextafter(ctx, node, a, b):
     if dt.is_half(dtype):  # its steps are the half type's, not float32's
         raise Unsupported(f"nextafter of {dtype}")
     return ctx.pointwise(te.nextafter, [a, b], compute=dtype)
+
+
+@lowers(aten.ldexp.Tensor)
+def ldexp(ctx, node, x, exponent):
+    """x 2^e, as C's ldexp (torch's on the CPU: inf 2^-200 is inf, where inf * pow(2, -200)
+    is NaN): by three factors 2^(e/3), each finite and not 0, over e clamped where the result
+    is 0 or inf already (float32's results span 2^-149 to 2^128)."""
+    dtype = ctx.dtype_of(node)
+    limit = 3000 if dtype == "float64" else 300
+
+    def fn(v, e):
+        e = te.max(te.min(e, te.const(limit, e.dtype)), te.const(-limit, e.dtype))
+        third = te.floor(e / te.const(3.0, e.dtype))
+        return v * te.exp2(third) * te.exp2(third) * te.exp2(e - third - third)
+
+    compute = "float64" if dtype == "float64" else "float32"
+    return ctx.pointwise(fn, [x, exponent], compute=compute)
 
 
 @lowers(aten.angle.default)

@@ -1,0 +1,53 @@
+"""bucketize and searchsorted as counts, against eager torch: left and right, out_int32, a
+sequence per row, sorter=, ties among the boundaries, NaN values, values on a boundary; a long
+sequence runs eagerly on the CPU."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.graph.test_lowering import check, compile_fn, rand  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def buckets(v, boundaries, rows):
+    s = rows.sort(-1).values
+    return (
+        torch.bucketize(v, boundaries), torch.bucketize(v, boundaries, right=True, out_int32=True),
+        torch.searchsorted(s, v), torch.searchsorted(s, v, side="right"),
+        torch.searchsorted(rows, v, sorter=rows.argsort(-1)),
+        torch.searchsorted(boundaries, v, right=True),
+    )  # fmt: skip
+
+
+def inputs(seed):
+    v = rand(5, 33, seed=seed)
+    v[0, :4] = torch.tensor([0.0, float("nan"), 1.0, -0.5])  # on boundaries, NaN
+    boundaries = torch.tensor([-1.0, -0.5, 0.0, 0.0, 0.3, 1.0])  # a tie
+    return [v, boundaries, rand(5, 9, seed=seed + 1)]
+
+
+def test_bucketize_and_searchsorted():
+    check(buckets, *inputs(1), fallbacks=2)  # (the sort and argsort run eagerly)
+
+
+def test_a_long_sequence_runs_eagerly_on_the_cpu():
+    compiled = compile_fn(lambda v, s: torch.bucketize(v, s), [rand(7, seed=3), rand(65, seed=4)])
+    assert [r for _, _, r in compiled.program.fallbacks] == [
+        "a search of a sequence of 65 elements on the CPU"
+    ]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_bucketize_and_searchsorted_match_eager_on_the_gpu():
+    from tests.graph.test_lower_fold import on_the_gpu
+
+    def fn(v, boundaries, rows):  # (without the sorts, which have no kernel)
+        return torch.bucketize(v, boundaries, right=True), torch.searchsorted(rows, v[:, :9])
+
+    on_the_gpu(fn, inputs(2), rtol=0)
