@@ -33,7 +33,7 @@ def op_conv_gaps(g: Generator):
         stride, dilation = rng.choice([1, 1, 2, 3]), rng.choice([1, 1, 2])
         constant = rng.random() < 0.5
         bias = g.new_input((groups * fg,), constant=True) if rng.random() < 0.5 else None
-        if kind == 1 and dims < 3:
+        if kind == 1:
             w = g.new_input((c, fg, *k), constant=constant)
             pad = rng.randint(0, min(k) // 2)
             extra = rng.randint(0, max(stride, dilation) - 1)

@@ -1,5 +1,5 @@
 """The kernels of math, index reduction, scan (cumsum, cumprod, cummax / cummin, logcumsumexp),
-adaptive pool and layer norm lowerings built for CUDA at run-time sizes (dynamic=True: sizes are
+adaptive pool, layer norm and gather (grid_sample, fold, max_unpool, bucketize) lowerings built for CUDA at run-time sizes (dynamic=True: sizes are
 kernel arguments, cumsum takes its two-level form, adaptive windows their bounds) and compiled by
 nvcc for sm_90a and sm_80 (no GPU: the build is what counts; the static builds are each test file's
 own)."""
@@ -37,6 +37,19 @@ def all_gaps(a, b, c, x, y):
     return (*gaps(a, b, c, x, y), *norms_and_views(x, y[:3]))
 
 
+def gathers(x, grid, cols, v):
+    # grid_sample, fold, max_unpool, 3-d adaptive pools, bucketize (lower_grid_sample.py,
+    # lower_fold.py, lower_pools_nd.py, lower_buckets.py)
+    m, i = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    x3 = x.unsqueeze(2)
+    return (
+        F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False),
+        F.fold(cols, (5, 6), 2), F.max_unpool2d(m, i, 3, 2, 1, output_size=x.shape[-2:]),
+        F.adaptive_avg_pool3d(x3, (1, 2, 3)),
+        torch.bucketize(v, torch.tensor([-1.0, 0.0, 0.5]), right=True),
+    )  # fmt: skip
+
+
 def one_row(x):
     # row operators of a 1-d tensor: one row of a run-time length (the simple schedule's exps
     # were a local array of that length: a BuildError, the graph run eagerly)
@@ -60,6 +73,7 @@ CASES = {
     "layer_norms": (layer_norms, lambda: norm_inputs(6)),
     "gaps": (all_gaps, gap_inputs),  # bits, signs, clamps, norms, boolean reductions, diagonals
     "one_row": (one_row, lambda: [rand(257, seed=9)]),
+    "gathers": (gathers, lambda: [rand(2, 3, 7, 9, seed=10), rand(2, 4, 5, 2, seed=11), rand(2, 12, 20, seed=12), rand(3, 11, seed=13)]),
 }  # fmt: skip
 
 

@@ -1,0 +1,53 @@
+"""Gathers for graph_fuzz.py's programs: grid_sample (every mode, padding and alignment), fold,
+max_unpool of a max pool's indices, 3-d adaptive pools, bucketize and searchsorted."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tests.graph.graph_fuzz_products import MAX_NUMEL
+
+if TYPE_CHECKING:
+    from tests.graph.graph_fuzz import Generator
+
+
+def op_gathers(g: Generator):
+    rng = g.rng
+    kind = rng.randrange(5)
+    if kind == 0:  # grid_sample of an image, the grid an input (out of range in part)
+        x = g.pick(lambda t: t.is_floating_point() and t.dim() == 4 and t.numel() <= MAX_NUMEL)
+        if x is None:
+            return None
+        n = g.samples[x].shape[0]
+        grid = g.new_input((n, rng.choice([1, 3, 5]), rng.choice([1, 4, 7]), 2))
+        mode = rng.choice(["'bilinear'", "'nearest'", "'bicubic'"])
+        padding = rng.choice(["'zeros'", "'border'", "'reflection'"])
+        return f"F.grid_sample({x}, {grid}, {mode}, {padding}, align_corners={rng.random() < 0.5})"
+    if kind == 1:  # fold of columns
+        k, s = rng.choice([1, 2, 3]), rng.choice([1, 2])
+        p, size = rng.randint(0, k // 2), [rng.choice([3, 5, 8]) for _ in range(2)]
+        blocks = 1
+        for n in size:
+            blocks *= (n + 2 * p - k) // s + 1
+        cols = g.new_input((rng.choice([1, 2]), rng.choice([1, 3]) * k * k, blocks))
+        return f"F.fold({cols}, {tuple(size)}, {k}, padding={p}, stride={s})"
+    x = g.pick(lambda t: t.is_floating_point() and t.dim() in (4, 5) and t.numel() <= MAX_NUMEL)
+    if x is None:
+        return None
+    t = g.samples[x]
+    dims = t.dim() - 2
+    if kind == 2:  # max_unpool of the pool's values (or a function of them)
+        k, s = rng.choice([2, 3]), rng.choice([1, 2, 3])
+        if min(t.shape[2:]) < k:
+            return None
+        p = rng.randint(0, k // 2)
+        pool = f"F.max_pool{dims}d({x}, {k}, {s}, {p}, return_indices=True)"
+        size = f"{x}.shape[-{dims}:]"
+        return f"F.max_unpool{dims}d(*{pool}, {k}, {s}, {p}, output_size={size})"
+    if kind == 3:
+        x3 = x if dims == 3 else f"{x}.unsqueeze(2)"
+        out = tuple(rng.choice([1, 2, 3, 5]) for _ in range(3))
+        return rng.choice([f"F.adaptive_avg_pool3d({x3}, {out})", f"F.adaptive_max_pool3d({x3}, {out})"])  # fmt: skip
+    boundaries = sorted(round(rng.uniform(-2, 2), 1) for _ in range(rng.randint(1, 9)))
+    right = rng.random() < 0.5
+    return f"torch.bucketize({x}, torch.tensor({boundaries}), right={right}).float()"
