@@ -38,6 +38,8 @@ GRID = _grid(8, 64, 64)
 torch.manual_seed(0)
 UP3 = torch.nn.ConvTranspose3d(16, 16, 3, 2, 1, 1).eval().requires_grad_(False)
 UP3_2 = torch.nn.ConvTranspose3d(32, 16, 2, 2).eval().requires_grad_(False)
+BOUNDARIES = torch.linspace(-2, 2, 16)
+EXPONENTS = torch.randint(-20, 20, (1024, 1024), dtype=torch.int32)
 CASES = {
     "grid_bilinear": (lambda x: F.grid_sample(x, GRID, align_corners=False), (8, 16, 64, 64)),
     "grid_nearest": (
@@ -56,6 +58,12 @@ CASES = {
     "adaptive_max3d": (lambda x: F.adaptive_max_pool3d(x, (5, 7, 7)), (4, 16, 16, 32, 32)),
     "conv_t3d_k3s2": (UP3, (2, 16, 8, 16, 16)),
     "conv_t3d_k2s2": (UP3_2, (2, 32, 8, 16, 16)),
+    "bucketize_16": (lambda x: torch.bucketize(x, BOUNDARIES), (1024, 1024)),
+    "searchsorted_rows": (
+        lambda x: torch.searchsorted(x[:, :32].contiguous().sort(-1).values, x, right=True),
+        (1024, 1024),
+    ),
+    "ldexp": (lambda x: torch.ldexp(x, EXPONENTS), (1024, 1024)),
 }
 
 
