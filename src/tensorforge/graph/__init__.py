@@ -18,6 +18,7 @@ from tensorforge.graph import (
     lower_pools_nd,
     lower_reduce,
     lower_scans,
+    lower_scatter,
     lower_special,
     lower_views,
 )  # noqa: E402, I001

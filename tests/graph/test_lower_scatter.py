@@ -1,0 +1,122 @@
+"""scatter, scatter_add, scatter_reduce, index_put (index_add, index_copy) and embedding_bag as
+ir_builder kernels (they ran eagerly), against eager torch: duplicate indices, negative and
+out-of-range ones where eager accepts them, int32 and int64 indices, broadcast values, empty
+sources, odd shapes; their CUDA kernels through nvcc, and on the GPU (-m cuda)."""
+
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
+from tests.graph.test_lowering import check, rand  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+def ints(low, high, shape, seed, dtype=torch.int64):
+    return torch.randint(low, high, shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def scatters(x, index, src):
+    """Along each dimension of (5, 7, 3): the index (3, 7, 2) narrower than x, with duplicates."""
+    i1 = index % 7
+    i0 = index % 5
+    return (
+        x.scatter(1, i1, src), x.scatter(0, i0, 2.5), x.scatter_add(1, i1, src),
+        x.scatter_add(2, index % 3, src), x.scatter(1, i1, src, reduce="multiply"),
+        x.scatter(2, index % 3, 1.5, reduce="add"),
+        *[x.scatter_reduce(d, i, src, r, include_self=s)
+          for d, i in ((0, i0), (1, i1))
+          for r in ("sum", "prod", "mean", "amax", "amin") for s in (True, False)],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_scatter_family(dtype):
+    x, src = rand(5, 7, 3, seed=1), rand(3, 7, 2, seed=2)
+    check(scatters, x, ints(0, 35, (3, 7, 2), 3, dtype), src, rtol=1e-4)
+
+
+def test_scatter_of_integers_and_one_element():
+    x, index, src = ints(-9, 9, (4, 6), 4), ints(0, 6, (4, 6), 5), ints(-9, 9, (4, 6), 6)
+    check(lambda x, i, s: (x.scatter_add(1, i, s), x.scatter_reduce(1, i, s, "amax", include_self=False), x.scatter(1, i, s)), x, index, src)  # fmt: skip
+    one = rand(1, 1, seed=7)
+    check(lambda x, i: (x.scatter_add(0, i, x * 2), x.scatter(1, i, 3.0)), one, ints(0, 1, (1, 1), 8))  # fmt: skip
+
+
+def index_puts(x, rows, cols, values, row_values):
+    return (
+        x.index_put((rows,), row_values, accumulate=True),
+        x.index_put((rows,), row_values[0]),  # values broadcast along the index
+        x.index_put((rows, cols), values, accumulate=True),
+        x.index_put((rows, cols), torch.tensor(2.0)),
+        x.index_add(0, rows % 5, row_values, alpha=0.5),  # (eager refuses negative rows)
+        x.index_copy(0, (rows % 5).long(), row_values),  # (int64 only)
+        x.index_add(1, cols, x[:, :11] * 3),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_index_put_add_copy(dtype):
+    x = rand(5, 13, seed=9)
+    rows = ints(-5, 5, (11,), 10, dtype)  # negative rows count from the end; duplicates
+    cols = ints(0, 13, (11,), 11, dtype)
+    check(index_puts, x, rows, cols, rand(11, seed=12), rand(11, 13, seed=13), rtol=1e-4)
+
+
+def test_empty_source_and_accumulating_duplicates():
+    x = rand(6, 3, seed=14)
+    empty = torch.zeros(0, dtype=torch.int64)
+    check(lambda x, i: (x.index_put((i,), torch.ones(0, 3), accumulate=True), x.index_add(0, i, x[:0])), x, empty)  # fmt: skip
+    same = torch.full((50,), 4)
+    check(lambda x, i: x.index_put((i,), torch.arange(50.0)[:, None].expand(50, 3), accumulate=True), x, same)  # fmt: skip
+
+
+def test_out_of_range_indices_write_nothing():
+    """Eager raises; the kernel must not write outside the tensor (the check is that nothing
+    crashes and the in-range updates land)."""
+    from tests.graph.test_lowering import compile_fn
+
+    x, src = rand(4, 5, seed=15), rand(4, 5, seed=16)
+    index = torch.tensor([[0, 1, 2, 3, 4]] * 3 + [[0, 1, 2, 3, 99]])
+    compiled = compile_fn(lambda x, i, s: x.scatter_add(1, i, s), [x, ints(0, 5, (4, 5), 17), src])
+    (got,) = compiled([x, index, src])
+    expected = x.clone()
+    expected[:3] += src[:3]
+    expected[3, :4] += src[3, :4]
+    assert torch.allclose(got, expected)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_cuda_builds_compile_with_nvcc(arch):
+    x, src = rand(5, 7, 3, seed=1), rand(3, 7, 2, seed=2)
+    assert nvcc_problem(scatters, [x, ints(0, 35, (3, 7, 2), 3), src], arch) is None
+    x = rand(5, 13, seed=9)
+    inputs = [x, ints(-5, 5, (11,), 10), ints(0, 13, (11,), 11), rand(11, seed=12), rand(11, 13, seed=13)]  # fmt: skip
+    assert nvcc_problem(index_puts, inputs, arch) is None
+
+
+@pytest.mark.cuda
+def test_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("this torch build has no CUDA")
+    from tests.graph.test_lowering import compile_fn
+
+    x, src = rand(5, 7, 3, seed=1).cuda(), rand(3, 7, 2, seed=2).cuda()
+    index = ints(0, 35, (3, 7, 2), 3).cuda()
+    x2 = rand(5, 13, seed=9).cuda()
+    cases = [
+        (scatters, [x, index, src]),
+        (index_puts, [x2, ints(-5, 5, (11,), 10).cuda(), ints(0, 13, (11,), 11).cuda(), rand(11, seed=12).cuda(), rand(11, 13, seed=13).cuda()]),
+    ]  # fmt: skip
+    for fn, inputs in cases:
+        compiled = compile_fn(fn, inputs)
+        assert compiled.target.kind == "cuda" and compiled.program.fallbacks == []
+        for g, e in zip(compiled(list(inputs)), fn(*inputs)):
+            assert torch.allclose(g, e, rtol=1e-4, atol=1e-5), (g - e).abs().max()
