@@ -97,6 +97,19 @@ def each(ib, extent, cuda: bool, name: str, parallel: bool = True) -> Iterator[t
             yield i
 
 
+def vector_loop(ib, extent: int, lanes: int, body: Callable, name: str = "d") -> None:
+    """`body(d)` for d in [0, extent): whole vectors of `lanes` (a vectorized inner loop),
+    then the tail one element at a time (`body` is called twice: the vectors', the tail's)."""
+    whole = extent - extent % lanes if lanes > 1 else 0
+    if whole:
+        with ib.for_range(0, whole // lanes, name=f"{name}v") as v:
+            with ib.for_range(0, lanes, name=f"{name}l", kind="vectorize") as lane:
+                body(v * lanes + lane)
+    if whole < extent:
+        with ib.for_range(whole, extent, name=name) as d:
+            body(d)
+
+
 def copy(ib, src, out, count, cuda: bool) -> None:
     """out[:count] = src[:count] (cast to out's dtype): chunks in parallel on the CPU."""
     if cuda:

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 import torch
 
 from tensorforge import te
-from tensorforge.graph.extern_kernels import CHUNK, copy, each, extern_kernel, numel, wide
+from tensorforge.graph.extern_kernels import (
+    CHUNK,
+    copy,
+    each,
+    extern_kernel,
+    numel,
+    vector_loop,
+    wide,
+)
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Lazy, Unsupported, broadcast_index, opmath_dtype
 from tensorforge.te import dtype as dt
@@ -70,14 +78,17 @@ class Fibers:
     out_inner: Callable
 
 
-def _walk(ib, fibers: Fibers, cuda: bool, passes: list[Callable]) -> None:
+def _walk(ib, fibers: Fibers, cuda: bool, passes: list[Callable], lanes: int = 1) -> None:
     """Each pass `visit(position, k, o, b)` over the fibers' source positions, in order per
     fiber; a task's fibers are one CUDA thread's (o, b), or a CPU chunk of b's for one o."""
     f = fibers
 
-    def at(o, t, b):
+    def position(o, t, b):
         outer, inner = wide(f.out_outer(o)), wide(f.out_inner(b))
-        return ib.let("at", (outer * wide(f.extent) + t) * wide(f.inner) + inner)
+        return (outer * wide(f.extent) + t) * wide(f.inner) + inner
+
+    def at(o, t, b):
+        return ib.let("at", position(o, t, b))
 
     if cuda:
         inner = wide(f.source_inner)
@@ -102,6 +113,13 @@ def _walk(ib, fibers: Fibers, cuda: bool, passes: list[Callable]) -> None:
                     t, valid = f.target(o, k, None)
                     with ib.if_scope(valid):
                         t = ib.let("t", t)
+                        if isinstance(f.source_inner, int) and f.source_inner <= CHUNK:
+                            # one chunk of a static width: whole vectors, then the tail
+                            def element(b, t=t, k=k, visit=visit):
+                                visit(position(o, t, b), k, o, b)
+
+                            vector_loop(ib, f.source_inner, lanes, element, name="b")
+                            continue
                         with ib.for_range(start, end, name="b") as b:
                             visit(at(o, t, b), k, o, b)
                     continue
@@ -157,7 +175,8 @@ def scatter_kernel(ctx, node, x: Lazy, operands, fibers_of, reduce: str | None, 
                 counts[at] = te.const(0, count_dtype)
 
         passes = ([reset] if (not include_self or counts is not None) else []) + [update]
-        _walk(ib, fibers, cuda, passes + ([divide] if counts is not None else []))
+        lanes = 1 if cuda else ctx.target.vector_lanes(acc)
+        _walk(ib, fibers, cuda, passes + ([divide] if counts is not None else []), lanes)
 
     return extern_kernel(ctx, node, [x, *operands], x.shape, dtype, program)
 
