@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
+from tensorforge.graph import registry  # noqa: E402
+from tensorforge.graph.registry import EAGER_ON_CPU  # noqa: E402
 from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
 from tests.graph.test_lowering import check, rand  # noqa: E402
 
@@ -18,6 +20,30 @@ from tests.graph.test_lowering import check, rand  # noqa: E402
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+
+
+@pytest.fixture(autouse=True)
+def kernels(monkeypatch):
+    """The kernels even where CPU targets run the operator eagerly (the GPU's, checked here)."""
+    monkeypatch.setattr(registry, "EAGER_ON_CPU", {})
+
+
+def test_slower_modes_run_eagerly_on_cpu(monkeypatch):
+    monkeypatch.setattr(registry, "EAGER_ON_CPU", EAGER_ON_CPU)
+    x, index = rand(4, 6, seed=21), ints(0, 6, (4, 6), 22)
+    weight, indices, offsets = rand(10, 3, seed=23), ints(0, 10, (8,), 24), torch.tensor([0, 5])
+
+    def fn(x, index, weight, indices, offsets):
+        return (
+            x.scatter_reduce(1, index, x, "mean"),  # eager
+            x.scatter_reduce(1, index, x, "amax"),
+            F.embedding_bag(indices, weight, offsets, mode="sum"),  # eager
+            F.embedding_bag(indices, weight, offsets, mode="max"),
+        )
+
+    compiled = check(fn, x, index, weight, indices, offsets, fallbacks=2)
+    reasons = " ".join(r for *_, r in compiled.program.fallbacks)
+    assert "mean on the CPU" in reasons and "sum / mean on the CPU" in reasons, reasons
 
 
 def ints(low, high, shape, seed, dtype=torch.int64):

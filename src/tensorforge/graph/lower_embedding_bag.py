@@ -17,7 +17,7 @@ import torch
 from tensorforge import te
 from tensorforge.graph.extern_kernels import each, extern_kernel, vector_loop, wide
 from tensorforge.graph.lower_reduce import later_outputs_read
-from tensorforge.graph.registry import lowers
+from tensorforge.graph.registry import eager_on_cpu, lowers
 from tensorforge.graph.values import Lazy, Unsupported
 
 aten = torch.ops.aten
@@ -26,7 +26,17 @@ SUM, MEAN, MAX = 0, 1, 2
 LOCAL_ROW = 256  # elements of a bag's row kept in registers (a local array) while it sums
 
 
-@lowers(aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
+def _mode_of(node) -> int:
+    return node.args[4] if len(node.args) > 4 else node.kwargs.get("mode", SUM)
+
+
+# 1 thread, 512 bags of 16 rows of 64 from 10000 (benchmarks/scatters.py): sum 0.023 ms eager
+# against 0.043, mean 0.044 against 0.047 (fbgemm's kernels); max 1.5 against 0.18
+BAGS = (aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
+eager_on_cpu(*BAGS, when=lambda node: _mode_of(node) != MAX, what="sum / mean")
+
+
+@lowers(*BAGS)
 def embedding_bag(
     ctx,
     node,

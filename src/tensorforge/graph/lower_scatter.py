@@ -30,7 +30,7 @@ from tensorforge.graph.extern_kernels import (
     vector_loop,
     wide,
 )
-from tensorforge.graph.registry import lowers
+from tensorforge.graph.registry import eager_on_cpu, lowers
 from tensorforge.graph.values import Lazy, Unsupported, broadcast_index, opmath_dtype
 from tensorforge.te import dtype as dt
 
@@ -269,6 +269,15 @@ def scatter_reduce_old(ctx, node, x, dim, index, src, reduce):
 @lowers(aten.scatter_add.default)
 def scatter_add(ctx, node, x, dim, index, src):
     return _scatter(ctx, node, x, dim, index, src, "sum")
+
+
+def _reduce_of(node) -> str:
+    return node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce")
+
+
+# 1 thread, 256 x 1024 along rows: mean 0.60 ms eager against 2.67 (its counts: a 1 MB array
+# allocated each call, a third pass); amax without self 2.16 against 0.41, sum 0.17 / 0.14
+eager_on_cpu(aten.scatter_reduce.two, when=lambda node: _reduce_of(node) == "mean", what="mean")
 
 
 @lowers(aten.scatter_reduce.two)
