@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tensorforge import te
+from tensorforge import te, tir
 from tensorforge.graph.extern_kernels import (
     CHUNK,
     copy,
@@ -37,6 +37,8 @@ from tensorforge.te import dtype as dt
 aten = torch.ops.aten
 
 Combine = Callable[[te.Expr, te.Expr], te.Expr]
+FEW_FIBERS = 8192  # fewer fibers than this leave a GPU idle: a thread per source element
+ATOMIC_ADD_TYPES = ("float32", "float64", "int32")  # CUDA's atomicAdd
 
 
 def _max(a, b):  # a NaN on either side wins, as eager's
@@ -78,9 +80,22 @@ class Fibers:
     out_inner: Callable
 
 
-def _walk(ib, fibers: Fibers, cuda: bool, passes: list[Callable], lanes: int = 1) -> None:
+def _few_fibers(f: Fibers) -> bool:
+    """Are there too few fibers to keep a GPU busy (each thread would walk many sources)?"""
+    fibers = f.source_outer * f.source_inner
+    return (
+        isinstance(fibers, int) and fibers < FEW_FIBERS and isinstance(f.count, int) and f.count > 1
+    )
+
+
+def _walk(
+    ib, fibers: Fibers, cuda: bool, passes: list[Callable], lanes: int = 1, alone=None
+) -> None:
     """Each pass `visit(position, k, o, b)` over the fibers' source positions, in order per
-    fiber; a task's fibers are one CUDA thread's (o, b), or a CPU chunk of b's for one o."""
+    fiber; a task's fibers are one CUDA thread's (o, b), or a CPU chunk of b's for one o.
+    On CUDA, where there are few fibers and an update `alone` tolerates others at the same
+    position (an atomic add, or a plain store whose duplicates torch leaves undefined), it
+    runs in a thread per source element instead."""
     f = fibers
 
     def position(o, t, b):
@@ -90,6 +105,15 @@ def _walk(ib, fibers: Fibers, cuda: bool, passes: list[Callable], lanes: int = 1
     def at(o, t, b):
         return ib.let("at", position(o, t, b))
 
+    if cuda and alone is not None and _few_fibers(f):
+        inner, count = wide(f.source_inner), wide(f.count)
+        with each(ib, wide(f.source_outer) * count * inner, True, "s") as element:
+            b, rest = ib.let("b", element % inner), ib.let("rest", element // inner)
+            k, o = ib.let("k", rest % count), ib.let("o", rest // count)
+            t, valid = f.target(o, k, b)
+            with ib.if_scope(valid):
+                alone(at(o, t, b), k, o, b)
+        return
     if cuda:
         inner = wide(f.source_inner)
         with each(ib, wide(f.source_outer) * inner, True, "f") as fiber:
@@ -174,9 +198,19 @@ def scatter_kernel(ctx, node, x: Lazy, operands, fibers_of, reduce: str | None, 
                 out[at] = mean.astype(dtype) if mean.dtype != dtype else mean
                 counts[at] = te.const(0, count_dtype)
 
+        def atomic_add(at, k, o, b):
+            v = value(o, k, b)
+            ib.emit(tir.call_extern(dtype, "atomicAdd", tir.address_of(out[at]), v))
+
         passes = ([reset] if (not include_self or counts is not None) else []) + [update]
+        passes += [divide] if counts is not None else []
+        alone = None  # what one source element may do alone, racing others (CUDA)
+        if passes == [update] and reduce is None:
+            alone = update  # (torch leaves duplicates undefined)
+        elif passes == [update] and reduce in ("sum", "add") and dtype in ATOMIC_ADD_TYPES:
+            alone = atomic_add
         lanes = 1 if cuda else ctx.target.vector_lanes(acc)
-        _walk(ib, fibers, cuda, passes + ([divide] if counts is not None else []), lanes)
+        _walk(ib, fibers, cuda, passes, lanes, alone)
 
     return extern_kernel(ctx, node, [x, *operands], x.shape, dtype, program)
 
@@ -198,7 +232,7 @@ def _scatter(ctx, node, x, dim, index, src, reduce=None, include_self=True):
             raise Unsupported("scatter source of another rank or dtype")
     if not all(isinstance(s, int) for s in (*shape, *ishape, *(() if scalar else src.shape))):
         raise Unsupported("scatter of run-time sizes")
-    if any(i > s for i, s in zip(ishape, shape)) or (
+    if any(i > s for d, (i, s) in enumerate(zip(ishape, shape)) if d != dim) or (
         not scalar and any(i > s for i, s in zip(ishape, src.shape))
     ):
         raise Unsupported("scatter index larger than its input (eager raises)")
