@@ -85,7 +85,7 @@ def index_puts(x, rows, cols, values, row_values):
         x.index_put((rows,), row_values, accumulate=True),
         x.index_put((rows,), row_values[0]),  # values broadcast along the index
         x.index_put((rows, cols), values, accumulate=True),
-        x.index_put((rows, cols), torch.tensor(2.0)),
+        x.index_put((rows, cols), x.new_tensor(2.0)),
         x.index_add(0, rows % 5, row_values, alpha=0.5),  # (eager refuses negative rows)
         x.index_copy(0, (rows % 5).long(), row_values),  # (int64 only)
         x.index_add(1, cols, x[:, :11] * 3),
