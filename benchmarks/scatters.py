@@ -110,9 +110,11 @@ def main() -> None:
         compiled = torch.compile(fn, backend="tensorforge")
         diff = difference(compiled(*inputs), fn(*inputs))
         eager, ours = [], []
+        run_eager = lambda _, fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
+        run_ours = lambda _, fn=compiled, inputs=inputs: fn(*inputs)  # noqa: E731
         for _ in range(args.repeats):
-            eager.append(time_calls(lambda _: fn(*inputs), inputs[0], 3))
-            ours.append(time_calls(lambda _: compiled(*inputs), inputs[0], 3))
+            eager.append(time_calls(run_eager, inputs[0], 3))
+            ours.append(time_calls(run_ours, inputs[0], 3))
         e, t = min(eager) * 1e3, min(ours) * 1e3
         print(f"{name:20} {e:9.3f} {t:9.3f} {e / t:9.2f} {diff:9.1e}", flush=True)
 
