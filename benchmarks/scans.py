@@ -2,6 +2,7 @@
 tensorforge, same process, interleaved.
 
     python benchmarks/scans.py [--threads 1] [--repeats 7] [--cases cumsum_4099,cummax_4096,...]
+        [--kernels]  (tensorforge's kernels even for operators run eagerly on CPU targets)
 
 Each repeat times both in turn (a few calls each); the best over repeats is reported (the
 machine may be shared) with eager / tensorforge (> 1: tensorforge is faster) and the largest
@@ -22,8 +23,10 @@ CASES = {
     "cumsum_dim0": (lambda x: x.cumsum(0), (4099, 64)),
     "cumprod_4096": (lambda x: (x * 1e-3 + 1).cumprod(-1), (64, 4096)),
     "cummax_4096": (lambda x: x.cummax(-1), (64, 4096)),
+    "cummax_4099": (lambda x: x.cummax(-1), (64, 4099)),
     "cummin_short": (lambda x: x.cummin(-1), (4096, 50)),
     "logcumsumexp_4096": (lambda x: torch.logcumsumexp(x, -1), (64, 4096)),
+    "logcumsumexp_4099": (lambda x: torch.logcumsumexp(x, -1), (64, 4099)),
 }
 
 
@@ -45,10 +48,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--kernels", action="store_true", help="ignore registry.EAGER_ON_CPU")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["TF_NUM_THREADS"] = str(args.threads)  # tensorforge's kernels' threads
     import tensorforge  # noqa: F401  (registers the backend)
+    from tensorforge.graph import registry
+
+    if args.kernels:
+        registry.EAGER_ON_CPU.clear()
 
     print(f"{'case':18} {'eager ms':>9} {'tf ms':>9} {'eager/tf':>9} {'diff':>9}")
     for name in args.cases.split(","):
