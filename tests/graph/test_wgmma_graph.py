@@ -159,6 +159,8 @@ def test_wide_tiles_are_three_stages_deep_and_bulk_filled():
     stage = (wide.block_m + wide.block_n) * wide.block_k * 2
     assert 3 * stage <= lower_tensor_core.WGMMA_PIPELINE_BYTES < 4 * stage
     assert wide.shared_bytes() <= LIMIT  # (the float32 tile's 200 KiB is the larger part)
+    conv = choose_wgmma_tiles(1, 2048, 3072, 768, 132, LIMIT, whole_columns=False, wide=False)
+    assert (conv.block_m, conv.block_n, conv.fill) == (128, 128, "cp_async")  # (not measured)
 
 
 def wide_half_products(dtype=torch.float16):

@@ -83,8 +83,8 @@ BLOCK_TILES = (
 # 192 columns (ahead of 128 where both fill the SMs), filled by bulk tensor copies (WIDE_TILES):
 # H200, GPU time a call of the product alone, one run: 2048 x 3072 x 768 with GELU 25.1 us on
 # 128 blocks of 256 x 192 (3 stages: WGMMA_PIPELINE_BYTES) against 28.9 on 384 of 128 x 128 (2
-# an SM) and 25.3 for cuBLAS then GELU; 2048 x 2304 x 768 (GPT-2's qkv) 21.8 on 128 x 192
-# against 22.9 (cuBLAS 13.4). 128 x 256 lost (34.0 at 2048 x 3072 x 768: 1.45 waves of one
+# an SM) and 25.2 for cuBLAS then GELU; 2048 x 2304 x 768 (GPT-2's qkv) 21.8 on 128 x 192
+# against 22.7 (cuBLAS 13.4). 128 x 256 lost (34.0 at 2048 x 3072 x 768: 1.45 waves of one
 # block an SM), and so did clusters sharing B's tile by multicast (49.2 on 128 x 128 pairs)
 WGMMA_TILES = ((256, 192), (128, 192), (128, 128), (64, 128), (128, 64), (64, 64))
 WIDE_TILES = 192  # columns of the tiles that bulk tensor copies fill whatever TMA_FILLS says
@@ -191,19 +191,21 @@ def choose_tiles(
 
 
 def choose_wgmma_tiles(
-    batch: int, n: int, m: int, k: int, sm_count: int, shared_limit: int, whole_columns: bool
-) -> TensorCoreTiles | None:
+    batch: int, n: int, m: int, k: int, sm_count: int, shared_limit: int, whole_columns: bool,
+    wide: bool = True,
+) -> TensorCoreTiles | None:  # fmt: skip
     """The largest wgmma block tile that gives 7/8 of the SMs a block or more (a last wave
     short by a few SMs costs less than tiles of half the rows: H100, fp16 ResNet-18 at batch
     16, 916 -> 859 us of GPU time a call, its 512-filter convolutions on 128 blocks of 64 x 64
     rather than on mma.sync) and pads the product at most 1/8 more than the tile padding
     least; where none does, `split_wgmma_tiles`. None where k is not 3+ steps of WGMMA_K:
-    such products take the mma.sync tiles and, over a long k, its split."""
+    such products take the mma.sync tiles and, over a long k, its split. `wide` False leaves
+    out the WIDE_TILES (convolutions: not measured on them)."""
     if k % WGMMA_K or k < 3 * WGMMA_K:
         return None
     fits = []
     for block_m, block_n in WGMMA_TILES:
-        if whole_columns and m % block_n:
+        if (whole_columns and m % block_n) or (not wide and block_n == WIDE_TILES):
             continue
         tiles = _wgmma_tiles(block_m, block_n, k // WGMMA_K, shared_limit)
         rows, cols = round_up(n, block_m), round_up(m, block_n)
@@ -382,9 +384,8 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     depth = round_up(K, TF32_K_STEP if k_major else CONV_DEPTH)
     if tiles is None:
         wgmma = _has_wgmma(ctx.target, dtype) and not pointwise
-        tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma)
-        if tiles.mma == "wgmma" and (TMA_FILLS or tiles.fill == "tma"):  # (the padded
-            # weights, the materialized columns)
+        tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma, wide=False)
+        if tiles.mma == "wgmma" and TMA_FILLS:  # (the padded weights, the materialized columns)
             tiles = with_tma_fills(tiles)
     rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
     col, col_at = im2col(
@@ -428,11 +429,13 @@ def tf32_wgmma_tiles(target, N: int, F: int, P: int, K: int, dtype: str):
     return replace(tiles, blocks=tiles.resident_blocks(limit))  # (the split's own tiles too)
 
 
-def _tiles_for(target, lead, n: int, m: int, k: int, dtype: str, whole_columns=False, wgmma=False):
+def _tiles_for(
+    target, lead, n: int, m: int, k: int, dtype: str, whole_columns=False, wgmma=False, wide=True
+):
     batch = numel(lead)
     limit = target.max_shared_memory_opt_in
     if wgmma:
-        tiles = choose_wgmma_tiles(batch, n, m, k, target.sm_count, limit, whole_columns)
+        tiles = choose_wgmma_tiles(batch, n, m, k, target.sm_count, limit, whole_columns, wide)
         if tiles is not None:
             return tiles
     return choose_tiles(batch, n, m, k, target.sm_count, limit, whole_columns, dtype)
