@@ -20,7 +20,7 @@ import torch.nn.functional as F  # noqa: N812 (the generated source says F.)
 from tests.graph.graph_fuzz_gaps import LIBRARY_FORMS, op_lowered_gaps
 from tests.graph.graph_fuzz_int import make_int_input, op_int_divide
 from tests.graph.graph_fuzz_ops_convs import op_conv_gaps
-from tests.graph.graph_fuzz_ops_pointwise import op_pointwise_gaps
+from tests.graph.graph_fuzz_ops_pointwise import op_part_writes, op_pointwise_gaps
 from tests.graph.graph_fuzz_ops_scans import op_scan_gaps
 from tests.graph.graph_fuzz_products import (  # (with the sizes every op draws from)
     MAX_NUMEL,
@@ -487,6 +487,7 @@ OPS = [
     (op_scan_gaps, 1),
     (op_int_divide, 3),
     (op_pointwise_gaps, 2),
+    (op_part_writes, 1),
 ]
 
 

@@ -67,3 +67,31 @@ def op_pointwise_gaps(g: Generator):
             f"torch.bitwise_left_shift({i} - 8, {i} * 4)",
         ]
     return rng.choice(forms)
+
+
+def op_part_writes(g: Generator):
+    """Writes into part of a tensor, as functionalized in-place writes reach the graph
+    (slice / select / diagonal scatters; session 18): source shapes from the slice's."""
+    picked = g.float_and_dim()
+    if picked is None:
+        return None
+    (x, t, d), rng = picked, g.rng
+    size = t.shape[d]
+    start = rng.randint(-size, size - 1)
+    step = rng.choice([1, 1, 2, 3])
+    count = len(range(*slice(start, None, step).indices(size)))
+    src = list(t.shape)
+    src[d] = count
+    shape = ", ".join(str(s) for s in src)
+    picked_row = f"{x}.select({d}, {rng.randrange(size)})" + (".flip(0)" if t.dim() > 1 else "")
+    forms = [
+        f"torch.slice_scatter({x}, {x}.new_ones({shape}).cumsum({d}) * 0.25, {d}, {start}, None, {step})",
+        f"torch.select_scatter({x} * 2, {picked_row} + 1, {d}, {rng.randrange(size) - size})",
+    ]
+    if t.dim() >= 2:
+        d2 = (d + 1) % t.dim()
+        off = rng.randint(-2, 2)
+        forms.append(
+            f"torch.diagonal_scatter({x}, {x}.diagonal({off}, {d}, {d2}).exp(), {off}, {d}, {d2})"
+        )
+    return rng.choice(forms)

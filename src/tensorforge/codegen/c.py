@@ -40,6 +40,7 @@ from tensorforge.ir.stmt import (
     Seq,
     Stmt,
     Sync,
+    While,
 )
 from tensorforge.te import dtype as dt
 from tensorforge.te.expr import Const, Var
@@ -159,6 +160,10 @@ class _FunctionWriter(CExprPrinter):
                 self.store(s)
             case For():
                 self.loop(s)
+            case While(condition=cond, body=body):
+                if dt.lanes_of(cond.dtype) != 1:
+                    raise self.fail(f"while condition {cond} is a vector")
+                self.block(f"while ({self.expr(cond)})", body)
             case IfThenElse(condition=cond, then_case=then, else_case=other):
                 if dt.lanes_of(cond.dtype) != 1:
                     raise self.fail(f"IfThenElse condition {cond} is a vector")

@@ -48,6 +48,7 @@ from tensorforge.ir.stmt import (
     Seq,
     Stmt,
     ThreadAllReduce,
+    While,
     seq,
 )
 from tensorforge.ir.visit import walk
@@ -346,6 +347,9 @@ class _KernelWriter(PipelineWriter):
                     self._stmt(x)
             case For():
                 self._for(s)
+            case While(condition=c, body=body):
+                with self.block(f"while ({p(c)}) {{"):
+                    self._stmt(body)
             case BufferStore():
                 self._store(s)
             case Allocate():

@@ -24,6 +24,7 @@ from tensorforge.ir.stmt import (
     LoopKind,
     Seq,
     Stmt,
+    While,
 )
 from tensorforge.ir.visit import walk
 from tensorforge.te import dtype as dt
@@ -78,7 +79,7 @@ def _stmt_children(s: Stmt) -> list[Stmt]:
             return list(stmts)
         case IfThenElse(then_case=t, else_case=e):
             return [t] if e is None else [t, e]
-        case For(body=b) | Allocate(body=b) | LetStmt(body=b) | Attr(body=b):
+        case For(body=b) | Allocate(body=b) | LetStmt(body=b) | Attr(body=b) | While(body=b):
             return [b]
     return []
 

@@ -43,6 +43,7 @@ from tensorforge.ir.stmt import (
     Seq,
     Stmt,
     Sync,
+    While,
 )
 from tensorforge.ir.visit import walk
 from tensorforge.te import dtype as dt
@@ -209,6 +210,8 @@ class _FunctionEmitter(ExprEmitter):
                 self._store(s)
             case For():
                 self._for(s)
+            case While():
+                self._while(s)
             case IfThenElse(condition=cond, then_case=then, else_case=other):
                 c = self.expr(cond)
                 if isinstance(c.type, ir.VectorType):
@@ -409,6 +412,23 @@ class _FunctionEmitter(ExprEmitter):
             return
         end = self._arith("add", loop.var.dtype, begin, extent)
         self.serial_loop(loop.var, begin, end, loop.body, _loop_hint(loop))
+
+    def _while(self, loop: While) -> None:
+        """while (condition) body: the condition in its own block, read before each step."""
+        b = self.builder
+        head = b.append_basic_block("while.head")
+        body = b.append_basic_block("while.body")
+        exit_block = b.append_basic_block("while.end")
+        b.branch(head)
+        b.position_at_end(head)
+        condition = self.expr(loop.condition)
+        if isinstance(condition.type, ir.VectorType):
+            raise self.fail(f"while condition {loop.condition} is a vector")
+        b.cbranch(condition, body, exit_block)
+        b.position_at_end(body)
+        self.stmt(loop.body)
+        b.branch(head)
+        b.position_at_end(exit_block)
 
     def _loop_bound(self, e: Expr, var: Var) -> ir.Value:
         return self.cast(self.expr(e), e.dtype, var.dtype)

@@ -24,6 +24,7 @@ from tensorforge.graph import cache as graph_cache
 from tensorforge.graph import front_cache
 from tensorforge.graph.attention_decompositions import ATTENTION_DECOMPOSITIONS
 from tensorforge.graph.lowerer import Lowerer
+from tensorforge.graph.mutations import WritesInputs, functional, output_count
 from tensorforge.graph.options import Float32Precision, Options
 from tensorforge.graph.output_views import WithOutputViews, view_outputs
 from tensorforge.graph.product_decompositions import product_decompositions
@@ -45,6 +46,10 @@ KEPT_WHOLE = (
     aten.silu,
     aten.hardtanh,
     aten.embedding,
+    aten.select_scatter,  # (its decomposition's where promotes to the source's dtype)
+    aten.col2im,  # (their decompositions scatter with index_put: lower_fold.py gathers)
+    aten.max_unpool2d,
+    aten.max_unpool3d,
 )
 
 
@@ -159,7 +164,9 @@ def target_of(example_inputs, opts: Options) -> Target:
 
 def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts: Options):
     """An ATen inference graph -> one callable (or the graph itself, run eagerly, if that fails)."""
+    original, count = gm, output_count(gm)
     try:
+        gm, written = functional(gm, example_inputs)
         compiled = _compile(gm, constants, target_of(example_inputs, opts), opts)
     except Exception as err:
         if os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0"):
@@ -169,11 +176,13 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
             f"{type(err).__name__}: {err}",
             stacklevel=2,
         )
-        return gm.forward
+        return original.forward
     if opts.check or opts.report:
         compiled = Checked(compiled, gm, opts)
     views = view_outputs(gm)  # (outputs AOT would rebuild from ours with as_strided)
-    return WithOutputViews(compiled, gm, views) if views else compiled
+    if views:
+        compiled = WithOutputViews(compiled, gm, views)
+    return WritesInputs(compiled, count, written) if written else compiled
 
 
 def _compile(gm, constants: dict, target, opts: Options, cached_key: str | None = None):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_pools_nd import max_pool2d_with_indices
+from tensorforge.graph.lower_pools_nd import Window, longest_window, max_pool2d_with_indices
 from tensorforge.graph.lower_reduce import (
     later_outputs_read,
     only_first_output_used,
@@ -24,43 +24,30 @@ def _pair(v):
 
 
 def _window(ctx, node, x, kernel, stride, padding, dilation, combine, name):
-    x = ctx.buffer(x)
-    if x.ndim != 4:
-        raise Unsupported("a pool over other than NCHW")
-    kh, kw = _pair(kernel)
-    sh, sw = _pair(stride or kernel)
-    ph, pw = _pair(padding or [0])
-    dh, dw = _pair(dilation or [1])
-    H, W = x.shape[2], x.shape[3]
+    """The 2-d pool's window (lower_pools_nd.Window) and the reduction over it: `combine`
+    (te.max, te.sum) of the input in its accumulation dtype."""
     shape = ctx.shape_of(node) if not isinstance(node.meta["val"], tuple) else ctx.shape_of(node, 0)
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
+    w = Window(ctx, node, x, 2, kernel, stride, padding, dilation, shape, name)
+    if w.x.ndim != 4:
+        raise Unsupported("a pool over other than NCHW")
     # NOTE: without padding a window may still run past the end: ceil_mode's last window
-    inside_always = (
-        ph == 0
-        and pw == 0
-        and _last_window_inside(shape[2], H, kh, sh, dh)
-        and _last_window_inside(shape[3], W, kw, sw, dw)
+    inside_always = not any(w.padding) and all(
+        _last_window_inside(o, size, k, s, d)
+        for o, size, k, s, d in zip(shape[2:], w.sizes, w.kernel, w.stride, w.dilation)
     )
+    # NOTE: a maximum over contiguous windows needs no test for the padding: a position past
+    # an edge is clamped onto the edge, which the same window holds (torch keeps the padding
+    # at most half the window, so every window holds an element of the input)
+    clamped_is_inside = combine is te.max and all(d == 1 for d in w.dilation)
 
-    def body(n, c, y, xx):
-        iy = y * sh - ph + ry.var * dh
-        ix = xx * sw - pw + rx.var * dw
-        inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
-        cy = te.max(te.min(iy, H - 1), 0)
-        cx = te.max(te.min(ix, W - 1), 0)
-        v = x.at((n, c, cy, cx))
+    def body(*i):
+        v, _, inside = w.read(i)
         v = in_dtype(v, opmath_dtype(v.dtype))  # sums in float32 (a max is exact either way)
-        # NOTE: a maximum over contiguous windows needs no test for the padding: a position
-        # past an edge is clamped onto the edge, which the same window holds (torch keeps the
-        # padding at most half the window, so every window holds an element of the input)
-        clamped_is_inside = combine is te.max and dh == 1 and dw == 1
         if inside_always or clamped_is_inside:
-            return combine(v, axis=[ry, rx])
-        return combine(v, axis=[ry, rx], where=inside)
+            return combine(v, axis=w.axes)
+        return combine(v, axis=w.axes, where=inside)
 
-    stage = te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}"))
-    return x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W)
+    return w, te.compute(shape, body, name=ctx.unique(f"{name}_{node.name}")), shape
 
 
 def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
@@ -74,11 +61,9 @@ def _last_window_inside(out, size, kernel, stride, dilation) -> bool:
 def max_pool2d(ctx, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
     if node.target is aten.max_pool2d_with_indices.default and later_outputs_read(node):
         return max_pool2d_with_indices(ctx, node, x, kernel, stride, padding, dilation, ceil_mode)
-    padding = padding if isinstance(padding, (list, tuple)) else [padding]
-    dilation = dilation if isinstance(dilation, (list, tuple)) else [dilation]
-    x, stage, shape, _ = _window(ctx, node, x, kernel, stride, padding, dilation, te.max, "maxpool")
-    anchor = reduction_anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
-    value = ctx.anchored(anchor, lambda ia: stage[tuple(ia)], x.dtype)
+    w, stage, shape = _window(ctx, node, x, kernel, stride, padding, dilation, te.max, "maxpool")
+    anchor = reduction_anchor(ctx, "window", [stage], w.x.reads, shape, w.x.nodes + (node.name,))
+    value = ctx.anchored(anchor, lambda ia: stage[tuple(ia)], w.x.dtype)
     return (value, None) if node.target is aten.max_pool2d_with_indices.default else value
 
 
@@ -94,10 +79,8 @@ def avg_pool2d(
     count_include_pad=True,
     divisor_override=None,
 ):
-    padding = padding if isinstance(padding, (list, tuple)) else [padding]
-    x, stage, shape, (kh, kw, sh, sw, ph, pw, H, W) = _window(
-        ctx, node, x, kernel, stride, padding, [1], te.sum, "avgpool"
-    )
+    w, stage, shape = _window(ctx, node, x, kernel, stride, padding, 1, te.sum, "avgpool")
+    (kh, kw), (sh, sw), (ph, pw), (H, W) = w.kernel, w.stride, w.padding, w.sizes
     dtype = stage.dtype
 
     def count(ia):
@@ -111,8 +94,8 @@ def avg_pool2d(
             y0, x0, y1, x1 = te.max(y0, 0), te.max(x0, 0), te.min(y1, H), te.min(x1, W)
         return ((y1 - y0) * (x1 - x0)).astype(dtype)
 
-    anchor = reduction_anchor(ctx, "window", [stage], x.reads, shape, x.nodes + (node.name,))
-    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] / count(ia), x.dtype)
+    anchor = reduction_anchor(ctx, "window", [stage], w.x.reads, shape, w.x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: stage[tuple(ia)] / count(ia), w.x.dtype)
 
 
 @lowers(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
@@ -149,8 +132,8 @@ def _adaptive(ctx, node, x, output_size, combine, name):
         raise Unsupported("an adaptive pool over other than (N)CHW")
     H, W = x.shape[-2], x.shape[-1]
     (oh, ow), shape = output_size, ctx.shape_of(node, 0) if _pair_out(node) else ctx.shape_of(node)
-    ry = te.reduce_axis((0, _longest_window(H, oh)), name="ry")
-    rx = te.reduce_axis((0, _longest_window(W, ow)), name="rx")
+    ry = te.reduce_axis((0, longest_window(H, oh)), name="ry")
+    rx = te.reduce_axis((0, longest_window(W, ow)), name="rx")
 
     def bounds(i, size, out):
         return (i * size) // out, ((i + 1) * size + out - 1) // out
@@ -173,12 +156,3 @@ def _adaptive(ctx, node, x, output_size, combine, name):
 
 def _pair_out(node) -> bool:
     return isinstance(node.meta["val"], tuple)
-
-
-def _longest_window(size, out):
-    """The most input positions an adaptive window along `size` holds: exact for a known
-    size; ceil(size / out) + 1 bounds it otherwise (a window ends under (i + 1) size / out + 1
-    and starts over i size / out - 1)."""
-    if isinstance(size, int):
-        return max(-((-(i + 1) * size) // out) - (i * size) // out for i in range(out))
-    return (size + out - 1) // out + 1

@@ -13,9 +13,11 @@ from tensorforge import te
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import (
     Lazy,
+    NeedsEagerGraph,
     Unsupported,
     broadcast_index,
     is_one,
+    is_static,
     read_buffer,
     reshape_index,
     same_shape,
@@ -66,14 +68,56 @@ def reshaped(x: Lazy, out: tuple) -> Lazy:
     return _view(x, out, lambda idx: x.at(reshape_index(idx, out, x.shape)))
 
 
-@lowers(aten.squeeze_.default, aten.squeeze_.dim, aten.squeeze_.dims, aten.unsqueeze_.default)
-def reshape_in_place(ctx, node, x, *rest):
-    """make_fx's graphs keep F.linear's squeeze_ of a 1-d input's product (Dynamo's are
-    functional): later nodes read the in-place op's result, so it is the view itself, unless
-    it reshapes a graph input, whose metadata the caller would see change."""
-    if isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder":
-        raise Unsupported(f"{node.target} changes the shape of an input in place")
-    return reshape(ctx, node, x, *rest)
+@lowers(aten.as_strided.default)
+def as_strided(ctx, node, x, size, stride, storage_offset=None):
+    """x's storage read at other strides (AOTAutograd's restrides, e.g. of a (1, 768, 1, 1)
+    mean to channels-last strides in ConvNeXt): out[idx] is the element at storage position
+    offset + sum(idx * stride), where x's elements fill their storage densely, in some order of
+    its dimensions (eager's strides for x, from its fake tensor: a permute's result is not
+    row-major). Any other layout would need memory that we do not hold as eager does (our
+    buffers are row-major, the part of a base outside x absent): the graph runs eagerly."""
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    order = _dense_order(source) if isinstance(source, torch.Tensor) else None
+    if order is None:
+        raise NeedsEagerGraph(f"{node.name}: as_strided of a tensor that does not fill its storage")
+    if not is_static([*size, *stride, storage_offset or 0, *x.shape]):
+        raise Unsupported("as_strided at run-time sizes")
+    x = ctx.no_anchor(x)
+    in_memory = [x.shape[d] for d in order]  # x's dimensions from the outermost in storage
+    numel = 1
+    for extent in in_memory:
+        numel *= extent
+
+    def at(idx):
+        flat = storage_offset or 0
+        for i, extent, step in zip(idx, size, stride):
+            if extent != 1:
+                flat = flat + i * step
+        position = reshape_index((flat,), (numel,), in_memory)
+        index = [0] * x.ndim
+        for d, i in zip(order, position):
+            index[d] = i
+        return x.at(tuple(index))
+
+    return _view(x, ctx.shape_of(node), at)
+
+
+def _dense_order(t: torch.Tensor) -> list[int] | None:
+    """t's dimensions from the largest stride down, where t's elements fill its storage exactly
+    (no gaps, no overlap, from its start); None otherwise."""
+    try:
+        nbytes = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if t.storage_offset() != 0 or nbytes != t.numel() * t.element_size():
+        return None
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    expected = 1
+    for d in reversed(order):
+        if t.shape[d] != 1 and t.stride(d) != expected:
+            return None
+        expected *= t.shape[d]
+    return order
 
 
 @lowers(aten.permute.default)
@@ -342,3 +386,96 @@ def constant_pad_nd(ctx, node, x, pad, value=0):
         return te.if_then_else(te.all(*inside), v, te.const(value, v.dtype)) if inside else v
 
     return Lazy(out, x.dtype, at, x.reads, x.nodes + (node.name,), 2 + x.cost)
+
+
+# In-place writes into a part of a tensor (`x[:, 1:3] = y`, `x[0] = y`, `x.diagonal().copy_(y)`)
+# reach the graph functionalized as these: the whole input, with the part replaced by `src`.
+# Each is a select between the two reads; the source's index is clamped, since a select may
+# read both sides.
+
+
+def _with_part(ctx, node, x: Lazy, src: Lazy, inside, src_index) -> Lazy:
+    x, src = ctx.no_anchor(x), ctx.no_anchor(src)
+    dtype = x.dtype
+
+    def at(idx):
+        part = src.at(src_index(idx))
+        part = part if part.dtype == dtype else part.astype(dtype)
+        return te.if_then_else(inside(idx), part, x.at(tuple(idx)))
+
+    nodes = x.nodes + src.nodes + (node.name,)
+    return Lazy(ctx.shape_of(node), dtype, at, x.reads | src.reads, nodes, 2 + x.cost + src.cost)
+
+
+def _clamp(i, size):
+    return te.max(te.min(i, size - 1), 0)
+
+
+@lowers(aten.slice_scatter.default)
+def slice_scatter(ctx, node, x, src, dim=0, start=None, end=None, step=1):
+    dim = dim % x.ndim
+    size = x.shape[dim]
+    start = 0 if start is None else start
+    if isinstance(start, int) and start < 0:
+        start = max(start + size, 0) if isinstance(size, int) else te.max(size + start, 0)
+    count = src.shape[dim]  # (torch checks that it is the slice's length)
+
+    def inside(idx):
+        j = idx[dim] - start
+        conditions = [j >= 0, j < count * step]
+        if step != 1:
+            conditions.append(j % step == 0)
+        return te.all(*conditions)
+
+    def src_index(idx):
+        inner = list(idx)
+        j = idx[dim] - start
+        inner[dim] = _clamp(j // step if step != 1 else j, count)
+        return tuple(inner)
+
+    return _with_part(ctx, node, x, src, inside, src_index)
+
+
+@lowers(aten.select_scatter.default)
+def select_scatter(ctx, node, x, src, dim, index):
+    dim = dim % x.ndim
+    if isinstance(index, int) and index < 0:
+        index = x.shape[dim] + index
+    return _with_part(
+        ctx,
+        node,
+        x,
+        src,
+        lambda idx: idx[dim] == index,
+        lambda idx: tuple(idx[:dim]) + tuple(idx[dim + 1 :]),
+    )
+
+
+@lowers(aten.diagonal_scatter.default)
+def diagonal_scatter(ctx, node, x, src, offset=0, dim1=0, dim2=1):
+    dim1, dim2 = dim1 % x.ndim, dim2 % x.ndim
+    rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]
+    above, below = max(offset, 0), max(-offset, 0)
+    length = src.shape[-1]
+
+    def inside(idx):
+        k = idx[dim1] - below
+        return te.all(idx[dim2] - above == k, k >= 0, k < length)
+
+    def src_index(idx):
+        return tuple(idx[d] for d in rest) + (_clamp(idx[dim1] - below, length),)
+
+    return _with_part(ctx, node, x, src, inside, src_index)
+
+
+@lowers(aten.copy.default)
+def copy(ctx, node, x, src, non_blocking=False):
+    """Functional `x.copy_(src)`: src broadcast to x's shape, in x's dtype (x is not read)."""
+    src = ctx.no_anchor(src)
+    out, dtype = ctx.shape_of(node), ctx.dtype_of(node)
+
+    def at(idx):
+        v = src.at(broadcast_index(idx, src.shape, out))
+        return v if v.dtype == dtype else v.astype(dtype)
+
+    return Lazy(out, dtype, at, src.reads, src.nodes + (node.name,), 1 + src.cost)

@@ -429,8 +429,17 @@ class CompiledGraph:
         args, kwargs = torch.utils._pytree.tree_map(value, (step.args, step.kwargs))
         result = step.target(*args, **kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
+        # A result in the storage of a temp it read (a view, an in-place operator's) is copied:
+        # the temp's arena is free for later buffers after this step
+        temps = {
+            tensors[v.buffer].untyped_storage().data_ptr()
+            for v in torch.utils._pytree.tree_leaves((step.args, step.kwargs))
+            if isinstance(v, BufferArg) and v.buffer.kind == "temp"
+        }
         for buf, r in zip(step.outputs, results):
             if buf is not None:  # (a view into its input's storage may start anywhere)
+                if r.untyped_storage().data_ptr() in temps:
+                    r = r.clone(memory_format=torch.contiguous_format)
                 cuda = r.device.type == "cuda"
                 tensors[buf] = call_plan.gpu_input(r) if cuda else r.contiguous()
 

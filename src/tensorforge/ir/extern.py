@@ -1,10 +1,13 @@
-"""IR arguments of calls out of generated code (te.extern, tensorize): buffer addresses."""
+"""IR arguments of calls out of generated code (te.extern, tensorize): buffer addresses; and
+the buffers an ir_builder's statements read and write in place of a te.extern's ExternBuffers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tensorforge.ir.expr import Buffer, BufferLoad
 from tensorforge.te.expr import Expr, node
-from tensorforge.te.extern_call import HANDLE
+from tensorforge.te.extern_call import HANDLE, ExternBuffer
 from tensorforge.te.printer import expr_to_str
 
 
@@ -39,3 +42,12 @@ class WholeBuffer(Expr):
 
     def print_parts(self) -> str:
         return f"{self.buffer.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class ExternBufferView(Buffer):
+    """`extern` (an input or output of a te.extern stage) as an ir_builder's statements access
+    it, always with one flat, row-major index; lowering the stage puts the buffer that holds
+    the tensor in its place (schedule/opaque_ops.py)."""
+
+    extern: ExternBuffer | None = None

@@ -86,6 +86,15 @@ class IfThenElse(Stmt):
 
 
 @stmt
+class While(Stmt):
+    """`while condition: body` (tir.ir_builder's while_loop): the condition is read again
+    before every step, so the body's stores decide when it stops."""
+
+    condition: Expr
+    body: Stmt
+
+
+@stmt
 class Seq(Stmt):
     stmts: tuple[Stmt, ...]
 

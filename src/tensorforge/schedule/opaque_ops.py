@@ -1,6 +1,7 @@
 """Lowering of the stages that are not loop nests of their own: te.extern and te.scan.
 
-An extern stage is its calls, with each ExternBuffer replaced by the buffer of its tensor. A
+An extern stage is its calls, or the statement an ir_builder built, with each ExternBuffer
+replaced by the buffer of its tensor. A
 scan stage is its init stages, then one loop over time holding its body stages (the update
 and whatever sits between the state and the update, left at root), each computing the row at
 the loop's index. The state placeholder, the init and the update all live in the scan's
@@ -9,13 +10,14 @@ buffer (`aliases`), so nothing is copied. to_ir, bounds and loops call in here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ir.arith import simplify_expr
 from tensorforge.ir.arith.index_dtype import widen
 from tensorforge.ir.expr import Buffer, BufferLoad
-from tensorforge.ir.extern import AddressOf, WholeBuffer
+from tensorforge.ir.extern import AddressOf, ExternBufferView, WholeBuffer
 from tensorforge.ir.stmt import BufferStore, Evaluate, For, Stmt, seq
 from tensorforge.schedule.schedule import Schedule
 from tensorforge.schedule.stage import Stage
@@ -142,7 +144,38 @@ def _extern_nest(builder: Any, op: ExternOp) -> Stmt:
         mapping[id(eb)] = builder.buffer_of(t)
     for i, eb in enumerate(op.output_buffers):
         mapping[id(eb)] = builder.buffer_of(op.output(i))
+    if op.stmt is not None:
+        return _lower_built(op.stmt, mapping, op.name)
     return seq(*[Evaluate(lower_buffers(call, mapping, op.name)) for call in op.body])
+
+
+def _lower_built(stmt: Stmt, mapping: dict[int, Buffer], where: str) -> Stmt:
+    """An ir_builder's statement with the stage's buffers in place of its views of them."""
+
+    def buffer(view: ExternBufferView) -> Buffer:
+        try:
+            return mapping[id(view.extern)]
+        except KeyError:
+            raise ScheduleError(
+                f"'{where}': the ir_builder program uses buffer '{view.name}', which is none of "
+                f"the stage's inputs or outputs"
+            ) from None
+
+    def index(buf: Buffer, flat: Expr) -> tuple[Expr, ...]:
+        # a view's index is flat and row-major: a strided buffer takes it per dimension
+        return (flat,) if buf.strides is None else unflatten(buf, flat)
+
+    def rule(n: Any) -> Any:
+        match n:
+            case BufferLoad(buffer=ExternBufferView() as view, indices=(flat,), predicate=p):
+                buf = buffer(view)
+                return BufferLoad(buf, index(buf, flat), p)
+            case BufferStore(buffer=ExternBufferView() as view, indices=(flat,)):
+                buf = buffer(view)
+                return dataclasses.replace(n, buffer=buf, indices=index(buf, flat))
+        return None
+
+    return lower_buffers(rewrite(stmt, rule), mapping, where)
 
 
 def lower_buffers(expr: Expr, mapping: dict[int, Buffer], where: str) -> Expr:

@@ -199,6 +199,9 @@ class ExternOp(Operation):
     body: tuple[Expr, ...]
     axis: tuple[IterVar, ...]
     reduce_axis: tuple[IterVar, ...] = ()
+    # the loop-IR statement an ir_builder built (then `body` is empty): te does not read it;
+    # lowering the stage (schedule/opaque_ops.py) puts the stage's buffers in it
+    stmt: object | None = None
 
     @property
     def num_outputs(self) -> int:
@@ -265,9 +268,12 @@ def extern(
         else [ExternBuffer(f"{name}{sfx}", s, d) for s, d, sfx in zip(shapes, dtypes, suffix)]
     )
     result = fcompute(ins, outs)
-    body = as_call_list(result, f"te.extern '{name}'")
+    stmt = result if is_stmt(result) else None
+    body = () if stmt is not None else as_call_list(result, f"te.extern '{name}'")
     axis = tuple(IterVar(Var(f"{name}.ax{d}"), Range(const(0), e)) for d, e in enumerate(shapes[0]))
-    op = ExternOp(name, tag, dict(attrs or {}), tuple(inputs), tuple(ins), tuple(outs), body, axis)
+    op = ExternOp(
+        name, tag, dict(attrs or {}), tuple(inputs), tuple(ins), tuple(outs), body, axis, (), stmt
+    )
     tensors = [op.output(i) for i in range(op.num_outputs)]
     return tensors[0] if len(tensors) == 1 else tensors
 
@@ -276,8 +282,8 @@ def as_call_list(result: Any, what: str) -> tuple[Expr, ...]:
     """What fcompute / fintrin returned as a tuple of calls (None: no call)."""
     if result is None:
         return ()
-    if hasattr(result, "calls"):  # tir.ir_builder
-        result = list(result.calls)
+    if is_stmt(result):  # an ir_builder's statement: only its calls may be in it
+        result = _calls_of(result, what)
     items = result if isinstance(result, (list, tuple)) else [result]
     out = []
     for item in items:
@@ -288,3 +294,20 @@ def as_call_list(result: Any, what: str) -> tuple[Expr, ...]:
             )
         out.append(item)
     return tuple(out)
+
+
+def is_stmt(value: Any) -> bool:
+    """Is `value` a loop-IR statement (what tir.ir_builder's get() returns)?"""
+    return getattr(value, "_is_stmt", False) is True
+
+
+def _calls_of(stmt: Any, what: str) -> list[Expr]:
+    """The calls of a statement that is nothing but calls (Evaluate, or a Seq of them)."""
+    items = getattr(stmt, "stmts", (stmt,))
+    calls = [None if hasattr(s, "body") else getattr(s, "value", None) for s in items]
+    if not all(isinstance(c, ExternCall) for c in calls):
+        raise ExprError(
+            f"{what}: only calls (ib.emit(tf.tir.call_extern(...))) can make up this body; "
+            f"loops and stores belong in a te.extern stage"
+        )
+    return calls

@@ -56,7 +56,9 @@ def _flatten(node: Any, regions: dict[int, tuple[Expr, ...]]) -> Any:
         ):
             idx = tuple(_flatten(i, regions) for i in idx)
             return BufferLoad(buf, (flat_index(buf, idx, regions.get(id(buf))),), pred)
-        case BufferStore(buffer=buf, indices=idx, value=value, predicate=pred):
+        case BufferStore(buffer=buf, indices=idx, value=value, predicate=pred) if (
+            len(idx) != 1 or len(buf.shape) < 2 or id(buf) in regions
+        ):  # NOTE: one index into an n-d buffer is flat already (an ir_builder's A[i]), as for loads
             idx = tuple(_flatten(i, regions) for i in idx)
             value = _flatten(value, regions)
             return BufferStore(buf, (flat_index(buf, idx, regions.get(id(buf))),), value, pred)
