@@ -10,6 +10,8 @@ from tensorforge.graph import (
     lower_batch_norm,
     lower_bits,
     lower_conv_nd,
+    lower_fold,
+    lower_grid_sample,
     lower_index_reduce,
     lower_linalg,
     lower_norms,

@@ -47,6 +47,9 @@ KEPT_WHOLE = (
     aten.hardtanh,
     aten.embedding,
     aten.select_scatter,  # (its decomposition's where promotes to the source's dtype)
+    aten.col2im,  # (their decompositions scatter with index_put: lower_fold.py gathers)
+    aten.max_unpool2d,
+    aten.max_unpool3d,
 )
 
 
