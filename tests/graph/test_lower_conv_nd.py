@@ -1,6 +1,6 @@
 """1-d convolutions (the 2-d path over a unit height) and 3-d ones (a product over 3-d im2col
 columns) as kernels, against eager torch: odd strides, padding ('same' too), dilation, groups
-(depthwise), bias, weights constant or an input, transposed 1-d, bfloat16, run-time sizes, nvcc."""
+(depthwise), bias, weights constant or an input, transposed 1-d and 3-d, bfloat16, run-time sizes, nvcc."""
 
 import shutil
 
@@ -13,7 +13,7 @@ import torch.nn.functional as F  # noqa: E402
 from tensorforge.graph import lower_conv_nd as conv_nd  # noqa: E402
 from tensorforge.graph.values import is_static  # noqa: E402
 from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
-from tests.graph.test_lowering import check, check_bfloat16, rand  # noqa: E402
+from tests.graph.test_lowering import check, check_bfloat16, compile_fn, rand  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +40,14 @@ def conv3ds(x, w, gw, b):
     return (
         F.conv3d(x, w, b[:3]), F.conv3d(x, w, None, (1, 2, 3), (1, 0, 2), (2, 1, 1)),
         F.conv3d(x, gw, b, 1, 1, 1, 2) + 1, F.conv3d(x, w, b[1:], padding="same"),
+    )  # fmt: skip
+
+
+def transposed3ds(x, w, gw, b, uw):
+    return (
+        F.conv_transpose3d(x[:, :3], w, b, 2, 1),
+        F.conv_transpose3d(x, gw, b, (2, 1, 2), (0, 1, 1), (1, 0, 1), 2, (1, 2, 1)),
+        F.conv_transpose3d(x, uw, b[:3], 2) * 2,  # kernel = stride: a matrix product
     )  # fmt: skip
 
 
@@ -75,6 +83,20 @@ def test_conv3d(constants):
     check(conv3ds, *conv3d_inputs(2), constants=constants, rtol=2e-5)
 
 
+@pytest.mark.parametrize("constants", [(), (1, 2, 4)])
+def test_transposed_conv3d(constants, monkeypatch):
+    # on the CPU, eager beats the kernel over the spread input: checked with the gate off
+    monkeypatch.setattr(conv_nd, "spread_is_slower", lambda target: False)
+    check(transposed3ds, *conv3d_inputs(3), rand(4, 3, 2, 2, 2, seed=9), constants=constants, rtol=2e-5)  # fmt: skip
+
+
+def test_transposed_conv3d_runs_eagerly_on_the_cpu_but_kernel_equal_to_stride():
+    inputs = [*conv3d_inputs(3), rand(4, 3, 2, 2, 2, seed=9)]
+    compiled = compile_fn(transposed3ds, inputs, constants=(1, 2, 4))
+    reasons = [r for _, _, r in compiled.program.fallbacks]
+    assert reasons == ["a 3-d transposed convolution on the CPU (eager's is faster)"] * 2
+
+
 def test_bfloat16_is_as_accurate_as_eager():
     for fn, inputs in ((conv1ds, conv1d_inputs(4)), (conv3ds, conv3d_inputs(5))):
         check_bfloat16(fn, *(t.bfloat16() for t in inputs))
@@ -106,10 +128,14 @@ def test_run_time_sizes():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_cuda_builds_compile_with_nvcc():
-    def fn(x, w, dw, b, tw, x3, w3, gw3, b3):
-        return (*conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3))
+    def fn(x, w, dw, b, tw, x3, w3, gw3, b3, uw3):
+        return (
+            *conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3),
+            *transposed3ds(x3, w3, gw3, b3, uw3),
+        )  # fmt: skip
 
-    assert nvcc_problem(fn, conv1d_inputs(6) + conv3d_inputs(7), "sm_90a") is None
+    inputs = conv1d_inputs(6) + conv3d_inputs(7) + [rand(4, 3, 2, 2, 2, seed=8)]
+    assert nvcc_problem(fn, inputs, "sm_90a") is None
 
 
 @pytest.mark.cuda
@@ -119,10 +145,14 @@ def test_conv1d_and_conv3d_match_eager_on_the_gpu():
 
     from tensorforge.graph import Options, compile_aten, decompositions
 
-    def fn(x, w, dw, b, tw, x3, w3, gw3, b3):
-        return (*conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3))
+    def fn(x, w, dw, b, tw, x3, w3, gw3, b3, uw3):
+        return (
+            *conv1ds(x, w, dw, b, tw), *conv3ds(x3, w3, gw3, b3),
+            *transposed3ds(x3, w3, gw3, b3, uw3),
+        )  # fmt: skip
 
-    inputs = [t.cuda() for t in conv1d_inputs(8) + conv3d_inputs(9)]
+    ins = conv1d_inputs(8) + conv3d_inputs(9) + [rand(4, 3, 2, 2, 2, seed=10)]
+    inputs = [t.cuda() for t in ins]
     gm = make_fx(fn, decomposition_table=decompositions())(*inputs)
     compiled = compile_aten(gm, inputs, {}, Options(target="cuda"))
     assert compiled.program.fallbacks == []

@@ -1,4 +1,4 @@
-"""3-d max and average pools, 1-d pools, and max pools whose indices are read (torch's flat
+"""3-d max and average pools (adaptive too), 1-d pools, and max pools whose indices are read (torch's flat
 index within each plane) as kernels, against eager torch: odd sizes, stride, padding, dilation,
 ceil_mode, NaN, bfloat16, run-time sizes, nvcc; and norms of batch statistics (instance norm)."""
 
@@ -35,7 +35,9 @@ def pools(x, x3):
         *max_pools(x, x3), F.avg_pool3d(x3, 2),
         F.avg_pool3d(x3, 3, 2, 1, ceil_mode=True, count_include_pad=False),
         F.avg_pool3d(x3, (1, 2, 3), 1, (0, 1, 1), divisor_override=5), F.avg_pool1d(x[0], 3, 2, 1),
-        F.local_response_norm(x, 3),
+        F.local_response_norm(x, 3), F.adaptive_avg_pool3d(x3, (2, 4, 3)),
+        *F.adaptive_max_pool3d(x3, (3, 4, 5), return_indices=True),
+        F.adaptive_max_pool3d(x3 * 2, (4, 2, 5)),
     )  # fmt: skip
 
 

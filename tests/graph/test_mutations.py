@@ -137,3 +137,29 @@ def test_an_eager_result_in_a_temps_storage_is_copied(monkeypatch):
     compiled = compile_aten(gm, [a, b], {}, Options())
     assert len(compiled.program.fallbacks) == 2
     torch.testing.assert_close(compiled([a, b])[0], F.cosine_similarity(a, b, dim=1))
+
+
+def test_as_strided_of_values_that_fill_their_storage():
+    x = rand(6, 35, seed=9)
+    check(lambda x: torch.as_strided(x * 2, (35, 6), (1, 35)), x)  # a transpose
+    check(lambda x: torch.as_strided(x + 1, (4, 3, 10), (40, 7, 2), 5), x)  # overlapping, offset
+    check(lambda x: torch.as_strided(x.mean(1, keepdim=True), (1, 6, 1), (6, 1, 6)), x)
+    check(lambda x: torch.as_strided(x, (210,), (1,)) * 3, x)
+    # eager's strides of the source, not ours: a transpose's result is not row-major
+    check(lambda x: torch.as_strided(x.t() * 1, (5, 5), (1, 6)).exp(), x)
+    check(lambda x: torch.as_strided(x.t(), (5, 5), (1, 6)).exp(), x)
+
+
+def test_as_strided_of_part_of_its_storage_runs_the_graph_eagerly(monkeypatch):
+    # x[:, 1:] starts inside its storage and leaves gaps: our buffers don't hold what as_strided
+    # would read there, so the whole graph runs eagerly (a warning says so)
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "0")
+    x = rand(6, 35, seed=10)
+
+    def fn(x):
+        return torch.as_strided(x[:, 1:], (5, 5), (1, 36), 2).exp()
+
+    gm = make_fx(fn)(x)
+    with pytest.warns(UserWarning, match="as_strided of a tensor that does not fill its storage"):
+        compiled = compile_aten(gm, [x], {}, Options())
+    torch.testing.assert_close(compiled(x), fn(x))  # (the graph itself: gm.forward)

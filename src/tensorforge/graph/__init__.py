@@ -11,6 +11,8 @@ from tensorforge.graph import (
     lower_bits,
     lower_conv_nd,
     lower_embedding_bag,
+    lower_fold,
+    lower_grid_sample,
     lower_index_reduce,
     lower_linalg,
     lower_norms,

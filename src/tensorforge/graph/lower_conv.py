@@ -17,6 +17,7 @@ from tensorforge.graph.lower_tensor_core import (
     tensor_core_conv,
     wants_tensor_core_conv,
 )
+from tensorforge.graph.lower_views import reshaped
 from tensorforge.graph.split_k import cuda_conv_splits
 from tensorforge.graph.values import (
     Anchor,
@@ -65,10 +66,10 @@ def convolution_2d(
     w = ctx.constant(weight)
     if transposed:
         w_shape = ctx.lazy(weight).shape
-        if w is not None and _transposed_as_matmul(
+        if w is not None and transposed_as_matmul(
             ctx, w, stride, padding, dilation, output_padding, groups
         ):
-            return _conv_transpose_as_matmul(ctx, node, x, w, bias, dtype, shape, to_output)
+            return conv_transpose_as_matmul(ctx, node, x, w, bias, dtype, shape, to_output)
         x = _dilated_input(ctx, node, x, w_shape, stride, padding, dilation, output_padding)
         if w is not None:
             w = _flipped(w, groups)
@@ -141,35 +142,47 @@ def convolution_2d(
     return epilogue(ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype))
 
 
-def _transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, groups) -> bool:
-    """A transposed convolution whose kernel equals its stride (UNet's 2 x 2, stride 2): each
-    input pixel writes its own s x s output block, a matrix product (no overlap, no zeros)."""
-    KH, KW = w.shape[2:]
+def transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, groups) -> bool:
+    """A transposed convolution (2-d or 3-d) whose kernel equals its stride (UNet's 2 x 2,
+    stride 2): each input pixel writes its own output block, a matrix product (no overlap, no
+    zeros)."""
     return (
         ctx.target.kind == "llvm"
         and groups == 1
-        and tuple(stride) == (KH, KW)
+        and tuple(stride) == tuple(w.shape[2:])
         and not any(padding)
         and not any(output_padding)
-        and tuple(dilation) == (1, 1)
+        and all(d == 1 for d in dilation)
     )
 
 
-def _conv_transpose_as_matmul(
+def conv_transpose_as_matmul(
     ctx, node, x: Lazy, w: torch.Tensor, bias, dtype, out_shape, to_output
 ) -> Lazy:
     """out[n, f, y, x] = sum_c in[n, c, y / s, x / s] * w[c, f, y % s, x % s]: a 1 x 1
-    convolution to F * s * s channels (f, ky, kx), read back as the s x s blocks."""
-    C, F, KH, KW = w.shape
-    N, _, H, W = x.shape
-    blocks = w.permute(1, 2, 3, 0).reshape(F * KH * KW, C, 1, 1)
-    shape = (N, F * KH * KW, H, W)
+    convolution to F * s * s channels (f, ky, kx), read back as the s x s blocks (3-d: the
+    input's depth and rows as one dimension, s x s x s blocks)."""
+    C, F, *kernel = w.shape
+    N, _, *sizes = x.shape
+    taps, rows = 1, 1
+    for k in kernel:
+        taps *= k
+    for size in sizes[:-1]:
+        rows = rows * size
+    blocks = w.permute(1, *range(2, w.ndim), 0).reshape(F * taps, C, 1, 1)
+    shape = (N, F * taps, rows, sizes[-1])
+    x = reshaped(x, (N, C, rows, sizes[-1])) if len(sizes) != 2 else x
     product = _conv_as_matmul(ctx, node, x, blocks, shape, (1, 1), (0, 0), (1, 1), dtype)
     product = ctx.buffer(product)
 
     def at(idx):
-        n, f, y, xx = idx
-        return product.at((n, (f * KH + y % KH) * KW + xx % KW, y // KH, xx // KW))
+        n, f, *position = idx
+        tap, row = f, 0
+        for p, k in zip(position, kernel):
+            tap = tap * k + p % k
+        for p, k, size in zip(position[:-1], kernel, sizes):
+            row = row * size + p // k
+        return product.at((n, tap, row, position[-1] // kernel[-1]))
 
     out = Lazy(out_shape, dtype, at, product.reads, product.nodes, 3)
     bias_value = ctx.lazy(bias) if bias is not None else None
@@ -236,7 +249,10 @@ def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_ou
     as the node's value by `to_output` (where not None)."""
     if bias_value is not None:
         out = ctx.pointwise(
-            lambda c, d: c + d, [out, _per_channel(bias_value)], shape=shape, dtype=dtype
+            lambda c, d: c + d,
+            [out, _per_channel(bias_value, len(shape))],
+            shape=shape,
+            dtype=dtype,
         )
     if to_output is not None:
         out = to_output(out)
@@ -367,7 +383,8 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
     )
 
 
-def _per_channel(v: Lazy) -> Lazy:
-    """A [C] vector as [C, 1, 1], broadcasting over an NCHW output."""
+def _per_channel(v: Lazy, ndim: int) -> Lazy:
+    """A [C] vector as [C, 1, 1] (more 1s for an NCDHW output), broadcasting over the output."""
     (c,) = v.shape
-    return Lazy((c, 1, 1), v.dtype, lambda idx: v.at((idx[0],)), v.reads, v.nodes, v.cost)
+    shape = (c,) + (1,) * (ndim - 2)
+    return Lazy(shape, v.dtype, lambda idx: v.at((idx[0],)), v.reads, v.nodes, v.cost)

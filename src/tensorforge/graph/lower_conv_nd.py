@@ -1,13 +1,18 @@
 """aten.convolution by its input's rank: 2-d (lower_conv.py), 1-d as the 2-d path over a unit
 height (so it gets the same direct, im2col and tensor-core schedules), 3-d as a 2-d one over
-its depth taps stacked as channels."""
+its depth taps stacked as channels (a transposed one as a direct one of stride 1 over its
+input spread out by the stride, with flipped weights)."""
 
 from __future__ import annotations
 
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_conv import convolution_2d
+from tensorforge.graph.lower_conv import (
+    conv_transpose_as_matmul,
+    convolution_2d,
+    transposed_as_matmul,
+)
 from tensorforge.graph.lower_views import reshaped
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Lazy, Unsupported, is_static
@@ -41,6 +46,17 @@ def convolution(
         )  # fmt: skip
     if x.ndim == 5 and not transposed:
         return _conv3d(ctx, node, x, weight, bias, stride, padding, dilation, groups, shape)
+    if x.ndim == 5:
+        w = ctx.constant(weight)
+        args = (stride, padding, dilation, output_padding, groups)
+        if w is not None and transposed_as_matmul(ctx, w, *args):
+            return conv_transpose_as_matmul(ctx, node, x, w, bias, ctx.dtype_of(node), shape, None)
+        if spread_is_slower(ctx.target):
+            raise Unsupported("a 3-d transposed convolution on the CPU (eager's is faster)")
+        x, weight = _as_direct_3d(
+            ctx, node, x, weight, stride, padding, dilation, output_padding, groups
+        )
+        return _conv3d(ctx, node, x, weight, bias, (1, 1, 1), (0, 0, 0), dilation, groups, shape)
     raise Unsupported(f"a {x.ndim - 2}-d{' transposed' if transposed else ''} convolution")
 
 
@@ -97,3 +113,56 @@ def _conv3d(ctx, node, x: Lazy, weight, bias, stride, padding, dilation, groups,
         ctx, node, stacked, weight_2d, bias, (sh, sw), (0, 0), (dh, dw), False, (0, 0), groups,
         shape_2d, to_output,
     )  # fmt: skip
+
+
+def _as_direct_3d(ctx, node, x: Lazy, weight, stride, padding, dilation, output_padding, groups):
+    """A 3-d transposed convolution's (input, weights) as a direct convolution's of stride 1:
+    the input with stride - 1 zeros between its elements, padded by dilation (K - 1) - padding
+    (output_padding more after); the weights (C, F / groups, KD, KH, KW) flipped, their in and
+    out channels swapped within each group."""
+    w = ctx.lazy(weight)
+    C, fg, *kernel = w.shape
+    if not is_static(kernel):
+        raise Unsupported("a transposed convolution whose kernel is a run-time size")
+    pads = [d * (k - 1) - p for d, k, p in zip(dilation, kernel, padding)]
+    if min(pads) < 0:
+        raise Unsupported("a transposed convolution padded past its kernel")
+    N, _, *sizes = x.shape
+    spread = [(size - 1) * s + 1 for size, s in zip(sizes, stride)]
+    shape = (N, C, *[n + 2 * p + e for n, p, e in zip(spread, pads, output_padding)])
+    src = ctx.no_anchor(x)
+
+    def at(idx):
+        inside, inner = [], []
+        for i, p, s, n, size in zip(idx[2:], pads, stride, spread, sizes):
+            i = i - p
+            inside += [i >= 0, i < n] + ([i % s == 0] if s != 1 else [])
+            inner.append(te.max(te.min(i // s if s != 1 else i, size - 1), 0))
+        v = src.at((*idx[:2], *inner))
+        return te.if_then_else(te.all(*inside), v, te.const(0, v.dtype))
+
+    spread_x = Lazy(shape, x.dtype, at, src.reads, src.nodes, 3 + src.cost)
+    spread_x = ctx.materialize(spread_x, node=f"{node.name}_spread")
+    cg = C // groups
+    constant = ctx.constant(weight)
+    if constant is not None:
+        flipped = constant.reshape(groups, cg, fg, *kernel).transpose(1, 2)
+        flipped = flipped.reshape(groups * fg, cg, *kernel).flip(2, 3, 4).contiguous()
+        return spread_x, ctx.add_constant(flipped, f"{node.name}_w")
+    src_w = ctx.no_anchor(w)
+    KD, KH, KW = kernel
+
+    def flipped_at(idx):
+        f, c, kz, ky, kx = idx
+        return src_w.at(((f // fg) * cg + c, f % fg, KD - 1 - kz, KH - 1 - ky, KW - 1 - kx))
+
+    flipped = Lazy((groups * fg, cg, *kernel), w.dtype, flipped_at, src_w.reads, src_w.nodes, 2)
+    return spread_x, ctx.materialize(flipped, node=f"{node.name}_flipped")
+
+
+def spread_is_slower(target) -> bool:
+    """Does eager beat a 3-d transposed convolution over its spread input on `target`? On the
+    CPU: 3x slower than eager (1 thread, 16 -> 16 over 8 x 16 x 16, kernel 3, stride 2: 7.2 ms
+    against 2.5; benchmarks/gathers.py), the zeros between the input's elements multiplied too;
+    CUDA targets take the kernel."""
+    return target.kind == "llvm"

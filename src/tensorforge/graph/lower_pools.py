@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_pools_nd import Window, max_pool2d_with_indices
+from tensorforge.graph.lower_pools_nd import Window, longest_window, max_pool2d_with_indices
 from tensorforge.graph.lower_reduce import (
     later_outputs_read,
     only_first_output_used,
@@ -132,8 +132,8 @@ def _adaptive(ctx, node, x, output_size, combine, name):
         raise Unsupported("an adaptive pool over other than (N)CHW")
     H, W = x.shape[-2], x.shape[-1]
     (oh, ow), shape = output_size, ctx.shape_of(node, 0) if _pair_out(node) else ctx.shape_of(node)
-    ry = te.reduce_axis((0, _longest_window(H, oh)), name="ry")
-    rx = te.reduce_axis((0, _longest_window(W, ow)), name="rx")
+    ry = te.reduce_axis((0, longest_window(H, oh)), name="ry")
+    rx = te.reduce_axis((0, longest_window(W, ow)), name="rx")
 
     def bounds(i, size, out):
         return (i * size) // out, ((i + 1) * size + out - 1) // out
@@ -156,12 +156,3 @@ def _adaptive(ctx, node, x, output_size, combine, name):
 
 def _pair_out(node) -> bool:
     return isinstance(node.meta["val"], tuple)
-
-
-def _longest_window(size, out):
-    """The most input positions an adaptive window along `size` holds: exact for a known
-    size; ceil(size / out) + 1 bounds it otherwise (a window ends under (i + 1) size / out + 1
-    and starts over i size / out - 1)."""
-    if isinstance(size, int):
-        return max(-((-(i + 1) * size) // out) - (i * size) // out for i in range(out))
-    return (size + out - 1) // out + 1

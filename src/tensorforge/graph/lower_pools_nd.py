@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge import te
-from tensorforge.graph.lower_reduce import reduction_anchor
+from tensorforge.graph.lower_reduce import later_outputs_read, reduction_anchor
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Unsupported, in_dtype, opmath_dtype
 from tensorforge.te import dtype as dt
@@ -16,7 +16,7 @@ from tensorforge.te import dtype as dt
 aten = torch.ops.aten
 
 
-def _per_dim(v, dims: int, default) -> list:
+def per_dim(v, dims: int, default) -> list:
     v = default if v is None or (isinstance(v, (list, tuple)) and not v) else v
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return v * dims if len(v) == 1 else v
@@ -31,10 +31,10 @@ class Window:
         if self.x.ndim not in (dims + 1, dims + 2):
             raise Unsupported(f"a {dims}-d pool of a {self.x.ndim}-d tensor")
         self.dims, self.shape = dims, shape
-        self.kernel = _per_dim(kernel, dims, None)
-        self.stride = _per_dim(stride, dims, self.kernel)
-        self.padding = _per_dim(padding, dims, 0)
-        self.dilation = _per_dim(dilation, dims, 1)
+        self.kernel = per_dim(kernel, dims, None)
+        self.stride = per_dim(stride, dims, self.kernel)
+        self.padding = per_dim(padding, dims, 0)
+        self.dilation = per_dim(dilation, dims, 1)
         self.sizes = list(self.x.shape[-dims:])
         self.axes = [te.reduce_axis((0, k), name=f"r{d}") for d, k in enumerate(self.kernel)]
         self.name = name
@@ -57,9 +57,14 @@ class Window:
 
 
 def _max_pool(ctx, node, x, dims, kernel, stride, padding, dilation, ceil_mode):
-    """The maximum over each window and, where read, its index within the plane."""
     shape = ctx.shape_of(node, 0)
     w = Window(ctx, node, x, dims, kernel, stride, padding, dilation, shape, "maxpool")
+    return _max_over(ctx, node, w, shape)
+
+
+def _max_over(ctx, node, w, shape, indices: bool = True):
+    """The maximum over each of `w`'s windows and, with `indices`, its index within the plane
+    (torch's: of the first maximum in the window's order, or of its last NaN)."""
     acc = opmath_dtype(w.x.dtype)
 
     def best_body(*i):
@@ -67,6 +72,9 @@ def _max_pool(ctx, node, x, dims, kernel, stride, padding, dilation, ceil_mode):
         return te.max(in_dtype(v, acc), axis=w.axes, where=inside)
 
     best = te.compute(shape, best_body, name=ctx.unique(f"maxpool_{node.name}"))
+    if not indices:
+        anchor = reduction_anchor(ctx, "window", [best], w.x.reads, shape, w.x.nodes + (node.name,))
+        return ctx.anchored(anchor, lambda ia: best[tuple(ia)], w.x.dtype), None
     plane = 1
     for size in w.sizes:
         plane = plane * size
@@ -140,3 +148,71 @@ def avg_pool3d(
 
     anchor = reduction_anchor(ctx, "window", [total], w.x.reads, shape, w.x.nodes + (node.name,))
     return ctx.anchored(anchor, lambda ia: total[tuple(ia)] / count(ia), w.x.dtype)
+
+
+class AdaptiveWindow:
+    """An adaptive pool's windows over the last `dims` dimensions, of sizes that may differ
+    (7 -> 3: 3, 3 and 3 rows starting at 0, 2 and 4): output i reduces input positions
+    floor(i size / out) to ceil((i + 1) size / out), the reduction as long as the longest
+    window and guarded past each one's end. The interface of `Window`."""
+
+    def __init__(self, ctx, x, dims: int, output_size):
+        self.x = ctx.buffer(x)
+        if self.x.ndim not in (dims + 1, dims + 2):
+            raise Unsupported(f"a {dims}-d adaptive pool of a {self.x.ndim}-d tensor")
+        self.dims, self.outs = dims, per_dim(list(output_size), dims, None)
+        self.sizes = list(self.x.shape[-dims:])
+        self.axes = [
+            te.reduce_axis((0, longest_window(size, out)), name=f"r{d}")
+            for d, (size, out) in enumerate(zip(self.sizes, self.outs))
+        ]
+
+    def bounds(self, out_index):
+        """(start, end) of the window along each dimension at an output index."""
+        return [
+            ((i * size) // out, ((i + 1) * size + out - 1) // out)
+            for i, size, out in zip(out_index[-self.dims :], self.sizes, self.outs)
+        ]
+
+    def read(self, out_index):
+        at = [start + a.var for (start, _), a in zip(self.bounds(out_index), self.axes)]
+        inside = te.all(*(i < end for i, (_, end) in zip(at, self.bounds(out_index))))
+        clamped = [te.min(i, size - 1) for i, size in zip(at, self.sizes)]
+        lead = out_index[: -self.dims]
+        return self.x.at((*lead, *clamped)), clamped, inside
+
+    def count(self, out_index):
+        n = None
+        for start, end in self.bounds(out_index):
+            n = end - start if n is None else n * (end - start)
+        return n
+
+
+@lowers(aten._adaptive_avg_pool3d.default, aten.adaptive_avg_pool3d.default)
+def adaptive_avg_pool3d(ctx, node, x, output_size):
+    shape = ctx.shape_of(node)
+    w = AdaptiveWindow(ctx, x, 3, output_size)
+    acc = opmath_dtype(w.x.dtype)
+
+    def body(*i):
+        v, _, inside = w.read(i)
+        return te.sum(in_dtype(v, acc), axis=w.axes, where=inside)
+
+    total = te.compute(shape, body, name=ctx.unique(f"adaptive_avgpool_{node.name}"))
+    anchor = reduction_anchor(ctx, "window", [total], w.x.reads, shape, w.x.nodes + (node.name,))
+    return ctx.anchored(anchor, lambda ia: total[tuple(ia)] / w.count(ia).astype(acc), w.x.dtype)
+
+
+@lowers(aten.adaptive_max_pool3d.default)
+def adaptive_max_pool3d(ctx, node, x, output_size):
+    shape, w = ctx.shape_of(node, 0), AdaptiveWindow(ctx, x, 3, output_size)
+    return _max_over(ctx, node, w, shape, indices=later_outputs_read(node))
+
+
+def longest_window(size, out):
+    """The most input positions an adaptive window along `size` holds: exact for a known
+    size; ceil(size / out) + 1 bounds it otherwise (a window ends under (i + 1) size / out + 1
+    and starts over i size / out - 1)."""
+    if isinstance(size, int):
+        return max(-((-(i + 1) * size) // out) - (i * size) // out for i in range(out))
+    return (size + out - 1) // out + 1

@@ -13,9 +13,11 @@ from tensorforge import te
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import (
     Lazy,
+    NeedsEagerGraph,
     Unsupported,
     broadcast_index,
     is_one,
+    is_static,
     read_buffer,
     reshape_index,
     same_shape,
@@ -64,6 +66,58 @@ def reshaped(x: Lazy, out: tuple) -> Lazy:
     if x.source is not None:
         return read_buffer(x.source, out)
     return _view(x, out, lambda idx: x.at(reshape_index(idx, out, x.shape)))
+
+
+@lowers(aten.as_strided.default)
+def as_strided(ctx, node, x, size, stride, storage_offset=None):
+    """x's storage read at other strides (AOTAutograd's restrides, e.g. of a (1, 768, 1, 1)
+    mean to channels-last strides in ConvNeXt): out[idx] is the element at storage position
+    offset + sum(idx * stride), where x's elements fill their storage densely, in some order of
+    its dimensions (eager's strides for x, from its fake tensor: a permute's result is not
+    row-major). Any other layout would need memory that we do not hold as eager does (our
+    buffers are row-major, the part of a base outside x absent): the graph runs eagerly."""
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    order = _dense_order(source) if isinstance(source, torch.Tensor) else None
+    if order is None:
+        raise NeedsEagerGraph(f"{node.name}: as_strided of a tensor that does not fill its storage")
+    if not is_static([*size, *stride, storage_offset or 0, *x.shape]):
+        raise Unsupported("as_strided at run-time sizes")
+    x = ctx.no_anchor(x)
+    in_memory = [x.shape[d] for d in order]  # x's dimensions from the outermost in storage
+    numel = 1
+    for extent in in_memory:
+        numel *= extent
+
+    def at(idx):
+        flat = storage_offset or 0
+        for i, extent, step in zip(idx, size, stride):
+            if extent != 1:
+                flat = flat + i * step
+        position = reshape_index((flat,), (numel,), in_memory)
+        index = [0] * x.ndim
+        for d, i in zip(order, position):
+            index[d] = i
+        return x.at(tuple(index))
+
+    return _view(x, ctx.shape_of(node), at)
+
+
+def _dense_order(t: torch.Tensor) -> list[int] | None:
+    """t's dimensions from the largest stride down, where t's elements fill its storage exactly
+    (no gaps, no overlap, from its start); None otherwise."""
+    try:
+        nbytes = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if t.storage_offset() != 0 or nbytes != t.numel() * t.element_size():
+        return None
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    expected = 1
+    for d in reversed(order):
+        if t.shape[d] != 1 and t.stride(d) != expected:
+            return None
+        expected *= t.shape[d]
+    return order
 
 
 @lowers(aten.permute.default)

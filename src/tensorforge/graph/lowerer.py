@@ -26,6 +26,7 @@ from tensorforge.graph.registry import eager_on_cpu_reason, lowering_for
 from tensorforge.graph.values import (
     Buffer,
     Lazy,
+    NeedsEagerGraph,
     Unsupported,
     broadcast_index,
     in_dtype,
@@ -159,6 +160,8 @@ class Lowerer(ConstantFolding):
             value = lowering(self, node, *args, **kwargs)
         except Unsupported as why:
             return self._fold_or_eager(node, args, kwargs, str(why))
+        except NeedsEagerGraph:
+            raise
         except Exception as err:  # a lowering bug must not break the user's model
             if self.strict:
                 raise

@@ -26,6 +26,11 @@ class Unsupported(Exception):  # noqa: N818 - a signal between lowering and the 
     """This node cannot be lowered: it runs in eager torch instead (the reason goes in the report)."""
 
 
+class NeedsEagerGraph(Exception):  # noqa: N818 - a signal, as Unsupported
+    """This node cannot run inside a compiled graph at all, not even eagerly (it reads memory
+    as eager lays it out, which the compiled graph does not): the whole graph runs eagerly."""
+
+
 @dataclass(eq=False)
 class Buffer:
     """A tensor in memory: `kind` is "input", "constant", "temp", "output" or "eager".

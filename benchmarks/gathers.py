@@ -1,0 +1,89 @@
+"""Gathers and element-wise operators the graph once ran eagerly (grid_sample, fold, max_unpool,
+3-d adaptive pools, 3-d transposed convolutions, frexp, gcd, ldexp, histc, bucketize, ...),
+float32 on the CPU: eager torch vs tensorforge, same process, interleaved.
+
+    python benchmarks/gathers.py [--threads 1] [--repeats 7] [--cases grid_bilinear,fold,...]
+
+Each repeat times both in turn (a few calls each); the best over repeats is reported (the
+machine may be shared) with eager / tensorforge (> 1: tensorforge is faster) and the largest
+difference from eager (integer results: the count of elements that differ). A case slower than
+eager belongs in registry.eager_on_cpu.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.nn.functional as F
+from scans import difference  # benchmarks/: the script's folder is on sys.path
+from torch_models import time_calls
+
+
+def _grid(n, h, w):
+    return torch.rand(n, h, w, 2) * 2.2 - 1.1
+
+
+def _unpool2d(x):
+    return F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2, output_size=x.shape[-2:])
+
+
+def _unpool3d(x):
+    m, i = F.max_pool3d(x, 2, return_indices=True)
+    return F.max_unpool3d(m, i, 2, output_size=x.shape[-3:])
+
+
+GRID = _grid(8, 64, 64)
+torch.manual_seed(0)
+UP3 = torch.nn.ConvTranspose3d(16, 16, 3, 2, 1, 1).eval().requires_grad_(False)
+UP3_2 = torch.nn.ConvTranspose3d(32, 16, 2, 2).eval().requires_grad_(False)
+CASES = {
+    "grid_bilinear": (lambda x: F.grid_sample(x, GRID, align_corners=False), (8, 16, 64, 64)),
+    "grid_nearest": (
+        lambda x: F.grid_sample(x, GRID, "nearest", "border", align_corners=True),
+        (8, 16, 64, 64),
+    ),
+    "grid_bicubic": (
+        lambda x: F.grid_sample(x, GRID, "bicubic", "reflection", align_corners=False),
+        (8, 16, 64, 64),
+    ),
+    "fold": (lambda x: F.fold(x, (64, 64), 3, padding=1), (8, 16 * 9, 64 * 64)),
+    "fold_stride2": (lambda x: F.fold(x, (64, 64), 2, stride=2), (8, 32 * 4, 32 * 32)),
+    "max_unpool2d": (_unpool2d, (8, 32, 64, 64)),
+    "max_unpool3d": (_unpool3d, (4, 16, 16, 32, 32)),
+    "adaptive_avg3d": (lambda x: F.adaptive_avg_pool3d(x, (5, 7, 7)), (4, 16, 16, 32, 32)),
+    "adaptive_max3d": (lambda x: F.adaptive_max_pool3d(x, (5, 7, 7)), (4, 16, 16, 32, 32)),
+    "conv_t3d_k3s2": (UP3, (2, 16, 8, 16, 16)),
+    "conv_t3d_k2s2": (UP3_2, (2, 32, 8, 16, 16)),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--cases", default=",".join(CASES))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ["TF_NUM_THREADS"] = str(args.threads)  # tensorforge's kernels' threads
+    import tensorforge  # noqa: F401  (registers the backend)
+
+    print(f"{'case':18} {'eager ms':>9} {'tf ms':>9} {'eager/tf':>9} {'diff':>9}")
+    for name in args.cases.split(","):
+        fn, shape = CASES[name]
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        x = torch.randn(shape)
+        compiled = torch.compile(fn, backend="tensorforge")
+        diff = difference(compiled(x), fn(x))
+        eager, ours = [], []
+        for _ in range(args.repeats):
+            eager.append(time_calls(fn, x, 3))
+            ours.append(time_calls(compiled, x, 3))
+        e, t = min(eager) * 1e3, min(ours) * 1e3
+        print(f"{name:18} {e:9.3f} {t:9.3f} {e / t:9.2f} {diff:9.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
