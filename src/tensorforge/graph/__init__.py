@@ -10,6 +10,7 @@ from tensorforge.graph import (
     lower_batch_norm,
     lower_bits,
     lower_conv_nd,
+    lower_embedding_bag,
     lower_fold,
     lower_grid_sample,
     lower_index_reduce,
@@ -20,6 +21,7 @@ from tensorforge.graph import (
     lower_pools_nd,
     lower_reduce,
     lower_scans,
+    lower_scatter,
     lower_special,
     lower_views,
 )  # noqa: E402, I001
