@@ -19,9 +19,8 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.registry import eager_on_cpu, lowers
-from tensorforge.graph.values import Unsupported
+from tensorforge.graph.values import Unsupported, let
 from tensorforge.te import dtype as dt
-from tensorforge.te.expr import Let
 
 aten = torch.ops.aten
 
@@ -189,15 +188,6 @@ def _lgamma_near_minimum(e1):
     )
 
 
-def _let(value, name: str, body):
-    """body(v) with v bound to `value` once: the loop IR's passes walk expressions as trees, and
-    guard the loads in every arm of a select, so a value read in many places (and selected
-    between) is a variable, not the load or expression itself (lgamma's kernel took minutes to
-    build otherwise)."""
-    v = te.var(name, value.dtype)
-    return Let(v, value, body(v))
-
-
 def lgamma_float32(x):
     """lgamma in float32 arithmetic (CPU targets, where float64's logs are the C library's,
     lane by lane), with no shift that cancels: of a = |x|, Taylor series for a in [0.5, 2.5)
@@ -208,7 +198,7 @@ def lgamma_float32(x):
     over benchmarks/bench_special_functions.py's domain; eager's 0.8); below, within a few ulp
     of max(|lgamma(x)|, 1), so near lgamma's zeros there (-2.457, -2.747, ...) many ulp of the
     value (eager's float32: up to 84 ulp there)."""
-    return _let(x, "lgamma_x", _lgamma_float32)
+    return let(x, "lgamma_x", _lgamma_float32)
 
 
 def _lgamma_float32(x):
@@ -218,7 +208,7 @@ def _lgamma_float32(x):
     product = one  # (a - 1) ... (a - n), n the steps down to [1.5, 2.5): 0 below 2.5
     for k in range(1, 7):
         product = product * te.if_then_else(a >= _c(k + 1.5, x), a - _c(k, x), one)
-    return _let(
+    return let(
         te.log(
             te.if_then_else(small, a, te.if_then_else(a >= eight, a * _c(1 / math.e, x), product))
         ),
@@ -231,7 +221,7 @@ def _lgamma_from(x, a, small, logged):
     one, half, eight = _c(1.0, x), _c(0.5, x), _c(8.0, x)
     steps = te.max(te.min(te.floor(a - _c(1.5, x)), _c(6.0, x)), _c(0.0, x))
     # (each shared value used once in the tree: the passes walk it as a tree, not a graph)
-    base = _let(te.if_then_else(small, x, a - steps - one), "lgamma_e", _lgamma_near_minimum)
+    base = let(te.if_then_else(small, x, a - steps - one), "lgamma_e", _lgamma_near_minimum)
     zi = one / a
     series = zi * _horner((1 / 1260, -1 / 360, 1 / 12), zi * zi)
     # (logged: log(a / e) from 8, where log(a) - 1 would carry log's error (a ulp) and
