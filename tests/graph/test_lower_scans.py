@@ -57,6 +57,8 @@ def test_cuda_builds_compile_with_nvcc(arch):
         assert nvcc_problem(every_dimension, [x], arch) is None
     a = torch.randint(-50, 50, (4, 70))
     assert nvcc_problem(every_dimension, [a], arch) is None
+    long_rows = rand(3, 300, seed=6)  # (logcumsumexp's blocks of running-max shifts)
+    assert nvcc_problem(lambda x: (torch.logcumsumexp(x, 1),), [long_rows], arch) is None
 
 
 def test_the_blocked_sums_keep_the_rules_schedule():

@@ -43,7 +43,9 @@ LIMIT = 227 << 10
 @pytest.mark.parametrize(
     "batch, n, m, k, tile",
     [
-        (1, 2048, 3072, 768, (128, 128)),  # 384 blocks
+        (1, 2048, 3072, 768, (256, 192)),  # 128 blocks of 4 warpgroups: one wave
+        (1, 2048, 2304, 768, (128, 192)),  # GPT-2's qkv: 192 blocks (256 rows: 96)
+        (1, 4096, 640, 768, (128, 128)),  # 192 columns would pad 640 to 768
         (1, 2048, 768, 3072, (64, 128)),  # 96 blocks of 128 x 128 would idle SMs
         (16, 64, 3136, 576, (64, 128)),  # 64 filters: 128-row tiles would be half padding
         (1, 1000, 1536, 768, (64, 128)),  # rows padded to 1024
@@ -147,6 +149,53 @@ def test_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
     assert_as_close_to_fp32_as_eager(lambda: large_half_products(dtype))
 
 
+def test_wide_tiles_are_three_stages_deep_and_bulk_filled():
+    """256 x 192 blocks (16 warps) stage 3 k steps, WGMMA_PIPELINE_BYTES' worth; both 192-column
+    tiles are filled by bulk tensor copies whatever TMA_FILLS says, as measured."""
+    wide = choose_wgmma_tiles(1, 2048, 3072, 768, 132, LIMIT, whole_columns=False)
+    qkv = choose_wgmma_tiles(1, 2048, 2304, 768, 132, LIMIT, whole_columns=False)
+    assert (wide.block_m, wide.block_n, wide.stages, wide.warps, wide.fill) == (256, 192, 3, 16, "tma")  # fmt: skip
+    assert (qkv.block_m, qkv.block_n, qkv.stages, qkv.fill) == (128, 192, 4, "tma")
+    stage = (wide.block_m + wide.block_n) * wide.block_k * 2
+    assert 3 * stage <= lower_tensor_core.WGMMA_PIPELINE_BYTES < 4 * stage
+    assert wide.shared_bytes() <= LIMIT  # (the float32 tile's 200 KiB is the larger part)
+    conv = choose_wgmma_tiles(1, 2048, 3072, 768, 132, LIMIT, whole_columns=False, wide=False)
+    assert (conv.block_m, conv.block_n, conv.fill) == (128, 128, "cp_async")  # (not measured)
+
+
+def wide_half_products(dtype=torch.float16):
+    """Products on 192-column wgmma tiles: 2000 rows (not whole tiles: the bulk copies bring
+    zeros past them) through bias + GELU on 256 x 192 blocks, then 128 x 192 ones over that
+    result (k of 45 steps) with a residual add."""
+
+    def fn(x, w1, b1, w2, r):
+        h = F.gelu(F.linear(x, w1, b1))  # 2000 x 2880 from 768
+        return h, F.linear(h, w2) + r  # 2000 x 1536 from 2880
+
+    gen = torch.Generator().manual_seed(7)
+    shapes = [(2000, 768), (2880, 768), (2880,), (1536, 2880), (2000, 1536)]
+    inputs = [torch.randn(*s, generator=gen) / 8 for s in shapes]
+    return fn, [t.to(dtype) for t in inputs], (1, 2, 3)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_wide_products_take_192_column_tiles_and_compile(tmp_path):
+    _, _, compiled = compiled_for(SM90, graph=wide_half_products)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel) and s.spec.anchor]
+    tiles = [s.spec.anchor.info["tensor_core"] for s in kernels if s.source == WGMMA_SOURCE]
+    assert [(t.block_m, t.block_n) for t in tiles] == [(256, 192), (128, 192)]
+    text = joined_sources({id(s.module): s.module for s in kernels}.values())
+    assert "tf_tma_sw128<256, 64, 1>" in text and "tf_tma_sw128<64, 192, 1>" in text
+    assert_compiles_with_nvcc(tmp_path, text, arch="sm_90a")
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_wide_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
+    assert_as_close_to_fp32_as_eager(lambda: wide_half_products(dtype))
+
+
 def batched_half_products(dtype=torch.float16):
     """bmm of two graph inputs (whole rows: wgmma on sm_90) with ReLU + 1, and one whose left
     matrix is read transposed (mma.sync)."""
@@ -211,7 +260,7 @@ def test_split_wgmma_products_on_the_gpu_are_as_close_to_fp32_as_eager():
 def test_wgmma_pipelines_are_as_deep_as_two_blocks_an_sm_allow():
     """The float32 tile takes the pipeline's bytes (codegen/cuda_shared.py), so a 128 x 128
     block fits twice an SM with 3 stages, a 64 x 128 one with 4; ptxas budgets registers so."""
-    big = choose_wgmma_tiles(1, 2048, 3072, 768, 132, LIMIT, whole_columns=False)
+    big = choose_wgmma_tiles(1, 4096, 640, 768, 132, LIMIT, whole_columns=False)
     small = choose_wgmma_tiles(1, 2048, 768, 3072, 132, LIMIT, whole_columns=False)
     assert (big.block_m, big.block_n, big.stages, big.blocks) == (128, 128, 3, 2)
     assert (small.block_n, small.stages, small.blocks) == (128, 4, 2)

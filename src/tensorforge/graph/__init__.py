@@ -11,6 +11,7 @@ from tensorforge.graph import (
     lower_bits,
     lower_buckets,
     lower_conv_nd,
+    lower_embedding_bag,
     lower_fold,
     lower_grid_sample,
     lower_index_reduce,
@@ -21,6 +22,7 @@ from tensorforge.graph import (
     lower_pools_nd,
     lower_reduce,
     lower_scans,
+    lower_scatter,
     lower_special,
     lower_views,
 )  # noqa: E402, I001

@@ -30,9 +30,14 @@ from tensorforge.graph.output_views import WithOutputViews, view_outputs
 from tensorforge.graph.product_decompositions import product_decompositions
 from tensorforge.graph.program import CompiledGraph, build_kernels
 from tensorforge.graph.report import Checked
+from tensorforge.runtime.native_call import set_default_threads
 from tensorforge.target import Target
 
 aten = torch.ops.aten
+
+# torch.set_num_threads(n) limits compiled models as it limits eager torch (and Inductor);
+# TF_NUM_THREADS still overrides both
+set_default_threads(torch.get_num_threads)
 
 KEPT_WHOLE = (
     aten.native_layer_norm,

@@ -6,7 +6,9 @@ Bessel functions i0, i0e, i1, i1e (the power series, the asymptotic one for larg
 ndtri, lgamma, digamma and the Bessel functions compute in float64 and round once: their shifts and
 reflections cancel (lgamma near 1 and 2, digamma near its root), which float64 absorbs, so the
 float32 (and half) results are within an ulp or two of float64 torch's. A float64 input runs
-eagerly: these series are not accurate to float64's last bits.
+eagerly: these series are not accurate to float64's last bits. On CPU targets lgamma computes in
+float32 instead (`lgamma_float32`: series that do not cancel; float64's logs are the C
+library's there, lane by lane, 5x slower than eager).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.registry import eager_on_cpu, lowers
-from tensorforge.graph.values import Unsupported
+from tensorforge.graph.values import Unsupported, let
 from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
@@ -143,6 +145,102 @@ def lgamma(x, y):
     return te.if_then_else(te.any(x == one, x == _c(2.0, x)), _c(0.0, x), value)
 
 
+# lgamma(1 + e) = -gamma e + sum_k (-1)**k zeta(k) / k e**k and lgamma(2 + e) = (1 - gamma) e
+# + sum_k (-1)**k (zeta(k) - 1) / k e**k (Taylor, |e| <= 1/2: the first to e**25, the second to
+# e**15, each within 3e-9 relative there), the last first, divided by e; about lgamma's minimum
+# (at MINIMUM, float32's nearest), lgamma(MINIMUM + t) - lgamma(MINIMUM) to t**11, divided by t
+# (within 4e-10 for |t| <= 0.3); mpmath's values
+_LGAMMA_AT_1 = (-0.04000000119214014, 0.04166666915034121, -0.04347826605304026,
+                0.04545455629320467, -0.047619070330142226, 0.05000004769810169,
+                -0.05263167937961666, 0.055555767627403614, -0.058823978658684585,
+                0.06250095514121304, -0.06666870588242046, 0.07143294629536133,
+                -0.0769325164113522, 0.083353840546109, -0.09095401714582904,
+                0.1000994575127818, -0.11133426586956469, 0.12550966952474304,
+                -0.1440498967688461, 0.1695571769974082, -0.20738555102867398,
+                0.27058080842778454, -0.40068563438653143, 0.8224670334241132,
+                -0.5772156649015329)  # fmt: skip
+_LGAMMA_AT_2 = (-2.039215753801366e-06, 4.374866789907488e-06, -9.439488275268397e-06,
+                2.050721277567069e-05, -4.492623673813314e-05, 9.945751278180853e-05,
+                -0.00022315475845357939, 0.0005096695247430425, -0.001192753911703261,
+                0.0028905103307415234, -0.007385551028673986, 0.020580808427784546,
+                -0.0673523010531981, 0.3224670334241132, 0.42278433509846713)  # fmt: skip
+MINIMUM, LGAMMA_MINIMUM = 1.4616321325302124, -0.12148629053584953
+_LGAMMA_AT_MINIMUM = (-0.0014022515769875278, 0.0022597650150773707, -0.003684569889389322,
+                      0.006100536432980967, -0.010314223643671462, 0.01797067601323939,
+                      -0.03278854242961305, 0.06462494227805675, -0.14758772620978955,
+                      0.48383612823096533, -1.203605254910667e-08)  # fmt: skip
+# sin(pi r) / r = sum_k (-1)**k pi**(2k+1) / (2k+1)! r**2k, |r| <= 1/2 (to r**14: 2e-10)
+_SINPI = tuple((-1) ** k * math.pi ** (2 * k + 1) / math.factorial(2 * k + 1) for k in range(8))[
+    ::-1
+]
+
+
+def _lgamma_near_minimum(e1):
+    """lgamma(1 + e1) for e1 in [-0.5, 1.5): the Taylor series about 1 below 1.23, about the
+    minimum below 1.73, about 2 above; no term cancels (lgamma's zeros at 1 and 2 keep their
+    relative accuracy). e1 itself (not 1 + e1, rounded) keeps a small argument's bits."""
+    e0, e2 = (e1 + _c(1.0, e1)) - _c(MINIMUM, e1), e1 - _c(1.0, e1)  # (exact where used)
+    at_one = e1 * _horner(_LGAMMA_AT_1, e1)
+    at_minimum = e0 * _horner(_LGAMMA_AT_MINIMUM, e0) + _c(LGAMMA_MINIMUM, e1)
+    at_two = e2 * _horner(_LGAMMA_AT_2, e2)
+    return te.if_then_else(
+        e1 < _c(0.23, e1), at_one, te.if_then_else(e1 < _c(0.73, e1), at_minimum, at_two)
+    )
+
+
+def lgamma_float32(x):
+    """lgamma in float32 arithmetic (CPU targets, where float64's logs are the C library's,
+    lane by lane), with no shift that cancels: of a = |x|, Taylor series for a in [0.5, 2.5)
+    (`_lgamma_near_minimum`), a in [2.5, 8) lowered to t = a - n in [1.5, 2.5) by the log of the
+    factors (a - 1) ... (a - n), all positive and exact, Stirling's series from 8;
+    |x| < 0.5: lgamma(1 + x) - log |x|; x <= -0.5: the reflection
+    log(pi / |x sin(pi x)|) - lgamma(-x). Within 2.5 ulp of float64 for x > -2 (2.3 measured
+    over benchmarks/bench_special_functions.py's domain; eager's 0.8); below, within a few ulp
+    of max(|lgamma(x)|, 1), so near lgamma's zeros there (-2.457, -2.747, ...) many ulp of the
+    value (eager's float32: up to 84 ulp there)."""
+    return let(x, "lgamma_x", _lgamma_float32)
+
+
+def _lgamma_float32(x):
+    one, half, eight = _c(1.0, x), _c(0.5, x), _c(8.0, x)
+    a = te.abs(x)
+    small = a < half
+    product = one  # (a - 1) ... (a - n), n the steps down to [1.5, 2.5): 0 below 2.5
+    for k in range(1, 7):
+        product = product * te.if_then_else(a >= _c(k + 1.5, x), a - _c(k, x), one)
+    return let(
+        te.log(
+            te.if_then_else(small, a, te.if_then_else(a >= eight, a * _c(1 / math.e, x), product))
+        ),
+        "lgamma_log",
+        lambda logged: _lgamma_from(x, a, small, logged),
+    )
+
+
+def _lgamma_from(x, a, small, logged):
+    one, half, eight = _c(1.0, x), _c(0.5, x), _c(8.0, x)
+    steps = te.max(te.min(te.floor(a - _c(1.5, x)), _c(6.0, x)), _c(0.0, x))
+    # (each shared value used once in the tree: the passes walk it as a tree, not a graph)
+    base = let(te.if_then_else(small, x, a - steps - one), "lgamma_e", _lgamma_near_minimum)
+    zi = one / a
+    series = zi * _horner((1 / 1260, -1 / 360, 1 / 12), zi * zi)
+    # (logged: log(a / e) from 8, where log(a) - 1 would carry log's error (a ulp) and
+    # cancel: 2.4 ulp at 11; 1.x so)
+    stirling = (a - half) * logged + _c(0.5 * math.log(2 * math.pi) - 0.5, x) + series
+    core = te.if_then_else(  # lgamma(a) for a >= 0.5, lgamma(1 + x) - log |x| below
+        a < eight, base + te.if_then_else(small, -logged, logged), stirling
+    )
+    r = x - te.round(x)
+    sinpi = te.abs(x * r * _horner(_SINPI, r * r))  # |x sin(pi x)|
+    reflect = x <= -half
+    value = te.if_then_else(reflect, -core, core) + te.if_then_else(
+        reflect, te.log(_c(math.pi, x) / sinpi), _c(0.0, x)
+    )
+    inf = _c(math.inf, x)
+    pole = te.any(te.all(x <= _c(0.0, x), te.floor(x) == x), a == inf)
+    return te.if_then_else(pole, inf, value)
+
+
 def _digamma_core(y, ten):
     """digamma(y), y >= 0: the asymptotic series at z = y + n >= 10 (to z**-16), less 1/y + ... + 1/(z - 1)."""
     zero, one = _c(0.0, y), _c(1.0, y)
@@ -218,10 +316,11 @@ SPECIAL = {
 }
 
 
-# eager on CPU targets, where torch's own vectorized kernels are faster than these float64
-# series (1M float32 elements, 1 thread, Zen 5: lgamma 20.3 ms against eager's 4.2, i1e 3.9
-# against 1.9; the others are 1.6-6x faster than eager)
-eager_on_cpu(aten.lgamma.default, aten.special_i1e.default)
+# eager on CPU targets, where torch's own vectorized kernel is faster than this float64 series
+# (1M float32 elements, 1 thread, Zen 5: i1e 3.9 ms against eager's 1.9; the others are
+# 1.6-6x faster than eager; lgamma in float32 there, lgamma_float32: 3.4 against 8.0, was 20.3
+# against 4.2 in float64)
+eager_on_cpu(aten.special_i1e.default)
 
 
 @lowers(*SPECIAL)
@@ -233,6 +332,8 @@ def special(ctx, node, x):
     if not dt.is_float(dtype):
         raise Unsupported(f"{node.target} of {dtype}")
     x = ctx.lazy(x)
+    if fn is lgamma and ctx.target.kind == "llvm":
+        return ctx.pointwise(lgamma_float32, [x], compute="float32")
     if fn in (lgamma, digamma):  # the reflected argument, y = 1 - x below `low`, read from
         # memory: used in each of the shifts' terms, inlined it made kernels of minutes to build
         low = 0.5 if fn is lgamma else 0.0

@@ -80,7 +80,17 @@ BLOCK_TILES = (
 # wgmma's block tiles (sm_90), largest first: warpgroups of 64 rows by the block's columns, k
 # steps of 64 copied WGMMA_STAGES ahead (H100, ops GEMM at 2048 x 3072 x 768: 128 x 128 36 us,
 # 64 x 128 37, 128 x 64 37, 128 x 256 39: its float32 tile would leave room for 2 stages only)
-WGMMA_TILES = ((128, 128), (64, 128), (128, 64), (64, 64))
+# 192 columns (ahead of 128 where both fill the SMs), filled by bulk tensor copies (WIDE_TILES):
+# H200, GPU time a call of the product alone, one run: 2048 x 3072 x 768 with GELU 25.1 us on
+# 128 blocks of 256 x 192 (3 stages: WGMMA_PIPELINE_BYTES) against 28.9 on 384 of 128 x 128 (2
+# an SM) and 25.2 for cuBLAS then GELU; 2048 x 2304 x 768 (GPT-2's qkv) 21.8 on 128 x 192
+# against 22.7 (cuBLAS 13.4). 128 x 256 lost (34.0 at 2048 x 3072 x 768: 1.45 waves of one
+# block an SM), and so did clusters sharing B's tile by multicast (49.2 on 128 x 128 pairs)
+WGMMA_TILES = ((256, 192), (128, 192), (128, 128), (64, 128), (128, 64), (64, 64))
+WIDE_TILES = 192  # columns of the tiles that bulk tensor copies fill whatever TMA_FILLS says
+# (measured so; the operands that are plain buffers: plain_source)
+WGMMA_PIPELINE_BYTES = 192 << 10  # of shared memory a wgmma pipeline's stages take at most
+# (256 x 192 blocks: 3 stages of 56 KiB, as measured; 4 would leave 3 KiB of the SM's 227)
 WGMMA_K = 64
 FULL_EIGHTHS = 7  # of the SMs a wgmma product's blocks must cover (choose_wgmma_tiles)
 SPLIT_TILE = (64, 64)  # wgmma's block tile where none covers the SMs: k is split
@@ -181,19 +191,21 @@ def choose_tiles(
 
 
 def choose_wgmma_tiles(
-    batch: int, n: int, m: int, k: int, sm_count: int, shared_limit: int, whole_columns: bool
-) -> TensorCoreTiles | None:
+    batch: int, n: int, m: int, k: int, sm_count: int, shared_limit: int, whole_columns: bool,
+    wide: bool = True,
+) -> TensorCoreTiles | None:  # fmt: skip
     """The largest wgmma block tile that gives 7/8 of the SMs a block or more (a last wave
     short by a few SMs costs less than tiles of half the rows: H100, fp16 ResNet-18 at batch
     16, 916 -> 859 us of GPU time a call, its 512-filter convolutions on 128 blocks of 64 x 64
     rather than on mma.sync) and pads the product at most 1/8 more than the tile padding
     least; where none does, `split_wgmma_tiles`. None where k is not 3+ steps of WGMMA_K:
-    such products take the mma.sync tiles and, over a long k, its split."""
+    such products take the mma.sync tiles and, over a long k, its split. `wide` False leaves
+    out the WIDE_TILES (convolutions: not measured on them)."""
     if k % WGMMA_K or k < 3 * WGMMA_K:
         return None
     fits = []
     for block_m, block_n in WGMMA_TILES:
-        if whole_columns and m % block_n:
+        if (whole_columns and m % block_n) or (not wide and block_n == WIDE_TILES):
             continue
         tiles = _wgmma_tiles(block_m, block_n, k // WGMMA_K, shared_limit)
         rows, cols = round_up(n, block_m), round_up(m, block_n)
@@ -210,8 +222,11 @@ def _wgmma_tiles(block_m: int, block_n: int, steps: int, shared_limit: int) -> T
     """A wgmma block tile staging min(WGMMA_STAGES, steps) k steps, or 3 where that lets two
     blocks share an SM (H100, 2048 x 768 x 3072 on 64 x 128 blocks: 33.5 us against 37.3 with
     4 stages, one block an SM)."""
-    stages = min(WGMMA_STAGES, steps)
-    tiles = TensorCoreTiles(block_m, block_n, WGMMA_K, 16, block_n, stages, 1, "mbarrier_lag", mma="wgmma")  # fmt: skip
+    stage_bytes = (block_m + block_n) * WGMMA_K * 2
+    stages = max(3, min(WGMMA_STAGES, steps, WGMMA_PIPELINE_BYTES // stage_bytes))
+    stages = min(stages, steps)
+    fill = "tma" if block_n == WIDE_TILES else "cp_async"
+    tiles = TensorCoreTiles(block_m, block_n, WGMMA_K, 16, block_n, stages, 1, "mbarrier_lag", mma="wgmma", fill=fill)  # fmt: skip
     three = replace(tiles, stages=min(3, stages))
     if tiles.shared_bytes() > shared_limit or (
         tiles.resident_blocks(shared_limit) < three.resident_blocks(shared_limit)
@@ -313,7 +328,7 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     wgmma = wgmma and (constant is not None or reads_whole_rows(b.at, b.ndim))
     tiles = _tiles_for(ctx.target, lead, n, m, k, dtype, constant is None, wgmma)
     rows, cols = round_up(n, tiles.block_m), round_up(m, tiles.block_n)
-    tma = tiles.mma == "wgmma" and TMA_FILLS
+    tma = tiles.mma == "wgmma" and (TMA_FILLS or tiles.fill == "tma")
     source = plain_source(a.at, a.shape, dtype) if tma else None
     if tma and (
         source is not None or constant is not None or plain_source(b.at, b.shape, dtype) is not None
@@ -369,7 +384,7 @@ def tensor_core_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding
     depth = round_up(K, TF32_K_STEP if k_major else CONV_DEPTH)
     if tiles is None:
         wgmma = _has_wgmma(ctx.target, dtype) and not pointwise
-        tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma)
+        tiles = _tiles_for(ctx.target, [N], F, P, depth, dtype, wgmma=wgmma, wide=False)
         if tiles.mma == "wgmma" and TMA_FILLS:  # (the padded weights, the materialized columns)
             tiles = with_tma_fills(tiles)
     rows, cols = round_up(F, tiles.block_m), round_up(P, tiles.block_n)
@@ -414,11 +429,13 @@ def tf32_wgmma_tiles(target, N: int, F: int, P: int, K: int, dtype: str):
     return replace(tiles, blocks=tiles.resident_blocks(limit))  # (the split's own tiles too)
 
 
-def _tiles_for(target, lead, n: int, m: int, k: int, dtype: str, whole_columns=False, wgmma=False):
+def _tiles_for(
+    target, lead, n: int, m: int, k: int, dtype: str, whole_columns=False, wgmma=False, wide=True
+):
     batch = numel(lead)
     limit = target.max_shared_memory_opt_in
     if wgmma:
-        tiles = choose_wgmma_tiles(batch, n, m, k, target.sm_count, limit, whole_columns)
+        tiles = choose_wgmma_tiles(batch, n, m, k, target.sm_count, limit, whole_columns, wide)
         if tiles is not None:
             return tiles
     return choose_tiles(batch, n, m, k, target.sm_count, limit, whole_columns, dtype)

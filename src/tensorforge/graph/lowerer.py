@@ -153,7 +153,7 @@ class Lowerer(ConstantFolding):
         lowering = lowering_for(node.target)
         if lowering is None:
             return self._fold_or_eager(node, args, kwargs, "no lowering for this operator")
-        slower = eager_on_cpu_reason(node.target) if self.target.kind == "llvm" else None
+        slower = eager_on_cpu_reason(node.target, node) if self.target.kind == "llvm" else None
         if slower is not None:
             return self._fold_or_eager(node, args, kwargs, slower)
         try:

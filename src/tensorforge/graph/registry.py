@@ -25,15 +25,25 @@ def lowers(*ops) -> Callable:
 # operators whose kernels are slower than eager torch's on CPU targets (measured: each module's
 # note): the lowerer runs them eagerly there, GPU targets take the kernels
 EAGER_ON_CPU: dict[object, str] = {}
+# op -> which of its nodes run eagerly (the rest take the kernel), where only some are slower
+EAGER_ON_CPU_WHEN: dict[object, Callable] = {}
 
 
-def eager_on_cpu(*ops) -> None:
+def eager_on_cpu(*ops, when: Callable | None = None, what: str = "") -> None:
+    """Run `ops` eagerly on CPU targets; with `when(node)`, only the nodes it accepts (`what`
+    names them in the reason)."""
     for op in ops:
-        EAGER_ON_CPU[op] = f"{op} on the CPU (eager torch's is faster)"
+        EAGER_ON_CPU[op] = f"{op}{' ' + what if what else ''} on the CPU (eager torch's is faster)"
+        if when is not None:
+            EAGER_ON_CPU_WHEN[op] = when
 
 
-def eager_on_cpu_reason(target) -> str | None:
-    return EAGER_ON_CPU.get(target)
+def eager_on_cpu_reason(target, node=None) -> str | None:
+    reason = EAGER_ON_CPU.get(target)
+    when = EAGER_ON_CPU_WHEN.get(target)
+    if reason is None or when is None or node is None:
+        return reason
+    return reason if when(node) else None
 
 
 def lowering_for(target) -> Callable | None:

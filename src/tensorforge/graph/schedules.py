@@ -30,6 +30,7 @@ SOURCES = {
     "reduce": "reduction: computed at its epilogue's elements",
     "window": "window reduction: computed at its epilogue's elements",
     "scan": "scan's blocked sums: computed at their epilogue's elements",
+    "extern": "an ir_builder program (graph/extern_kernels.py): its own loops, as written",
 }
 
 
@@ -83,6 +84,8 @@ def schedule_kernel(
     `size_hints`, te.var -> example value; CUDA: `schedules_cuda.wants_staged_gemm`'s products);
     "auto": the first guess except for HAND_SCHEDULED."""
     out = spec.out
+    if spec.anchor is not None and spec.anchor.kind == "extern":  # scheduled as it was written
+        return (s or te.create_schedule(out.op)), SOURCES["extern"]
     if schedule != "rules" and not simple and s is None:
         guessed = _first_guess(spec, target, schedule, size_hints or {})
         if guessed is not None:

@@ -71,6 +71,8 @@ def kernel_task(spec, target):
 
     if not is_static(spec) or (spec.anchor is not None and "cpu_dot" in spec.anchor.info):
         return None
+    if spec.anchor is not None and spec.anchor.kind == "extern":  # its loops are its program's
+        return None
     tensors = kernel_tensors(spec)
 
     def workload():

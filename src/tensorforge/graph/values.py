@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from tensorforge import te
 from tensorforge.te import dtype as dt
-from tensorforge.te.expr import Cast, Expr
+from tensorforge.te.expr import Cast, Expr, Let
 
 Index = tuple  # a tuple of index expressions, one per dimension
 Shape = tuple  # a tuple of sizes: ints, or te expressions over the symbolic sizes
@@ -117,6 +117,15 @@ def opmath_dtype(dtype: str) -> str:
     torch's "opmath": products, sums and statistics accumulate in float32, and Inductor computes
     a fused element-wise chain in float32 too), else `dtype` itself."""
     return "float32" if dt.is_half(dtype) else dtype
+
+
+def let(value: Expr, name: str, body: Callable[[Expr], Expr]) -> Expr:
+    """body(v) with v bound to `value` once: the loop IR's passes walk expressions as trees and
+    guard the loads in every arm of a select, so a value read in many places (and selected
+    between) is better a variable than the load or expression itself (lgamma's kernel took
+    minutes to build, a logcumsumexp's a minute)."""
+    v = te.var(name, value.dtype)
+    return Let(v, value, body(v))
 
 
 def in_dtype(e: Expr, dtype: str) -> Expr:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Callable
 
 from tensorforge.codegen.base import KernelSource
 from tensorforge.errors import AllocationError, BuildError
@@ -43,15 +44,29 @@ def argtypes(source: KernelSource) -> list:
     return types
 
 
+_default_threads: Callable[[], int] | None = None
+
+
 def num_threads() -> int:
-    """Threads a PARALLEL loop runs on: TF_NUM_THREADS, else the number of CPUs."""
+    """Threads a PARALLEL loop runs on: TF_NUM_THREADS, else the default a front end set
+    (`set_default_threads`: the torch backend's is torch.get_num_threads()), else the number
+    of CPUs."""
     value = os.environ.get("TF_NUM_THREADS", "")
     if value.strip():
         try:
             return max(1, int(value))
         except ValueError:
             raise BuildError(f"TF_NUM_THREADS={value!r} is not a whole number") from None
+    if _default_threads is not None:
+        return max(1, int(_default_threads()))
     return os.cpu_count() or 1
+
+
+def set_default_threads(source: Callable[[], int] | None) -> None:
+    """Where TF_NUM_THREADS is unset, PARALLEL loops take `source()` threads (read at each
+    call and build); None: all CPUs again."""
+    global _default_threads
+    _default_threads = source
 
 
 @functools.lru_cache(maxsize=1)

@@ -25,7 +25,7 @@ from tensorforge.schedule.dataflow import resolve
 from tensorforge.schedule.loops import NestBuilder
 from tensorforge.schedule.schedule import Schedule
 from tensorforge.schedule.stage import Stage
-from tensorforge.te.expr import Expr, TensorRead, Var, const
+from tensorforge.te.expr import Expr, Let, TensorRead, Var, const
 from tensorforge.te.substitute import substitute
 from tensorforge.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from tensorforge.te.visit import rewrite, walk
@@ -325,7 +325,7 @@ def _shape_vars(tensors: Sequence[Tensor]) -> list[Var]:
 def _check_free_vars(body: Stmt, params: tuple, name: str) -> None:
     defined = {id(p) for p in params if isinstance(p, Var)}
     for n in walk(body):
-        if isinstance(n, (For, LetStmt)):
+        if isinstance(n, (For, LetStmt, Let)):  # (a Let expression binds its var too)
             defined.add(id(n.var))
     for n in walk(body):
         if isinstance(n, Var) and id(n) not in defined:

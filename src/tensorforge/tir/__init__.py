@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tensorforge.errors import ExprError
 from tensorforge.ir.expr import Buffer, BufferLoad
+from tensorforge.ir.extern import AddressOf
 from tensorforge.ir.stmt import (
     Allocate,
     BufferStore,
@@ -143,6 +145,14 @@ def call_llvm_intrin(dtype: Any, name: str, *args: Any) -> ExternCall:
     return make_call(dtype, "llvm_intrin", name, _drop_count(args))
 
 
+def address_of(load: Any) -> AddressOf:
+    """The address of the element `load` reads (TVM's tir.address_of), e.g. an ir_builder
+    pointer's `ptr[i]`, for a call: `call_extern("float32", "atomicAdd", address_of(p[i]), v)`."""
+    if not isinstance(load, BufferLoad):
+        raise ExprError(f"address_of: expected a buffer element (ptr[i]), got {load!r}")
+    return AddressOf(load)
+
+
 def _drop_count(args: tuple) -> tuple:
     if args and isinstance(args[0], int) and args[0] == len(args) - 1:
         return args[1:]
@@ -194,6 +204,7 @@ __all__ = [
     "atan",
     "atan2",
     "atanh",
+    "address_of",
     "call_extern",
     "call_llvm_intrin",
     "call_llvm_pure_intrin",

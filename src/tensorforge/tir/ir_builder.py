@@ -261,6 +261,8 @@ class IRBuilder:
             if node.thread_tag == "vthread":
                 raise ExprError("ir_builder.scope_attr: virtual threads are not supported")
             extent = as_expr(value)
+            if isinstance(extent, Const):  # (an empty launch is no launch: one block or thread)
+                extent = const(max(1, int(extent.value)), extent.dtype)
             var = node.var
             extent = extent if extent.dtype == var.dtype else Cast(var.dtype, extent)
             self.emit(

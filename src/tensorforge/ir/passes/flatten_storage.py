@@ -39,6 +39,11 @@ def flat_index(buffer: Buffer, indices: tuple[Expr, ...], mins: tuple[Expr, ...]
     return simplify_expr(offset)
 
 
+def _flat_already(buffer: Buffer, index: Expr, mins: tuple[Expr, ...] | None) -> Expr:
+    """A flat index into an n-d buffer, relative to its realized region's first element."""
+    return index if mins is None else simplify_expr(index - flat_index(buffer, mins, None))
+
+
 def flatten_storage(stmt: Stmt) -> Stmt:
     """`A[i, j]` -> `A[i*stride + j]` (relative to the realized region's min); Realize -> Allocate."""
     return _flatten(stmt, {})
@@ -51,14 +56,21 @@ def _flatten(node: Any, regions: dict[int, tuple[Expr, ...]]) -> Any:
             strides, dtype = buffer_strides(buf)
             size = simplify_expr(strides[0] * widen(buf.shape[0], dtype)) if buf.shape else const(1)
             return Allocate(buf, size, inner)
+        case BufferLoad(buffer=buf, indices=(index,), predicate=pred) if len(buf.shape) >= 2:
+            # NOTE: one index into an n-d buffer is flat already (an ir_builder's A[i])
+            index = _flat_already(buf, _flatten(index, regions), regions.get(id(buf)))
+            return BufferLoad(buf, (index,), pred)
+        case BufferStore(buffer=buf, indices=(index,), value=value, predicate=pred) if (
+            len(buf.shape) >= 2
+        ):
+            index = _flat_already(buf, _flatten(index, regions), regions.get(id(buf)))
+            return BufferStore(buf, (index,), _flatten(value, regions), pred)
         case BufferLoad(buffer=buf, indices=idx, predicate=pred) if (
             len(idx) != 1 or id(buf) in regions
         ):
             idx = tuple(_flatten(i, regions) for i in idx)
             return BufferLoad(buf, (flat_index(buf, idx, regions.get(id(buf))),), pred)
-        case BufferStore(buffer=buf, indices=idx, value=value, predicate=pred) if (
-            len(idx) != 1 or len(buf.shape) < 2 or id(buf) in regions
-        ):  # NOTE: one index into an n-d buffer is flat already (an ir_builder's A[i]), as for loads
+        case BufferStore(buffer=buf, indices=idx, value=value, predicate=pred):
             idx = tuple(_flatten(i, regions) for i in idx)
             value = _flatten(value, regions)
             return BufferStore(buf, (flat_index(buf, idx, regions.get(id(buf))),), value, pred)

@@ -1,0 +1,123 @@
+"""Scatters (scatter, scatter_add, scatter_reduce, index_put, index_add, index_copy,
+embedding_bag), float32: eager torch vs tensorforge's ir_builder kernels, same process,
+interleaved.
+
+    python benchmarks/scatters.py [--threads 1] [--repeats 7] [--cases scatter_add_rows,...]
+        [--kernels]  (tensorforge's kernels even for operators run eagerly on CPU targets)
+
+Each repeat times both in turn (a few calls each); the best over repeats is reported (the
+machine may be shared) with eager / tensorforge (> 1: tensorforge is faster) and the largest
+relative difference from eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.nn.functional as F
+from torch_models import time_calls  # benchmarks/: the script's folder is on sys.path
+
+
+def rows_index(n, m, high):
+    return torch.randint(0, high, (n, m))
+
+
+CASES = {
+    # name: (fn, inputs)
+    "scatter_rows": (
+        lambda x, i, s: x.scatter(1, i, s),
+        lambda: (torch.randn(256, 1024), rows_index(256, 1024, 1024), torch.randn(256, 1024)),
+    ),
+    "scatter_add_rows": (
+        lambda x, i, s: x.scatter_add(1, i, s),
+        lambda: (torch.randn(256, 1024), rows_index(256, 1024, 1024), torch.randn(256, 1024)),
+    ),
+    "scatter_add_dim0": (
+        lambda x, i, s: x.scatter_add(0, i, s),
+        lambda: (torch.randn(1024, 256), rows_index(1024, 256, 1024), torch.randn(1024, 256)),
+    ),
+    "scatter_amax_noself": (
+        lambda x, i, s: x.scatter_reduce(1, i, s, "amax", include_self=False),
+        lambda: (torch.randn(256, 1024), rows_index(256, 1024, 1024), torch.randn(256, 1024)),
+    ),
+    "scatter_mean": (
+        lambda x, i, s: x.scatter_reduce(1, i, s, "mean"),
+        lambda: (torch.randn(256, 1024), rows_index(256, 1024, 1024), torch.randn(256, 1024)),
+    ),
+    "index_put_acc": (
+        lambda x, i, v: x.index_put((i,), v, accumulate=True),
+        lambda: (torch.randn(10000, 64), torch.randint(0, 10000, (20000,)), torch.randn(20000, 64)),
+    ),
+    "index_put": (
+        lambda x, i, v: x.index_put((i,), v),
+        lambda: (torch.randn(10000, 64), torch.randperm(10000)[:5000], torch.randn(5000, 64)),
+    ),
+    "index_put_1d_acc": (
+        lambda x, i, v: x.index_put((i,), v, accumulate=True),
+        lambda: (torch.randn(100000), torch.randint(0, 100000, (200000,)), torch.randn(200000)),
+    ),
+    "index_add": (
+        lambda x, i, v: x.index_add(0, i, v),
+        lambda: (torch.randn(1000, 64), torch.randint(0, 1000, (5000,)), torch.randn(5000, 64)),
+    ),
+    "index_copy": (
+        lambda x, i, v: x.index_copy(0, i, v),
+        lambda: (torch.randn(10000, 64), torch.randperm(10000)[:5000], torch.randn(5000, 64)),
+    ),
+    "embedding_bag_sum": (
+        lambda w, i, o: F.embedding_bag(i, w, o, mode="sum"),
+        lambda: (torch.randn(10000, 64), torch.randint(0, 10000, (8192,)), torch.arange(0, 8192, 16)),
+    ),
+    "embedding_bag_mean": (
+        lambda w, i, o: F.embedding_bag(i, w, o, mode="mean"),
+        lambda: (torch.randn(10000, 64), torch.randint(0, 10000, (8192,)), torch.arange(0, 8192, 16)),
+    ),
+    "embedding_bag_max": (
+        lambda w, i, o: F.embedding_bag(i, w, o, mode="max"),
+        lambda: (torch.randn(10000, 64), torch.randint(0, 10000, (8192,)), torch.arange(0, 8192, 16)),
+    ),
+}  # fmt: skip
+
+
+def difference(got, expected) -> float:
+    scale = expected.abs().max().clamp_min(1e-30)
+    return ((got - expected).abs().max() / scale).item()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--kernels", action="store_true", help="ignore registry.EAGER_ON_CPU")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ["TF_NUM_THREADS"] = str(args.threads)  # tensorforge's kernels' threads
+    import tensorforge  # noqa: F401  (registers the backend)
+    from tensorforge.graph import registry
+
+    if args.kernels:
+        registry.EAGER_ON_CPU.clear()
+
+    print(f"{'case':20} {'eager ms':>9} {'tf ms':>9} {'eager/tf':>9} {'diff':>9}")
+    for name in args.cases.split(","):
+        fn, make = CASES[name]
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        inputs = make()
+        compiled = torch.compile(fn, backend="tensorforge")
+        diff = difference(compiled(*inputs), fn(*inputs))
+        eager, ours = [], []
+        run_eager = lambda _, fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
+        run_ours = lambda _, fn=compiled, inputs=inputs: fn(*inputs)  # noqa: E731
+        for _ in range(args.repeats):
+            eager.append(time_calls(run_eager, inputs[0], 3))
+            ours.append(time_calls(run_ours, inputs[0], 3))
+        e, t = min(eager) * 1e3, min(ours) * 1e3
+        print(f"{name:20} {e:9.3f} {t:9.3f} {e / t:9.2f} {diff:9.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
