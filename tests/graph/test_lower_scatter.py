@@ -196,3 +196,31 @@ def test_embedding_bag():
 def bag_inputs(dtype):
     offsets = torch.tensor([0, 3, 3, 7, 11], dtype=dtype)  # an empty bag, one of one index
     return [rand(10, 7, seed=18), ints(0, 10, (12,), 19, dtype), offsets, rand(12, seed=20)]
+
+
+def run_time_sized(x, index, src, rows, row_values, weight, indices, offsets):
+    """Kernels of sizes known only at run time (dynamic=True): each family once."""
+    return (
+        x.scatter_add(1, index, src), x.scatter_reduce(0, index % x.shape[0], src, "amax"),
+        x.index_put((rows,), row_values, accumulate=True), x.index_add(0, rows % x.shape[0], row_values),
+        F.embedding_bag(indices, weight, offsets, mode="max"),
+    )  # fmt: skip
+
+
+def run_time_inputs(n, m, seed):
+    """Inputs of `run_time_sized` with n rows of m (n + 4 row updates, n + 3 bags)."""
+    weight, indices = rand(n + 2, m, seed=seed), ints(0, n + 2, (2 * n,), seed)
+    offsets = torch.arange(0, 2 * n, 2)[: n - 1]
+    return [rand(n, m, seed=seed), ints(0, m, (n, m), seed + 1), rand(n, m, seed=seed + 2),
+            ints(-n, n, (n + 4,), seed + 3), rand(n + 4, m, seed=seed + 4), weight, indices, offsets]  # fmt: skip
+
+
+def test_run_time_sizes():
+    from tests.graph.test_fuzz_found import dynamic
+
+    fast, nothing_eager = dynamic(run_time_sized)
+    for n, m in ((5, 13), (6, 17)):  # (no two sizes alike: one graph, its sizes symbols)
+        inputs = run_time_inputs(n, m, seed=n)
+        for got, expected in zip(fast(*inputs), run_time_sized(*inputs)):
+            torch.testing.assert_close(got, expected)
+    nothing_eager()

@@ -1,5 +1,5 @@
 """The kernels of math, index reduction, scan (cumsum, cumprod, cummax / cummin, logcumsumexp),
-adaptive pool and layer norm lowerings built for CUDA at run-time sizes (dynamic=True: sizes are
+scatter (ir_builder programs), adaptive pool and layer norm lowerings built for CUDA at run-time sizes (dynamic=True: sizes are
 kernel arguments, cumsum takes its two-level form, adaptive windows their bounds) and compiled by
 nvcc for sm_90a and sm_80 (no GPU: the build is what counts; the static builds are each test file's
 own)."""
@@ -23,6 +23,7 @@ from tests.graph.test_lower_index_reduce import index_reductions, products, with
 from tests.graph.test_lower_math import integer_math, pointwise_math, signed_divisors  # noqa: E402
 from tests.graph.test_lower_norms import run_time_sized as norms_and_views  # noqa: E402
 from tests.graph.test_lower_scans import every_dimension  # noqa: E402
+from tests.graph.test_lower_scatter import run_time_inputs, run_time_sized  # noqa: E402
 from tests.graph.test_lowering import rand  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -60,6 +61,7 @@ CASES = {
     "layer_norms": (layer_norms, lambda: norm_inputs(6)),
     "gaps": (all_gaps, gap_inputs),  # bits, signs, clamps, norms, boolean reductions, diagonals
     "one_row": (one_row, lambda: [rand(257, seed=9)]),
+    "scatters": (run_time_sized, lambda: run_time_inputs(5, 13, seed=5)),  # ir_builder kernels
 }  # fmt: skip
 
 

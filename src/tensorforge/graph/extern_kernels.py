@@ -97,9 +97,14 @@ def each(ib, extent, cuda: bool, name: str, parallel: bool = True) -> Iterator[t
             yield i
 
 
-def vector_loop(ib, extent: int, lanes: int, body: Callable, name: str = "d") -> None:
+def vector_loop(ib, extent, lanes: int, body: Callable, name: str = "d") -> None:
     """`body(d)` for d in [0, extent): whole vectors of `lanes` (a vectorized inner loop),
-    then the tail one element at a time (`body` is called twice: the vectors', the tail's)."""
+    then the tail one element at a time (`body` is called twice: the vectors', the tail's).
+    An extent known only at run time is one plain loop."""
+    if not isinstance(extent, int):
+        with ib.for_range(0, wide(extent), name=name) as d:
+            body(d)
+        return
     whole = extent - extent % lanes if lanes > 1 else 0
     if whole:
         with ib.for_range(0, whole // lanes, name=f"{name}v") as v:

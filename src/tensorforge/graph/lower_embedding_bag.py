@@ -18,7 +18,7 @@ from tensorforge import te
 from tensorforge.graph.extern_kernels import each, extern_kernel, vector_loop, wide
 from tensorforge.graph.lower_reduce import later_outputs_read
 from tensorforge.graph.registry import eager_on_cpu, lowers
-from tensorforge.graph.values import Lazy, Unsupported
+from tensorforge.graph.values import Lazy, Unsupported, is_one
 
 aten = torch.ops.aten
 
@@ -57,13 +57,12 @@ def embedding_bag(
         raise Unsupported(f"embedding_bag of a {weight.ndim}-d {weight.dtype} weight")
     if indices.ndim != 1 or offsets.ndim != 1 or indices.dtype not in ("int32", "int64"):
         raise Unsupported("embedding_bag with indices or offsets not 1-d integers")
-    sizes = (*weight.shape, indices.shape[0], offsets.shape[0])
-    if not all(isinstance(s, int) for s in sizes):
-        raise Unsupported("embedding_bag of run-time sizes")
-    rows, width, count, bounds = sizes
+    rows, width, count, bounds = (*weight.shape, indices.shape[0], offsets.shape[0])
     bags = bounds - 1 if include_last_offset else bounds
-    if bags < 1 or width < 1 or mode not in (SUM, MEAN, MAX):
+    empty = any(isinstance(s, int) and s < 1 for s in (bags, width))
+    if empty or mode not in (SUM, MEAN, MAX):
         raise Unsupported("embedding_bag with no bags or an empty weight row")
+    rows, count = wide(rows), wide(count)  # (int64, as the indices are read)
     weighted = isinstance(per_sample_weights, Lazy)
     operands = [weight, indices, offsets] + ([ctx.no_anchor(per_sample_weights)] if weighted else [])  # fmt: skip
     cuda = ctx.target.kind == "cuda"
@@ -81,7 +80,7 @@ def embedding_bag(
                 end = wide(offset[j + 1])
             else:  # the last bag ends with the list (its following offset is read, not used)
                 following = wide(offset[te.min(j + 1, bounds - 1)])
-                end = te.if_then_else(j + 1 < bounds, following, te.const(count, "int64"))
+                end = te.if_then_else(j + 1 < bounds, following, count)
             return ib.let("start", start), ib.let("end", te.min(te.max(end, start), count))
 
         def entry(p):
@@ -122,9 +121,9 @@ def embedding_bag(
                         seen[0] = seen[0] + 1
                 out[f] = finish(acc[0], seen[0])
             return
-        with each(ib, bags, False, "j", parallel=bags > 1) as j:
+        with each(ib, bags, False, "j", parallel=not is_one(bags)) as j:
             # the bag's row accumulates in registers where it is short, else in the output
-            local = width <= LOCAL_ROW
+            local = isinstance(width, int) and width <= LOCAL_ROW
             row = ib.allocate(dtype, width, name="row", scope="local") if local else out
             base = 0 if local else j * width
             seen = ib.allocate("int64", 1, name="seen", scope="local")

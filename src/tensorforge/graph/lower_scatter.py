@@ -31,7 +31,15 @@ from tensorforge.graph.extern_kernels import (
     wide,
 )
 from tensorforge.graph.registry import eager_on_cpu, lowers
-from tensorforge.graph.values import Lazy, Unsupported, broadcast_index, opmath_dtype
+from tensorforge.graph.values import (
+    Lazy,
+    Unsupported,
+    broadcast_index,
+    is_one,
+    opmath_dtype,
+    same_shape,
+    same_size,
+)
 from tensorforge.te import dtype as dt
 
 aten = torch.ops.aten
@@ -230,19 +238,17 @@ def _scatter(ctx, node, x, dim, index, src, reduce=None, include_self=True):
         src = ctx.no_anchor(src)
         if src.ndim != ndim or src.dtype != x.dtype:
             raise Unsupported("scatter source of another rank or dtype")
-    if not all(isinstance(s, int) for s in (*shape, *ishape, *(() if scalar else src.shape))):
-        raise Unsupported("scatter of run-time sizes")
-    if any(i > s for d, (i, s) in enumerate(zip(ishape, shape)) if d != dim) or (
-        not scalar and any(i > s for i, s in zip(ishape, src.shape))
-    ):
-        raise Unsupported("scatter index larger than its input (eager raises)")
+    larger = [(i, s) for d, (i, s) in enumerate(zip(ishape, shape)) if d != dim]
+    larger += [] if scalar else list(zip(ishape, src.shape))
+    if not all(_at_most(i, s) for i, s in larger):
+        raise Unsupported("scatter index larger than its input (eager raises), or maybe larger")
     inner, source_inner = math.prod(shape[dim + 1 :]), math.prod(ishape[dim + 1 :])
-    extent, count = shape[dim], ishape[dim]
+    extent, count = wide(shape[dim]) if not isinstance(shape[dim], int) else shape[dim], ishape[dim]
     source_outer = math.prod(ishape[:dim])
 
     def remap(to_shape, part: slice):
         """Index position (over ishape[part]) -> the same coordinates' in to_shape[part]."""
-        if tuple(to_shape[part]) == ishape[part]:
+        if same_shape(tuple(to_shape[part]), ishape[part]):
             return lambda o: o
         return lambda o: _ravel(_unravel(o, ishape[part]), to_shape[part])
 
@@ -273,6 +279,13 @@ def _scatter(ctx, node, x, dim, index, src, reduce=None, include_self=True):
 
     operands = [index] if scalar else [index, src]
     return scatter_kernel(ctx, node, x, operands, fibers_of, reduce, include_self)
+
+
+def _at_most(size, bound) -> bool:
+    """size <= bound, where it can be told before run time (equal symbolic sizes, numbers)."""
+    if isinstance(size, int) and isinstance(bound, int):
+        return size <= bound
+    return same_size(size, bound) or is_one(size)
 
 
 def _unravel(flat, shape):
@@ -322,8 +335,21 @@ def scatter_reduce(ctx, node, x, dim, index, src, reduce, include_self=True):
 
 
 # -- index_put ------------------------------------------------------------------------------------
+def _broadcast_shape(shapes: list[tuple]) -> tuple:
+    """The shape `shapes` broadcast to (sizes known only at run time must match, or be 1)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for d in range(rank):
+        sizes = [s[d - rank + len(s)] for s in shapes if d - rank + len(s) >= 0]
+        wider = [size for size in sizes if not is_one(size)]
+        if any(not same_size(size, wider[0]) for size in wider):
+            raise Unsupported(f"index_put of shapes {shapes} that may not broadcast")
+        out.append(wider[0] if wider else 1)
+    return tuple(out)
+
+
 def _broadcast(value: Lazy, shape: tuple) -> Lazy:
-    if tuple(value.shape) == tuple(shape):
+    if same_shape(tuple(value.shape), tuple(shape)):
         return value
     return Lazy(
         shape,
@@ -349,18 +375,12 @@ def index_put(ctx, node, x, indices, values, accumulate=False):
         raise Unsupported("index_put with boolean or byte masks")
     if values.dtype != x.dtype:
         raise Unsupported("index_put of values of another dtype")
-    sizes = [tuple(t.shape) for t in tensors]
-    if not all(isinstance(s, int) for s in (*shape, *(d for s in sizes for d in s))):
-        raise Unsupported("index_put of run-time sizes")
-    batch = tuple(torch.broadcast_shapes(*sizes))
+    batch = _broadcast_shape([tuple(t.shape) for t in tensors])
     k = len(tensors)
-    dims = shape[lead : lead + k]
+    dims = tuple(wide(d) if not isinstance(d, int) else d for d in shape[lead : lead + k])
     value_shape = shape[:lead] + batch + shape[lead + k :]
-    try:
-        if tuple(torch.broadcast_shapes(tuple(values.shape), value_shape)) != value_shape:
-            raise Unsupported("index_put values larger than the indexed region")
-    except RuntimeError:
-        raise Unsupported("index_put values that do not broadcast") from None
+    if not same_shape(_broadcast_shape([tuple(values.shape), value_shape]), value_shape):
+        raise Unsupported("index_put values larger than the indexed region")
     tensors = [_broadcast(ctx.no_anchor(t), batch) for t in tensors]
     values = _broadcast(values, value_shape)
     outer, inner, count = math.prod(shape[:lead]), math.prod(shape[lead + k :]), math.prod(batch)
