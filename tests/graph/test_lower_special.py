@@ -1,7 +1,8 @@
 """erfinv, ndtri, lgamma, digamma and the modified Bessel functions i0, i0e, i1, i1e as kernels
 (they ran eagerly), against float64 torch within two float32 ulps (erfinv and the CPU's float32
-i1e four, its float32 lgamma its own test): poles and zeros (lgamma at 1 and 2, digamma's root, the non-positive integers), tails (erfinv near +-1, ndtri to 1e-30),
-large |x|, infinities, NaN. (Accuracy over the whole domain and speed at 1M elements:
+i1e four, its float32 lgamma its own test): poles and zeros (lgamma at 1 and 2, digamma's
+root, the non-positive integers), tails (erfinv near +-1, ndtri to 1e-30), large |x|,
+infinities, NaN. (Accuracy over the whole domain and speed at 1M elements:
 benchmarks/bench_special_functions.py.)"""
 
 import math
