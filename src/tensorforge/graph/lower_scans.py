@@ -111,7 +111,11 @@ def cumsum(ctx, node, x, dim, dtype=None):
 # is a compare a element whose branch is predicted (a new running extreme is rare), where the
 # block's own scan (its output kernels, values and indices, ~0.6 ms each) waits on a compare,
 # a mask and a select each step of 16, ~10 cycles an element; beating it needs a scan in
-# registers (shuffles) or a loop carrying the extreme, which reductions do not express
+# registers (shuffles) or a loop carrying the extreme, which reductions do not express. Such a
+# loop as an ir_builder kernel (extern_kernels.py; rows in parallel, a branch where a new
+# extreme is taken that writes the run of indices before it) took 0.12 ms for the indices and
+# a gather of the values 0.08 (0.20 against eager's 0.12, session 18): a kernel writes one
+# output, eager's loop both
 eager_on_cpu(aten.cummax.default, aten.cummin.default)
 
 
