@@ -1,7 +1,8 @@
 """erfinv, ndtri, lgamma, digamma and the modified Bessel functions i0, i0e, i1, i1e as kernels
-(they ran eagerly), against float64 torch within two float32 ulps: poles and zeros (lgamma at
-1 and 2, digamma's root, the non-positive integers), tails (erfinv near +-1, ndtri to 1e-30),
-large |x|, infinities, NaN. (Accuracy over the whole domain and speed at 1M elements:
+(they ran eagerly), against float64 torch within two float32 ulps (erfinv and the CPU's float32
+i1e four, its float32 lgamma its own test): poles and zeros (lgamma at 1 and 2, digamma's
+root, the non-positive integers), tails (erfinv near +-1, ndtri to 1e-30), large |x|,
+infinities, NaN. (Accuracy over the whole domain and speed at 1M elements:
 benchmarks/bench_special_functions.py.)"""
 
 import math
@@ -63,7 +64,8 @@ def test_special_functions_within_two_ulps_of_float64(monkeypatch):
         assert torch.equal(got.isinf(), reference.float().isinf()), k
         if k == 2:  # lgamma: the CPU's float32 series (the next test)
             continue
-        assert ulps(got, reference) <= 4 if k == 0 else ulps(got, reference) <= 2, k
+        # (erfinv, and i1e in float32 on the CPU: within 3.2 ulp over the benchmark's domain)
+        assert ulps(got, reference) <= (4 if k in (0, 7) else 2), k
     assert compiled.program.fallbacks == []
     half = [a.clamp(-0.99, 0.99).bfloat16() for a in args[:2]]
     check_bfloat16(lambda u, p: (torch.erfinv(u), S.i0e(p * 3)), *half)
@@ -105,9 +107,8 @@ def test_lgamma_in_float32_on_the_cpu():
     check_bfloat16(lambda x: (torch.lgamma(x),), (x[:4001] / 3).bfloat16())
 
 
-def test_i1e_runs_eagerly_on_the_cpu():
-    # eager torch's vectorized i1e is faster there than the float64 series
+def test_every_special_function_is_a_kernel_on_the_cpu():
+    # (lgamma and i1e ran eagerly there before they computed in float32)
     x = torch.rand(37, generator=torch.Generator().manual_seed(2)) * 20 - 10
     compiled = compile_fn(lambda x: (torch.lgamma(x) * 2, S.i1e(x) + 1, S.i0e(x)), [x])
-    fallbacks = [target for _, target, _ in compiled.program.fallbacks]
-    assert fallbacks == ["aten.special_i1e.default"]
+    assert compiled.program.fallbacks == []
