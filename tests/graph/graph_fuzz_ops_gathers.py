@@ -50,4 +50,6 @@ def op_gathers(g: Generator):
         return rng.choice([f"F.adaptive_avg_pool3d({x3}, {out})", f"F.adaptive_max_pool3d({x3}, {out})"])  # fmt: skip
     boundaries = sorted(round(rng.uniform(-2, 2), 1) for _ in range(rng.randint(1, 9)))
     right = rng.random() < 0.5
-    return f"torch.bucketize({x}, torch.tensor({boundaries}), right={right}).float()"
+    # (scaled, plus x: bucket numbers alone, clamped and normalized later, made constant planes
+    # whose instance norm is 0 in the kernel and 3e-5 in eager, past the fuzzer's tolerance)
+    return f"torch.bucketize({x}, torch.tensor({boundaries}), right={right}) * 0.125 + {x} * 0.5"
