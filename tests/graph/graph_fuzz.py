@@ -22,6 +22,7 @@ from tests.graph.graph_fuzz_int import make_int_input, op_int_divide
 from tests.graph.graph_fuzz_ops_convs import op_conv_gaps
 from tests.graph.graph_fuzz_ops_pointwise import op_part_writes, op_pointwise_gaps
 from tests.graph.graph_fuzz_ops_scans import op_scan_gaps
+from tests.graph.graph_fuzz_ops_scatters import op_scatters
 from tests.graph.graph_fuzz_products import (  # (with the sizes every op draws from)
     MAX_NUMEL,
     SIZES,
@@ -488,6 +489,7 @@ OPS = [
     (op_int_divide, 3),
     (op_pointwise_gaps, 2),
     (op_part_writes, 1),
+    (op_scatters, 1),
 ]
 
 
