@@ -64,6 +64,8 @@ CASES = {
         (1024, 1024),
     ),
     "ldexp": (lambda x: torch.ldexp(x, EXPONENTS), (1024, 1024)),
+    "histc_16": (lambda x: torch.histc(x, 16, -2, 2), (1024, 1024)),
+    "histc_100": (lambda x: torch.histc(x, 100, -3, 3), (1024, 1024)),
 }
 
 

@@ -1,6 +1,6 @@
-"""bucketize and searchsorted as counts, against eager torch: left and right, out_int32, a
-sequence per row, sorter=, ties among the boundaries, NaN values, values on a boundary; a long
-sequence runs eagerly on the CPU."""
+"""bucketize, searchsorted and histc as counts, against eager torch: left and right, out_int32,
+a sequence per row, sorter=, ties among the boundaries, NaN values, values on a boundary or an
+edge; a long sequence, many bins and a range from the data run eagerly on the CPU."""
 
 import pytest
 
@@ -35,10 +35,25 @@ def test_bucketize_and_searchsorted():
     check(buckets, *inputs(1), fallbacks=2)  # (the sort and argsort run eagerly)
 
 
-def test_a_long_sequence_runs_eagerly_on_the_cpu():
-    compiled = compile_fn(lambda v, s: torch.bucketize(v, s), [rand(7, seed=3), rand(65, seed=4)])
+def test_histc():
+    x = rand(7, 33, seed=6)
+    x[0, :4] = torch.tensor([-1.0, 1.0, float("nan"), 0.5])  # the edges, NaN (not counted)
+
+    def fn(x):
+        return torch.histc(x, 5, -1, 1), torch.histc(x.double(), 17, -2.5, 3)
+
+    check(fn, x)
+
+
+def test_long_sequences_many_bins_and_ranges_from_the_data_run_eagerly_on_the_cpu():
+    def fn(v, s):
+        return torch.bucketize(v, s), torch.histc(v, 33, -1, 1), torch.histc(v, 4)
+
+    compiled = compile_fn(fn, [rand(7, seed=3), rand(65, seed=4)])
     assert [r for _, _, r in compiled.program.fallbacks] == [
-        "a search of a sequence of 65 elements on the CPU"
+        "a search of a sequence of 65 elements on the CPU",
+        "histc of 33 bins on the CPU",
+        "histc of a range from the data, or of run-time sizes",
     ]
 
 
@@ -48,6 +63,9 @@ def test_bucketize_and_searchsorted_match_eager_on_the_gpu():
     from tests.graph.test_lower_fold import on_the_gpu
 
     def fn(v, boundaries, rows):  # (without the sorts, which have no kernel)
-        return torch.bucketize(v, boundaries, right=True), torch.searchsorted(rows, v[:, :9])
+        return (
+            torch.bucketize(v, boundaries, right=True), torch.searchsorted(rows, v[:, :9]),
+            torch.histc(v, 100, -1, 1),
+        )  # fmt: skip
 
     on_the_gpu(fn, inputs(2), rtol=0)
