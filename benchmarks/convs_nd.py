@@ -9,12 +9,9 @@ with eager / tensorforge (> 1: tensorforge is faster) and tensorforge's error ag
 
 from __future__ import annotations
 
-import argparse
-import os
-
 import torch
+from eager_vs_compiled import arguments, run  # benchmarks/: the script's folder is on sys.path
 from torch import nn
-from torch_models import time_calls  # benchmarks/: the script's folder is on sys.path
 
 CASES = {
     "whisper": (lambda: nn.Conv1d(80, 384, 3, padding=1), (1, 80, 3000)),
@@ -26,31 +23,13 @@ CASES = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--cases", default=",".join(CASES))
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    os.environ["TF_NUM_THREADS"] = str(args.threads)  # tensorforge's kernels' threads
-    import tensorforge  # noqa: F401  (registers the backend)
+    args = arguments(CASES)
 
-    print(f"{'case':12} {'eager ms':>9} {'tf ms':>9} {'eager/tf':>9} {'error':>9}")
-    for name in args.cases.split(","):
+    def setup(name):
         make, shape = CASES[name]
-        torch._dynamo.reset()  # (a model compiled after another of its class timed 5-50x slow)
-        torch.manual_seed(0)
-        model, x = make().eval(), torch.randn(shape)
-        with torch.no_grad():
-            compiled = torch.compile(model, backend="tensorforge")
-            expected, got = model(x), compiled(x)
-            error = ((got - expected).abs().max() / expected.abs().max()).item()
-            eager, ours = [], []
-            for _ in range(args.repeats):
-                eager.append(time_calls(model, x, 3))
-                ours.append(time_calls(compiled, x, 3))
-        e, t = min(eager) * 1e3, min(ours) * 1e3
-        print(f"{name:12} {e:9.3f} {t:9.3f} {e / t:9.2f} {error:9.1e}")
+        return make().eval(), (torch.randn(shape),)
+
+    run(args, setup)
 
 
 if __name__ == "__main__":

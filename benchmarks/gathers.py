@@ -12,13 +12,9 @@ eager belongs in registry.eager_on_cpu.
 
 from __future__ import annotations
 
-import argparse
-import os
-
 import torch
 import torch.nn.functional as F
-from scans import difference  # benchmarks/: the script's folder is on sys.path
-from torch_models import time_calls
+from eager_vs_compiled import arguments, run  # benchmarks/: the script's folder is on sys.path
 
 
 def _grid(n, h, w):
@@ -70,29 +66,13 @@ CASES = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--cases", default=",".join(CASES))
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    os.environ["TF_NUM_THREADS"] = str(args.threads)  # tensorforge's kernels' threads
-    import tensorforge  # noqa: F401  (registers the backend)
+    args = arguments(CASES)
 
-    print(f"{'case':18} {'eager ms':>9} {'tf ms':>9} {'eager/tf':>9} {'diff':>9}")
-    for name in args.cases.split(","):
+    def setup(name):
         fn, shape = CASES[name]
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        x = torch.randn(shape)
-        compiled = torch.compile(fn, backend="tensorforge")
-        diff = difference(compiled(x), fn(x))
-        eager, ours = [], []
-        for _ in range(args.repeats):
-            eager.append(time_calls(fn, x, 3))
-            ours.append(time_calls(compiled, x, 3))
-        e, t = min(eager) * 1e3, min(ours) * 1e3
-        print(f"{name:18} {e:9.3f} {t:9.3f} {e / t:9.2f} {diff:9.1e}", flush=True)
+        return fn, (torch.randn(shape),)
+
+    run(args, setup)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,9 @@ relative difference from eager.
 
 from __future__ import annotations
 
-import argparse
-import os
-
 import torch
 import torch.nn.functional as F
-from torch_models import time_calls  # benchmarks/: the script's folder is on sys.path
+from eager_vs_compiled import arguments, run  # benchmarks/: the script's folder is on sys.path
 
 
 def rows_index(n, m, high):
@@ -81,42 +78,9 @@ CASES = {
 }  # fmt: skip
 
 
-def difference(got, expected) -> float:
-    scale = expected.abs().max().clamp_min(1e-30)
-    return ((got - expected).abs().max() / scale).item()
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--kernels", action="store_true", help="ignore registry.EAGER_ON_CPU")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    os.environ["TF_NUM_THREADS"] = str(args.threads)  # tensorforge's kernels' threads
-    import tensorforge  # noqa: F401  (registers the backend)
-    from tensorforge.graph import registry
-
-    if args.kernels:
-        registry.EAGER_ON_CPU.clear()
-
-    print(f"{'case':20} {'eager ms':>9} {'tf ms':>9} {'eager/tf':>9} {'diff':>9}")
-    for name in args.cases.split(","):
-        fn, make = CASES[name]
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        inputs = make()
-        compiled = torch.compile(fn, backend="tensorforge")
-        diff = difference(compiled(*inputs), fn(*inputs))
-        eager, ours = [], []
-        run_eager = lambda _, fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
-        run_ours = lambda _, fn=compiled, inputs=inputs: fn(*inputs)  # noqa: E731
-        for _ in range(args.repeats):
-            eager.append(time_calls(run_eager, inputs[0], 3))
-            ours.append(time_calls(run_ours, inputs[0], 3))
-        e, t = min(eager) * 1e3, min(ours) * 1e3
-        print(f"{name:20} {e:9.3f} {t:9.3f} {e / t:9.2f} {diff:9.1e}", flush=True)
+    args = arguments(CASES, kernels=True)
+    run(args, lambda name: (CASES[name][0], CASES[name][1]()))
 
 
 if __name__ == "__main__":
