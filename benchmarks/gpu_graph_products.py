@@ -6,8 +6,7 @@ the wgmma tiles forced per variant: GPU time a call (torch.profiler), ours / eag
 
 A variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
 fills (the product alone: k is never split); `base` is the
-lowering's own choice, `tma` the same with TMA fills; a suffix `nN` issues each warpgroup's
-multiplies N columns at a time (ops/wgmma.py's CHAIN_N).
+lowering's own choice, `tma` the same with TMA fills.
 
 H200 (2026-11-28), us of GPU time a call, eager (cuBLAS) in the same run:
     k0  2048 x 3072 x 768 + GELU (eager 25.2): 128 x 128 s3 (2 an SM) 28.9, TMA fills 29.0,
@@ -16,7 +15,9 @@ H200 (2026-11-28), us of GPU time a call, eager (cuBLAS) in the same run:
         s4t 32.0, s6t 33.7, 64 x 192 s6t 31.3, 128 x 192 s4t 36.5, 128 x 256 s4t 42.9
     qkv 2048 x 2304 x 768 (eager 13.4): 22.7, 128 x 192 s4t 21.8
     Pairs of blocks sharing B's tile by multicast (a cluster of 2, tried and removed): k1 128 x
-    128 s4t 57.3, k0 49.2. Each k step of 64 took a block about 650 ns whatever its tile up to
+    128 s4t 57.3, k0 49.2. Each warpgroup's multiplies in independent accumulator chains of 64
+    or 128 columns (tried and removed): k1 on 64 x 128 31.0 against 31.3, on 128 x 256 45.3-49.3
+    against 42.9. Each k step of 64 took a block about 650 ns whatever its tile up to
     128 x 192 (890 at 128 x 256): not the stages, the fill (TMA or cp.async) nor the bytes.
 """
 
@@ -33,7 +34,6 @@ import torch.nn.functional as F
 os.environ["TENSORFORGE_CACHE"] = "0"  # (a cached program would outlive the variant)
 
 import tensorforge.graph.lower_tensor_core as L  # noqa: E402
-import tensorforge.ops.wgmma as W  # noqa: E402
 
 SHAPES = {  # name: (rows, in, out, epilogue)
     "k0": (2048, 768, 3072, "gelu"),  # MLP 768-3072-768's first product, GELU fused
@@ -69,15 +69,12 @@ def model(name: str, device: str):
 
 def force(variant: str) -> None:
     """Set the lowering's knobs for `variant` (see the module doc)."""
-    variant, _, chain = variant.partition("n")
-    W.CHAIN_N = int(chain or 0)
-    W.wgmma_sync.cache_clear()
     L.TMA_FILLS = variant == "tma"
     if variant in ("base", "tma"):
         return
     found = re.fullmatch(r"(\d+)x(\d+)s(\d)(t?)", variant)
     if not found:
-        raise SystemExit(f"variant {variant!r}: base, tma or BMxBNsS[t], then [nN]")
+        raise SystemExit(f"variant {variant!r}: base, tma or BMxBNsS[t]")
     bm, bn, stages, tma = found.groups()
     L.TMA_FILLS = bool(tma)
     tiles = L.TensorCoreTiles(int(bm), int(bn), 64, 16, int(bn), int(stages), 1, "mbarrier_lag", mma="wgmma")  # fmt: skip

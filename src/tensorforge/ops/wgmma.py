@@ -35,12 +35,6 @@ from tensorforge.errors import ScheduleError
 from tensorforge.ops.tensor_core import SUPPORTED
 from tensorforge.te.tensor_intrin import TensorIntrin
 
-# columns of each wgmma of a warpgroup's k step (0: all of the tile's), narrower ones being
-# accumulator chains that do not wait for one another. 0, as measured no faster (H200, graph
-# products alone, GPU time a call: 2048 x 768 x 3072 on 64 x 128 blocks 31.0 us in chains of
-# 64 against 31.3; on 128 x 256 blocks 45.3 in chains of 128, 49.3 of 64, against 42.9):
-# the multiplies of one accumulator do not wait on each other's latency
-CHAIN_N = 0
 SWIZZLE_ALIGN = 1024  # bytes: a 128B-swizzle pattern repeats every 8 rows of 128 bytes
 
 
@@ -81,8 +75,7 @@ __device__ __forceinline__ void tf_cp_async_sw128(T* at, const T* src, int off) 
 """
 
 
-def _wgmma_source(n: int, chain: int = 0) -> str:
-    sizes = sorted({n, chain or n})
+def _wgmma_source(n: int) -> str:
     return (
         "\n// tensorforge: wgmma (sm_90a) on sw128 shared tiles (ops/wgmma.py)\n"
         "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
@@ -94,7 +87,8 @@ def _wgmma_source(n: int, chain: int = 0) -> str:
         "}\n"
         "template <int N> __device__ void wgmma_k16(float*, unsigned long long, unsigned long long, const half*);\n"
         "template <int N> __device__ void wgmma_k16(float*, unsigned long long, unsigned long long, const __nv_bfloat16*);\n"
-        + "".join(_wgmma_asm(size, t) for size in sizes for t in ("f16", "bf16"))
+        + _wgmma_asm(n, "f16")
+        + _wgmma_asm(n, "bf16")
         + "}  // namespace tf_wg\n"
         + WGMMA_SOURCE_TAIL
     )
@@ -109,13 +103,9 @@ __device__ __forceinline__ void tf_wgmma_fill_zero(float* acc) {
 // acc (this warp's 16 x WN of its warpgroup's 64 x WN tile) += a[16, WK] @ b[WK, WN]: `a` is
 // this warp's 16 rows of the warpgroup's K-major sw128 tile (WK = 64: 128-byte rows), `b` the
 // N-major sw128 tile. The 4 warps of a warpgroup hold consecutive 16-row slices.
-// CHAIN (0: WN): the columns of each wgmma; narrower, the warpgroup's tile is WN / CHAIN
-// accumulators that no multiply of a step waits for another's (each 64-column slabs of B)
-template <int WM, int WN, int WK, int PENDING, int FENCE = 1, int CHAIN = 0, typename T>
+template <int WM, int WN, int WK, int PENDING, int FENCE = 1, typename T>
 __device__ __forceinline__ void tf_wgmma_sync(float* acc, const T* a, const T* b) {
   static_assert(WM == 16 && WK == 64 && WN % 64 == 0, "wgmma: 16-row warp slices, k tiles of 64");
-  constexpr int CN = CHAIN == 0 ? WN : CHAIN;
-  static_assert(CN % 64 == 0 && WN % CN == 0, "wgmma: chains of whole 64-column slabs");
   const unsigned warp = ((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32) % 4;
   const unsigned a0 = static_cast<unsigned>(__cvta_generic_to_shared(a)) - warp * 16 * 128;
   const unsigned b0 = static_cast<unsigned>(__cvta_generic_to_shared(b));
@@ -125,10 +115,8 @@ __device__ __forceinline__ void tf_wgmma_sync(float* acc, const T* a, const T* b
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < WK / 16; ++kk)  // A: 32 bytes a k16 step; B: 16 rows of 128 bytes
-#pragma unroll
-    for (int c = 0; c < WN / CN; ++c)  // chain c: columns c * CN on, slabs of WK * 128 bytes
-      tf_wg::wgmma_k16<CN>(acc + c * (CN / 2), tf_wg::desc(a0 + kk * 32, 16, 1024),
-                           tf_wg::desc(b0 + c * (CN / 64) * WK * 128 + kk * 2048, WK * 128, 1024), a);
+    tf_wg::wgmma_k16<WN>(acc, tf_wg::desc(a0 + kk * 32, 16, 1024),
+                               tf_wg::desc(b0 + kk * 2048, WK * 128, 1024), a);
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   // PENDING 1: return with this step's group in flight, the last step's done (its tiles free)
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(PENDING) : "memory");
@@ -429,20 +417,17 @@ def wgmma_sync(
         c: tir.decl_buffer(c.shape, "float32", "C", scope="warp"),
     }
 
-    chain = CHAIN_N if CHAIN_N and wn % CHAIN_N == 0 and wn > CHAIN_N else 0
-    tail = f", {int(fence)}, {chain}" if chain else ("" if fence else ", 0")
-
     def fintrin(ins, outs):
         aa, bb = ins
         (cc,) = outs
         reset = tir.call_extern("handle", f"tf_wgmma_fill_zero<{wm}, {wn}>", cc.access_ptr("w"))
         update = tir.call_extern(
-            "handle", f"tf_wgmma_sync<{wm}, {wn}, {wk}, {pending}{tail}>", cc.access_ptr("rw"),
+            "handle", f"tf_wgmma_sync<{wm}, {wn}, {wk}, {pending}{'' if fence else ', 0'}>", cc.access_ptr("rw"),
             aa.access_ptr("r"), bb.access_ptr("r"),
         )  # fmt: skip
         return [reset, update], reset, update
 
     return te.decl_tensor_intrin(
-        c.op, fintrin, name=f"wgmma_{dtype}_{wm}x{wn}x{wk}_p{pending}{'' if fence else '_nofence'}_c{chain}", binds=binds,
-        device_source=_wgmma_source(wn, chain),
+        c.op, fintrin, name=f"wgmma_{dtype}_{wm}x{wn}x{wk}_p{pending}{'' if fence else '_nofence'}", binds=binds,
+        device_source=_wgmma_source(wn),
     )  # fmt: skip
