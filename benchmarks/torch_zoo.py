@@ -4,6 +4,8 @@
                                    [--threads 1] [--repeats 7] [--json out.jsonl]
                                    [--target "llvm -mcpu=znver3" ...] [--device cuda]
     python benchmarks/torch_zoo.py --device cuda --models unet,groupnorm,groupnorm_small,softmax_row
+    python benchmarks/torch_zoo.py --models tv:resnet50,tv:swin_t [--batch 8] [--dtype float16]
+                                   [--no-inductor]   (torchvision's classifiers, if installed)
 
 On CPU by default; `--device cuda`: the blocks on the GPU (TF32 off), Inductor in
 mode="reduce-overhead" (CUDA graphs, as tensorforge's), each timing ending in a synchronize.
@@ -81,6 +83,26 @@ def cases() -> dict:
 DEFAULT_MODELS = "mbv2,vit,bert_mask,llama,unet,embed,lstm"  # the blocks
 
 
+def torchvision_case(name: str, batch: int):
+    """`tv:<name>`: a torchvision classifier, randomly initialized (no weights are downloaded);
+    parameters initialized to zeros (some heads, some norms' biases) are drawn again, so every
+    layer shapes the output."""
+
+    def make():
+        import torchvision  # not a dependency: only these cases need it
+
+        model = getattr(torchvision.models, name)(weights=None)
+        gen = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            for p in model.parameters():
+                if not p.any():
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+        return model
+
+    side = 299 if name == "inception_v3" else 224
+    return make, lambda: (torch.randn(batch, 3, side, side),)
+
+
 def time_calls(fn, args, calls: int) -> float:
     cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
     start = time.perf_counter()
@@ -102,12 +124,16 @@ def fallbacks_of(model, args, target: str | None = None) -> tuple[int, int]:
     return len(counts), sum(counts)
 
 
-def run_case(name, make, inputs, repeats: int, threads: int, targets=None, device="cpu") -> dict:
+def run_case(
+    name, make, inputs, repeats: int, threads: int, targets=None, device="cpu", **how
+) -> dict:
+    """`how`: dtype= (the model's and its floating inputs'), inductor=False (no Inductor column)."""
     torch.manual_seed(0)
-    model = zoo.randomize_norms(make()).eval().to(device)
-    args = tuple(a.to(device) for a in inputs())
+    dtype = getattr(torch, how.get("dtype", "float32"))
+    model = zoo.randomize_norms(make()).eval().to(device, dtype)
+    args = tuple(a.to(device, dtype) if a.is_floating_point() else a.to(device) for a in inputs())
     tf_targets = tensorforge_backends(targets)
-    backends = ("eager", "inductor", *tf_targets)
+    backends = ("eager", *(("inductor",) if how.get("inductor", True) else ()), *tf_targets)
     fns, errors, compile_s = {}, {}, {}
     torch._dynamo.reset()
     with torch.no_grad():
@@ -138,7 +164,7 @@ def run_case(name, make, inputs, repeats: int, threads: int, targets=None, devic
                 samples[b].append(time_calls(fns[b], args, calls))
         graphs, fallbacks = fallbacks_of(model, args, next(iter(tf_targets.values())))
     median = {b: statistics.median(s) for b, s in samples.items()}
-    row = {"model": name, "threads": threads, "device": device}
+    row = {"model": name, "threads": threads, "device": device, "dtype": str(dtype)[6:]}
     row.update(graphs=graphs, fallbacks=fallbacks)
     for b in backends:
         row[f"{b}_ms"] = round(median[b] * 1e3, 3)
@@ -147,7 +173,8 @@ def run_case(name, make, inputs, repeats: int, threads: int, targets=None, devic
     for b in tf_targets:
         suffix = "" if b == "tensorforge" else b.removeprefix("tensorforge")
         row[f"tf{suffix}_vs_eager"] = round(median["eager"] / median[b], 3)
-        row[f"tf{suffix}_vs_inductor"] = round(median["inductor"] / median[b], 3)
+        if "inductor" in median:
+            row[f"tf{suffix}_vs_inductor"] = round(median["inductor"] / median[b], 3)
     return row
 
 
@@ -160,6 +187,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", default=None, help="append one JSON line per model here")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--batch", type=int, default=1, help="of the torchvision models (tv:)")
+    parser.add_argument("--no-inductor", action="store_true", help="eager and tensorforge only")
     add_target_option(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -174,8 +204,18 @@ def main(argv=None) -> int:
         torch.backends.cudnn.allow_tf32 = False
     rows = []
     for name in args.models.split(","):
-        make, inputs = table[name]
-        row = run_case(name, make, inputs, args.repeats, args.threads, args.target, args.device)
+        if name.startswith("tv:"):
+            make, inputs = torchvision_case(name[3:], args.batch)
+        elif name in table:
+            make, inputs = table[name]
+        else:
+            parser.error(
+                f"unknown model {name!r}: one of {', '.join(table)} or tv:<torchvision name>"
+            )
+        how = {"dtype": args.dtype, "inductor": not args.no_inductor}
+        row = run_case(
+            name, make, inputs, args.repeats, args.threads, args.target, args.device, **how
+        )
         rows.append(row)
         emit(row, args.json)
     for b in tensorforge_backends(args.target):
@@ -187,9 +227,9 @@ def main(argv=None) -> int:
         )
         for r in rows:
             print(
-                f"{r['model']:15} {r['eager_ms']:9.3f} {r['inductor_ms']:9.3f} "
+                f"{r['model']:15} {r['eager_ms']:9.3f} {r.get('inductor_ms', float('nan')):9.3f} "
                 f"{r[b + '_ms']:9.3f} {r[f'tf{suffix}_vs_eager']:8.2f} "
-                f"{r[f'tf{suffix}_vs_inductor']:7.2f} "
+                f"{r.get(f'tf{suffix}_vs_inductor', float('nan')):7.2f} "
                 f"{r[b + '_error']:8.1e} {r['graphs']:6d} {r['fallbacks']:9d}"
             )
     return 0
