@@ -63,11 +63,21 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     if not dt.is_float(dtype):
         raise Unsupported("an integer matrix product")
     if batched and dtype == "float32" and ctx.target.kind == "llvm":
-        raised = _bfloat16_operands(ctx, node)
+        raised = _half_operands(ctx, node, (torch.bfloat16,))
         shape = ctx.shape_of(node)
         if raised and wants_cpu_dot_bmm(ctx.target, "bfloat16", shape, a.shape[-1]):
             a16, b16 = (ctx.view_of_memory(v) for v in raised)
             return cpu_dot_bmm(ctx, node, a16, b16, shape, dtype)
+    if batched and dtype == "float32" and ctx.target.kind == "cuda":
+        raised = _half_operands(ctx, node, (torch.float16, torch.bfloat16))
+        shape = ctx.shape_of(node)
+        if raised:
+            half = ctx.dtype_of(node.args[0].args[0])
+            if wants_tensor_cores(ctx.target, half, shape, raised[0].shape[-1], False):
+                a16 = ctx.view_of_memory(raised[0])
+                b16 = raised[1]
+                b16 = ctx.view_of_memory(b16) if _rows_contiguous(node.args[1].args[0]) else ctx.buffer(b16)  # fmt: skip
+                return tensor_core_product(ctx, node, a16, b16, None, shape, half, dtype)
     a = ctx.view_of_memory(a)
     constant = ctx.constant(b) if not batched else None
     b = ctx.lazy(b)
@@ -128,20 +138,22 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
 _CASTS = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 
 
-def _bfloat16_operands(ctx, node):
-    """The bfloat16 values whose float32 casts are both operands of this float32 product (the
-    CPU attention decomposition's Q K^T), or None: their product on the dot kernel (bfloat16
-    products are exact in float32, summed in float32) is the float32 product's."""
-    values = []
+def _half_operands(ctx, node, dtypes):
+    """The half values (of one of `dtypes`, both the same) whose float32 casts are both operands
+    of this float32 product (the attention decompositions' Q K^T), or None: their product with
+    half operands and float32 sums (half products are exact in float32) is the float32
+    product's, on the CPU's dot kernel or a GPU's tensor cores."""
+    values, kinds = [], set()
     for arg in node.args[:2]:
         if not isinstance(arg, torch.fx.Node) or arg.target not in _CASTS:
             return None
         source = arg.args[0]
         val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-        if not isinstance(val, torch.Tensor) or val.dtype != torch.bfloat16:
+        if not isinstance(val, torch.Tensor) or val.dtype not in dtypes:
             return None
+        kinds.add(val.dtype)
         values.append(ctx.lazy(ctx.env[source]))
-    return values
+    return values if len(kinds) == 1 else None
 
 
 # ops a lazy value passes through without a copy of its own (clone: the copy bmm's

@@ -320,8 +320,11 @@ def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool, tf32: boo
     return n >= MIN_ROWS and k % OPERANDS[dtype].k_step == 0 and (b_constant or m % 64 == 0)
 
 
-def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | None, shape, dtype):
-    """The anchor of a tensor-core product (see the module doc): a Lazy of the product's shape."""
+def tensor_core_product(
+    ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | None, shape, dtype, out_dtype=None
+):
+    """The anchor of a tensor-core product of `dtype` operands (see the module doc): a Lazy of
+    the product's shape, in `out_dtype` (default `dtype`; float32: the sums unrounded)."""
     *lead, n, m = shape
     k = int(a.shape[-1])
     wgmma = _has_wgmma(ctx.target, dtype) and reads_whole_rows(a.at, a.ndim)
@@ -354,7 +357,7 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
         )
         reads = a.reads | b.reads
     anchor, value = _product(ctx, node, shape, tiles, a_tile, b_tile, reads)
-    return ctx.anchored(anchor, value, dtype)
+    return ctx.anchored(anchor, value, out_dtype or dtype)
 
 
 def wants_tensor_core_conv(
