@@ -152,6 +152,21 @@ def half_edge_products(dtype=torch.float16):
     return fn, [t.to(dtype) for t in inputs], (1, 5)
 
 
+def half_padded_products(dtype=torch.float16):
+    """Batched products tensor cores do not take whole, on zero-padded copies: a Swin window's
+    attention (49 tokens, head size 32, a relative-position bias: K^T's 49 columns and P V's
+    49-term sums) and 40 x 40 @ 40 x 70 (40 terms: 48; 70 columns: 128)."""
+
+    def fn(q, k, v, bias, a, b):
+        att = torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
+        return att, (a * 2.0) @ (b + 1.0)
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(6, 3, 49, 32)] * 3 + [(3, 49, 49), (2, 40, 40), (2, 40, 70)]
+    inputs = [torch.randn(*s, generator=gen) / 2 for s in shapes]
+    return fn, [t.to(dtype) for t in inputs], ()
+
+
 def test_edge_products_take_one_stage_or_unsplit_k():
     _, _, compiled = compiled_for(SM90, graph=half_edge_products)
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
@@ -178,8 +193,9 @@ def test_few_tiles_over_long_reductions_split_k():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize(
     "graph, products",
-    [(half_graph, 5), (half_convolutions, 4), (half_split_products, 1), (half_edge_products, 3)],
-)
+    [(half_graph, 5), (half_convolutions, 4), (half_split_products, 1), (half_edge_products, 3),
+     (half_padded_products, 3)],
+)  # fmt: skip
 def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, graph, products):
     _, _, compiled = compiled_for(SM90, graph=graph)
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
@@ -195,7 +211,8 @@ def test_half_graph_builds_tensor_core_kernels_that_nvcc_compiles(tmp_path, grap
 @pytest.mark.cuda
 @TORCH_CUDA
 @pytest.mark.parametrize(
-    "graph", [half_graph, half_convolutions, half_split_products, half_edge_products]
+    "graph",
+    [half_graph, half_convolutions, half_split_products, half_edge_products, half_padded_products],
 )
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_graph_on_the_gpu_is_as_close_to_fp32_as_eager(graph, dtype):

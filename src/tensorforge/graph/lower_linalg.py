@@ -18,6 +18,7 @@ from tensorforge.graph.lower_cpu_dot import (
     wants_cpu_dot_bmm,
 )
 from tensorforge.graph.lower_tensor_core import (
+    padded_operands,
     tensor_core_product,
     wants_tensor_cores,
 )
@@ -73,11 +74,13 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         shape = ctx.shape_of(node)
         if raised:
             half = ctx.dtype_of(node.args[0].args[0])
-            if wants_tensor_cores(ctx.target, half, shape, raised[0].shape[-1], False):
-                a16 = ctx.view_of_memory(raised[0])
-                b16 = raised[1]
-                b16 = ctx.view_of_memory(b16) if _rows_contiguous(node.args[1].args[0]) else ctx.buffer(b16)  # fmt: skip
+            a16, b16 = ctx.view_of_memory(raised[0]), raised[1]
+            b16 = ctx.view_of_memory(b16) if _rows_contiguous(node.args[1].args[0]) else ctx.buffer(b16)  # fmt: skip
+            if wants_tensor_cores(ctx.target, half, shape, a16.shape[-1], False):
                 return tensor_core_product(ctx, node, a16, b16, None, shape, half, dtype)
+            padded = padded_operands(ctx, a16, b16, shape, half)
+            if padded is not None:
+                return tensor_core_product(ctx, node, *padded, None, shape, half, dtype)
     a = ctx.view_of_memory(a)
     constant = ctx.constant(b) if not batched else None
     b = ctx.lazy(b)
@@ -111,6 +114,9 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     tf32 = ctx.precision.matmul_tf32
     if wants_tensor_cores(ctx.target, dtype, shape, k, constant is not None, tf32):
         return tensor_core_product(ctx, node, a, b, constant, shape, dtype)
+    padded = padded_operands(ctx, a, b, shape, dtype) if constant is None else None
+    if padded is not None:
+        return tensor_core_product(ctx, node, *padded, None, shape, dtype)
     splits = cuda_matmul_splits(ctx.target, shape, k, dtype) if constant is not None else 0
     if splits:
         return matmul_split_k(ctx, node, a, constant, shape, dtype, splits)

@@ -320,6 +320,37 @@ def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool, tf32: boo
     return n >= MIN_ROWS and k % OPERANDS[dtype].k_step == 0 and (b_constant or m % 64 == 0)
 
 
+def padded_operands(ctx, a: Lazy, b: Lazy, shape, dtype: str) -> tuple[Lazy, Lazy] | None:
+    """A half product whose right matrix is computed in the graph, with a sum that is not
+    whole mma k steps or columns that are not whole 64-column tiles (a Swin window's 49 x 49
+    x 32 attention), as operands a tensor-core product takes: copies zero-padded to whole
+    steps and tiles (the padded sums add zeros; the padded columns are never stored), or None
+    where it stays on CUDA cores (run-time sizes, too few rows). Without them such products
+    ran on CUDA cores at 2 TFLOP/s (H200, Swin-T fp16 batch 8: 0.1 ms a stage-1 product)."""
+    if not _has_tensor_cores(ctx.target, dtype, False) or not is_static((*shape, *a.shape)):
+        return None
+    *_, n, m = shape
+    k = int(a.shape[-1])
+    k_padded, m_padded = round_up(k, OPERANDS[dtype].k_step), round_up(m, 64)
+    if n < MIN_ROWS or (k_padded, m_padded) == (k, m):
+        return None
+
+    def padded(value: Lazy, rows: int, cols: int) -> Lazy:
+        *lead, r, c = value.shape
+        if (r, c) == (rows, cols):
+            return value
+
+        def at(idx):  # (reads clamped in bounds: a select evaluates both sides)
+            *head, i, j = idx
+            inside = value.at((*head, te.min(i, r - 1), te.min(j, c - 1)))
+            return te.if_then_else(te.all(i < r, j < c), inside, te.const(0, value.dtype))
+
+        lazy = Lazy((*lead, rows, cols), value.dtype, at, value.reads, value.nodes, 2)
+        return ctx.materialize(lazy)
+
+    return padded(a, n, k_padded), padded(b, k_padded, m_padded)
+
+
 def tensor_core_product(
     ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | None, shape, dtype, out_dtype=None
 ):
@@ -329,7 +360,9 @@ def tensor_core_product(
     k = int(a.shape[-1])
     wgmma = _has_wgmma(ctx.target, dtype) and reads_whole_rows(a.at, a.ndim)
     wgmma = wgmma and (constant is not None or reads_whole_rows(b.at, b.ndim))
-    tiles = _tiles_for(ctx.target, lead, n, m, k, dtype, constant is None, wgmma)
+    # a computed right matrix's tiles divide its columns (padded ones: padded_operands)
+    columns = m if constant is not None else int(b.shape[-1])
+    tiles = _tiles_for(ctx.target, lead, n, columns, k, dtype, constant is None, wgmma)
     rows, cols = round_up(n, tiles.block_m), round_up(m, tiles.block_n)
     tma = tiles.mma == "wgmma" and (TMA_FILLS or tiles.fill == "tma")
     source = plain_source(a.at, a.shape, dtype) if tma else None
