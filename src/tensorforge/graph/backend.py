@@ -23,6 +23,7 @@ import torch
 from tensorforge.graph import cache as graph_cache
 from tensorforge.graph import front_cache
 from tensorforge.graph.attention_decompositions import ATTENTION_DECOMPOSITIONS
+from tensorforge.graph.effects import without_effect_tokens
 from tensorforge.graph.lowerer import Lowerer
 from tensorforge.graph.mutations import WritesInputs, functional, output_count
 from tensorforge.graph.options import Float32Precision, Options
@@ -171,7 +172,7 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
     """An ATen inference graph -> one callable (or the graph itself, run eagerly, if that fails)."""
     original, count = gm, output_count(gm)
     try:
-        gm, written = functional(gm, example_inputs)
+        gm, written = functional(without_effect_tokens(gm), example_inputs)
         compiled = _compile(gm, constants, target_of(example_inputs, opts), opts)
     except Exception as err:
         if os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0"):

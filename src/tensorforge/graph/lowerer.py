@@ -120,6 +120,9 @@ class Lowerer(ConstantFolding):
         if position in self.constant_inputs:
             self.program.inputs.append(None)
             return self.add_constant(self.constant_inputs[position], node.name)
+        if not node.users:  # (an effect token: None at run time, graph/effects.py)
+            self.program.inputs.append(None)
+            return None
         if isinstance(val, torch.Tensor):
             shape = self.program.symbols.shape(val.shape)
             buf = Buffer(self.unique(node.name), shape, te_dtype(val.dtype), "input", node.name)
@@ -405,6 +408,11 @@ class Lowerer(ConstantFolding):
         flat = list(val) if isinstance(val, (tuple, list)) else [val]
         outputs, values = [], []
         for k, v in enumerate(flat):
+            if isinstance(v, torch.Tensor) and v.dtype not in TORCH_TO_TE:
+                # (a complex FFT's result: no buffer holds it, so no later step could read it)
+                raise NeedsEagerGraph(
+                    f"{node.name}: {node.target} gives {v.dtype} values, which no kernel reads"
+                )
             if isinstance(v, torch.Tensor) and v.dtype in TORCH_TO_TE:
                 shape = self.program.symbols.shape(v.shape)
                 name = self.unique(node.name if len(flat) == 1 else f"{node.name}_{k}")
