@@ -361,6 +361,33 @@ def _broadcast(value: Lazy, shape: tuple) -> Lazy:
     )
 
 
+def _masked_put(ctx, x: Lazy, masks: list, lead: int, values: Lazy, accumulate: bool) -> Lazy:
+    """`x[..., mask] = v` (or `+= v`) of one value for every element the mask selects: a
+    select, element-wise. (Values one per selected element need the selected count before each
+    element: those run eagerly.)"""
+    (mask,) = masks if len(masks) == 1 else (None,)
+    if mask is None or mask.dtype not in ("bool", "uint8"):
+        raise Unsupported("index_put with several masks, or masks beside indices")
+    if values.dtype != x.dtype or not all(is_one(d) for d in values.shape):
+        raise Unsupported("index_put of a mask with one value per selected element")
+    if accumulate and x.dtype == "bool":
+        raise Unsupported("index_put accumulating into bools")
+    m = mask.ndim
+    if not same_shape(tuple(mask.shape), tuple(x.shape[lead : lead + m])):
+        raise Unsupported("index_put of a mask of another shape than the dimensions it indexes")
+    zeros = (0,) * values.ndim
+
+    def put(index):
+        old, new = x.at(index), values.at(zeros)
+        selected = mask.at(tuple(index[lead : lead + m]))
+        if mask.dtype != "bool":
+            selected = selected != te.const(0, mask.dtype)
+        return te.if_then_else(selected, old + new if accumulate else new, old)
+
+    reads = x.reads | mask.reads | values.reads
+    return Lazy(tuple(x.shape), x.dtype, put, reads, x.nodes + mask.nodes + values.nodes, 2)
+
+
 @lowers(aten.index_put.default)
 def index_put(ctx, node, x, indices, values, accumulate=False):
     x, values = ctx.no_anchor(x), ctx.no_anchor(values)
@@ -372,7 +399,7 @@ def index_put(ctx, node, x, indices, values, accumulate=False):
     if not tensors or any(not isinstance(t, Lazy) for t in tensors):
         raise Unsupported("index_put with indices that are not adjacent tensors")
     if any(t.dtype not in ("int32", "int64") for t in tensors):
-        raise Unsupported("index_put with boolean or byte masks")
+        return _masked_put(ctx, x, tensors, lead, values, accumulate)
     if values.dtype != x.dtype:
         raise Unsupported("index_put of values of another dtype")
     batch = _broadcast_shape([tuple(t.shape) for t in tensors])
