@@ -18,6 +18,7 @@ from tensorforge.graph.lower_cpu_dot import (
     wants_cpu_dot_bmm,
 )
 from tensorforge.graph.lower_tensor_core import (
+    can_pad_for_tensor_cores,
     padded_operands,
     tensor_core_product,
     wants_tensor_cores,
@@ -72,8 +73,8 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     if batched and dtype == "float32" and ctx.target.kind == "cuda":
         raised = _half_operands(ctx, node, (torch.float16, torch.bfloat16))
         shape = ctx.shape_of(node)
-        if raised:
-            half = ctx.dtype_of(node.args[0].args[0])
+        half = ctx.dtype_of(node.args[0].args[0]) if raised else None
+        if raised and can_pad_for_tensor_cores(ctx.target, half, shape):
             a16, b16 = ctx.view_of_memory(raised[0]), raised[1]
             b16 = ctx.view_of_memory(b16) if _rows_contiguous(node.args[1].args[0]) else ctx.buffer(b16)  # fmt: skip
             if wants_tensor_cores(ctx.target, half, shape, a16.shape[-1], False):

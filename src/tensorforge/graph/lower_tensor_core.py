@@ -320,6 +320,12 @@ def wants_tensor_cores(target, dtype: str, shape, k, b_constant: bool, tf32: boo
     return n >= MIN_ROWS and k % OPERANDS[dtype].k_step == 0 and (b_constant or m % 64 == 0)
 
 
+def can_pad_for_tensor_cores(target, dtype: str, shape) -> bool:
+    """Whether a product of `shape` (static sizes, 16+ rows) could run on tensor cores with
+    its operands padded (`padded_operands`), or whole."""
+    return _has_tensor_cores(target, dtype, False) and is_static(shape) and shape[-2] >= MIN_ROWS
+
+
 def padded_operands(ctx, a: Lazy, b: Lazy, shape, dtype: str) -> tuple[Lazy, Lazy] | None:
     """A half product whose right matrix is computed in the graph, with a sum that is not
     whole mma k steps or columns that are not whole 64-column tiles (a Swin window's 49 x 49
@@ -327,12 +333,12 @@ def padded_operands(ctx, a: Lazy, b: Lazy, shape, dtype: str) -> tuple[Lazy, Laz
     steps and tiles (the padded sums add zeros; the padded columns are never stored), or None
     where it stays on CUDA cores (run-time sizes, too few rows). Without them such products
     ran on CUDA cores at 2 TFLOP/s (H200, Swin-T fp16 batch 8: 0.1 ms a stage-1 product)."""
-    if not _has_tensor_cores(ctx.target, dtype, False) or not is_static((*shape, *a.shape)):
+    if not can_pad_for_tensor_cores(ctx.target, dtype, (*shape, *a.shape)):
         return None
     *_, n, m = shape
     k = int(a.shape[-1])
     k_padded, m_padded = round_up(k, OPERANDS[dtype].k_step), round_up(m, 64)
-    if n < MIN_ROWS or (k_padded, m_padded) == (k, m):
+    if (k_padded, m_padded) == (k, m):
         return None
 
     def padded(value: Lazy, rows: int, cols: int) -> Lazy:
