@@ -187,3 +187,12 @@ def test_pools_propagate_nan_and_keep_infinities_as_eager(target, width, schedul
     windows = [k for k in steps if isinstance(k, BuiltKernel) and kind(k) == "window"]
     source = FIRST_GUESS if schedule == "auto" else SOURCES["window"]
     assert windows and all(k.source == source for k in windows)
+
+
+def test_a_target_for_another_device_than_the_tensors_is_named():
+    import torch
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: x.sin(), backend="tensorforge", options={"target": "cuda"})
+    with pytest.raises(Exception, match="options\\['target'\\] is 'cuda'.*tensors are on cpu"):
+        compiled(torch.randn(3))

@@ -20,6 +20,7 @@ import warnings
 
 import torch
 
+from tensorforge.errors import ArgumentError
 from tensorforge.graph import cache as graph_cache
 from tensorforge.graph import front_cache
 from tensorforge.graph.attention_decompositions import ATTENTION_DECOMPOSITIONS
@@ -87,6 +88,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         return gm.forward
     constants = constant_inputs(gm, example_inputs)
     target = target_of(example_inputs, opts)
+    _check_device(opts, target, example_inputs)
     direct = not (opts.check or opts.report) and front_cache.direct_graph(gm, example_inputs)
     cached = direct and graph_cache.enabled(target)  # (front_key: None for symbolic sizes)
     key = front_cache.front_key(gm, example_inputs, constants, target, opts) if cached else None
@@ -166,6 +168,19 @@ def target_of(example_inputs, opts: Options) -> Target:
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     kind = opts.target or ("cuda" if "cuda" in devices else "llvm")
     return Target(kind) if isinstance(kind, str) else kind
+
+
+def _check_device(opts: Options, target: Target, example_inputs) -> None:
+    """A target for another device than the model's tensors: an error naming both (kernels for
+    one device cannot read the other's memory: the first call failed inside torch)."""
+    devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    wanted = "cuda" if target.kind == "cuda" else "cpu"
+    if opts.target is not None and devices and wanted not in devices:
+        raise ArgumentError(
+            f"torch.compile(backend='tensorforge'): options['target'] is {opts.target!r}, a "
+            f"{wanted} target, but the model's tensors are on {', '.join(sorted(devices))}; "
+            f"move the model and its inputs there, or leave the target out"
+        )
 
 
 def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts: Options):
