@@ -23,6 +23,7 @@ from tensorforge import build as tf_build
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
+from tensorforge.graph.build_progress import BuildProgress
 from tensorforge.graph.cuda_call_plan import GraphLaunchPlan
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.lowerer import TE_TO_TORCH
@@ -87,31 +88,36 @@ def _build_each(program, target, tuning_log, schedule, only=None, share=True) ->
     built = []
     same: dict[str, tuple] = {}  # structure -> (module, source, positions) built for it
     steps = program.steps if only is None else [program.steps[k] for k in only]
-    for spec in steps:
-        if not isinstance(spec, KernelSpec):
-            built.append(spec)
-            continue
-        tuning.note(spec, target)
-        # NOTE: kernels alike share code (and on CUDA a launch configuration: the same shapes
-        # give the same grid); a tuning log's records are per kernel name, so none share then
-        found = structure_key(spec, schedule, names) if share and not tuning_log else None
-        key, canon = found if found is not None else (None, list(range(len(spec.reads) + 1)))
-        if key is None or key not in same:
-            tensors = [b.placeholder for b in spec.reads] + [spec.out]
-            args = [tensors[k] for k in canon] + [variables[n] for n in names]
-            module, source = _schedule_and_build(spec, target, args, tuning_log, schedule, hints)
-            positions = positions_of(spec, module[module.entry_name].source.params)
-            if key is not None:  # per parameter, its buffer's rank in the canonical order
-                slots = [canon.index(p) if isinstance(p, int) else p for p in positions]
-                same[key] = (module, source, slots)
-        else:  # a kernel like one built before (another layer's): its code, these buffers
-            module, source, slots = same[key]
-            positions = [canon[p] if isinstance(p, int) else p for p in slots]
-        executable = module[module.entry_name].executable
-        plan = plan_from(spec, positions)
-        built.append(
-            BuiltKernel(spec, executable.call, plan, source, module, executable, positions)
-        )
+    kernels = sum(isinstance(spec, KernelSpec) for spec in steps)
+    with BuildProgress(kernels, target) as progress:
+        for spec in steps:
+            if not isinstance(spec, KernelSpec):
+                built.append(spec)
+                continue
+            tuning.note(spec, target)
+            # NOTE: kernels alike share code (and on CUDA a launch configuration: the same shapes
+            # give the same grid); a tuning log's records are per kernel name, so none share then
+            found = structure_key(spec, schedule, names) if share and not tuning_log else None
+            key, canon = found if found is not None else (None, list(range(len(spec.reads) + 1)))
+            if key is None or key not in same:
+                tensors = [b.placeholder for b in spec.reads] + [spec.out]
+                args = [tensors[k] for k in canon] + [variables[n] for n in names]
+                module, source = _schedule_and_build(
+                    spec, target, args, tuning_log, schedule, hints
+                )
+                positions = positions_of(spec, module[module.entry_name].source.params)
+                if key is not None:  # per parameter, its buffer's rank in the canonical order
+                    slots = [canon.index(p) if isinstance(p, int) else p for p in positions]
+                    same[key] = (module, source, slots)
+            else:  # a kernel like one built before (another layer's): its code, these buffers
+                module, source, slots = same[key]
+                positions = [canon[p] if isinstance(p, int) else p for p in slots]
+            executable = module[module.entry_name].executable
+            plan = plan_from(spec, positions)
+            built.append(
+                BuiltKernel(spec, executable.call, plan, source, module, executable, positions)
+            )
+            progress.step()
     return built
 
 
