@@ -52,8 +52,10 @@ def _wgmma_scaled(n: int) -> str:
         "namespace tf_ws {\n"
         "template <int N> __device__ void mma(float*, unsigned long long, unsigned long long, int, const half*);\n"
         "template <int N> __device__ void mma(float*, unsigned long long, unsigned long long, int, const __nv_bfloat16*);\n"
-        + text + "}  // namespace tf_ws\n"
+        + text
+        + "}  // namespace tf_ws\n"
     )
+
 
 EPILOGUE_CODES = {"none": 0, "bias": 1, "bias_gelu": 2}
 K_STEP = 64  # halves of a k step: one 128-byte swizzled row
