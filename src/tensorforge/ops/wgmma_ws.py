@@ -325,7 +325,10 @@ def launch(
     import numpy as np
 
     from tensorforge.codegen.base import TensorMap
+    from tensorforge.runtime import cuda_driver
     from tensorforge.runtime.cuda_tensor_map import device_map
+
+    cuda_driver.activate()  # (torch's primary context: the tensor maps are allocated in it)
 
     if k % 8 or n % 8:
         raise ScheduleError(f"ws_gemm: k ({k}) and n ({n}) must be multiples of 8 (16-byte rows)")
