@@ -4,7 +4,8 @@ the wgmma tiles forced per variant: GPU time a call (torch.profiler), ours / eag
     python benchmarks/gpu_graph_products.py [--only k0,k1] [--variants base,tma,128x128s6t]
     python benchmarks/gpu_graph_products.py --emit DIR   # write the CUDA sources (no GPU)
 
-A variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
+`nows` leaves out the hand-written warp-specialized kernel (graph/lower_ws_product.py). A
+variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
 fills (the product alone: k is never split); `base` is the
 lowering's own choice, `tma` the same with TMA fills.
 
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 os.environ["TENSORFORGE_CACHE"] = "0"  # (a cached program would outlive the variant)
 
 import tensorforge.graph.lower_tensor_core as L  # noqa: E402
+import tensorforge.graph.lower_ws_product as WS  # noqa: E402
 
 SHAPES = {  # name: (rows, in, out, epilogue)
     "k0": (2048, 768, 3072, "gelu"),  # MLP 768-3072-768's first product, GELU fused
@@ -42,6 +44,9 @@ SHAPES = {  # name: (rows, in, out, epilogue)
     "qkv": (2048, 768, 2304, "bias"),
     "k1s": (256, 3072, 768, "bias"),  # MLP of 256 rows
     "k0s": (256, 768, 3072, "gelu"),
+    "sq4k": (4096, 4096, 4096, "bias"),
+    "mlp": (2048, 768, 3072, "mlp"),  # the whole MLP 768-3072-768 (k0, GELU, k1, bias)
+    "mlp256": (256, 768, 3072, "mlp"),
 }
 
 
@@ -63,6 +68,9 @@ class Product(torch.nn.Module):
 def model(name: str, device: str):
     rows, k, m, epilogue = SHAPES[name]
     torch.manual_seed(0)
+    if epilogue == "mlp":
+        mlp = torch.nn.Sequential(torch.nn.Linear(k, m), torch.nn.GELU(), torch.nn.Linear(m, k))
+        return mlp.half().eval().to(device), torch.randn(rows, k).half().to(device)
     module = Product(k, m, rows, epilogue).half().eval().to(device)
     return module, torch.randn(rows, k).half().to(device)
 
@@ -70,7 +78,9 @@ def model(name: str, device: str):
 def force(variant: str) -> None:
     """Set the lowering's knobs for `variant` (see the module doc)."""
     L.TMA_FILLS = variant == "tma"
-    if variant in ("base", "tma"):
+    WS.WS_PRODUCTS = variant != "nows"  # nows: the scheduled kernels alone (main before s19)
+    WS.MAX_WAVES = 99 if variant == "ws_all" else 1  # ws_all: the hand kernel past one wave
+    if variant in ("base", "tma", "nows", "ws_all"):
         return
     found = re.fullmatch(r"(\d+)x(\d+)s(\d)(t?)", variant)
     if not found:
@@ -132,6 +142,7 @@ def main() -> None:
 
     keep = {k: getattr(L, k) for k in ("TMA_FILLS", "choose_wgmma_tiles", "FULL_EIGHTHS")}
     for name in names:
+        WS.WS_PRODUCTS, WS.MAX_WAVES = True, 1
         fn, x = model(name, "cuda")
         with torch.no_grad():
             ref = fn(x).float()

@@ -58,7 +58,8 @@ class Problem:
         ref = self.reference()
         out = self.ours(plan).float()
         again = self.ours(plan).float()  # (the workspace and counters left zero)
-        assert torch.equal(out, again), "a second call differs"
+        # (3+ parts add in the order they finish: a second call may round differently)
+        assert plan.split > 2 or torch.equal(out, again), "a second call differs"
         return ((out - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
 
 
@@ -128,7 +129,7 @@ def main() -> None:
         for plan in plans:
             try:
                 err = pb.error(plan)
-                t = gpu_us(lambda: pb.ours(plan))
+                t = gpu_us(lambda pb=pb, plan=plan: pb.ours(plan))
                 mark = "*" if plan == chosen else " "
                 print(f"{name:7s} {m}x{n}x{k} {epilogue:9s} cuBLAS {eager:7.1f} us  ws{mark} bn{plan.bn} s{plan.stages} split{plan.split} regs{int(plan.regs)}: {t:7.1f} us {t / eager:5.2f}x  err {err:.1e}", flush=True)  # fmt: skip
             except Exception as error:

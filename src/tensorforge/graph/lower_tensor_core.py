@@ -34,6 +34,7 @@ from tensorforge import te
 from tensorforge.codegen.cuda import STATIC_SHARED_LIMIT
 from tensorforge.errors import ScheduleError
 from tensorforge.graph.lower_conv_gemm import im2col, positions, sum_of_partials
+from tensorforge.graph.lower_ws_product import wants_ws_product, ws_product
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules_tensor_core import STAGING_PAD
 from tensorforge.graph.split_k import splits_to_fill
@@ -324,6 +325,10 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     """The anchor of a tensor-core product (see the module doc): a Lazy of the product's shape."""
     *lead, n, m = shape
     k = int(a.shape[-1])
+    if _has_wgmma(ctx.target, dtype):  # a long reduction over one wave of tiles: by hand
+        source = plain_source(a.at, a.shape, dtype)
+        if wants_ws_product(ctx.target, n, m, k, lead, source, constant):
+            return ws_product(ctx, node, a, source, constant, shape, dtype)
     wgmma = _has_wgmma(ctx.target, dtype) and reads_whole_rows(a.at, a.ndim)
     wgmma = wgmma and (constant is not None or reads_whole_rows(b.at, b.ndim))
     tiles = _tiles_for(ctx.target, lead, n, m, k, dtype, constant is None, wgmma)
