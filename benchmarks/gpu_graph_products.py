@@ -15,6 +15,9 @@ H200 (2026-11-28), us of GPU time a call, eager (cuBLAS) in the same run:
     k1  2048 x 768 x 3072 + bias (eager 15.1): 64 x 128 s4 (2 an SM) 31.7, TMA 31.9, 128 x 128
         s4t 32.0, s6t 33.7, 64 x 192 s6t 31.3, 128 x 192 s4t 36.5, 128 x 256 s4t 42.9
     qkv 2048 x 2304 x 768 (eager 13.4): 22.7, 128 x 192 s4t 21.8
+    Session 19, one run, nows (the scheduled kernels) -> base (long reductions on the
+    warp-specialized kernel, graph/lower_ws_product.py): k1 31.5 -> 22.2 (eager 15.2), fc2r
+    31.9 -> 22.4 (eager 17.3), MLP of 2048 rows 56.5 -> 48.4 (eager 42.2).
     Pairs of blocks sharing B's tile by multicast (a cluster of 2, tried and removed): k1 128 x
     128 s4t 57.3, k0 49.2. Each warpgroup's multiplies in independent accumulator chains of 64
     or 128 columns (tried and removed): k1 on 64 x 128 31.0 against 31.3, on 128 x 256 45.3-49.3

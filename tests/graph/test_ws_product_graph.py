@@ -4,6 +4,7 @@ left buffer and constant weights), that its kernel compiles for sm_90a, and on t
 products with tails in every dimension (rows, columns, k) are as close to fp32 as eager."""
 
 import shutil
+import subprocess
 
 import pytest
 
@@ -14,11 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 from tensorforge.graph.lower_ws_product import SOURCE  # noqa: E402
 from tensorforge.graph.program import BuiltKernel  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
-from tests.graph.test_schedules_cuda import (  # noqa: E402
-    assert_compiles_with_nvcc,
-    compiled_for,
-    joined_sources,
-)
+from tests.graph.test_schedules_cuda import compiled_for, joined_sources  # noqa: E402
 from tests.graph.test_tensor_core import assert_as_close_to_fp32_as_eager  # noqa: E402
 
 
@@ -50,7 +47,13 @@ def test_long_products_take_the_hand_kernel_on_sm90_only(tmp_path):
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
     hand = [s.module for s in sm90 if s.source == SOURCE][:1]
-    assert_compiles_with_nvcc(tmp_path, joined_sources(hand), arch="sm_90a")
+    # (-gencode: the form that assembles wgmma / setmaxnreg with every nvcc, HOPPER.md; the
+    # -arch=sm_90a shorthand failed this test on the H200 machine's nvcc, which builds the
+    # kernel itself)
+    (tmp_path / "k.cu").write_text(joined_sources(hand))
+    command = ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 @pytest.mark.cuda

@@ -15,10 +15,12 @@ from tests.codegen.test_cuda_codegen import NVCC
 def test_plans_fill_the_sms_and_split_k_only_where_tiles_are_few():
     wide = choose_ws_plan(2048, 3072, 768, 132)  # 256 tiles of 128 x 192: about 2 waves
     assert (wide.bn, wide.split) == (192, 1)
-    deep = choose_ws_plan(2048, 768, 3072, 132)  # 64 tiles over a long k: cut in parts
-    assert deep.split > 1 and deep.units(2048, 768) <= 132
-    assert choose_ws_plan(1, 8, 8, 132).split == 1  # one k step: nothing to cut
-    assert all(p.shared_bytes() <= 227 << 10 for p in (wide, deep))
+    deep = choose_ws_plan(2048, 768, 3072, 132)  # 96 tiles of 128 x 128 (as measured best)
+    assert (deep.bn, deep.split) == (128, 1)
+    cut = choose_ws_plan(2048, 768, 3072, 132, max_split=8)  # 64 tiles: cut in parts
+    assert cut.split > 1 and cut.units(2048, 768) <= 132
+    assert choose_ws_plan(1, 8, 8, 132, max_split=8).split == 1  # one k step: nothing to cut
+    assert all(p.shared_bytes() <= 227 << 10 for p in (wide, deep, cut))
 
 
 @pytest.mark.parametrize("plan, epilogue, dtype", [

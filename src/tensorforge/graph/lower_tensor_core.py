@@ -21,7 +21,9 @@ On sm_90 a product that fills every SM with blocks of 64 x 64 or more, over k st
 whose operands are whole rows of buffers (16-byte aligned, so copies land in the 128-byte
 swizzled layout) runs on `wgmma` instead (ops/wgmma.py): warpgroups of 64 rows each multiply
 a k step from shared memory while the next is copied in. Measured on an H100 at 2048 x 3072 x
-768, the ops library's GEMM with these tiles: 36 us against mma.sync's 47-49.
+768, the ops library's GEMM with these tiles: 36 us against mma.sync's 47-49. A long reduction
+over about one wave of tiles (2048 x 768 x 3072) takes the hand-written warp-specialized kernel
+instead (graph/lower_ws_product.py), its epilogue then a kernel of its own.
 """
 
 from __future__ import annotations

@@ -18,6 +18,15 @@ D and leaves the workspace and counter zero again for the next call.
 
 Rows past M and k past K come in as zeros (the copy engine's out-of-bounds fill); columns past
 N are not stored. Needs K and N multiples of 8 (16-byte rows for the tensor maps).
+
+H200, GPU time a call (benchmarks/gpu_ws_gemm.py, cuBLAS in the same run): long reductions
+gain, short ones lose to the scheduled kernel (whose blocks all start at once and whose epilogue
+has 2-4x the threads): 2048 x 768 x 3072 + bias 20.8 us on 96 blocks of 128 x 128 (cuBLAS 15.1,
+the scheduled kernel 31.4: graph/lower_ws_product.py takes it there); 4096^3 205.5 on 128 x
+256 (cuBLAS 179.2); 2048 x 3072 x 768 + bias + GELU (erff) 34.0 (cuBLAS + GELU 25.3, scheduled
+25.0); 2048 x 2304 x 768 + bias 26.7 (13.5, 21.9); 1024^3 9.1 (5.4). setmaxnreg: 34.0 against
+34.2 without. Next: the epilogue through shared memory and bulk tensor stores (the consumers
+free for the next unit sooner), a cheaper GELU (ops/wgmma.py's tma_store has one).
 """
 
 from __future__ import annotations
@@ -255,18 +264,24 @@ class WsPlan:
         return tm * tn * self.split
 
 
-STAGE_BYTES_LIMIT = 200 << 10  # of the SM's 227 KiB the ring may take
+# k parts a plan may cut: 1, as the split parts measured slow (H200, 2048 x 768 x 3072 in 2
+# parts 102 us against 20.8 whole) when they added by atomicAdd of float2, a compare-and-swap
+# loop; they add by red.add now, correct on the GPU (tests) but not measured yet
+MAX_SPLIT = 1
 
 
-def choose_ws_plan(m: int, n: int, k: int, sm_count: int) -> WsPlan:
+def choose_ws_plan(m: int, n: int, k: int, sm_count: int, max_split: int | None = None) -> WsPlan:  # fmt: skip
     """The plan whose busiest SM runs the fewest k steps (weighted by the tile's columns, plus
     a step's worth for each unit it starts and a fixup for split parts): 128-row tiles of 128,
-    192 or 256 columns, k cut in parts where the tiles are too few for the SMs."""
+    192 or 256 columns, k cut in up to `max_split` (MAX_SPLIT) parts where the tiles are too
+    few for the SMs. H200 against this cost (GPU time a call): 2048 x 3072 x 768 on 128 x 192
+    34.0 us, 128 x 256 43.9; 2048 x 768 x 3072 on 128 x 128 20.8, 128 x 192 29.3, 128 x 256 38.3."""
     steps = -(-k // K_STEP)
+    limit = MAX_SPLIT if max_split is None else max_split
     best, best_cost = None, None
     for bn in (128, 192, 256):
         stages = 4 if bn <= 192 else 3
-        for split in (1, 2, 3, 4, 6, 8):
+        for split in (s for s in (1, 2, 3, 4, 6, 8) if s <= limit):
             if split > 1 and steps // split < 2:
                 break
             plan = WsPlan(bn, stages, 2, split)
