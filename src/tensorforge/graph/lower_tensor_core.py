@@ -329,8 +329,8 @@ def tensor_core_product(ctx, node, a: Lazy, b: Lazy, constant: torch.Tensor | No
     k = int(a.shape[-1])
     if _has_wgmma(ctx.target, dtype):  # a long reduction over one wave of tiles: by hand
         source = plain_source(a.at, a.shape, dtype)
-        if wants_ws_product(ctx.target, n, m, k, lead, source, constant):
-            return ws_product(ctx, node, a, source, constant, shape, dtype)
+        if wants_ws_product(ctx.target, n, m, k, lead, a, source, constant):
+            return ws_product(ctx, node, a, constant, shape, dtype)
     wgmma = _has_wgmma(ctx.target, dtype) and reads_whole_rows(a.at, a.ndim)
     wgmma = wgmma and (constant is not None or reads_whole_rows(b.at, b.ndim))
     tiles = _tiles_for(ctx.target, lead, n, m, k, dtype, constant is None, wgmma)

@@ -34,24 +34,28 @@ MAX_WAVES = 1  # of tiles an SM, at most (more: measured against the scheduled k
 # benchmarks/gpu_graph_products.py's variant ws_all)
 
 
-def wants_ws_product(target, n: int, m: int, k: int, lead, source, constant) -> bool:
+def wants_ws_product(target, n, m, k: int, lead, a, source, constant) -> bool:
     """sm_90, a 2-d product of static sizes over a long reduction (MIN_STEPS) whose 128 x 128
-    tiles fill between half the SMs and all of them once, the left matrix a plain buffer and
-    the right one a constant, rows of 16-byte pieces."""
+    tiles fill between half the SMs and MAX_WAVES times all of them, the left matrix `a` a
+    plain [rows >= n, k] buffer (`source`: its placeholder) and the right one a constant, rows
+    of 16-byte pieces."""
     if not (WS_PRODUCTS and target.kind == "cuda" and target.sm_version == 90):
         return False
     if lead or source is None or constant is None or not all(isinstance(v, int) for v in (n, m, k)):  # fmt: skip
+        return False
+    if len(a.reads) != 1 or next(iter(a.reads)).placeholder is not source:
+        return False
+    shape = next(iter(a.reads)).shape
+    if len(shape) != 2 or shape[1] != k or not isinstance(shape[0], int) or shape[0] < n:
         return False
     tiles = PLAN.units(n, m)
     return k % 8 == 0 and m % 8 == 0 and k >= MIN_STEPS * K_STEP and target.sm_count // 2 <= tiles <= MAX_WAVES * target.sm_count  # fmt: skip
 
 
-def ws_product(ctx, node, a, source, constant, shape, dtype):
+def ws_product(ctx, node, a, constant, shape, dtype):
     """The product `a @ constant` by the hand kernel: a Lazy reading its result buffer."""
     n, m = shape
-    (a_buf,) = a.reads
-    if a_buf.placeholder is not source:
-        raise BuildError(f"ws_product of {node.name}: its left matrix is not its buffer")
+    (a_buf,) = a.reads  # (wants_ws_product: the one buffer, `source`)
     b = ctx.add_constant(constant.contiguous(), f"{node.name}_b")
     name = ctx.unique(node.name)
 
