@@ -4,7 +4,8 @@ the wgmma tiles forced per variant: GPU time a call (torch.profiler), ours / eag
     python benchmarks/gpu_graph_products.py [--only k0,k1] [--variants base,tma,128x128s6t]
     python benchmarks/gpu_graph_products.py --emit DIR   # write the CUDA sources (no GPU)
 
-A variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
+`nows` leaves out the hand-written warp-specialized kernel (graph/lower_ws_product.py). A
+variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
 fills (the product alone: k is never split); `base` is the
 lowering's own choice, `tma` the same with TMA fills.
 
@@ -14,6 +15,9 @@ H200 (2026-11-28), us of GPU time a call, eager (cuBLAS) in the same run:
     k1  2048 x 768 x 3072 + bias (eager 15.1): 64 x 128 s4 (2 an SM) 31.7, TMA 31.9, 128 x 128
         s4t 32.0, s6t 33.7, 64 x 192 s6t 31.3, 128 x 192 s4t 36.5, 128 x 256 s4t 42.9
     qkv 2048 x 2304 x 768 (eager 13.4): 22.7, 128 x 192 s4t 21.8
+    Session 19, one run, nows (the scheduled kernels) -> base (long reductions on the
+    warp-specialized kernel, graph/lower_ws_product.py): k1 31.5 -> 22.2 (eager 15.2), fc2r
+    31.9 -> 22.4 (eager 17.3), MLP of 2048 rows 56.5 -> 48.4 (eager 42.2).
     Pairs of blocks sharing B's tile by multicast (a cluster of 2, tried and removed): k1 128 x
     128 s4t 57.3, k0 49.2. Each warpgroup's multiplies in independent accumulator chains of 64
     or 128 columns (tried and removed): k1 on 64 x 128 31.0 against 31.3, on 128 x 256 45.3-49.3
@@ -34,6 +38,7 @@ import torch.nn.functional as F
 os.environ["TENSORFORGE_CACHE"] = "0"  # (a cached program would outlive the variant)
 
 import tensorforge.graph.lower_tensor_core as L  # noqa: E402
+import tensorforge.graph.lower_ws_product as WS  # noqa: E402
 
 SHAPES = {  # name: (rows, in, out, epilogue)
     "k0": (2048, 768, 3072, "gelu"),  # MLP 768-3072-768's first product, GELU fused
@@ -42,6 +47,9 @@ SHAPES = {  # name: (rows, in, out, epilogue)
     "qkv": (2048, 768, 2304, "bias"),
     "k1s": (256, 3072, 768, "bias"),  # MLP of 256 rows
     "k0s": (256, 768, 3072, "gelu"),
+    "sq4k": (4096, 4096, 4096, "bias"),
+    "mlp": (2048, 768, 3072, "mlp"),  # the whole MLP 768-3072-768 (k0, GELU, k1, bias)
+    "mlp256": (256, 768, 3072, "mlp"),
 }
 
 
@@ -63,6 +71,9 @@ class Product(torch.nn.Module):
 def model(name: str, device: str):
     rows, k, m, epilogue = SHAPES[name]
     torch.manual_seed(0)
+    if epilogue == "mlp":
+        mlp = torch.nn.Sequential(torch.nn.Linear(k, m), torch.nn.GELU(), torch.nn.Linear(m, k))
+        return mlp.half().eval().to(device), torch.randn(rows, k).half().to(device)
     module = Product(k, m, rows, epilogue).half().eval().to(device)
     return module, torch.randn(rows, k).half().to(device)
 
@@ -70,7 +81,9 @@ def model(name: str, device: str):
 def force(variant: str) -> None:
     """Set the lowering's knobs for `variant` (see the module doc)."""
     L.TMA_FILLS = variant == "tma"
-    if variant in ("base", "tma"):
+    WS.WS_PRODUCTS = variant != "nows"  # nows: the scheduled kernels alone (main before s19)
+    WS.MAX_WAVES = 99 if variant == "ws_all" else 1  # ws_all: the hand kernel past one wave
+    if variant in ("base", "tma", "nows", "ws_all"):
         return
     found = re.fullmatch(r"(\d+)x(\d+)s(\d)(t?)", variant)
     if not found:
@@ -132,6 +145,7 @@ def main() -> None:
 
     keep = {k: getattr(L, k) for k in ("TMA_FILLS", "choose_wgmma_tiles", "FULL_EIGHTHS")}
     for name in names:
+        WS.WS_PRODUCTS, WS.MAX_WAVES = True, 1
         fn, x = model(name, "cuda")
         with torch.no_grad():
             ref = fn(x).float()

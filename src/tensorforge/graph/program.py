@@ -25,9 +25,12 @@ from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
 from tensorforge.graph.build_progress import BuildProgress
 from tensorforge.graph.cuda_call_plan import GraphLaunchPlan
+from tensorforge.graph.lower_ws_product import SOURCE as WS_SOURCE
+from tensorforge.graph.lower_ws_product import ws_kernel_source
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules import schedule_kernel
+from tensorforge.runtime.module import Module
 
 
 @dataclass
@@ -99,7 +102,11 @@ def _build_each(program, target, tuning_log, schedule, only=None, share=True) ->
             # give the same grid); a tuning log's records are per kernel name, so none share then
             found = structure_key(spec, schedule, names) if share and not tuning_log else None
             key, canon = found if found is not None else (None, list(range(len(spec.reads) + 1)))
-            if key is None or key not in same:
+            if spec.anchor is not None and spec.anchor.kind == "ws_gemm":  # written by hand
+                module = Module.from_sources([ws_kernel_source(spec, target)], target)
+                source = WS_SOURCE
+                positions = positions_of(spec, module[module.entry_name].source.params)
+            elif key is None or key not in same:
                 tensors = [b.placeholder for b in spec.reads] + [spec.out]
                 args = [tensors[k] for k in canon] + [variables[n] for n in names]
                 module, source = _schedule_and_build(

@@ -1,0 +1,140 @@
+"""The warp-specialized wgmma GEMM (ops/wgmma_ws.py) against cuBLAS (torch) on the graph's
+product shapes, GPU time a call (torch.profiler), one run; checks each result first.
+
+    python benchmarks/gpu_ws_gemm.py [--sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+from tensorforge.ops import wgmma_ws as W
+
+SHAPES = {  # name: (m, n, k, epilogue)
+    "k0": (2048, 3072, 768, "bias_gelu"),
+    "k1": (2048, 768, 3072, "bias"),
+    "qkv": (2048, 2304, 768, "bias"),
+    "k0s": (256, 3072, 768, "bias_gelu"),
+    "k1s": (256, 768, 3072, "bias"),
+    "sq1024": (1024, 1024, 1024, "none"),
+    "sq4096": (4096, 4096, 4096, "none"),
+}
+
+
+class Problem:
+    def __init__(self, m, n, k, epilogue, dtype=torch.float16):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        self.m, self.n, self.k, self.epilogue, self.dtype = m, n, k, epilogue, dtype
+        self.a = torch.randn(m, k, device="cuda", generator=g).to(dtype)
+        self.b = (torch.randn(k, n, device="cuda", generator=g) / k**0.5).to(dtype)
+        self.bias = torch.randn(n, device="cuda", generator=g).to(dtype)
+        self.d = torch.empty(m, n, device="cuda", dtype=dtype)
+        self.work = torch.zeros(m, n, device="cuda", dtype=torch.float32)
+        self.counts = torch.zeros(m * n // 64 + 64, device="cuda", dtype=torch.int32)
+
+    def eager(self):
+        if self.epilogue == "none":
+            return self.a @ self.b
+        y = torch.addmm(self.bias, self.a, self.b)
+        return F.gelu(y) if self.epilogue == "bias_gelu" else y
+
+    def reference(self):
+        y = self.a.float() @ self.b.float()
+        if self.epilogue != "none":
+            y = y + self.bias.float()
+        return F.gelu(y) if self.epilogue == "bias_gelu" else y
+
+    def ours(self, plan):
+        dt = "float16" if self.dtype == torch.float16 else "bfloat16"
+        W.launch(plan, self.epilogue, dt, self.a.data_ptr(), self.b.data_ptr(), self.d.data_ptr(),
+                 self.bias.data_ptr(), self.work.data_ptr(), self.counts.data_ptr(), self.m,
+                 self.n, self.k, torch.cuda.get_device_properties(0).multi_processor_count)  # fmt: skip
+        return self.d
+
+    def error(self, plan) -> float:
+        ref = self.reference()
+        out = self.ours(plan).float()
+        again = self.ours(plan).float()  # (the workspace and counters left zero)
+        # (3+ parts add in the order they finish: a second call may round differently)
+        assert plan.split > 2 or torch.equal(out, again), "a second call differs"
+        return ((out - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+
+
+def gpu_us(f) -> float:
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        f()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(20):
+            f()
+        torch.cuda.synchronize()
+    return sum(e.device_time_total for e in p.key_averages() if e.device_time_total > 0) / 20
+
+
+def sweep_plans(m, n, k, sms):
+    """The chosen plan, then its neighbours: other widths and k parts, deeper rings, no setmaxnreg."""
+    chosen = W.choose_ws_plan(m, n, k, sms)
+    plans = [chosen]
+    steps = -(-k // 64)
+    for bn in (128, 192, 256):
+        for split in (1, 2, 4, 8):
+            p = W.WsPlan(bn, 4 if bn < 256 else 3, 2, split)
+            units = p.units(m, n)
+            if (split > 1 and steps // split < 2) or units > 2 * sms or units < sms // 3:
+                continue
+            if p not in plans:
+                plans.append(p)
+    plans.append(W.WsPlan(chosen.bn, chosen.stages, chosen.cwg, chosen.split, regs=False))
+    deeper = W.WsPlan(chosen.bn, chosen.stages + 2, chosen.cwg, chosen.split)
+    if deeper.shared_bytes() <= 227 << 10:
+        plans.append(deeper)
+    return plans
+
+
+def precompile(jobs) -> None:
+    """nvcc for every (plan, epilogue, dtype) side by side (one process each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tensorforge.runtime.cuda_exec import compile_cuda
+
+    texts = {W.ws_gemm_source(*job) for job in jobs}
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda t: compile_cuda(t, "sm_90a"), texts))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--only", default=",".join(SHAPES))
+    args = parser.parse_args()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    names = args.only.split(",")
+    jobs = []
+    for name in names:
+        m, n, k, epilogue = SHAPES[name]
+        plans = sweep_plans(m, n, k, sms) if args.sweep else [W.choose_ws_plan(m, n, k, sms)]
+        jobs += [(p, epilogue, "float16") for p in plans]
+    precompile(jobs)
+    for name in names:
+        m, n, k, epilogue = SHAPES[name]
+        pb = Problem(m, n, k, epilogue)
+        eager = gpu_us(pb.eager)
+        chosen = W.choose_ws_plan(m, n, k, sms)
+        plans = sweep_plans(m, n, k, sms) if args.sweep else [chosen]
+        for plan in plans:
+            try:
+                err = pb.error(plan)
+                t = gpu_us(lambda pb=pb, plan=plan: pb.ours(plan))
+                mark = "*" if plan == chosen else " "
+                print(f"{name:7s} {m}x{n}x{k} {epilogue:9s} cuBLAS {eager:7.1f} us  ws{mark} bn{plan.bn} s{plan.stages} split{plan.split} regs{int(plan.regs)}: {t:7.1f} us {t / eager:5.2f}x  err {err:.1e}", flush=True)  # fmt: skip
+            except Exception as error:
+                print(f"{name:7s} {plan} FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

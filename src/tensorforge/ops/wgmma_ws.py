@@ -1,0 +1,367 @@
+"""A warp-specialized Hopper (sm_90a) GEMM: D = epilogue(A @ B) of 16-bit operands, float32
+accumulation, written as one CUDA C kernel (not through te/tensorize) to measure what the
+scheduled wgmma kernels (ops/wgmma.py, graph/schedules_tensor_core.py) leave on the table.
+
+A block is 1 producer warpgroup and CWG consumer warpgroups (block tile 64 * CWG rows x BN):
+- the producer's elected thread fills a ring of STAGES shared-memory stages with bulk tensor
+  copies (TMA, 128-byte swizzle: A's 64-column box of the block's rows, B's 64 x 64 boxes,
+  N-major), each stage's "full" mbarrier completing on the bytes, and waits on its "empty"
+  mbarrier (one arrival a consumer warp) before refilling it;
+- each consumer warpgroup multiplies its 64 rows by the stage's B tile (4 wgmma k16 a stage),
+  keeps one stage's multiplies in flight (wait_group 1) and releases the stage before.
+- `setmaxnreg` moves registers from the producer (40) to the consumers (232).
+The grid is persistent: each block walks units (tile, k part) blockIdx.x, + gridDim.x, ...,
+the producer running ahead into the next unit while the consumers store the last one. With
+`split` > 1 k is cut in `split` parts: each part adds its float32 tile into a workspace
+(`red.add`), and the part that arrives last (a per-tile counter) applies the epilogue, stores
+D and leaves the workspace and counter zero again for the next call.
+
+Rows past M and k past K come in as zeros (the copy engine's out-of-bounds fill); columns past
+N are not stored. Needs K and N multiples of 8 (16-byte rows for the tensor maps).
+
+H200, GPU time a call (benchmarks/gpu_ws_gemm.py, cuBLAS in the same run): long reductions
+gain, short ones lose to the scheduled kernel (whose blocks all start at once and whose epilogue
+has 2-4x the threads): 2048 x 768 x 3072 + bias 20.8 us on 96 blocks of 128 x 128 (cuBLAS 15.1,
+the scheduled kernel 31.4: graph/lower_ws_product.py takes it there); 4096^3 205.5 on 128 x
+256 (cuBLAS 179.2); 2048 x 3072 x 768 + bias + GELU (erff) 34.0 (cuBLAS + GELU 25.3, scheduled
+25.0); 2048 x 2304 x 768 + bias 26.7 (13.5, 21.9); 1024^3 9.1 (5.4). setmaxnreg: 34.0 against
+34.2 without. Next: the epilogue through shared memory and bulk tensor stores (the consumers
+free for the next unit sooner), a cheaper GELU (ops/wgmma.py's tma_store has one).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from tensorforge.errors import ScheduleError
+from tensorforge.ops.wgmma import _wgmma_source
+
+
+def _wgmma_scaled(n: int) -> str:
+    """tf_ws::mma<N>: wgmma.mma_async.m64n{n}k16 (f32 += f16/bf16, B N-major) whose accumulator
+    input is scaled by `keep` (0: overwrite, the first k step; no zeroing instructions, which
+    would serialize the wgmma pipeline: ptxas C7515)."""
+    count = n // 2
+    regs = ", ".join(f"%{i}" for i in range(count))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    text = ""
+    for cpp, ptx in (("half", "f16"), ("__nv_bfloat16", "bf16")):
+        text += (
+            f"template <> __device__ __forceinline__ void mma<{n}>(float* d, unsigned long long da,\n"
+            f"    unsigned long long db, int keep, const {cpp}*) {{\n"
+            f'  asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{count + 2}, 0;\\n"\n'
+            f'               " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "\n'
+            f'               "{{{regs}}}, %{count}, %{count + 1}, p, 1, 1, 0, 1;\\n}}"\n'
+            f"               : {outs}\n"
+            f'               : "l"(da), "l"(db), "r"(keep) : "memory");\n'
+            f"}}\n"
+        )
+    return (
+        "namespace tf_ws {\n"
+        "template <int N> __device__ void mma(float*, unsigned long long, unsigned long long, int, const half*);\n"
+        "template <int N> __device__ void mma(float*, unsigned long long, unsigned long long, int, const __nv_bfloat16*);\n"
+        + text
+        + "}  // namespace tf_ws\n"
+    )
+
+
+EPILOGUE_CODES = {"none": 0, "bias": 1, "bias_gelu": 2}
+CTYPES = {"float16": "half", "bfloat16": "__nv_bfloat16"}
+K_STEP = 64  # halves of a k step: one 128-byte swizzled row
+ENTRY = "tf_ws_gemm"
+
+WS_SOURCE = r"""
+#ifndef TF_TENSOR_MAP
+#define TF_TENSOR_MAP
+struct __align__(64) tf_tensor_map { unsigned long long bits[16]; };
+#endif
+namespace tf_ws {
+__device__ __forceinline__ unsigned saddr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void bar_init(unsigned b, unsigned n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(b), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned b, unsigned parity) {
+  asm volatile("{\n .reg .pred p;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               " @!p bra WAIT;\n}" :: "r"(b), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(unsigned b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(b) : "memory");
+}
+__device__ __forceinline__ void bar_expect(unsigned b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_load(unsigned dst, const tf_tensor_map* map, int col, int row, unsigned b) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(b) : "memory");
+}
+__device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ void put(half* d, float x, float y) { *reinterpret_cast<half2*>(d) = __floats2half2_rn(x, y); }
+__device__ __forceinline__ void put(__nv_bfloat16* d, float x, float y) { *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y); }
+__device__ __forceinline__ float get(half x) { return __half2float(x); }
+__device__ __forceinline__ float get(__nv_bfloat16 x) { return __bfloat162float(x); }
+}  // namespace tf_ws
+
+// units: tiles_m * tiles_n tiles (M fastest: consecutive blocks share B's columns), each cut
+// in `split` parts of k; a part is [k0, k1) steps of 64
+__device__ __forceinline__ void tf_ws_unit(int unit, int tiles_m, int split, int ksteps,
+                                           int& tile_m, int& tile_n, int& tile, int& k0, int& k1) {
+  tile = unit / split;
+  const int part = unit % split;
+  tile_m = tile % tiles_m;
+  tile_n = tile / tiles_m;
+  k0 = part * ksteps / split;
+  k1 = (part + 1) * ksteps / split;
+}
+
+template <typename T, int BN, int STAGES, int EPI, int CWG, int REGS>
+__device__ __forceinline__ void tf_ws_body(
+    const tf_tensor_map* __restrict__ ma, const tf_tensor_map* __restrict__ mb,
+    T* __restrict__ d, const T* __restrict__ bias, float* __restrict__ work,
+    unsigned* __restrict__ counts, int M, int N, int K, int tiles_m, int tiles_n, int split) {
+  constexpr int BM = 64 * CWG;
+  constexpr unsigned A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES;
+  extern __shared__ __align__(1024) unsigned char tf_ws_smem[];
+  __shared__ __align__(8) unsigned long long bars[2 * STAGES];
+  __shared__ unsigned last_part;
+  const unsigned base = (tf_ws::saddr(tf_ws_smem) + 1023u) & ~1023u;  // (sw128: 1024-aligned)
+  const unsigned full0 = tf_ws::saddr(&bars[0]), empty0 = tf_ws::saddr(&bars[STAGES]);
+  const int wg = threadIdx.x / 128;
+  const int ksteps = (K + 63) / 64;
+  const int units = tiles_m * tiles_n * split;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      tf_ws::bar_init(full0 + 8 * s, 1);
+      tf_ws::bar_init(empty0 + 8 * s, 4 * CWG);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == CWG) {  // the producer warpgroup: one thread issues every copy
+    if (REGS) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x % 128 == 0) {
+      int it = 0;
+      for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        int tile_m, tile_n, tile, k0, k1;
+        tf_ws_unit(unit, tiles_m, split, ksteps, tile_m, tile_n, tile, k0, k1);
+        for (int kt = k0; kt < k1; ++kt, ++it) {
+          const int s = it % STAGES, n = it / STAGES;
+          if (n > 0) tf_ws::bar_wait(empty0 + 8 * s, (n - 1) & 1);
+          const unsigned full = full0 + 8 * s, at = base + s * STAGE;
+          tf_ws::bar_expect(full, STAGE);
+          tf_ws::tma_load(at, ma, kt * 64, tile_m * BM, full);
+#pragma unroll
+          for (int j = 0; j < BN / 64; ++j)
+            tf_ws::tma_load(at + A_BYTES + j * 8192, mb, tile_n * BN + 64 * j, kt * 64, full);
+        }
+      }
+    }
+    return;
+  }
+  if (REGS) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int lane = threadIdx.x % 32, warp4 = (threadIdx.x / 32) % 4;
+  float acc[BN / 2];
+  int it = 0;
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    int tile_m, tile_n, tile, k0, k1;
+    tf_ws_unit(unit, tiles_m, split, ksteps, tile_m, tile_n, tile, k0, k1);
+    for (int kt = k0; kt < k1; ++kt, ++it) {
+      const int s = it % STAGES;
+      tf_ws::bar_wait(full0 + 8 * s, (it / STAGES) & 1);
+      const unsigned a0 = base + s * STAGE + wg * 64 * 128, b0 = base + s * STAGE + A_BYTES;
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        tf_ws::mma<BN>(acc, tf_wg::desc(a0 + kk * 32, 16, 1024), tf_wg::desc(b0 + kk * 2048, 8192, 1024),
+                       kt > k0 || kk > 0, static_cast<const T*>(nullptr));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");  // the step before is done
+      if (kt > k0 && lane == 0) tf_ws::bar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    if (k1 > k0 && lane == 0) tf_ws::bar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+    // the accumulators: row warp4 * 16 + lane / 4 (+ 8), columns n8 * 8 + lane % 4 * 2 (+ 1)
+    const int row0 = tile_m * BM + wg * 64 + warp4 * 16 + lane / 4;
+    const int col0 = tile_n * BN + (lane % 4) * 2;
+    if (split > 1) {  // add this part into the workspace; the last part stores the tile
+#pragma unroll
+      for (int n8 = 0; n8 < BN / 8; ++n8)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + 8 * h, col = col0 + n8 * 8;
+          if (row < M && col < N) {  // (red: no value back, no wait; atomicAdd of a float2
+            // was a compare-and-swap loop, k1 split in 2 took 102 us against 21 unsplit)
+            float* w = work + static_cast<long long>(row) * N + col;
+            asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w), "f"(acc[n8 * 4 + 2 * h]) : "memory");
+            asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w + 1), "f"(acc[n8 * 4 + 2 * h + 1]) : "memory");
+          }
+        }
+      __threadfence();
+      asm volatile("bar.sync 1, %0;" :: "n"(128 * CWG) : "memory");
+      if (threadIdx.x == 0) last_part = atomicAdd(counts + tile, 1u) == static_cast<unsigned>(split - 1);
+      asm volatile("bar.sync 1, %0;" :: "n"(128 * CWG) : "memory");
+      if (!last_part) continue;
+      __threadfence();
+      if (threadIdx.x == 0) counts[tile] = 0u;
+    }
+#pragma unroll
+    for (int n8 = 0; n8 < BN / 8; ++n8) {
+      const int col = col0 + n8 * 8;
+      if (col >= N) continue;
+      float b0 = 0.f, b1 = 0.f;
+      if (EPI >= 1) { b0 = tf_ws::get(bias[col]); b1 = tf_ws::get(bias[col + 1]); }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        if (row >= M) continue;
+        float x = acc[n8 * 4 + 2 * h], y = acc[n8 * 4 + 2 * h + 1];
+        if (split > 1) {  // the sum of the parts, and the workspace zero again
+          float2* w = reinterpret_cast<float2*>(work + static_cast<long long>(row) * N + col);
+          const float2 v = __ldcg(w);
+          __stcg(w, make_float2(0.f, 0.f));
+          x = v.x;
+          y = v.y;
+        }
+        x += b0;
+        y += b1;
+        if (EPI == 2) { x = tf_ws::gelu(x); y = tf_ws::gelu(y); }
+        tf_ws::put(d + static_cast<long long>(row) * N + col, x, y);
+      }
+    }
+  }
+}
+"""
+
+
+@dataclass(frozen=True)
+class WsPlan:
+    """Tiles of the warp-specialized kernel: 64 * cwg x bn blocks, `stages` k steps in the ring,
+    k cut in `split` parts, `blocks` persistent blocks (at most one an SM)."""
+
+    bn: int = 192
+    stages: int = 4
+    cwg: int = 2
+    split: int = 1
+    regs: bool = True
+
+    @property
+    def bm(self) -> int:
+        return 64 * self.cwg
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.cwg + 1)
+
+    def shared_bytes(self) -> int:
+        return self.stages * (self.bm + self.bn) * 128 + 1024  # (+ the 1024-byte alignment)
+
+    def tiles(self, m: int, n: int) -> tuple[int, int]:
+        return -(-m // self.bm), -(-n // self.bn)
+
+    def units(self, m: int, n: int) -> int:
+        tm, tn = self.tiles(m, n)
+        return tm * tn * self.split
+
+
+# k parts a plan may cut: 1, as the split parts measured slow (H200, 2048 x 768 x 3072 in 2
+# parts 102 us against 20.8 whole) when they added by atomicAdd of float2, a compare-and-swap
+# loop; they add by red.add now, correct on the GPU (tests) but not measured yet
+MAX_SPLIT = 1
+
+
+def choose_ws_plan(m: int, n: int, k: int, sm_count: int, max_split: int | None = None) -> WsPlan:  # fmt: skip
+    """The plan whose busiest SM runs the fewest k steps (weighted by the tile's columns, plus
+    a step's worth for each unit it starts and a fixup for split parts): 128-row tiles of 128,
+    192 or 256 columns, k cut in up to `max_split` (MAX_SPLIT) parts where the tiles are too
+    few for the SMs. H200 against this cost (GPU time a call): 2048 x 3072 x 768 on 128 x 192
+    34.0 us, 128 x 256 43.9; 2048 x 768 x 3072 on 128 x 128 20.8, 128 x 192 29.3, 128 x 256 38.3."""
+    steps = -(-k // K_STEP)
+    limit = MAX_SPLIT if max_split is None else max_split
+    best, best_cost = None, None
+    for bn in (128, 192, 256):
+        stages = 4 if bn <= 192 else 3
+        for split in (s for s in (1, 2, 3, 4, 6, 8) if s <= limit):
+            if split > 1 and steps // split < 2:
+                break
+            plan = WsPlan(bn, stages, 2, split)
+            units = plan.units(m, n)
+            waves = -(-units // sm_count)
+            per_unit = -(-steps // split) + 1 + (2 if split > 1 else 0)
+            cost = waves * per_unit * (bn + 64) / 192
+            if best_cost is None or cost < best_cost * 0.97:
+                best, best_cost = plan, cost
+    return best
+
+
+@functools.cache
+def ws_device_source(bn: int) -> str:
+    """The device code (tf_ws_body and what it calls) for blocks of `bn` columns."""
+    return _wgmma_source(bn) + _wgmma_scaled(bn) + WS_SOURCE
+
+
+@functools.cache
+def ws_gemm_source(plan: WsPlan, epilogue: str = "none", dtype: str = "float16") -> str:
+    """The CUDA C of the kernel for `plan` (extern "C" ENTRY, sizes as arguments)."""
+    if epilogue not in EPILOGUE_CODES:
+        raise ScheduleError(f"ws_gemm: epilogue one of {', '.join(EPILOGUE_CODES)}, got {epilogue!r}")  # fmt: skip
+    if plan.bn % 64 or not 64 <= plan.bn <= 256 or plan.cwg not in (1, 2):
+        raise ScheduleError(f"ws_gemm: 64 to 256 columns in steps of 64, 1 or 2 consumer warpgroups: {plan}")  # fmt: skip
+    ctype = CTYPES[dtype]
+    code = EPILOGUE_CODES[epilogue]
+    return (
+        ws_device_source(plan.bn)
+        + f'extern "C" __global__ void __launch_bounds__({plan.threads}, 1) {ENTRY}(\n'
+        f"    const tf_tensor_map* __restrict__ ma, const tf_tensor_map* __restrict__ mb,\n"
+        f"    {ctype}* __restrict__ d, const {ctype}* __restrict__ bias, float* __restrict__ work,\n"
+        f"    unsigned* __restrict__ counts, int M, int N, int K, int tiles_m, int tiles_n, int split) {{\n"
+        f"  tf_ws_body<{ctype}, {plan.bn}, {plan.stages}, {code}, {plan.cwg}, {int(plan.regs)}>(\n"
+        f"      ma, mb, d, bias, work, counts, M, N, K, tiles_m, tiles_n, split);\n"
+        f"}}\n"
+    )
+
+
+_functions: dict = {}
+
+
+def _function(plan: WsPlan, epilogue: str, dtype: str):
+    from tensorforge.runtime import cuda_driver
+    from tensorforge.runtime.cuda_exec import compile_cuda
+
+    key = (plan, epilogue, dtype)
+    if key not in _functions:
+        cuda_driver.activate()
+        module = cuda_driver.driver().module_from_buffer(compile_cuda(ws_gemm_source(plan, epilogue, dtype), "sm_90a"))  # fmt: skip
+        fn = module.get_function(ENTRY)
+        fn.set_attribute(cuda_driver.driver().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, plan.shared_bytes())  # fmt: skip
+        _functions[key] = (module, fn)
+    return _functions[key][1]
+
+
+def launch(
+    plan: WsPlan, epilogue: str, dtype: str, a: int, b: int, d: int, bias: int, work: int,
+    counts: int, m: int, n: int, k: int, sm_count: int,
+) -> None:  # fmt: skip
+    """D[m, n] = epilogue(A[m, k] @ B[k, n] (+ bias)) on the default stream: a, b, d, bias,
+    work (float32 [m, n], zero; split plans only) and counts (uint32 a tile, zero; split plans
+    only) are device addresses, every matrix row-major and contiguous."""
+    import numpy as np
+
+    from tensorforge.codegen.base import TensorMap
+    from tensorforge.runtime import cuda_driver
+    from tensorforge.runtime.cuda_tensor_map import device_map
+
+    cuda_driver.activate()  # (torch's primary context: the tensor maps are allocated in it)
+
+    if k % 8 or n % 8:
+        raise ScheduleError(f"ws_gemm: k ({k}) and n ({n}) must be multiples of 8 (16-byte rows)")
+    ma = device_map(TensorMap("a", dtype, m, k, plan.bm), a)
+    mb = device_map(TensorMap("b", dtype, k, n, 64), b)
+    tm, tn = plan.tiles(m, n)
+    grid = min(plan.units(m, n), sm_count)
+    i32 = np.int32
+    _function(plan, epilogue, dtype)(
+        np.uintp(ma), np.uintp(mb), np.uintp(d), np.uintp(bias), np.uintp(work), np.uintp(counts),
+        i32(m), i32(n), i32(k), i32(tm), i32(tn), i32(plan.split),
+        block=(plan.threads, 1, 1), grid=(grid, 1, 1), shared=plan.shared_bytes(),
+    )  # fmt: skip
