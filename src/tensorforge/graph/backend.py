@@ -171,15 +171,15 @@ def target_of(example_inputs, opts: Options) -> Target:
 
 
 def _check_device(opts: Options, target: Target, example_inputs) -> None:
-    """A target for another device than the model's tensors: an error naming both (kernels for
-    one device cannot read the other's memory: the first call failed inside torch)."""
+    """A CPU target for a model on the GPU: an error naming both (its kernels would read GPU
+    memory). A CUDA target for CPU tensors builds (code generation without a GPU, as tests do)
+    and its call raises (call_plan.gpu_input)."""
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
-    wanted = "cuda" if target.kind == "cuda" else "cpu"
-    if opts.target is not None and devices and wanted not in devices:
+    if opts.target is not None and target.kind != "cuda" and devices and "cpu" not in devices:
         raise ArgumentError(
             f"torch.compile(backend='tensorforge'): options['target'] is {opts.target!r}, a "
-            f"{wanted} target, but the model's tensors are on {', '.join(sorted(devices))}; "
-            f"move the model and its inputs there, or leave the target out"
+            f"CPU target, but the model's tensors are on {', '.join(sorted(devices))}; move the "
+            f"model and its inputs to the CPU, or leave the target out"
         )
 
 

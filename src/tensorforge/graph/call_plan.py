@@ -25,7 +25,7 @@ import ctypes
 
 import torch
 
-from tensorforge.errors import TensorForgeError
+from tensorforge.errors import ArgumentError, TensorForgeError
 from tensorforge.graph import symbols as sym
 from tensorforge.graph.lowered import BufferArg
 from tensorforge.graph.lowerer import TE_TO_TORCH
@@ -150,6 +150,12 @@ def gpu_input(tensor: torch.Tensor) -> torch.Tensor:
     and starting on a 16-byte boundary (a view that starts inside its storage, e.g.
     x.view(-1)[3:], is copied: its kernels' 16-byte copies would otherwise fault, or in a CUDA
     graph read the wrong bytes)."""
+    if not tensor.is_cuda:
+        raise ArgumentError(
+            f"a graph compiled for CUDA (torch.compile(backend='tensorforge'), its target or "
+            f"its example inputs) called with a tensor on {tensor.device}: move the model and "
+            f"its inputs to the GPU, or compile for the CPU"
+        )
     tensor = tensor.contiguous()
     return tensor if tensor.data_ptr() % GPU_INPUT_ALIGN == 0 else tensor.clone()
 
