@@ -150,6 +150,10 @@ def gpu_input(tensor: torch.Tensor) -> torch.Tensor:
     and starting on a 16-byte boundary (a view that starts inside its storage, e.g.
     x.view(-1)[3:], is copied: its kernels' 16-byte copies would otherwise fault, or in a CUDA
     graph read the wrong bytes)."""
+    if (
+        not tensor.is_cuda and tensor.dim() == 0
+    ):  # (a CPU scalar beside CUDA tensors, as torch allows)
+        return tensor.to("cuda")
     if not tensor.is_cuda:
         raise ArgumentError(
             f"a graph compiled for CUDA (torch.compile(backend='tensorforge'), its target or "
