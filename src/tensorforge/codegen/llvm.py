@@ -454,6 +454,10 @@ class _FunctionEmitter(ExprEmitter):
             self.stmt(body)
         step = self._arith("add", var.dtype, index, ir.Constant(begin.type, 1))
         index.add_incoming(step, b.block)
+        if hint is _VECTORIZE_HINT and b.block is not loop_block:
+            # a body with branches (a math function's slow path): forced, LLVM's vectorizer
+            # gives up on it with a warning on stderr; unforced it still vectorizes what pays
+            hint = None
         latch = b.cbranch(self._compare("<", var.dtype, step, end), loop_block, exit_block)
         if hint is not None:
             latch.set_metadata("llvm.loop", self._loop_id(hint))
