@@ -45,9 +45,11 @@ def extern_kernel_outputs(
     shape: tuple,
     dtypes: Sequence[str],
     program: Callable,
+    view: tuple | None = None,
 ) -> tuple[Lazy, ...]:
     """The values one kernel computes with `program(ib, ins, outs)` (ir_builder pointers,
-    flat): a new buffer of `shape` per dtype in `dtypes` (a sort's values and indices)."""
+    flat): a new buffer of `shape` per dtype in `dtypes` (a sort's values and indices), each
+    read as `view` where given (the same elements in another shape)."""
     if not shape:
         raise Unsupported("a 0-d result")
     buffers = [_source(ctx.buffer(v)) for v in operands]
@@ -84,7 +86,7 @@ def extern_kernel_outputs(
             f"k{len(ctx.program.steps)}_{name}", outs[0], kept[0], reads, anchor, nodes, more
         )
     )
-    return tuple(read_buffer(b) for b in kept)
+    return tuple(read_buffer(b, view) for b in kept)
 
 
 def _source(value: Lazy) -> Buffer:
