@@ -370,6 +370,10 @@ def median(ctx, node, x):
         raise Unsupported("median of a 0-d tensor")
     whole, _, _ = _lines_of(ctx, x, 0, "median")
     lines = Lines((numel(whole.shape),), 0)
+    if ctx.target.kind == "cuda" and not (
+        isinstance(lines.extent, int) and lines.extent <= CUDA_LINE
+    ):
+        raise Unsupported(f"median of more than {CUDA_LINE} elements on a GPU")
     kth = (wide(lines.extent) - 1) // 2
     values, _ = _kth(ctx, node, whole, lines, (1,), kth, median=True, view=())
     return values
