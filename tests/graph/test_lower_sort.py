@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tensorforge.graph import registry  # noqa: E402
+from tensorforge.graph.registry import EAGER_ON_CPU  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
 from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
@@ -19,6 +21,8 @@ from tests.graph.test_lowering import compile_fn, rand  # noqa: E402
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
     monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a lowering bug fails, never falls back
+    # the kernels the GPU takes, checked on the CPU too (there some run eagerly: the last test)
+    monkeypatch.setattr(registry, "EAGER_ON_CPU", {})
 
 
 def with_ties_nans_and_zeros(*shape, seed):
@@ -59,7 +63,7 @@ def check_pairs(fn, x, exact=(), dims=None):
     return compiled
 
 
-@pytest.mark.parametrize("shape", [(5, 37), (3, 131), (1, 1), (2, 70, 3)])
+@pytest.mark.parametrize("shape", [(5, 37), (1, 1), (2, 70, 3)])
 def test_sorts_along_every_dimension(shape):
     x = with_ties_nans_and_zeros(*shape, seed=shape[0])
     last = len(shape) - 1
@@ -90,15 +94,15 @@ def test_sorts_of_other_floats(dtype):
     )
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8])
 def test_sorts_of_integers(dtype):
-    a = torch.randint(0, 5, (3, 70), generator=torch.Generator().manual_seed(1)).to(dtype)
+    a = torch.randint(0, 5, (3, 131), generator=torch.Generator().manual_seed(1)).to(dtype)
     check_pairs(
         lambda a: (
             *torch.sort(a, dim=1, stable=True, descending=True),
             *torch.sort(a, dim=0, stable=True),
             *torch.topk(a, 3, 1),
-            *torch.kthvalue(a, 30, 1),
+            *torch.kthvalue(a, 60, 1),
         ),
         a,
         exact=(0, 1),
@@ -124,7 +128,7 @@ def test_argsort_and_msort():
     assert compiled.program.fallbacks == []
 
 
-@pytest.mark.parametrize("k", [1, 5, 16, 17, 70])  # (16: the selection's most; 17 sorts)
+@pytest.mark.parametrize("k", [1, 16, 17])  # (16: the selection's most; 17 sorts)
 def test_topk(k):
     x = with_ties_nans_and_zeros(3, 70, seed=k)
     x[1] = torch.arange(70.0)  # a rising line: each element enters the selection
@@ -173,7 +177,7 @@ def test_run_time_sizes():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("arch", ["sm_90a"])
 def test_cuda_builds_compile_with_nvcc(arch):
     def fn(x):
         return (
@@ -217,3 +221,24 @@ def test_sorts_match_eager_on_the_gpu(shape):
         assert same(got[k], expected[k])
         at = got[k + 1] if kept else got[k + 1].unsqueeze(d)
         assert same(x.gather(d, at), got[k] if kept else got[k].unsqueeze(d))
+
+
+def test_what_loses_to_eager_runs_eagerly_on_the_cpu(monkeypatch):
+    # lines of at most 16, topk of k past 16, the whole tensor's median; the rest are kernels
+    monkeypatch.setattr(registry, "EAGER_ON_CPU", EAGER_ON_CPU)
+    x = rand(3, 40, seed=8)
+
+    def fn(x):
+        return (
+            *torch.sort(x, dim=1, stable=True),  # a kernel
+            *torch.sort(x, 0),
+            *torch.topk(x, 17),
+            *torch.topk(x, 4),  # a kernel
+            *torch.median(x, 0),
+            torch.median(x),
+        )
+
+    compiled = compile_fn(fn, [x])
+    assert len(compiled.program.fallbacks) == 4, compiled.program.fallbacks
+    got, expected = compiled([x]), fn(x)
+    assert all(same(g, e) for g, e in zip(got, expected))
