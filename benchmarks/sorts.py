@@ -1,4 +1,4 @@
-"""Sorts (sort, argsort, topk, kthvalue, median) along a dimension, values and indices: eager
+"""Sorts (sort, argsort, topk, kthvalue, median, mode) along a dimension, values and indices: eager
 torch vs tensorforge, same process, interleaved.
 
     python benchmarks/sorts.py [--threads 1] [--repeats 7] [--cases sort_4096,topk5_4096,...]
@@ -42,6 +42,8 @@ CASES = {
     "median_short": (lambda x: x.median(-1), (4096, 50), torch.randn),
     "median_16": (lambda x: x.median(-1), (4096, 16), torch.randn),
     "median_all": (lambda x: x.median(), (1024, 1024), torch.randn),
+    "mode_4096": (lambda x: x.mode(-1), (64, 4096), lambda shape: torch.randint(0, 50, shape)),
+    "mode_short": (lambda x: x.mode(-1), (4096, 50), lambda shape: torch.randint(0, 9, shape)),
 }
 
 

@@ -1,4 +1,4 @@
-"""sort (stable or not, descending, any dimension; argsort, msort), topk, kthvalue and median as
+"""sort (stable or not, descending, any dimension; argsort, msort), topk, kthvalue, median and mode as
 kernels writing values and indices, against eager torch: ties, NaNs (greatest), -0.0, lines of
 1, of a prime length, longer than the runs and the selection's blocks, every dtype, run-time
 sizes, nvcc, the GPU (-m cuda). Values must equal eager's; indices too where torch defines
@@ -161,6 +161,16 @@ def test_kthvalue_and_medians():
     for whole in (x, even, x[1:2, :9].clone()):
         compiled = compile_fn(lambda x: torch.median(x), [whole])
         assert same(compiled([whole])[0], torch.median(whole))
+
+
+def test_mode():
+    # the most frequent value, the smallest of those as frequent (-0.0 equal to 0.0); the
+    # index one of its positions (torch's choice among them is unspecified)
+    a = torch.randint(0, 6, (5, 37), generator=torch.Generator().manual_seed(0))
+    x = torch.tensor([[0.0, -0.0, 1.0, 2.0, 2.0, 0.0], [3.0, 1.0, 1.0, 3.0, -1.0, 5.0]])
+    dims = {0: (1, False), 1: (0, True)}
+    check_pairs(lambda a: (*torch.mode(a, 1), *torch.mode(a, 0, keepdim=True)), a, dims=dims)
+    check_pairs(lambda x: tuple(torch.mode(x, 1)), x, dims=dims)
 
 
 def test_run_time_sizes():

@@ -412,6 +412,34 @@ def topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
     return _kernel(ctx, node, x, lines, _along(x, d, k), per_line)
 
 
+@lowers(aten.mode.default)
+def mode(ctx, node, x, dim=-1, keepdim=False):
+    """The most frequent value of each line (the smallest of those as frequent) and its last
+    position: the line sorted, then its runs of equal values counted (NaNs each their own;
+    torch's order of NaNs is unspecified there)."""
+    x, lines, d = _lines_of(ctx, x, dim, "mode")
+    position = _position_dtype(lines.extent)
+
+    def per_line(ib, line, outs):
+        sorted_ = _sort_line(ib, line, False, position)
+        keys, positions = sorted_.keys, sorted_.positions
+        best_count, best_end = (
+            _local(ib, "int64", 0, "best_count"),
+            _local(ib, "int64", 0, "best_end"),
+        )
+        run = _local(ib, "int64", 0, "run")
+        with ib.for_range(0, wide(line.m), name="t") as t:
+            same = (t > 0) & (keys[t] == keys[t - 1])  # (keys[-1]: the scratch's padding)
+            run[0] = te.if_then_else(same, run[0] + 1, te.const(1, "int64"))
+            with ib.if_scope(run[0] > best_count[0]):  # (an equal count later: a larger value)
+                best_count[0], best_end[0] = run[0], t
+        # (a run's positions rise, the sort being stable: its end holds the last of them)
+        end = ib.let("end", best_end[0])
+        line.write(outs, 0, keys[end], positions[end], 1)
+
+    return _kernel(ctx, node, x, lines, _along(x, d, 1), per_line, _kept(x, d, keepdim))
+
+
 @lowers(aten.kthvalue.default)
 def kthvalue(ctx, node, x, k, dim=-1, keepdim=False):
     x, lines, d = _lines_of(ctx, x, dim, "kthvalue")
