@@ -22,6 +22,7 @@ CASES = {
     "cummax_4096": (lambda x: x.cummax(-1), (64, 4096)),
     "cummax_4099": (lambda x: x.cummax(-1), (64, 4099)),
     "cummin_short": (lambda x: x.cummin(-1), (4096, 50)),
+    "cummax_dim0": (lambda x: x.cummax(0), (4096, 50)),
     "logcumsumexp_4096": (lambda x: torch.logcumsumexp(x, -1), (64, 4096)),
     "logcumsumexp_4099": (lambda x: torch.logcumsumexp(x, -1), (64, 4099)),
 }

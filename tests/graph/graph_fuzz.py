@@ -24,6 +24,7 @@ from tests.graph.graph_fuzz_ops_gathers import op_gathers
 from tests.graph.graph_fuzz_ops_pointwise import op_part_writes, op_pointwise_gaps
 from tests.graph.graph_fuzz_ops_scans import op_scan_gaps
 from tests.graph.graph_fuzz_ops_scatters import op_scatters
+from tests.graph.graph_fuzz_ops_sorts import op_sorts
 from tests.graph.graph_fuzz_products import (  # (with the sizes every op draws from)
     MAX_NUMEL,
     SIZES,
@@ -492,6 +493,7 @@ OPS = [
     (op_part_writes, 1),
     (op_scatters, 1),
     (op_gathers, 1),
+    (op_sorts, 1),
 ]
 
 

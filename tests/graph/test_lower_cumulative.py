@@ -105,8 +105,9 @@ def test_scans_match_eager_on_the_gpu(shape):
         torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-5, equal_nan=True)
 
 
-def test_cummax_and_cummin_run_eagerly_on_the_cpu(monkeypatch):
-    # slower than eager torch's there; cumsum, cumprod and logcumsumexp are kernels
+def test_cummax_and_cummin_of_short_lines_run_eagerly_on_the_cpu(monkeypatch):
+    # slower than eager torch's there (lines of at most 64); longer lines are one kernel
+    # writing values and indices, as are cumsum, cumprod and logcumsumexp
     monkeypatch.setattr(registry, "EAGER_ON_CPU", EAGER_ON_CPU)
     x = rand(5, 37, seed=3)
     check(
@@ -114,3 +115,15 @@ def test_cummax_and_cummin_run_eagerly_on_the_cpu(monkeypatch):
         x,
         fallbacks=1,
     )
+    long_lines = with_ties_and_nans(3, 301, seed=4)  # (blocks of 8, a partial last one)
+    compiled = check(lambda x: (*x.cummax(1), *x.cummin(0)), long_lines)
+    assert len(compiled.steps) == 2  # one kernel each
+
+
+def test_cummax_blocks_of_equal_runs_and_late_nans():
+    # the kernel skips whole blocks of elements none of which is taken: a rising line takes
+    # every element, a constant one each (ties take the later index), a NaN late in a block
+    rising = torch.arange(70.0).repeat(2, 1)
+    x = torch.cat([rising, torch.full((2, 70), 0.5), rand(2, 70, seed=5)])
+    x[5, 61] = float("nan")
+    check(lambda x: (*x.cummax(1), *x.cummin(1)), x)

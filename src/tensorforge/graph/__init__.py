@@ -23,6 +23,7 @@ from tensorforge.graph import (
     lower_reduce,
     lower_scans,
     lower_scatter,
+    lower_sort,
     lower_special,
     lower_views,
 )  # noqa: E402, I001

@@ -220,7 +220,7 @@ def load(key: str, program: Program, target) -> list | None:
 
 def kernel_fingerprint(spec: KernelSpec) -> str:
     """What of a kernel the entry must agree with: its name and its buffers' names and shapes."""
-    buffers = [*spec.reads, spec.buffer]
+    buffers = [*spec.reads, *spec.written]
     return spec.name + "|" + ";".join(f"{b.name}{[str(s) for s in b.shape]}" for b in buffers)
 
 

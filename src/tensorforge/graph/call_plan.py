@@ -52,10 +52,10 @@ class _Segment:
                     values.append(0)
                     self.patches.append((len(values) - 1, p))
             indices.append(own)
-            buf = step.spec.buffer
-            if buf not in fixed:
-                shape = [sym.evaluate(s, bindings) for s in buf.shape]
-                self.allocate.append((buf, shape, TE_TO_TORCH[buf.dtype]))
+            for buf in step.spec.written:
+                if buf not in fixed:
+                    shape = [sym.evaluate(s, bindings) for s in buf.shape]
+                    self.allocate.append((buf, shape, TE_TO_TORCH[buf.dtype]))
         self.slots = (ctypes.c_int64 * max(1, len(values)))(*values)
         self.address = ctypes.addressof(self.slots)
         self.sequence = _sequence([s.executable for s in steps], indices)

@@ -40,10 +40,10 @@ class GraphLaunchPlan:
             for slot, p in enumerate(step.plan):
                 if not isinstance(p, str) and p not in fixed:
                     self.patches.append((n, slot, p))
-            buf = step.spec.buffer
-            if buf not in fixed and all(buf is not b for _, b in self.inputs):
-                shape = [sym.evaluate(s, {}) for s in buf.shape]
-                self.allocate.append((buf, shape, TE_TO_TORCH[buf.dtype]))
+            for buf in step.spec.written:
+                if buf not in fixed and all(buf is not b for _, b in self.inputs):
+                    shape = [sym.evaluate(s, {}) for s in buf.shape]
+                    self.allocate.append((buf, shape, TE_TO_TORCH[buf.dtype]))
         self.nodes = sorted({n for n, _, _ in self.patches})
         self.outputs = [output_of(v, {}) for v in graph.program.outputs]
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from tensorforge import te
 from tensorforge.graph.lowered import KernelSpec
-from tensorforge.graph.values import Anchor, Buffer, Lazy, Unsupported, read_buffer
+from tensorforge.graph.values import Anchor, Buffer, Lazy, Unsupported, is_one, read_buffer
 from tensorforge.tir import ir_builder
 
 THREADS = 256  # CUDA threads a block
@@ -32,6 +32,24 @@ def extern_kernel(
 ) -> Lazy:
     """The value a kernel computes with `program(ib, ins, out)` (ir_builder pointers, flat)
     from `operands` (in memory, contiguous) into a new buffer of `shape` and `dtype`."""
+    (value,) = extern_kernel_outputs(
+        ctx, node, operands, shape, (dtype,), lambda ib, ins, outs: program(ib, ins, outs[0])
+    )
+    return value
+
+
+def extern_kernel_outputs(
+    ctx,
+    node,
+    operands: Sequence[Lazy],
+    shape: tuple,
+    dtypes: Sequence[str],
+    program: Callable,
+    view: tuple | None = None,
+) -> tuple[Lazy, ...]:
+    """The values one kernel computes with `program(ib, ins, outs)` (ir_builder pointers,
+    flat): a new buffer of `shape` per dtype in `dtypes` (a sort's values and indices), each
+    read as `view` where given (the same elements in another shape)."""
     if not shape:
         raise Unsupported("a 0-d result")
     buffers = [_source(ctx.buffer(v)) for v in operands]
@@ -39,19 +57,36 @@ def extern_kernel(
 
     def fcompute(ins, outs):
         ib = ir_builder.create()
-        program(ib, [ib.buffer_ptr(b) for b in ins], ib.buffer_ptr(outs[0]))
+        program(ib, [ib.buffer_ptr(b) for b in ins], [ib.buffer_ptr(b) for b in outs])
         return ib.get()
 
     placeholders = [b.placeholder for b in buffers]
-    out = te.extern(shape, placeholders, fcompute, name=f"{name}_out", dtype=dtype)
-    buf = Buffer(name, tuple(shape), dtype, "temp", node.name)
+    shapes = [tuple(shape)] * len(dtypes)
+    outs = te.extern(shapes, placeholders, fcompute, name=f"{name}_out", dtype=list(dtypes))
+    outs = outs if isinstance(outs, list) else [outs]
+    single = len(dtypes) == 1  # (a buffer holds the node's value only where it is the only one)
+    kept = [
+        Buffer(
+            name if single else f"{name}_{k}",
+            tuple(shape),
+            d,
+            "temp",
+            node.name if single else None,
+        )
+        for k, d in enumerate(dtypes)
+    ]
     reads = sorted(set(buffers), key=lambda b: b.name)
     nodes = (node.name,)
-    anchor = Anchor("extern", out, frozenset(reads), nodes, {"shape": tuple(shape), "stages": []})
-    ctx.program.steps.append(
-        KernelSpec(f"k{len(ctx.program.steps)}_{name}", out, buf, reads, anchor, nodes)
+    anchor = Anchor(
+        "extern", outs[0], frozenset(reads), nodes, {"shape": tuple(shape), "stages": []}
     )
-    return read_buffer(buf)
+    more = tuple(zip(outs[1:], kept[1:]))
+    ctx.program.steps.append(
+        KernelSpec(
+            f"k{len(ctx.program.steps)}_{name}", outs[0], kept[0], reads, anchor, nodes, more
+        )
+    )
+    return tuple(read_buffer(b, view) for b in kept)
 
 
 def _source(value: Lazy) -> Buffer:
@@ -135,3 +170,26 @@ def copy(ib, src, out, count, cuda: bool) -> None:
 
 def _cast(e: te.Expr, dtype: str) -> te.Expr:
     return e if e.dtype == dtype else e.astype(dtype)
+
+
+class Lines:
+    """A tensor's lines along dimension `d` (a sort's rows, a scan's), the tensor viewed as
+    (outer, extent, inner): line r = (o, b) starts at o * extent * inner + b and steps by
+    `inner`; a result of another extent along d (topk's k, kthvalue's 1) has its line r at
+    o * its_extent * inner + b."""
+
+    def __init__(self, shape: Sequence, d: int):
+        self.outer, self.extent = numel(shape[:d]), shape[d]
+        self.inner = numel(shape[d + 1 :])
+        self.count = _times(self.outer, self.inner)
+
+    def start(self, r: te.Expr, extent=None) -> te.Expr:
+        extent = self.extent if extent is None else extent
+        if is_one(self.inner):
+            return r * wide(extent)
+        inner = wide(self.inner)
+        return (r // inner) * (wide(extent) * inner) + r % inner
+
+
+def _times(a, b):
+    return a * b if isinstance(a, int) and isinstance(b, int) else wide(a) * wide(b)

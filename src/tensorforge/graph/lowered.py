@@ -12,7 +12,9 @@ from tensorforge.graph.values import Buffer
 
 @dataclass
 class KernelSpec:
-    """One kernel to build: `out` (a te compute) written into `buffer`, reading `reads`."""
+    """One kernel to build: `out` (a te compute) written into `buffer`, reading `reads`; an
+    extern stage of several outputs (values and indices) writes the others into `more`'s
+    buffers, one (te.Tensor, Buffer) pair each."""
 
     name: str
     out: te.Tensor
@@ -20,6 +22,20 @@ class KernelSpec:
     reads: list[Buffer]
     anchor: object
     nodes: tuple[str, ...]
+    more: tuple[tuple[te.Tensor, Buffer], ...] = ()
+
+    @property
+    def outputs(self) -> list[te.Tensor]:
+        return [self.out, *(t for t, _ in self.more)]
+
+    @property
+    def written(self) -> list[Buffer]:
+        return [self.buffer, *(b for _, b in self.more)]
+
+    @property
+    def tensors(self) -> list[te.Tensor]:
+        """The kernel's arguments: what it reads (placeholders), then what it writes."""
+        return [b.placeholder for b in self.reads] + self.outputs
 
 
 @dataclass

@@ -41,7 +41,7 @@ class BuiltKernel:
     source: str  # the schedule rule that made it
     module: object
     executable: object = None  # what `call` belongs to (a CUDA graph reads its launch)
-    positions: list | None = None  # per parameter: an index into [*spec.reads, spec.buffer]
+    positions: list | None = None  # per parameter: an index into [*spec.reads, *spec.written]
 
 
 def build_kernels(
@@ -101,13 +101,13 @@ def _build_each(program, target, tuning_log, schedule, only=None, share=True) ->
             # NOTE: kernels alike share code (and on CUDA a launch configuration: the same shapes
             # give the same grid); a tuning log's records are per kernel name, so none share then
             found = structure_key(spec, schedule, names) if share and not tuning_log else None
-            key, canon = found if found is not None else (None, list(range(len(spec.reads) + 1)))
+            key, canon = found if found is not None else (None, list(range(len(spec.tensors))))
             if spec.anchor is not None and spec.anchor.kind == "ws_gemm":  # written by hand
                 module = Module.from_sources([ws_kernel_source(spec, target)], target)
                 source = WS_SOURCE
                 positions = positions_of(spec, module[module.entry_name].source.params)
             elif key is None or key not in same:
-                tensors = [b.placeholder for b in spec.reads] + [spec.out]
+                tensors = spec.tensors
                 args = [tensors[k] for k in canon] + [variables[n] for n in names]
                 module, source = _schedule_and_build(
                     spec, target, args, tuning_log, schedule, hints
@@ -129,16 +129,17 @@ def _build_each(program, target, tuning_log, schedule, only=None, share=True) ->
 
 
 def positions_of(spec: KernelSpec, params) -> list:
-    """Per kernel parameter, its index in [*spec.reads, spec.buffer] (or the size symbol's
+    """Per kernel parameter, its index in [*spec.reads, *spec.written] (or the size symbol's
     name): what binds the same code to the buffers of another kernel of the same structure."""
     index = {b.name: k for k, b in enumerate(spec.reads)}
-    index[spec.out.name] = len(spec.reads)
+    for k, out in enumerate(spec.outputs):
+        index[out.name] = len(spec.reads) + k
     return [index.get(p.name, p.name) for p in params]
 
 
 def plan_from(spec: KernelSpec, positions: list) -> list:
     """Per kernel parameter, the Buffer it is bound to (or the size symbol's name)."""
-    buffers = [*spec.reads, spec.buffer]
+    buffers = [*spec.reads, *spec.written]
     return [buffers[p] if isinstance(p, int) else p for p in positions]
 
 
@@ -151,7 +152,9 @@ def structure_key(spec: KernelSpec, schedule: str, symbols: list) -> tuple[str, 
     from tensorforge.te.graph import topological_ops
     from tensorforge.te.tensor import ComputeOp, PlaceholderOp
 
-    tensors = [b.placeholder for b in spec.reads] + [spec.out]
+    if spec.more:  # (an extern stage: nothing to share)
+        return None
+    tensors = spec.tensors
     index = {t.op: k for k, t in enumerate(tensors)}
     ops = topological_ops([spec.out.op])  # from the output: an order the structure decides
     reached = [index[op] for op in ops if isinstance(op, PlaceholderOp) and op in index]
@@ -335,7 +338,7 @@ class CompiledGraph:
         for step in self.steps:
             start = time.perf_counter() if timings is not None else 0.0
             if isinstance(step, BuiltKernel):
-                for buf in (step.spec.buffer,):
+                for buf in step.spec.written:
                     if buf not in tensors:
                         tensors[buf] = _empty(buf, bindings, self.device)
                 step.call(
@@ -383,8 +386,9 @@ class CompiledGraph:
 
         args = []
         for step in self.steps:
-            if step.spec.buffer not in tensors:
-                tensors[step.spec.buffer] = _empty(step.spec.buffer, bindings, self.device)
+            for buf in step.spec.written:
+                if buf not in tensors:
+                    tensors[buf] = _empty(buf, bindings, self.device)
             args.append(
                 [
                     tensors[p].data_ptr() if not isinstance(p, str) else bindings[p]
@@ -502,7 +506,7 @@ def _reads_of(step) -> list:
 
 def _writes_of(step) -> list:
     if isinstance(step, BuiltKernel):
-        return [step.spec.buffer]
+        return step.spec.written
     if isinstance(step, KernelSpec):
-        return [step.buffer]
+        return step.written
     return [b for b in step.outputs if b is not None]

@@ -55,7 +55,7 @@ def note(spec, target) -> None:
 
 
 def kernel_tensors(spec) -> list:
-    return [b.placeholder for b in spec.reads] + [spec.out]
+    return spec.tensors
 
 
 def is_static(spec) -> bool:

@@ -1,0 +1,242 @@
+"""Sorts as ir_builder kernels writing values and indices together: sort (stable or not,
+descending, any dimension; argsort and msort are sorts), topk, kthvalue, median (of a
+dimension, and of the whole tensor) and mode.
+
+Each line along the dimension is one task (CPU: lines in parallel; CUDA: a thread a line, of
+at most CUDA_LINE elements, its scratch in local memory), running sort_lines.py's programs:
+sort and topk past SELECT_K sort the line (stable: torch's stable order, which a sort that
+need not be stable gives too); topk up to SELECT_K selects in one pass; kthvalue and median
+quickselect (a median's line with a NaN gives its first NaN, as torch's); mode counts the
+sorted line's runs of equal values. Among equal values, topk, kthvalue, median and mode may
+take another index than torch (unspecified there; theirs point at equal values).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tensorforge import te
+from tensorforge.graph.extern_kernels import Lines, each, extern_kernel_outputs, numel, wide
+from tensorforge.graph.registry import eager_on_cpu, lowers
+from tensorforge.graph.sort_lines import (
+    Line,
+    key_dtype,
+    local,
+    order,
+    select_kth,
+    select_line,
+    sort_line,
+)
+from tensorforge.graph.values import Lazy, Unsupported, is_one
+from tensorforge.te import dtype as dt
+
+aten = torch.ops.aten
+
+SELECT_K = 16  # topk up to this k keeps the k best in one pass; larger k sort
+CUDA_LINE = 256  # longest line a CUDA thread sorts (its scratch in local memory)
+
+# -- the operators -------------------------------------------------------------------------
+
+# On the CPU, 1 thread (Zen 4), float32 (benchmarks/sorts.py, eager ms against the kernels'):
+# sort of 64 x 4096 15.5 against 9.9, of 4096 x 50 5.4 against 3.7, of 4096 x 16 0.91 against
+# 0.92; topk 5 of 64 x 4096 0.33 against 0.29, 16 of 16 x 65536 1.27 against 1.03, 100 of 64 x
+# 4096 2.4 against 12.4 (a sort: eager's partial sort does less); median of 64 x 4096 4.1
+# against 3.3, of 4096 x 16 1.07 against 1.10, of a whole 1024 x 1024 9.7 against 11.6 (one
+# line: one thread either way; eager's nth_element partitions faster). Those that lose stay
+# eager there: topk past SELECT_K, the whole tensor's median, lines of at most SHORT_LINE.
+SHORT_LINE = 16
+
+
+def _short_lines(node) -> bool:
+    """Are the node's lines static and at most SHORT_LINE long?"""
+    shape = tuple(node.args[0].meta["val"].shape)
+    position = DIM_POSITION[node.target]
+    dim = node.args[position] if position and len(node.args) > position else None
+    dim = node.kwargs.get("dim", -1) if dim is None else dim
+    m = shape[dim % len(shape)] if shape else 1
+    return isinstance(m, int) and m <= SHORT_LINE
+
+
+DIM_POSITION = {  # where the dimension is among the positional arguments (sort.stable: none)
+    aten.sort.default: 1,
+    aten.sort.stable: None,
+    aten.topk.default: 2,
+    aten.kthvalue.default: 2,
+    aten.median.dim: 1,
+}
+
+
+def _large_k(node) -> bool:
+    return node.args[1] > SELECT_K or _short_lines(node)
+
+
+eager_on_cpu(aten.median.default)
+eager_on_cpu(aten.topk.default, when=_large_k, what=f"of k past {SELECT_K} or short lines")
+eager_on_cpu(
+    aten.sort.default,
+    aten.sort.stable,
+    aten.kthvalue.default,
+    aten.median.dim,
+    when=_short_lines,
+    what=f"of lines of at most {SHORT_LINE}",
+)
+
+
+def _lines_of(ctx, x: Lazy, dim: int, what: str) -> tuple[Lazy, Lines, int]:
+    x = ctx.no_anchor(x)
+    if x.ndim == 0:
+        raise Unsupported(f"{what} of a 0-d tensor")
+    if any(isinstance(s, int) and s == 0 for s in x.shape):
+        raise Unsupported(f"{what} of an empty tensor")
+    if x.dtype not in _ORDERED:
+        raise Unsupported(f"{what} of {x.dtype}")
+    d = dim % x.ndim
+    lines = Lines(x.shape, d)
+    if ctx.target.kind == "cuda" and not (
+        isinstance(lines.extent, int) and lines.extent <= CUDA_LINE
+    ):
+        raise Unsupported(f"{what} of lines longer than {CUDA_LINE} on a GPU")
+    return x, lines, d
+
+
+_ORDERED = (
+    "float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool"
+)  # fmt: skip
+
+
+def _position_dtype(m) -> str:
+    return "int32" if isinstance(m, int) and m < 2**31 else "int64"
+
+
+def _kernel(ctx, node, x: Lazy, lines: Lines, shape: tuple, per_line, view=None):
+    """(values, indices) in buffers of `shape`: `per_line(ib, line, outs)` for each line of x."""
+    cuda = ctx.target.kind == "cuda"
+    key = key_dtype(x.dtype)
+
+    def program(ib, ins, outs):
+        with each(ib, lines.count, cuda, "r", parallel=not is_one(lines.count)) as r:
+            per_line(ib, Line(ib, ins[0], lines, r, key), outs)
+
+    return extern_kernel_outputs(ctx, node, [x], shape, (x.dtype, "int64"), program, view)
+
+
+@lowers(aten.sort.default, aten.sort.stable)
+def sort(ctx, node, x, *args, stable=False, dim=-1, descending=False):
+    if node.target is aten.sort.default:  # (self, dim=-1, descending=False)
+        dim = args[0] if len(args) > 0 else dim
+        descending = args[1] if len(args) > 1 else descending
+    x, lines, d = _lines_of(ctx, x, dim, "sort")
+    position = _position_dtype(lines.extent)
+
+    def per_line(ib, line, outs):
+        line.write_sorted(outs, sort_line(ib, line, bool(descending), position), line.m)
+
+    return _kernel(ctx, node, x, lines, x.shape, per_line)
+
+
+@lowers(aten.topk.default)
+def topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
+    x, lines, d = _lines_of(ctx, x, dim, "topk")
+    if not isinstance(k, int):
+        raise Unsupported("topk of a run-time k")
+    m = lines.extent
+    if k == 0 or (isinstance(m, int) and k > m):
+        raise Unsupported(f"topk of k = {k} in lines of {m}")  # (eager's error, or nothing)
+    before = order(bool(largest), dt.is_float(x.dtype))
+    position = _position_dtype(m)
+    selects = k <= SELECT_K
+
+    def per_line(ib, line, outs):
+        if not selects:
+            line.write_sorted(outs, sort_line(ib, line, bool(largest), position), k)
+            return
+        best, positions = select_line(ib, line, k, before, position)
+        with ib.for_range(0, k, name="t") as t:
+            line.write(outs, t, best[t], positions[t], k)
+
+    return _kernel(ctx, node, x, lines, _along(x, d, k), per_line)
+
+
+@lowers(aten.mode.default)
+def mode(ctx, node, x, dim=-1, keepdim=False):
+    """The most frequent value of each line (the smallest of those as frequent) and its last
+    position: the line sorted, then its runs of equal values counted (NaNs each their own;
+    torch's order of NaNs is unspecified there)."""
+    x, lines, d = _lines_of(ctx, x, dim, "mode")
+    position = _position_dtype(lines.extent)
+
+    def per_line(ib, line, outs):
+        sorted_ = sort_line(ib, line, False, position)
+        keys, positions = sorted_.keys, sorted_.positions
+        best_count, best_end = (
+            local(ib, "int64", 0, "best_count"),
+            local(ib, "int64", 0, "best_end"),
+        )
+        run = local(ib, "int64", 0, "run")
+        with ib.for_range(0, wide(line.m), name="t") as t:
+            same = (t > 0) & (keys[t] == keys[t - 1])  # (keys[-1]: the scratch's padding)
+            run[0] = te.if_then_else(same, run[0] + 1, te.const(1, "int64"))
+            with ib.if_scope(run[0] > best_count[0]):  # (an equal count later: a larger value)
+                best_count[0], best_end[0] = run[0], t
+        # (a run's positions rise, the sort being stable: its end holds the last of them)
+        end = ib.let("end", best_end[0])
+        line.write(outs, 0, keys[end], positions[end], 1)
+
+    return _kernel(ctx, node, x, lines, _along(x, d, 1), per_line, _kept(x, d, keepdim))
+
+
+@lowers(aten.kthvalue.default)
+def kthvalue(ctx, node, x, k, dim=-1, keepdim=False):
+    x, lines, d = _lines_of(ctx, x, dim, "kthvalue")
+    m = lines.extent
+    if not isinstance(k, int) or not (isinstance(m, int) and 1 <= k <= m):
+        raise Unsupported(f"kthvalue of k = {k} in lines of {m}")  # (eager raises)
+    return _kth(ctx, node, x, lines, _along(x, d, 1), k - 1, False, _kept(x, d, keepdim))
+
+
+@lowers(aten.median.dim)
+def median_dim(ctx, node, x, dim, keepdim=False):
+    x, lines, d = _lines_of(ctx, x, dim, "median")
+    kth = (wide(lines.extent) - 1) // 2
+    return _kth(ctx, node, x, lines, _along(x, d, 1), kth, True, _kept(x, d, keepdim))
+
+
+def _along(x: Lazy, d: int, extent) -> tuple:
+    return (*x.shape[:d], extent, *x.shape[d + 1 :])
+
+
+def _kept(x: Lazy, d: int, keepdim: bool) -> tuple | None:
+    """The shape a reduced dimension's results are read in (None: as written, of extent 1)."""
+    return None if keepdim else (*x.shape[:d], *x.shape[d + 1 :])
+
+
+@lowers(aten.median.default)
+def median(ctx, node, x):
+    """The whole tensor's median: its buffer (contiguous) read as one line."""
+    x = ctx.no_anchor(x)
+    if x.ndim == 0:
+        raise Unsupported("median of a 0-d tensor")
+    whole, _, _ = _lines_of(ctx, x, 0, "median")
+    lines = Lines((numel(whole.shape),), 0)
+    if ctx.target.kind == "cuda" and not (
+        isinstance(lines.extent, int) and lines.extent <= CUDA_LINE
+    ):
+        raise Unsupported(f"median of more than {CUDA_LINE} elements on a GPU")
+    kth = (wide(lines.extent) - 1) // 2
+    values, _ = _kth(ctx, node, whole, lines, (1,), kth, median=True, view=())
+    return values
+
+
+def _kth(ctx, node, x, lines: Lines, shape: tuple, kth, median: bool, view=None):
+    """(values, indices) of the line's kth element (0-based) in ascending order; a median's
+    line with a NaN gives its first NaN."""
+    position = _position_dtype(lines.extent)
+
+    def per_line(ib, line, outs):
+        keys, positions, count = select_kth(ib, line, kth, position)
+        # a median's line with a NaN: its first NaN (the first past the ordered elements)
+        place = te.if_then_else(count < wide(line.m), count, kth) if median else kth
+        place = ib.let("place", place)
+        line.write(outs, 0, keys[place], positions[place], 1)
+
+    return _kernel(ctx, node, x, lines, shape, per_line, view)
