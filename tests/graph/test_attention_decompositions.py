@@ -163,8 +163,6 @@ def test_half_attention_takes_tensor_cores_on_a_gpu_target(name, tmp_path):
 def test_half_attention_matches_eager_on_the_gpu(dtype):
     """ViT's 197 tokens, a padding mask, causal GQA: against eager's fused kernels, both
     measured against float32 attention on the same values."""
-    import tensorforge.graph.backend as tensorforge_backend
-
     if not torch.cuda.is_available():
         pytest.skip("needs torch with CUDA")
     torch._dynamo.reset()
@@ -178,7 +176,7 @@ def test_half_attention_matches_eager_on_the_gpu(dtype):
         def fn(q, k, v, mask=mask, causal=causal, gqa=gqa):
             return F.scaled_dot_product_attention(q, k, v, mask, is_causal=causal, enable_gqa=gqa)
 
-        got = torch.compile(fn, backend=tensorforge_backend.backend, dynamic=False)(q, k, v)
+        got = torch.compile(fn, backend="tensorforge", dynamic=False)(q, k, v)
         eager = fn(q, k, v)
         repeat = heads // kv_heads
         reference = fn(q.float(), k.float().repeat_interleave(repeat, 1), v.float().repeat_interleave(repeat, 1), gqa=False)  # fmt: skip
