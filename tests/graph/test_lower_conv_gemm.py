@@ -70,3 +70,43 @@ def test_split_k_products_match_eager(monkeypatch, splits):
     partials = split_partials(compiled)
     assert len(partials) == 2
     assert {p.spec.anchor.info["shape"][0] for p in partials} == {splits}
+
+
+def conv_products(compiled) -> list:
+    """The kernels of a compiled graph whose anchor is a convolution as a matrix product."""
+    return [
+        s
+        for s in compiled.steps
+        if getattr(s, "spec", None)
+        and s.spec.anchor
+        and s.spec.anchor.kind == "matmul"
+        and any(n.startswith("convolution") for n in s.spec.nodes)
+    ]
+
+
+@pytest.mark.parametrize("schedule", ["auto", "rules"])
+def test_one_by_one_convolutions_are_products_over_gathered_pixels(schedule):
+    """1 x 1 convolutions of any stride and padding (ResNet's downsamples) as products over
+    the input's pixels gathered once, the weights packed as row panels of the target's tile:
+    filters no multiple of the tile (13, 1), one channel, odd sizes, strides (2, 3), padding,
+    batch 2, an epilogue of bias, a residual and ReLU; and a 3 x 3 of 7 filters (no vector of
+    filters: a product over im2col columns, its weights in the same panels)."""
+    x = rand(2, 5, 11, 9, seed=50)
+    x1 = rand(1, 1, 7, 5, seed=51)
+    w13, w1 = rand(13, 5, 1, 1, seed=52), rand(1, 1, 1, 1, seed=53)
+    w7 = rand(7, 5, 3, 3, seed=54)
+    b13, b7 = rand(13, seed=55), rand(7, seed=56)
+
+    def fn(x, x1, w13, w1, w7, b13, b7):
+        y = F.conv2d(x, w13, b13, stride=2)
+        return (
+            F.relu(y + y[:, :1]),
+            F.conv2d(x, w13, None, stride=(2, 3), padding=(1, 0)),
+            F.conv2d(x1, w1, None, stride=3),
+            F.relu(F.conv2d(x, w7, b7, stride=2, padding=1)),
+        )
+
+    compiled = check(fn, x, x1, w13, w1, w7, b13, b7, constants=(2, 3, 4, 5, 6), schedule=schedule)
+    products = conv_products(compiled)
+    assert len(products) == 4
+    assert all(p.spec.anchor.info.get("mr") for p in products)  # the panels' rows
