@@ -12,7 +12,6 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, positions
-from tensorforge.graph.lower_linalg import matmul_tiles, pack_panels
 from tensorforge.graph.lower_tensor_core import (
     TF32_MIN_MACS,
     tensor_core_conv,
@@ -57,6 +56,27 @@ def _folded_batch_norm(ctx, node):
     return bn, tensors, eps
 
 
+def folded_weights(ctx, node, w: torch.Tensor | None, bias):
+    """(weights, bias value, the folded batch norm or None): the constant weights `w` (None:
+    computed ones, which nothing folds into) scaled by the batch norm that follows the
+    convolution, where one does, and the bias (shifted by it) as a value."""
+    b = ctx.constant(bias) if bias is not None else None
+    folded = (
+        _folded_batch_norm(ctx, node) if w is not None and (bias is None or b is not None) else None
+    )
+    if folded is None:
+        return w, (ctx.lazy(bias) if bias is not None else None), None
+    bn, (gamma, beta, mean, var), eps = folded
+    scale = torch.rsqrt(var.float() + eps)
+    if gamma is not None:
+        scale = scale * gamma
+    w = w * scale.reshape(-1, *(1,) * (w.ndim - 1))
+    b = ((b if b is not None else torch.zeros_like(mean)) - mean) * scale
+    if beta is not None:
+        b = b + beta
+    return w, ctx.add_constant(b, f"{node.name}_b"), folded
+
+
 def convolution_2d(
     ctx, node, x: Lazy, weight, bias, stride, padding, dilation, transposed, output_padding,
     groups, shape, to_output=None,
@@ -77,35 +97,19 @@ def convolution_2d(
         else:
             weight = _flipped_weights(ctx, node, ctx.lazy(weight), groups)
         stride, padding = (1, 1), (0, 0)
-    b = ctx.constant(bias) if bias is not None else None
-    folded = (
-        _folded_batch_norm(ctx, node) if w is not None and (bias is None or b is not None) else None
-    )
-    if folded is not None:
-        bn, (gamma, beta, mean, var), eps = folded
-        scale = torch.rsqrt(var.float() + eps)
-        if gamma is not None:
-            scale = scale * gamma
-        w = w * scale.reshape(-1, 1, 1, 1)
-        b = ((b if b is not None else torch.zeros_like(mean)) - mean) * scale
-        if beta is not None:
-            b = b + beta
+    w, bias_value, folded = folded_weights(ctx, node, w, bias)
     weight = ctx.add_constant(w, f"{node.name}_w") if w is not None else ctx.buffer(weight)
-    if folded is None:
-        bias_value = ctx.lazy(bias) if bias is not None else None
-    else:
-        bias_value = ctx.add_constant(b, f"{node.name}_b")
     sh, sw = stride
     ph, pw = padding
     dh, dw = dilation
     N, C, H, W = x.shape
     F, cg, KH, KW = weight.shape
     fg = F // groups
-    epilogue = lambda out: _conv_epilogue(  # noqa: E731
+    epilogue = lambda out: conv_epilogue(  # noqa: E731
         ctx, node, out, bias_value, folded, shape, dtype, to_output
     )
     acc = opmath_dtype(dtype)
-    lanes = _filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
+    lanes = filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
     if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return epilogue(out)
@@ -187,7 +191,7 @@ def conv_transpose_as_matmul(
 
     out = Lazy(out_shape, dtype, at, product.reads, product.nodes, 3)
     bias_value = ctx.lazy(bias) if bias is not None else None
-    return _conv_epilogue(ctx, node, out, bias_value, None, out_shape, dtype, to_output)
+    return conv_epilogue(ctx, node, out, bias_value, None, out_shape, dtype, to_output)
 
 
 def _flipped(w: torch.Tensor, groups: int) -> torch.Tensor:
@@ -245,7 +249,7 @@ def _dilated_input(ctx, node, x: Lazy, w_shape, stride, padding, dilation, extra
     return ctx.materialize(dilated, node=f"{node.name}_dilated")
 
 
-def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_output) -> Lazy:
+def conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_output) -> Lazy:
     """Bias (the folded batch norm's shift included) added to the convolution's output, viewed
     as the node's value by `to_output` (where not None)."""
     if bias_value is not None:
@@ -265,15 +269,17 @@ def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_ou
 
 def _filter_vectors(KH: int, KW: int, stride, shape) -> bool:
     """Direct, vectors along the filters? All but the 1 x 1 convolutions (matrix products of
-    the input as it lies in memory, or, strided, of its pixels gathered once: ResNet-50's
-    downsamples at 1 thread, 256 -> 512 at 56: Zen 4 0.91x eager -> 1.32x, its AVX2 code
-    0.52x -> 1.23x; 512 -> 1024 at 28, AVX2 0.65x -> 1.10x) and those of one output row (a 1-d convolution: its im2col columns are a
-    small copy and the product's panels run along the whole row; Whisper's 80 -> 384 over
-    3000, 1 thread: 6.8 -> 3.4 ms, eager 5.8)."""
-    return (KH, KW) != (1, 1) and not is_one(shape[2])
+    the input as it lies in memory, or, strided, of its pixels gathered once: ResNet's
+    downsamples, Zen 4 at 1 thread, the same run: 512 -> 1024 at 28 2.41 -> 2.27 ms, 64 -> 128
+    at 56 0.246 -> 0.224, eager 2.80 and 0.300) and those of one output row (a 1-d convolution:
+    its im2col columns are a small copy and the product's panels run along the whole row;
+    Whisper's 80 -> 384 over 3000, 1 thread: 6.8 -> 3.4 ms, eager 5.8)."""
+    if (KH, KW) == (1, 1) and (tuple(stride) == (1, 1) or is_static(shape)):
+        return False  # (of run-time sizes a strided one stays direct: 3.2 ms, as a product 15)
+    return not is_one(shape[2])
 
 
-def _filter_lanes(target_lanes: int, filters: int) -> int:
+def filter_lanes(target_lanes: int, filters: int) -> int:
     """Lanes of the filter vectors: the target's full vector, or a half or quarter of it (a ymm
     or xmm register on AVX-512) where that is what divides the filters; 0 where none of 4 lanes
     or more does (8 or 24 filters take 8-lane vectors on a 16-lane target), or the filters are a
@@ -369,29 +375,17 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
     _, _, OH, OW = shape
     K, P = C * KH * KW, OH * OW
     acc = opmath_dtype(dtype)
-    info = {}
-    if ctx.target.kind == "llvm":
-        # the weights as row panels [F / mr][K][mr]: each step of k reads the tile's mr
-        # broadcasts from one cache line, where rows K apart took mr lines (ResNet-50's 1 x 1
-        # layers of K >= 1024 at 14 and 7 pixels, Zen 4, 1 thread: 0.96-0.97x eager -> 1.04-1.22)
-        mr, nr = matmul_tiles(ctx.target, acc)
-        panels = pack_panels(w.reshape(F, K).t(), mr)
-        weights = ctx.add_constant(panels, f"{node.name}_wpanels")
-        w_at = lambda f, k: weights.at((f // mr, k, f % mr))  # noqa: E731
-        info.update(mr=mr, nr=nr)
-    else:
-        weights = ctx.add_constant(w.reshape(F, K), f"{node.name}_wmat")
-        w_at = lambda f, k: weights.at((f, k))  # noqa: E731
+    weights = ctx.add_constant(w.reshape(F, K), f"{node.name}_wmat")
     col, col_at = im2col(ctx, node, x, w.shape, shape, stride, padding, dilation)
     r = te.reduce_axis((0, K), name="k")
     C_ = te.compute(
         (N, F, P),
         lambda n, f, p: te.sum(
-            in_dtype(w_at(f, r.var), acc) * in_dtype(col_at(n, r.var, p), acc), axis=r
+            in_dtype(weights.at((f, r.var)), acc) * in_dtype(col_at(n, r.var, p), acc), axis=r
         ),
         name=ctx.unique(f"conv_{node.name}"),
     )
-    info.update(shape=(N, F, P), stages=[C_], k=K)
+    info = {"shape": (N, F, P), "stages": [C_], "k": K}
     anchor = Anchor("matmul", C_, frozenset(col.reads | weights.reads), (node.name,), info)
     return ctx.anchored(
         anchor, lambda ia: C_[tuple(ia)], dtype, shape=shape, to_logical=positions(OW)

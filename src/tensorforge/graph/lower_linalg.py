@@ -39,11 +39,6 @@ aten = torch.ops.aten
 def matmul_tiles(target, dtype: str = "float32") -> tuple[int, int]:
     """(mr, nr): the rows and columns of C a CPU micro-kernel keeps in vector registers."""
     lanes = target.vector_lanes(dtype)
-    if target.vector_bits >= 512 and target.vector_datapath_bits < 512:
-        # a double-pumped datapath (Zen 4): one zmm FMA a cycle, so fewer accumulators keep it
-        # busy; ResNet-50's 1 x 1 convolutions at 1 thread, 12 x 2 -> 8 x 2: 64 -> 256 at 56
-        # 1.44 -> 1.27 ms, 1024 -> 512 at 14 2.48 -> 2.37 (eager 1.85, 2.53)
-        return 8, 2 * lanes
     if target.vector_bits >= 512:
         # 12 x 2 zmm accumulators of 32 registers (two panel vectors and a broadcast besides):
         # a third fewer panel loads per multiply-add than 8 x 2, so less waiting on a panel that
