@@ -374,6 +374,7 @@ def test_check_and_report_name_the_kernels(capsys):
         (16, 3, 1, 1, 1, 13),  # two vectors of filters, a prime width: a partial tile
         (8, 3, 2, 1, 1, 11),  # one vector of filters, strided
         (16, 7, 2, 3, 1, 17),  # a ResNet stem
+        (24, 1, 2, 0, 1, 9),  # a 1 x 1 downsample of stride 2
         (16, 3, 1, 2, 2, 7),  # dilated
         (32, 3, 1, 1, 1, 2),  # a row narrower than a tile
     ],

@@ -109,8 +109,9 @@ def convolution_2d(
         ctx, node, out, bias_value, folded, shape, dtype, to_output
     )
     acc = opmath_dtype(dtype)
-    lanes = filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
-    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape):
+    full = ctx.target.vector_lanes(acc) if ctx.target.kind == "llvm" else 0
+    lanes = filter_lanes(full, F) if full else 0
+    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape, full):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return epilogue(out)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
@@ -267,15 +268,22 @@ def conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_out
     return out
 
 
-def _filter_vectors(KH: int, KW: int, stride, shape) -> bool:
-    """Direct, vectors along the filters? All but the 1 x 1 convolutions (matrix products of
-    the input as it lies in memory, or, strided, of its pixels gathered once: ResNet's
-    downsamples, Zen 4 at 1 thread, the same run: 512 -> 1024 at 28 2.41 -> 2.27 ms, 64 -> 128
-    at 56 0.246 -> 0.224, eager 2.80 and 0.300) and those of one output row (a 1-d convolution:
-    its im2col columns are a small copy and the product's panels run along the whole row;
-    Whisper's 80 -> 384 over 3000, 1 thread: 6.8 -> 3.4 ms, eager 5.8)."""
-    if (KH, KW) == (1, 1) and (tuple(stride) == (1, 1) or is_static(shape)):
-        return False  # (of run-time sizes a strided one stays direct: 3.2 ms, as a product 15)
+def _filter_vectors(KH: int, KW: int, stride, shape, target_lanes: int) -> bool:
+    """Direct, vectors along the filters? All but the 1 x 1 convolutions of stride 1 (matrix
+    products of the input as it lies in memory), strided ones of more output pixels than four
+    of the product's column panels (products over the pixels gathered once), and those of one
+    output row (a 1-d convolution: its im2col columns are a small copy and the product's
+    panels run along the whole row; Whisper's 80 -> 384 over 3000, 1 thread: 6.8 -> 3.4 ms,
+    eager 5.8). ResNet-50's downsamples at 1 thread, eager / ours, direct -> product: 256 ->
+    512 at 56 (784 pixels) Zen 4 0.99 -> 1.12, its AVX2 code 0.67 -> 1.16; at 7 x 7 pixels
+    the product lost (1024 -> 2048, Zen 4: 1.65 -> 1.08); at run-time sizes too (3.2 ms, as
+    a product 15)."""
+    if (KH, KW) == (1, 1):
+        if tuple(stride) == (1, 1):
+            return False
+        pixels = shape[2] * shape[3]
+        if is_static(shape) and pixels > 4 * 2 * target_lanes:  # (2 vectors a panel)
+            return False
     return not is_one(shape[2])
 
 
