@@ -119,6 +119,19 @@ def test_cache_sizes_of_named_cpus_and_this_host():
         _ = tf.Target("cuda -arch=sm_90").cache_bytes
 
 
+def test_zen_4_runs_avx512_on_a_256_bit_datapath():
+    # double-pumped: 512-bit registers, 256-bit units (the register tiles follow AVX2's)
+    zen4 = tf.Target("llvm -mcpu=znver4")
+    assert (zen4.vector_bits, zen4.vector_datapath_bits) == (512, 256)
+    assert tf.Target("llvm -mcpu=znver5").vector_datapath_bits == 512
+    assert tf.Target("llvm -mcpu=skylake-avx512").vector_datapath_bits == 512
+    assert tf.Target("llvm -mcpu=znver3").vector_datapath_bits == 256
+    from tensorforge.ops.matmul import MatmulTiles
+
+    assert MatmulTiles.for_target(zen4).mr == 6  # as AVX2's 6 x 2, in zmm registers
+    assert MatmulTiles.for_target(tf.Target("llvm -mcpu=znver5")).mr == 8
+
+
 @pytest.mark.parametrize(
     "arch, opt_in",
     [("sm_90", 227 << 10), ("sm_90a", 227 << 10), ("sm_80", 163 << 10), ("sm_87", 163 << 10),

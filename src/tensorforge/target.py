@@ -96,6 +96,11 @@ _CACHE_KIB = {
 }
 
 
+# CPUs whose AVX-512 instructions run as two 256-bit halves (one zmm FMA a cycle, the rate of
+# two ymm ones): their register tiles follow AVX2's shapes, in zmm registers
+_DOUBLE_PUMPED_AVX512 = ("znver4",)
+
+
 @functools.cache
 def host_cache_bytes() -> tuple[int, int] | None:
     """(L1 data, L2) bytes of one core of this machine, from Linux's sysfs; None elsewhere."""
@@ -274,6 +279,14 @@ class Target:
     def vector_bits(self) -> int:
         """Width of the widest float vector register (512 with AVX-512, 256 with AVX2, ...)."""
         return 128 if self.is_gpu else vector_bits_of(self.cpu_features)
+
+    @property
+    def vector_datapath_bits(self) -> int:
+        """Width of the vector units' datapath: `vector_bits`, but 256 on a CPU that runs
+        512-bit instructions as two halves (Zen 4)."""
+        if self.vector_bits > 256 and self.mcpu in _DOUBLE_PUMPED_AVX512:
+            return 256
+        return self.vector_bits
 
     @property
     def cpu_features(self) -> frozenset[str]:

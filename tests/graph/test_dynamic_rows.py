@@ -182,3 +182,20 @@ def test_size_hints_are_read_from_either_name_of_the_example_map():
         symbols = Symbols()
         symbols.size(size)
         assert list(symbols.size_hints().values()) == [197], name
+
+
+def test_element_wise_kernels_of_run_time_sizes_run_along_their_rows():
+    """A padding (a 3 x 3 convolution's input) and a strided slice at run-time sizes: vectors
+    along the last axis, each row's partial vector peeled; rows shorter than a vector and
+    longer, at several sizes, symbolic in every graph Dynamo makes."""
+
+    def fn(x, w):
+        return F.relu(F.conv2d(x, w, padding=1)), F.pad(x, (2, 1, 0, 3))[:, :, ::2] * 2
+
+    fast, graphs = compiled_once(fn)
+    w = random(4, 3, 3, 3, seed=2)
+    for n, h, width in ((2, 5, 3), (3, 7, 37), (2, 4, 17)):
+        x = random(n, 3, h, width, seed=h)
+        for got, expected in zip(fast(x, w), fn(x, w)):
+            torch.testing.assert_close(got, expected, rtol=2e-5, atol=2e-5)
+    assert graphs

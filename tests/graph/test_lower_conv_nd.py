@@ -83,6 +83,33 @@ def test_conv3d(constants):
     check(conv3ds, *conv3d_inputs(2), constants=constants, rtol=2e-5)
 
 
+@pytest.mark.parametrize("schedule", ["auto", "rules"])
+def test_conv3d_with_vectors_along_the_filters(schedule):
+    """Constant weights of whole filter vectors (16, 8 filters): direct, depths and rows one
+    output dimension (no rows between depths, no copy): strides, padding, dilation, batch 2,
+    odd sizes, an epilogue of bias, a per-channel residual and ReLU, and a folded batch norm."""
+    x = rand(2, 3, 5, 9, 7, seed=20)
+    w16, w8, b = rand(16, 3, 3, 3, 2, seed=21), rand(8, 3, 2, 3, 3, seed=22), rand(16, seed=23)
+
+    def fn(x, w16, w8, b):
+        y = F.conv3d(x, w16, b, (1, 2, 1), (1, 0, 1), (1, 1, 2))
+        return (
+            F.relu(y + b[:, None, None, None] * y.tanh()),
+            F.conv3d(x, w8, None, (2, 1, 3), (0, 2, 1), (2, 1, 1)),
+        )
+
+    compiled = check(fn, x, w16, w8, b, constants=(1, 2, 3), rtol=2e-5, schedule=schedule)
+    convs = [s for s in compiled.steps if getattr(s, "spec", None) and s.spec.anchor]
+    assert len(convs) == 2 and all(s.spec.anchor.info.get("lanes") for s in convs)
+    assert [s.spec.anchor.info["shape"] for s in convs] == [(2, 16, 5 * 4, 7), (2, 8, 2 * 11, 3)]
+    m = torch.nn.Sequential(torch.nn.Conv3d(3, 16, 3, padding=1), torch.nn.BatchNorm3d(16)).eval()
+    m[1].running_mean.uniform_(-1, 1)
+    m[1].running_var.uniform_(0.5, 2)
+    with torch.no_grad():
+        compiled = torch.compile(m, backend="tensorforge", options={"schedule": schedule})
+        torch.testing.assert_close(compiled(x), m(x), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("constants", [(), (1, 2, 4)])
 def test_transposed_conv3d(constants, monkeypatch):
     # on the CPU, eager beats the kernel over the spread input: checked with the gate off

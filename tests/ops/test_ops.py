@@ -112,11 +112,15 @@ def test_matmul_blocks_k_only_when_a_sliver_of_a_overflows_l1():
     tiles = MatmulTiles(mr=6, nr=16)
     assert not tiles.needs_k_blocks(1024, 4)  # 24 KB of A per micro-tile: streamed from its rows
     assert tiles.needs_k_blocks(2048, 4)
-    # the sliver is measured against the target's own L1: 32 KB of A fits 48 KB (Zen 5, Ice
-    # Lake and newer), not 32 KB (Zen 4, Skylake-SP)
-    for cpu, packs in (("znver4", True), ("znver5", False), ("skylake-avx512", True)):
+    # the sliver is measured against the target's own L1: 32 KB of A (8 rows) fits 48 KB (Zen
+    # 5, Ice Lake and newer), not 32 KB (Skylake-SP); Zen 4's 6 rows, 24 KB, fit its 32 KB
+    for cpu, rows, packs in (
+        ("znver4", 6, False),
+        ("znver5", 8, False),
+        ("skylake-avx512", 8, True),
+    ):
         wide = MatmulTiles.for_target(tf.Target(f"llvm -mcpu={cpu}"))
-        assert wide.mr * 1024 * 4 == 32 * 1024 and wide.needs_k_blocks(1024, 4) == packs
+        assert wide.mr == rows and wide.needs_k_blocks(1024, 4) == packs
     text = str(
         tf.lower(*ops.schedule_matmul(64, 64, 4096, parallel=False))
     )  # k > kc on every target

@@ -56,6 +56,27 @@ def _folded_batch_norm(ctx, node):
     return bn, tensors, eps
 
 
+def folded_weights(ctx, node, w: torch.Tensor | None, bias):
+    """(weights, bias value, the folded batch norm or None): the constant weights `w` (None:
+    computed ones, which nothing folds into) scaled by the batch norm that follows the
+    convolution, where one does, and the bias (shifted by it) as a value."""
+    b = ctx.constant(bias) if bias is not None else None
+    folded = (
+        _folded_batch_norm(ctx, node) if w is not None and (bias is None or b is not None) else None
+    )
+    if folded is None:
+        return w, (ctx.lazy(bias) if bias is not None else None), None
+    bn, (gamma, beta, mean, var), eps = folded
+    scale = torch.rsqrt(var.float() + eps)
+    if gamma is not None:
+        scale = scale * gamma
+    w = w * scale.reshape(-1, *(1,) * (w.ndim - 1))
+    b = ((b if b is not None else torch.zeros_like(mean)) - mean) * scale
+    if beta is not None:
+        b = b + beta
+    return w, ctx.add_constant(b, f"{node.name}_b"), folded
+
+
 def convolution_2d(
     ctx, node, x: Lazy, weight, bias, stride, padding, dilation, transposed, output_padding,
     groups, shape, to_output=None,
@@ -76,36 +97,21 @@ def convolution_2d(
         else:
             weight = _flipped_weights(ctx, node, ctx.lazy(weight), groups)
         stride, padding = (1, 1), (0, 0)
-    b = ctx.constant(bias) if bias is not None else None
-    folded = (
-        _folded_batch_norm(ctx, node) if w is not None and (bias is None or b is not None) else None
-    )
-    if folded is not None:
-        bn, (gamma, beta, mean, var), eps = folded
-        scale = torch.rsqrt(var.float() + eps)
-        if gamma is not None:
-            scale = scale * gamma
-        w = w * scale.reshape(-1, 1, 1, 1)
-        b = ((b if b is not None else torch.zeros_like(mean)) - mean) * scale
-        if beta is not None:
-            b = b + beta
+    w, bias_value, folded = folded_weights(ctx, node, w, bias)
     weight = ctx.add_constant(w, f"{node.name}_w") if w is not None else ctx.buffer(weight)
-    if folded is None:
-        bias_value = ctx.lazy(bias) if bias is not None else None
-    else:
-        bias_value = ctx.add_constant(b, f"{node.name}_b")
     sh, sw = stride
     ph, pw = padding
     dh, dw = dilation
     N, C, H, W = x.shape
     F, cg, KH, KW = weight.shape
     fg = F // groups
-    epilogue = lambda out: _conv_epilogue(  # noqa: E731
+    epilogue = lambda out: conv_epilogue(  # noqa: E731
         ctx, node, out, bias_value, folded, shape, dtype, to_output
     )
     acc = opmath_dtype(dtype)
-    lanes = _filter_lanes(ctx.target.vector_lanes(acc), F) if ctx.target.kind == "llvm" else 0
-    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape):
+    full = ctx.target.vector_lanes(acc) if ctx.target.kind == "llvm" else 0
+    lanes = filter_lanes(full, F) if full else 0
+    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape, full):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return epilogue(out)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
@@ -186,7 +192,7 @@ def conv_transpose_as_matmul(
 
     out = Lazy(out_shape, dtype, at, product.reads, product.nodes, 3)
     bias_value = ctx.lazy(bias) if bias is not None else None
-    return _conv_epilogue(ctx, node, out, bias_value, None, out_shape, dtype, to_output)
+    return conv_epilogue(ctx, node, out, bias_value, None, out_shape, dtype, to_output)
 
 
 def _flipped(w: torch.Tensor, groups: int) -> torch.Tensor:
@@ -244,7 +250,7 @@ def _dilated_input(ctx, node, x: Lazy, w_shape, stride, padding, dilation, extra
     return ctx.materialize(dilated, node=f"{node.name}_dilated")
 
 
-def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_output) -> Lazy:
+def conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_output) -> Lazy:
     """Bias (the folded batch norm's shift included) added to the convolution's output, viewed
     as the node's value by `to_output` (where not None)."""
     if bias_value is not None:
@@ -262,15 +268,26 @@ def _conv_epilogue(ctx, node, out: Lazy, bias_value, folded, shape, dtype, to_ou
     return out
 
 
-def _filter_vectors(KH: int, KW: int, stride, shape) -> bool:
+def _filter_vectors(KH: int, KW: int, stride, shape, target_lanes: int) -> bool:
     """Direct, vectors along the filters? All but the 1 x 1 convolutions of stride 1 (matrix
-    products of the input as it lies in memory) and those of one output row (a 1-d
-    convolution: its im2col columns are a small copy and the product's panels run along the
-    whole row; Whisper's 80 -> 384 over 3000, 1 thread: 6.8 -> 3.4 ms, eager 5.8)."""
-    return ((KH, KW) != (1, 1) or tuple(stride) != (1, 1)) and not is_one(shape[2])
+    products of the input as it lies in memory), strided ones of more output pixels than four
+    of the product's column panels (products over the pixels gathered once), and those of one
+    output row (a 1-d convolution: its im2col columns are a small copy and the product's
+    panels run along the whole row; Whisper's 80 -> 384 over 3000, 1 thread: 6.8 -> 3.4 ms,
+    eager 5.8). ResNet-50's downsamples at 1 thread, eager / ours, direct -> product: 256 ->
+    512 at 56 (784 pixels) Zen 4 0.99 -> 1.12, its AVX2 code 0.67 -> 1.16; at 7 x 7 pixels
+    the product lost (1024 -> 2048, Zen 4: 1.65 -> 1.08); at run-time sizes too (3.2 ms, as
+    a product 15)."""
+    if (KH, KW) == (1, 1):
+        if tuple(stride) == (1, 1):
+            return False
+        pixels = shape[2] * shape[3]
+        if is_static(shape) and pixels > 4 * 2 * target_lanes:  # (2 vectors a panel)
+            return False
+    return not is_one(shape[2])
 
 
-def _filter_lanes(target_lanes: int, filters: int) -> int:
+def filter_lanes(target_lanes: int, filters: int) -> int:
     """Lanes of the filter vectors: the target's full vector, or a half or quarter of it (a ymm
     or xmm register on AVX-512) where that is what divides the filters; 0 where none of 4 lanes
     or more does (8 or 24 filters take 8-lane vectors on a 16-lane target), or the filters are a

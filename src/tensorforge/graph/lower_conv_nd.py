@@ -9,13 +9,24 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.lower_conv import (
+    conv_epilogue,
     conv_transpose_as_matmul,
     convolution_2d,
+    filter_lanes,
+    folded_weights,
     transposed_as_matmul,
 )
 from tensorforge.graph.lower_views import reshaped
 from tensorforge.graph.registry import lowers
-from tensorforge.graph.values import Lazy, Unsupported, is_static
+from tensorforge.graph.values import (
+    Anchor,
+    Lazy,
+    Unsupported,
+    in_dtype,
+    in_opmath,
+    is_static,
+    opmath_dtype,
+)
 
 aten = torch.ops.aten
 
@@ -79,6 +90,12 @@ def _conv3d(ctx, node, x: Lazy, weight, bias, stride, padding, dilation, groups,
     F, cg, KD, KH, KW = w.shape
     (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = stride, padding, dilation
     _, _, OD, OH, OW = shape
+    constant = ctx.constant(weight)
+    if constant is not None and groups == 1 and ctx.target.kind == "llvm" and OD * OH > 1:
+        lanes = filter_lanes(ctx.target.vector_lanes(opmath_dtype(ctx.dtype_of(node))), F)
+        if lanes > 1 and (KH, KW) != (1, 1):
+            args = (stride, padding, dilation, shape, lanes)
+            return _conv3d_filter_vectors(ctx, node, x, constant, bias, *args)
     HP = (H + 2 * ph + sh - 1) // sh * sh
     src = ctx.no_anchor(x)
 
@@ -113,6 +130,70 @@ def _conv3d(ctx, node, x: Lazy, weight, bias, stride, padding, dilation, groups,
         ctx, node, stacked, weight_2d, bias, (sh, sw), (0, 0), (dh, dw), False, (0, 0), groups,
         shape_2d, to_output,
     )  # fmt: skip
+
+
+def _conv3d_filter_vectors(
+    ctx, node, x: Lazy, w, bias, stride, padding, dilation, shape, lanes: int
+) -> Lazy:
+    """Direct, with vectors along the filters (lower_conv's 2-d form, its reduction over depth
+    taps too): out[n, f, z * OH + y, x] over the zero-padded input, the weights packed once as
+    [F / lanes][C][KD][KH][KW][lanes]. The output's depths and rows are one dimension, so the
+    value is the node's as it lies (the stacked 2-d form computes rows between the depths and
+    copies the output once more without them: a video stem 3 -> 32, 3 x 7 x 7 over 8 x 64 x 64,
+    Zen 4 at 1 thread: 0.74x eager -> 0.82-0.88x, its AVX2 code 0.66x -> 0.76x; eager runs at
+    the FMA units' peak there, our stem at ~90% of it, after a padding kernel)."""
+    dtype = ctx.dtype_of(node)
+    w, bias_value, folded = folded_weights(ctx, node, w, bias)
+    N, C, D, H, W = x.shape
+    F, _, KD, KH, KW = w.shape
+    (sd, sh, sw), (dd, dh, dw) = stride, dilation
+    _, _, OD, OH, OW = shape
+    packed = w.reshape(F // lanes, lanes, C, KD, KH, KW).permute(0, 2, 3, 4, 5, 1).contiguous()
+    weights = ctx.add_constant(packed, f"{node.name}_wvec")
+    src = _padded_3d(ctx, node, x, padding)
+    rc = te.reduce_axis((0, C), name="rc")
+    rz = te.reduce_axis((0, KD), name="rz")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+
+    def body(n, fo, row, xx, fi):
+        z, y = row // OH, row % OH
+        v = src.at((n, rc.var, z * sd + rz.var * dd, y * sh + ry.var * dh, xx * sw + rx.var * dw))
+        wv = in_opmath(weights.at((fo, rc.var, rz.var, ry.var, rx.var, fi)))
+        return te.sum(in_dtype(v, wv.dtype) * wv, axis=[rc, rz, ry, rx])
+
+    rows = OD * OH
+    conv = te.compute((N, F // lanes, rows, OW, lanes), body, name=ctx.unique(f"conv_{node.name}"))
+    shape_2d = (N, F, rows, OW)
+    info = {"shape": shape_2d, "stages": [conv], "groups": 1, "depthwise": False, "lanes": lanes}
+    anchor = Anchor("conv2d", conv, frozenset(src.reads | weights.reads), (node.name,), info)
+    out = ctx.anchored(
+        anchor, lambda ia: conv[ia[0], ia[1] // lanes, ia[2], ia[3], ia[1] % lanes], dtype
+    )
+    to_output = lambda value: reshaped(value, shape)  # noqa: E731 (rows = depths x rows)
+    return conv_epilogue(ctx, node, out, bias_value, folded, shape_2d, dtype, to_output)
+
+
+def _padded_3d(ctx, node, x: Lazy, padding) -> Lazy:
+    """The 5-d input in memory, zero-padded by `padding` (a kernel of its own if padded)."""
+    if not any(padding):
+        return ctx.buffer(x)
+    N, C, D, H, W = x.shape
+    pd, ph, pw = padding
+    src = ctx.no_anchor(x)
+
+    def pad(idx):
+        n, c, z, y, xx = idx
+        iz, iy, ix = z - pd, y - ph, xx - pw
+        inside = te.all(iz >= 0, iz < D, iy >= 0, iy < H, ix >= 0, ix < W)
+        clamped = [te.max(te.min(i, size - 1), 0) for i, size in ((iz, D), (iy, H), (ix, W))]
+        v = src.at((n, c, *clamped))
+        return te.if_then_else(inside, v, te.const(0, v.dtype))
+
+    shape = (N, C, D + 2 * pd, H + 2 * ph, W + 2 * pw)
+    return ctx.materialize(
+        Lazy(shape, x.dtype, pad, src.reads, (), 2 + src.cost), node=f"{node.name}_pad"
+    )
 
 
 def _as_direct_3d(ctx, node, x: Lazy, weight, stride, padding, dilation, output_padding, groups):

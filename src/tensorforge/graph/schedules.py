@@ -206,13 +206,32 @@ def _elementwise(s, out, target) -> None:
     axes = s[out].op.axis
     if not axes:
         return
-    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
     width = target.vector_lanes(opmath_dtype(out.dtype) if out.dtype != "bool" else "int8") * 2
+    sizes = [getattr(e, "value", None) for e in out.shape]
+    if len(axes) > 1 and not all(isinstance(v, int) for v in sizes):
+        last = sizes[-1]
+        if not isinstance(last, int) or last >= width // 2:  # (short rows: fused, see below)
+            _elementwise_rows(s, out, axes, width // 2)
+            return
+    fused = s[out].fuse(*axes) if len(axes) > 1 else axes[0]
     chunk, step = s[out].split(fused, factor=CHUNK)
     _, vector = s[out].split(step, factor=width)
     s[out].vectorize(vector)
     if worth_threads(out):
         s[out].parallel(chunk)
+
+
+def _elementwise_rows(s, out, axes, width: int) -> None:
+    """Sizes known at run time: vectors along the last axis, the rows (the other axes fused)
+    in parallel, the partial vector of each row peeled. Fused whole, each lane's index was
+    divided by run-time extents (no strength reduction): a convolution's padded input of 64 x
+    58 x 58 at 1 thread took 2.7 ms against eager's 0.14, its 3 x 3 conv 4.9 ms against 2.6.
+    Rows shorter than a vector stay fused (a vector spans several rows there)."""
+    rows = s[out].fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
+    _, vector = s[out].split(axes[-1], factor=width, tail="peel")
+    s[out].vectorize(vector)
+    if worth_threads(out):
+        s[out].parallel(rows)
 
 
 def _transpose(s, out) -> None:

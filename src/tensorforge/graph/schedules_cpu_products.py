@@ -157,8 +157,8 @@ def _conv2d_filter_vectors(s, out, anchor, target) -> None:
     s[out].parallel(rows)
     s[conv].compute_at(s[out], xo)
     cb, cf, cy, cx, cl = s[conv].op.axis
-    rc, ry, rx = s[conv].op.reduce_axis
-    s[conv].reorder(cb, cy, rc, ry, rx, cx, cf, cl)
+    reduce = s[conv].op.reduce_axis  # (c, ky, kx); a 3-d convolution's (c, kz, ky, kx)
+    s[conv].reorder(cb, cy, *reduce, cx, cf, cl)
     s[conv].unroll(cx)
     s[conv].unroll(cf)
     s[conv].vectorize(cl)
