@@ -21,7 +21,7 @@ def chain(x, b):
 
 
 @pytest.mark.parametrize(
-    "shape, chunked", [((40009,), True), ((3, 20011), True), ((64, 1031), False)]
+    "shape, chunked", [((65537,), True), ((3, 30011), True), ((64, 1031), False), ((30011,), False)]
 )
 def test_few_long_rows_run_in_parallel_chunks(monkeypatch, shape, chunked):
     monkeypatch.setenv("TF_NUM_THREADS", "2")
@@ -31,13 +31,14 @@ def test_few_long_rows_run_in_parallel_chunks(monkeypatch, shape, chunked):
     compiled = compile_fn(chain, [x, b])
     (kernel,) = [st for st in compiled.steps if isinstance(st, BuiltKernel)]
     assert (kernel.source == CHUNKED_ROWS_SOURCE) == chunked
-    assert kernel.module[kernel.module.entry_name].source.num_threads_symbol is not None
+    parallel = kernel.module[kernel.module.entry_name].source.num_threads_symbol is not None
+    assert parallel == (x.numel() >= 65536)  # (a short vector: one thread, as before)
     torch.testing.assert_close(compiled([x, b])[0], chain(x, b), rtol=2e-6, atol=2e-6)
 
 
 def test_one_thread_keeps_the_first_guess(monkeypatch):
     monkeypatch.setenv("TF_NUM_THREADS", "1")
-    x = torch.randn(40009, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(65537, generator=torch.Generator().manual_seed(1))
     compiled = compile_fn(torch.erf, [x])
     (kernel,) = [st for st in compiled.steps if isinstance(st, BuiltKernel)]
     assert kernel.source != CHUNKED_ROWS_SOURCE

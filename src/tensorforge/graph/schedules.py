@@ -221,6 +221,7 @@ def _elementwise(s, out, target) -> None:
 
 CHUNKED_ROWS_SOURCE = "element-wise: rows in parallel chunks"
 TASKS_PER_THREAD = 4  # parallel tasks a thread gets at least: a late one's share of the work
+CHUNKED_ROWS_MIN_ELEMENTS = 1 << 16  # below, one thread (eager's grain is 32768 elements)
 
 
 def _few_row_tasks(out) -> bool:
@@ -229,11 +230,11 @@ def _few_row_tasks(out) -> bool:
     guess runs the rows in parallel and leaves a vector (a row of 4M, the only one) to a single
     thread, or 3 rows of 1.4M to 2 threads, one running two. Its chunks of rows then."""
     threads = num_threads()
-    if threads == 1 or not worth_threads(out):
-        return False
     sizes = [getattr(e, "value", None) for e in out.shape]
-    if not sizes or any(not isinstance(v, int) for v in sizes):
+    if threads == 1 or not sizes or any(not isinstance(v, int) for v in sizes):
         return False  # (run-time sizes: the rules' fused chunks already)
+    if math.prod(sizes) < CHUNKED_ROWS_MIN_ELEMENTS:
+        return False
     return math.prod(sizes[:-1]) < TASKS_PER_THREAD * threads and sizes[-1] >= 2 * CHUNK
 
 
