@@ -83,7 +83,9 @@ def histc(ctx, node, x, bins=100, min=0, max=0):  # noqa: A002 - torch's argumen
     if not dt.is_float(x.dtype) or numel == 0:
         raise Unsupported(f"histc of {numel} {x.dtype} elements")
     flat = reshaped(x, (numel,))
-    if ctx.target.kind == "llvm" and bins <= MOST_BINS and min <= max:
+    if ctx.target.kind == "llvm" and min <= max:
+        if bins > MOST_BINS:
+            raise Unsupported(f"histc of {bins} bins on the CPU (a task's histogram: {MOST_BINS})")
         limits = (None, None) if min == max else (min, max)
         return histogram_kernel(ctx, node, flat, numel, bins, *limits)
     if not min < max:
