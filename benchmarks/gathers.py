@@ -62,6 +62,9 @@ CASES = {
     "ldexp": (lambda x: torch.ldexp(x, EXPONENTS), (1024, 1024)),
     "histc_16": (lambda x: torch.histc(x, 16, -2, 2), (1024, 1024)),
     "histc_100": (lambda x: torch.histc(x, 100, -3, 3), (1024, 1024)),
+    "histc_1000": (lambda x: torch.histc(x, 1000, -3, 3), (1024, 1024)),
+    "histc_data_100": (lambda x: torch.histc(x, 100), (1024, 1024)),
+    "histc_data_16": (lambda x: torch.histc(x, 16), (1024, 1024)),
 }
 
 

@@ -1,5 +1,5 @@
 """Gathers for graph_fuzz.py's programs: grid_sample (every mode, padding and alignment), fold,
-max_unpool of a max pool's indices, 3-d adaptive pools, bucketize and searchsorted."""
+max_unpool of a max pool's indices, 3-d adaptive pools, bucketize, searchsorted and histc."""
 
 from __future__ import annotations
 
@@ -48,6 +48,12 @@ def op_gathers(g: Generator):
         x3 = x if dims == 3 else f"{x}.unsqueeze(2)"
         out = tuple(rng.choice([1, 2, 3, 5]) for _ in range(3))
         return rng.choice([f"F.adaptive_avg_pool3d({x3}, {out})", f"F.adaptive_max_pool3d({x3}, {out})"])  # fmt: skip
+    if rng.random() < 0.3:  # histc: a given range or the data's, few bins or many (a fraction
+        # of the elements, plus a function of x: counts alone are constant planes, as below)
+        bins = rng.choice([1, 5, 16, 33, 100])
+        lo, hi = rng.choice([(0, 0), (-1, 1), (-2.5, 0.5)])
+        counts = f"torch.histc({x}, {bins}, {lo}, {hi}) / {x}.numel()"
+        return f"{x}.flatten()[:1] * 0.5 + {counts}.sum() + {counts}[:1]"
     boundaries = sorted(round(rng.uniform(-2, 2), 1) for _ in range(rng.randint(1, 9)))
     right = rng.random() < 0.5
     # (scaled, plus x: bucket numbers alone, clamped and normalized later, made constant planes

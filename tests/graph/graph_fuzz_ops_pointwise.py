@@ -41,8 +41,8 @@ def op_pointwise_gaps(g: Generator):
         f"({x} > 1).any()",
         f"{x}.unfold({d}, {rng.randint(1, t.shape[d])}, {rng.randint(1, 3)}) * 2",
     ]
-    if not half:
-        forms.append(f"torch.nextafter({x}, {x}.flip(-1))")
+    forms.append(f"torch.nextafter({x}, {x}.flip(-1))")
+    forms.append(f"torch.frexp({x}).mantissa * torch.frexp({x}).exponent.to({x}.dtype)")
     if rank >= 2:
         off = rng.randint(-2, 2)
         forms += [
@@ -65,6 +65,8 @@ def op_pointwise_gaps(g: Generator):
             f"{k} << 3",
             f"{k} >> 2",
             f"torch.bitwise_left_shift({i} - 8, {i} * 4)",
+            f"torch.gcd({k}, ({i} * 5 - 20).to({kind}))",
+            f"torch.lcm({i} - 8, {i} * 3 + 1)",
         ]
     return rng.choice(forms)
 

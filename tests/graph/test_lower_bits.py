@@ -3,6 +3,8 @@ tensors and rrelu in inference as kernels (they ran eagerly), against eager torc
 type, shift counts past the width and negative, signed zeros and NaN's sign, broadcasting,
 empty tensors, half types, run-time sizes."""
 
+import shutil
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -72,7 +74,10 @@ def test_copysign_signbit_nextafter_angle():
         assert torch.equal(g.isnan(), e.isnan())
         same = ~e.isnan()
         assert torch.equal(g[same], e[same]) and torch.equal(g.signbit(), e.signbit())
-    assert compiled.program.fallbacks == []
+    # (nextafter of float32 runs eagerly on the CPU: eager's is faster)
+    assert [r for *_, r in compiled.program.fallbacks] == [
+        "aten.nextafter.default of float32 / float64 on the CPU (eager torch's is faster)"
+    ]
     i = ints((4, 5), torch.int32, 9, -4, 4)
     check(lambda i: (torch.angle(i), torch.signbit(i), torch.copysign(i, -1)), i)
     check(lambda x: (torch.copysign(x, x[:1]), torch.signbit(x)), rand(1, 5, seed=10).double())
@@ -143,4 +148,106 @@ def test_on_the_gpu():
     for k, (got, want) in enumerate(zip(compiled(inputs), gaps(*inputs))):
         assert got.dtype == want.dtype and got.shape == want.shape, k
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), k
+    assert compiled.program.fallbacks == []
+
+
+def every_half(dtype):
+    """All 65536 values of a half type (NaNs, infs, subnormals, both zeros)."""
+    return torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+def same_bits(got, want):
+    assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan())
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[want.element_size()]
+    number = ~want.isnan()
+    assert torch.equal(got.view(ints)[number], want.view(ints)[number])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_nextafter_and_frexp_of_every_half_value(dtype):
+    x = every_half(dtype)
+    y = x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(1))]
+    y[:4] = torch.tensor([float("inf"), float("-inf"), 0.0, -0.0])
+    compiled = compile_fn(lambda x, y: (torch.nextafter(x, y), *torch.frexp(x)), [x, y])
+    after, mantissa, exponent = compiled([x, y])
+    same_bits(after, torch.nextafter(x, y))
+    same_bits(mantissa, torch.frexp(x).mantissa)
+    assert torch.equal(exponent, torch.frexp(x).exponent)
+    # of a value computed in the kernel: rounded to the half type first, as eager's
+    h = x[::97].clone()
+    check(lambda h, y: (*torch.frexp(h * 3), torch.nextafter(h * 3, y)), h, y[::97].clone())
+
+
+@pytest.mark.parametrize(
+    "dtype, ints", [(torch.float32, torch.int32), (torch.float64, torch.int64)]
+)
+def test_frexp_of_random_bits_subnormals_and_powers_of_two(dtype, ints):
+    g = torch.Generator().manual_seed(2)
+    info = torch.iinfo(ints)
+    x = torch.randint(info.min, info.max, (4001,), generator=g, dtype=ints).view(dtype)
+    powers = torch.ldexp(torch.ones(320, dtype=dtype), torch.arange(-160, 160))
+    tiny = torch.finfo(dtype).smallest_normal * torch.tensor([2.0**-23, 0.5, 0.75], dtype=dtype)
+    x = torch.cat([x, powers, torch.nextafter(powers, torch.zeros(1, dtype=dtype)), tiny,
+                   torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan")], dtype=dtype)])  # fmt: skip
+    mantissa, exponent = compile_fn(torch.frexp, [x])([x])
+    same_bits(mantissa, torch.frexp(x).mantissa)
+    assert torch.equal(exponent, torch.frexp(x).exponent)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int16, torch.uint8])
+def test_gcd_and_lcm_of_integers(dtype):
+    info = torch.iinfo(dtype)
+    a = ints((3, 29), dtype, 15)  # 87 elements: groups of 4 and a tail of 3
+    b = ints((1, 29), dtype, 16, 0 if dtype == torch.uint8 else -300, 300)
+    a[0, :4] = torch.tensor([0, 0, info.min, info.max]).to(dtype)
+    b[0, :4] = torch.tensor([0, 6, 6, info.max]).to(dtype)
+    c = a.clone()
+    c[1, :] = info.min  # the minimum's |.| wraps: eager's signed steps
+    compiled = compile_fn(
+        lambda a, b, c: (torch.gcd(a, b), torch.lcm(a, b), torch.gcd(b, c)), [a, b, c]
+    )
+    for got, want in zip(compiled([a, b, c]), (torch.gcd(a, b), torch.lcm(a, b), torch.gcd(b, c))):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    assert compiled.program.fallbacks == []
+
+
+def new_kernels(x, h, b, a, c):
+    """frexp, half nextafter, gcd and lcm: the nvcc build and GPU run cases."""
+    return (
+        *torch.frexp(x),
+        *torch.frexp(h),
+        torch.nextafter(h, b),
+        torch.gcd(a, c),
+        torch.lcm(a, c),
+    )
+
+
+def new_kernel_inputs():
+    x = torch.cat([rand(37, seed=20) * 100, torch.tensor([0.0, -0.0, 1e-45, float("inf"), float("nan")])])  # fmt: skip
+    h = every_half(torch.float16)[::613].clone()
+    a, c = ints((3, 37), torch.int64, 21, -500, 500), ints((1, 37), torch.int64, 22, -500, 500)
+    return [x, h, h.flip(0), a, c]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_new_kernels_compile_with_nvcc():
+    from tests.graph.test_lower_math import nvcc_problem
+
+    assert nvcc_problem(new_kernels, new_kernel_inputs(), "sm_90a") is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_new_kernels_on_the_gpu():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+
+    inputs = [t.cuda() for t in new_kernel_inputs()]
+    gm = make_fx(new_kernels, decomposition_table=decompositions())(*inputs)
+    compiled = compile_aten(gm, inputs, {}, Options(target="cuda"))
+    for k, (got, want) in enumerate(zip(compiled(inputs), new_kernels(*inputs))):
+        assert got.dtype == want.dtype and got.shape == want.shape, k
+        assert torch.equal(got.isnan(), want.isnan()) if got.is_floating_point() else True, k
+        assert torch.equal(got[~want.isnan()] if got.is_floating_point() else got, want[~want.isnan()] if want.is_floating_point() else want), k  # fmt: skip
     assert compiled.program.fallbacks == []

@@ -35,7 +35,8 @@ def test_slower_modes_run_eagerly_on_cpu(monkeypatch):
 
     def fn(x, index, weight, indices, offsets):
         return (
-            x.scatter_reduce(1, index, x, "mean"),  # eager
+            x.scatter_reduce(0, index % 4, x, "mean"),  # eager
+            x.scatter_reduce(1, index, x, "mean"),  # along rows: a row's counts on the stack
             x.scatter_reduce(1, index, x, "amax"),
             F.embedding_bag(indices, weight, offsets, mode="sum"),  # eager
             F.embedding_bag(indices, weight, offsets, mode="max"),
@@ -43,7 +44,8 @@ def test_slower_modes_run_eagerly_on_cpu(monkeypatch):
 
     compiled = check(fn, x, index, weight, indices, offsets, fallbacks=2)
     reasons = " ".join(r for *_, r in compiled.program.fallbacks)
-    assert "mean on the CPU" in reasons and "sum / mean on the CPU" in reasons, reasons
+    assert "mean (but along rows) on the CPU" in reasons, reasons
+    assert "sum / mean on the CPU" in reasons, reasons
 
 
 def ints(low, high, shape, seed, dtype=torch.int64):
@@ -67,6 +69,24 @@ def scatters(x, index, src):
 def test_scatter_family():
     x, src = rand(5, 7, 3, seed=1), rand(3, 7, 2, seed=2)
     check(scatters, x, ints(0, 35, (3, 7, 2), 3), src, rtol=1e-4)
+
+
+def row_means(x, index, src, v):
+    """Means along the last axis (a row's counts on the task's stack): index rows fewer and
+    shorter than x's, duplicates, include_self or not; float64 and 1-d."""
+    return (
+        x.scatter_reduce(1, index, src, "mean"),
+        x.scatter_reduce(1, index, src, "mean", include_self=False),
+        x.double().scatter_reduce(-1, index, src.double(), "mean", include_self=False),
+        v.scatter_reduce(0, index[0], src[0], "mean"),
+    )
+
+
+def test_means_along_rows_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(registry, "EAGER_ON_CPU", EAGER_ON_CPU)
+    x, src, v = rand(5, 13, seed=31), rand(3, 9, seed=32), rand(11, seed=33)
+    compiled = check(row_means, x, ints(0, 11, (3, 9), 34), src, v)
+    assert compiled.program.fallbacks == []
 
 
 def test_scatter_of_integers_int32_indices_and_one_element():

@@ -13,6 +13,7 @@ from tensorforge.graph import (
     lower_conv_nd,
     lower_embedding_bag,
     lower_fold,
+    lower_gcd,
     lower_grid_sample,
     lower_index_reduce,
     lower_linalg,

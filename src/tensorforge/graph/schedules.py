@@ -17,6 +17,7 @@ from tensorforge.graph import schedules_cuda
 from tensorforge.graph.schedules_cpu_dot import schedule_cpu_dot
 from tensorforge.graph.schedules_cpu_products import schedule_conv2d, schedule_matmul, worth_threads
 from tensorforge.graph.values import opmath_dtype
+from tensorforge.runtime.native_call import num_threads
 from tensorforge.te import dtype as dt
 
 CHUNK = 4096  # elements each parallel iteration of an element-wise kernel walks
@@ -52,7 +53,7 @@ def _hand_scheduled(spec, target) -> bool:
     if kind in HAND_SCHEDULED:
         return True
     if kind is None:
-        return _transposed_axes(spec.out) is not None
+        return _transposed_axes(spec.out) is not None or _few_row_tasks(spec.out)
     if kind == "layer_norm" and any(b.dtype.startswith(("int", "uint")) for b in spec.reads):
         # rows gathered by indices (embeddings + layer norm): the first guess's loads of them
         # do not vectorize; rows of whole vectors keep the rules' (8 x 128 x 256, 1 thread:
@@ -106,6 +107,9 @@ def schedule_kernel(
         if _transposed_axes(out) is not None:
             _transpose(s, out)
             return s, TRANSPOSE_SOURCE
+        if _few_row_tasks(out):
+            _elementwise_rows_in_chunks(s, out, target)
+            return s, CHUNKED_ROWS_SOURCE
         _elementwise(s, out, target)
     elif kind == "matmul" and "cpu_dot" in anchor.info:
         return s, schedule_cpu_dot(s, out, anchor, target)
@@ -232,6 +236,37 @@ def _elementwise_rows(s, out, axes, width: int) -> None:
     s[out].vectorize(vector)
     if worth_threads(out):
         s[out].parallel(rows)
+
+
+CHUNKED_ROWS_SOURCE = "element-wise: rows in parallel chunks"
+TASKS_PER_THREAD = 4  # parallel tasks a thread gets at least: a late one's share of the work
+CHUNKED_ROWS_MIN_ELEMENTS = 1 << 16  # below, one thread (eager's grain is 32768 elements)
+
+
+def _few_row_tasks(out) -> bool:
+    """Whether an element-wise kernel worth the threads, run on more than one, has fewer
+    rows (the product of all but its last axis) than TASKS_PER_THREAD tasks a thread: the first
+    guess runs the rows in parallel and leaves a vector (a row of 4M, the only one) to a single
+    thread, or 3 rows of 1.4M to 2 threads, one running two. Its chunks of rows then."""
+    threads = num_threads()
+    sizes = [getattr(e, "value", None) for e in out.shape]
+    if threads == 1 or not sizes or any(not isinstance(v, int) for v in sizes):
+        return False  # (run-time sizes: the rules' fused chunks already)
+    if math.prod(sizes) < CHUNKED_ROWS_MIN_ELEMENTS:
+        return False
+    return math.prod(sizes[:-1]) < TASKS_PER_THREAD * threads and sizes[-1] >= 2 * CHUNK
+
+
+def _elementwise_rows_in_chunks(s, out, target) -> None:
+    """Each row in chunks of CHUNK elements, every chunk of every row a parallel task,
+    vectors along the row (the rows are not fused with the chunks, so a vector never spans two
+    rows and a broadcast read along the row stays a vector load)."""
+    *rows, last = s[out].op.axis
+    width = target.vector_lanes(opmath_dtype(out.dtype) if out.dtype != "bool" else "int8") * 2
+    chunk, step = s[out].split(last, factor=CHUNK)
+    _, vector = s[out].split(step, factor=width)
+    s[out].vectorize(vector)
+    s[out].parallel(s[out].fuse(*rows, chunk) if rows else chunk)
 
 
 def _transpose(s, out) -> None:
