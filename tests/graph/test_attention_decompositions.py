@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from tensorforge.graph import Options, compile_aten, decompositions  # noqa: E402
+from tensorforge.graph import Options, backend, compile_aten, decompositions  # noqa: E402
 from tensorforge.graph.attention_decompositions import (  # noqa: E402
     ATTENTION_DECOMPOSITIONS,
     cudnn_attention,
@@ -176,7 +176,7 @@ def test_half_attention_matches_eager_on_the_gpu(dtype):
         def fn(q, k, v, mask=mask, causal=causal, gqa=gqa):
             return F.scaled_dot_product_attention(q, k, v, mask, is_causal=causal, enable_gqa=gqa)
 
-        got = torch.compile(fn, backend="tensorforge", dynamic=False)(q, k, v)
+        got = torch.compile(fn, backend=backend, dynamic=False)(q, k, v)
         eager = fn(q, k, v)
         repeat = heads // kv_heads
         reference = fn(q.float(), k.float().repeat_interleave(repeat, 1), v.float().repeat_interleave(repeat, 1), gqa=False)  # fmt: skip
