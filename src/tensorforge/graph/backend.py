@@ -173,7 +173,7 @@ def target_of(example_inputs, opts: Options) -> Target:
 def _check_device(opts: Options, target: Target, example_inputs) -> None:
     """A CPU target for a model on the GPU: an error naming both (its kernels would read GPU
     memory). A CUDA target for CPU tensors builds (code generation without a GPU, as tests do)
-    and its call raises (call_plan.gpu_input)."""
+    and its call raises (call_plan.gpu_argument)."""
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     if opts.target is not None and target.kind != "cuda" and devices and "cpu" not in devices:
         raise ArgumentError(

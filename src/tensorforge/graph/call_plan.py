@@ -145,14 +145,11 @@ class CallPlan:
 GPU_INPUT_ALIGN = 16  # bytes: CUDA kernels read inputs by 16-byte (cp.async, vector) copies
 
 
-def gpu_input(tensor: torch.Tensor) -> torch.Tensor:
-    """A graph input (a constant, an eager step's result) as CUDA kernels read it: contiguous,
-    and starting on a 16-byte boundary (a view that starts inside its storage, e.g.
-    x.view(-1)[3:], is copied: its kernels' 16-byte copies would otherwise fault, or in a CUDA
-    graph read the wrong bytes)."""
-    if (
-        not tensor.is_cuda and tensor.dim() == 0
-    ):  # (a CPU scalar beside CUDA tensors, as torch allows)
+def gpu_argument(tensor: torch.Tensor) -> torch.Tensor:
+    """A graph argument of a CUDA graph, as its kernels read it (gpu_input): on the GPU (a CPU
+    scalar beside CUDA tensors is copied there, as torch allows; any other CPU tensor is the
+    caller's error, which the kernels would read as a bad address)."""
+    if not tensor.is_cuda and tensor.dim() == 0:
         return tensor.to("cuda")
     if not tensor.is_cuda:
         raise ArgumentError(
@@ -160,6 +157,14 @@ def gpu_input(tensor: torch.Tensor) -> torch.Tensor:
             f"its example inputs) called with a tensor on {tensor.device}: move the model and "
             f"its inputs to the GPU, or compile for the CPU"
         )
+    return gpu_input(tensor)
+
+
+def gpu_input(tensor: torch.Tensor) -> torch.Tensor:
+    """A graph input (a constant, an eager step's result) as CUDA kernels read it: contiguous,
+    and starting on a 16-byte boundary (a view that starts inside its storage, e.g.
+    x.view(-1)[3:], is copied: its kernels' 16-byte copies would otherwise fault, or in a CUDA
+    graph read the wrong bytes)."""
     tensor = tensor.contiguous()
     return tensor if tensor.data_ptr() % GPU_INPUT_ALIGN == 0 else tensor.clone()
 

@@ -120,8 +120,8 @@ class Lowerer(ConstantFolding):
         if position in self.constant_inputs:
             self.program.inputs.append(None)
             return self.add_constant(self.constant_inputs[position], node.name)
-        if not node.users:  # (an effect token: None at run time, graph/effects.py)
-            self.program.inputs.append(None)
+        if isinstance(val, torch.Tensor) and not node.users:
+            self.program.inputs.append(None)  # (an effect token: None at run time, effects.py)
             return None
         if isinstance(val, torch.Tensor):
             shape = self.program.symbols.shape(val.shape)

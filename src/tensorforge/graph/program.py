@@ -331,7 +331,7 @@ class CompiledGraph:
         cuda = self.device.type == "cuda"
         for k, buf in enumerate(self.program.inputs):
             if buf is not None and not isinstance(buf, str):
-                tensors[buf] = call_plan.gpu_input(args[k]) if cuda else args[k].contiguous()
+                tensors[buf] = call_plan.gpu_argument(args[k]) if cuda else args[k].contiguous()
         timings = self.timings
         if self.use_cuda_graph and timings is None and self._launch_graph(tensors, bindings):
             return [self._result(v, tensors, bindings) for v in self.program.outputs]
