@@ -75,13 +75,8 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         shape = ctx.shape_of(node)
         half = ctx.dtype_of(node.args[0].args[0]) if raised else None
         if raised and can_pad_for_tensor_cores(ctx.target, half, shape):
-            a16, b16 = ctx.view_of_memory(raised[0]), raised[1]
-            b16 = ctx.view_of_memory(b16) if _rows_contiguous(node.args[1].args[0]) else ctx.buffer(b16)  # fmt: skip
-            if wants_tensor_cores(ctx.target, half, shape, a16.shape[-1], False):
-                return tensor_core_product(ctx, node, a16, b16, None, shape, half, dtype)
-            padded = padded_operands(ctx, a16, b16, shape, half)
-            if padded is not None:
-                return tensor_core_product(ctx, node, *padded, None, shape, half, dtype)
+            a16, right = ctx.view_of_memory(raised[0]), node.args[1].args[0]
+            return _tensor_core_bmm(ctx, node, a16, raised[1], right, shape, half, dtype)
     a = ctx.view_of_memory(a)
     constant = ctx.constant(b) if not batched else None
     b = ctx.lazy(b)
@@ -94,6 +89,11 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         return cpu_dot_product(ctx, node, a, constant, shape, dtype)
     if batched and wants_cpu_dot_bmm(ctx.target, dtype, shape, k):
         return cpu_dot_bmm(ctx, node, a, ctx.view_of_memory(b), shape, dtype)
+    tf32 = ctx.precision.matmul_tf32
+    if constant is None and ctx.target.kind == "cuda":
+        on_tensor_cores = _tensor_core_bmm(ctx, node, a, b, node.args[1], shape, dtype, tf32=tf32)
+        if on_tensor_cores is not None:
+            return on_tensor_cores
     info = {}
     if constant is not None and ctx.target.kind == "llvm":
         mr, nr = matmul_tiles(ctx.target, acc)
@@ -112,12 +112,8 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
         b = ctx.view_of_memory(b) if _rows_contiguous(node.args[1]) else ctx.buffer(b)
         b_at = lambda kk, j, *bi: b.at((*bi, kk, j))  # noqa: E731
         reads = a.reads | b.reads
-    tf32 = ctx.precision.matmul_tf32
-    if wants_tensor_cores(ctx.target, dtype, shape, k, constant is not None, tf32):
+    if constant is not None and wants_tensor_cores(ctx.target, dtype, shape, k, True, tf32):
         return tensor_core_product(ctx, node, a, b, constant, shape, dtype)
-    padded = padded_operands(ctx, a, b, shape, dtype) if constant is None else None
-    if padded is not None:
-        return tensor_core_product(ctx, node, *padded, None, shape, dtype)
     splits = cuda_matmul_splits(ctx.target, shape, k, dtype) if constant is not None else 0
     if splits:
         return matmul_split_k(ctx, node, a, constant, shape, dtype, splits)
@@ -140,6 +136,19 @@ def _matmul(ctx, node, a, b, batched: bool) -> Lazy:
     anchor = Anchor("matmul", C, frozenset(reads), (node.name,), info)
     del lead, n, m
     return ctx.anchored(anchor, lambda ia: C[tuple(ia)], dtype)
+
+
+def _tensor_core_bmm(ctx, node, a: Lazy, b: Lazy, right, shape, dtype, out_dtype=None, tf32=False):
+    """A product whose right matrix `b` (the fx value `right`) is computed in the graph, on
+    tensor cores: its operands as they are where the sizes are whole mma steps and tiles, else
+    zero-padded copies (then the right matrix's only copy); None where it stays on CUDA cores."""
+    if wants_tensor_cores(ctx.target, dtype, shape, a.shape[-1], False, tf32):
+        b = ctx.view_of_memory(b) if _rows_contiguous(right) else ctx.buffer(b)
+        return tensor_core_product(ctx, node, a, b, None, shape, dtype, out_dtype)
+    padded = padded_operands(ctx, a, ctx.lazy(b), shape, dtype)
+    if padded is None:
+        return None
+    return tensor_core_product(ctx, node, *padded, None, shape, dtype, out_dtype)
 
 
 _CASTS = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
