@@ -254,3 +254,17 @@ def test_a_transposing_read_whose_rows_overflow_l1_keeps_its_prefetch():
     y = te.compute((1024, 1024), lambda i, j: x[j, i] + 1.0, name="y")
     s = schedule_elementwise(y, parallel=False)
     assert [p for p in prefetches(s, [x, y]) if p.buffer.name == "x"]
+
+
+def test_prefetch_of_a_bool_tensor_counts_its_bytes():
+    # a bool is a byte in memory (one bit by its dtype): a 64-element row is one cache line,
+    # and the schedule's prefetch of a bool mask lowers (it divided by zero bytes)
+    n, m = 9, 300
+    M = te.placeholder((n, m), name="M", dtype="bool")
+    B = te.compute((m, n), lambda i, j: te.if_then_else(M[j, i], 1.0, -1.0), name="B")
+    s = te.create_schedule(B.op)
+    i, j = B.op.axis
+    io, ii = s[B].split(i, factor=16)
+    s[B].reorder(io, j, ii)
+    s[B].prefetch(M, io, 1)
+    check_against_numpy(s, [M], [B], lambda a: np.where(a.T, 1.0, -1.0))

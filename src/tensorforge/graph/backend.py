@@ -6,7 +6,8 @@ the composites tensorforge fuses better kept whole: layer norm, softmax, SDPA's 
 log-softmax, GELU, SiLU) for inference, and calls `compile_aten` on it. Parameters and buffers
 of the model are constants: their values are read once, at compile time (weights are packed,
 batch norms folded), as Inductor's freezing does; a model whose weights change afterwards must
-be compiled again.
+be compiled again. Graphs that need gradients (training, or a call without torch.no_grad()) are
+compiled as AOTAutograd's forward and backward graphs, with nothing frozen (training.py).
 Compiled graphs are kept on disk (cache.py): compiling the same graph again, in any process,
 lowers it (folding the live weights) and loads its kernels instead of building them; where
 Dynamo's graph itself has an entry (front_cache.py), AOTAutograd is skipped too.
@@ -32,6 +33,7 @@ from tensorforge.graph.output_views import WithOutputViews, view_outputs
 from tensorforge.graph.product_decompositions import product_decompositions
 from tensorforge.graph.program import CompiledGraph, build_kernels
 from tensorforge.graph.report import Checked
+from tensorforge.graph.training import compile_training
 from tensorforge.runtime.native_call import set_default_threads
 from tensorforge.target import Target
 
@@ -75,17 +77,14 @@ def decompositions() -> dict:
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, mode=None):
-    """Dynamo's entry: compile `gm` for inference (training graphs run eagerly, with a warning)."""
+    """Dynamo's entry: compile `gm` for inference, with the model's weights frozen; a graph that
+    needs gradients as a forward and a backward graph (training.py)."""
     opts = Options.of(options)
     if torch.is_grad_enabled() and any(
         getattr(x, "requires_grad", False) for x in example_inputs if isinstance(x, torch.Tensor)
     ):
-        warnings.warn(
-            "tensorforge compiles inference graphs: this one needs gradients and runs eagerly; "
-            "call the model under torch.no_grad() or torch.inference_mode()",
-            stacklevel=2,
-        )
-        return gm.forward
+        _check_device(opts, target_of(example_inputs, opts), example_inputs)
+        return compile_training(gm, example_inputs, opts, decompositions())
     constants = constant_inputs(gm, example_inputs)
     target = target_of(example_inputs, opts)
     _check_device(opts, target, example_inputs)

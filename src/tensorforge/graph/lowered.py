@@ -53,8 +53,12 @@ class EagerSpec:
 
 @dataclass(frozen=True)
 class BufferArg:
+    """A buffer as a tensor of `shape`; with `permutation`, that tensor's permuted view (an
+    eager step reads a transposed weight in place instead of a copy a kernel would make)."""
+
     buffer: Buffer
     shape: tuple
+    permutation: tuple | None = None
 
 
 @dataclass

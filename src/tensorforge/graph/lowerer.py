@@ -39,6 +39,8 @@ from tensorforge.te import dtype as dt
 from tensorforge.te.intrin import LIBM_UNARY
 from tensorforge.te.visit import children
 
+aten = torch.ops.aten
+
 TORCH_TO_TE = {
     torch.float32: "float32",
     torch.float64: "float64",
@@ -397,8 +399,12 @@ class Lowerer(ConstantFolding):
     def eager(self, node: torch.fx.Node, args, kwargs, reason: str):
         """Run the node in torch inside the compiled graph; its results become buffers."""
 
+        views = self._permuted_buffers(node)
+
         def arg(v):
             if isinstance(v, Lazy):
+                if id(v) in views:
+                    return views[id(v)]
                 v = self.materialize(v)
                 return BufferArg(v.source, tuple(v.shape))
             return v
@@ -426,6 +432,28 @@ class Lowerer(ConstantFolding):
         self.program.steps.append(spec)
         self.program.fallbacks.append((node.name, str(node.target), reason))
         return tuple(values) if isinstance(val, (tuple, list)) else values[0]
+
+    _PERMUTES = {
+        aten.permute.default: lambda n, rank: tuple(d % rank for d in n.args[1]),
+        aten.t.default: lambda n, rank: (1, 0)[:rank],
+        aten.transpose.int: lambda n, rank: _swapped(rank, n.args[1] % rank, n.args[2] % rank),
+    }
+
+    def _permuted_buffers(self, node: torch.fx.Node) -> dict:
+        """id(value) -> BufferArg for the arguments of `node` that are a permute of a value in
+        memory: torch reads them as views (a training graph's W^T, no transposing copy)."""
+        found = {}
+        for arg in node.all_input_nodes:
+            permutation = self._PERMUTES.get(arg.target)
+            value, base = self.env.get(arg), self.env.get(arg.args[0]) if arg.args else None
+            if permutation is None or not isinstance(value, Lazy) or not isinstance(base, Lazy):
+                continue
+            if base.source is None or base.anchor is not None:
+                continue
+            found[id(value)] = BufferArg(
+                base.source, tuple(base.shape), permutation(arg, len(base.shape))
+            )
+        return found
 
     def _output(self, value):
         if isinstance(value, Lazy):
@@ -506,3 +534,9 @@ def _same(a, b) -> bool:
 
 def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _swapped(rank: int, a: int, b: int) -> tuple:
+    order = list(range(rank))
+    order[a], order[b] = order[b], order[a]
+    return tuple(order)

@@ -438,7 +438,8 @@ class CompiledGraph:
     def _eager(self, step: EagerSpec, tensors: dict, bindings: dict) -> None:
         def value(v):
             if isinstance(v, BufferArg):
-                return _shaped(tensors[v.buffer], v.shape, bindings)
+                shaped = _shaped(tensors[v.buffer], v.shape, bindings)
+                return shaped if v.permutation is None else shaped.permute(v.permutation)
             if not isinstance(v, (int, float, bool, str)) and sym.is_size_expr(v):
                 return sym.evaluate(v, bindings)
             return v

@@ -108,7 +108,7 @@ def _too_large(region: list[tuple[Expr, Expr]], dtype: str) -> bool:
         extent = simplify_expr(extent)
         if isinstance(extent, Const):
             elements *= max(1, int(extent.value))
-    return elements * dt.bits_of(dtype) // 8 > MAX_PREFETCH_BYTES
+    return elements * _element_bytes(dtype) > MAX_PREFETCH_BYTES
 
 
 # A step that prefetches more than twice the lines its own reads fill reads a sliver of each (a
@@ -129,7 +129,7 @@ def _rereads_resident_lines(tensor: Tensor, indices, region, roots, shift, relax
     read = _points([simplify_expr(span.max - span.min + 1) for span in relax.values()], known)
     if read is None:
         return False
-    read_lines = -(-read * dt.bits_of(tensor.dtype) // 8 // CACHE_LINE_BYTES)
+    read_lines = -(-read * _element_bytes(tensor.dtype) // CACHE_LINE_BYTES)
     if _line_count(region, tensor.dtype) <= MAX_LINES_PER_LINE_READ * read_lines:
         return False  # the step reads most of what it fetches: a run, or rows of whole lines
     ((loop, _),) = shift.items()
@@ -159,7 +159,7 @@ def _points(extents: list[Expr], known: Mapping[Var, Interval]) -> int | None:
 def _line_count(region: list[tuple[Expr, Expr]], dtype: str) -> int:
     """How many prefetches `_lines` makes of the region, by its constant extents (a symbolic
     one counts as 1)."""
-    per_line = max(1, CACHE_LINE_BYTES // (dt.bits_of(dtype) // 8))
+    per_line = max(1, CACHE_LINE_BYTES // _element_bytes(dtype))
     count = 1
     for d, (_, extent) in enumerate(region):
         extent = simplify_expr(extent)
@@ -170,7 +170,7 @@ def _line_count(region: list[tuple[Expr, Expr]], dtype: str) -> int:
 
 def _lines(buffer: Buffer, region: list[tuple[Expr, Expr]], write: bool = False) -> Stmt:
     """Loops over the region's outer dimensions, and over its innermost one line at a time."""
-    step = max(1, CACHE_LINE_BYTES // (dt.bits_of(buffer.dtype) // 8))
+    step = max(1, CACHE_LINE_BYTES // _element_bytes(buffer.dtype))
     *outer, (last_min, last_extent) = region
     lines = simplify_expr((last_extent + step - 1) // step)
     # each loop variable is of its extent's type (int64 for a region that can pass 2**31)
@@ -182,3 +182,7 @@ def _lines(buffer: Buffer, region: list[tuple[Expr, Expr]], write: bool = False)
     for d in reversed(range(len(outer))):
         stmt = For(loop_vars[d], const(0, loop_vars[d].dtype), outer[d][1], stmt)
     return stmt
+
+
+def _element_bytes(dtype: str) -> int:
+    return max(1, dt.bits_of(dtype) // 8)  # (a bool is stored in a byte)

@@ -1,0 +1,125 @@
+"""Graphs that need gradients (graph/training.py): a training step through torch.compile's
+forward and backward graphs, against eager torch on the same weights and data."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from tensorforge.graph import backend  # noqa: E402
+
+
+def twins(make, seed=0):
+    torch.manual_seed(seed)
+    model = make()
+    return model, copy.deepcopy(model)
+
+
+def close(got, want, tol=1e-4):
+    scale = want.abs().max().item() or 1.0
+    return (got - want).abs().max().item() <= tol * scale
+
+
+def assert_same_step(compiled, model, eager, *inputs, tol=1e-4):
+    """One forward + backward of each: outputs, gradients and buffers (running statistics).
+    The loss weighs the outputs at random (a normalized output's mean square has no gradient)."""
+    out_got, out_want = compiled(*inputs), eager(*inputs)
+    assert close(out_got, out_want, tol)
+    weights = torch.randn(out_want.shape)
+    (out_got * weights).sum().backward()
+    (out_want * weights).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        assert p.grad is not None, f"no gradient for {name}"
+        assert close(p.grad, q.grad, tol), f"gradient of {name}"
+    for (name, b), c in zip(model.named_buffers(), eager.buffers()):
+        assert close(b.float(), c.float(), tol), f"buffer {name}"
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    monkeypatch.setenv("TENSORFORGE_GRAPH_STRICT", "1")  # a graph that fails raises
+    torch._dynamo.reset()
+
+
+def test_mlp_training_steps_match_eager_and_see_the_updated_weights():
+    def make():
+        return nn.Sequential(nn.Linear(13, 31), nn.GELU(), nn.LayerNorm(31), nn.Linear(31, 3))
+
+    model, eager = twins(make)
+    compiled = torch.compile(model, backend=backend)
+    opt_a = torch.optim.SGD(model.parameters(), lr=0.5)
+    opt_b = torch.optim.SGD(eager.parameters(), lr=0.5)
+    for _ in range(3):  # nothing is frozen: each step reads the weights the last one wrote
+        x = torch.randn(7, 13)
+        opt_a.zero_grad(), opt_b.zero_grad()
+        assert_same_step(compiled, model, eager, x)
+        opt_a.step(), opt_b.step()
+
+
+def test_conv_batch_norm_in_training_mode_updates_running_statistics():
+    def make():
+        return nn.Sequential(
+            nn.Conv2d(3, 6, 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(6),
+            nn.ReLU(),
+            nn.Conv2d(6, 5, 1, groups=1),
+            nn.GroupNorm(1, 5),  # (per-channel groups would make the pooled output ~0)
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+
+    model, eager = twins(make, seed=1)
+    compiled = torch.compile(model.train(), backend=backend)
+    eager.train()
+    assert_same_step(compiled, model, eager, torch.randn(2, 3, 11, 7))
+
+
+def test_transformer_layer_gradients_match_eager():
+    def make():
+        return nn.TransformerEncoderLayer(16, 4, 24, batch_first=True, dropout=0.0)
+
+    model, eager = twins(make, seed=2)
+    compiled = torch.compile(model, backend=backend)
+    assert_same_step(compiled, model, eager, torch.randn(2, 5, 16))
+
+
+def test_embedding_and_input_gradients():
+    model, eager = twins(lambda: nn.Sequential(nn.Embedding(11, 6), nn.Linear(6, 4)), seed=3)
+    ids = torch.randint(0, 11, (3, 5))
+    compiled = torch.compile(model, backend=backend)
+    assert_same_step(compiled, model, eager, ids)
+
+    x = torch.randn(4, 9, requires_grad=True)  # a gradient for an input, no parameters
+    y = x.detach().clone().requires_grad_()
+    fn = torch.compile(lambda v: (v.sin() * v).cumsum(1), backend=backend)
+    fn(x).pow(2).sum().backward()
+    (y.sin() * y).cumsum(1).pow(2).sum().backward()
+    assert close(x.grad, y.grad)
+
+
+def test_an_eval_model_called_without_no_grad_is_compiled(capsys):
+    model, eager = twins(lambda: nn.Sequential(nn.Linear(8, 8), nn.Tanh()).eval(), seed=4)
+    x = torch.randn(3, 8)
+    got = torch.compile(model, backend=backend, options={"report": True})(x)
+    assert "kernels of this graph" in capsys.readouterr().err  # not eager with a warning
+    assert close(got, eager(x))
+    assert got.requires_grad
+
+
+@pytest.mark.parametrize("rows", [5, 389])
+def test_products_with_a_transposed_right_matrix_known_at_run_time(rows, capsys):
+    # addmm(b, x, W^T) with W an input: under PACK_MIN_ROWS rows eager torch's product, past it
+    # W packed into panels by a kernel of its own; 53 columns: a partial last panel
+    torch.manual_seed(rows)
+    x, w, b = torch.randn(rows, 97), torch.randn(53, 97), torch.randn(53)
+    fn = lambda x, w, b: torch.addmm(b, x, w.t()).relu()  # noqa: E731
+    with torch.no_grad():
+        got = torch.compile(fn, backend=backend, options={"report": True})(x, w, b)
+    report = capsys.readouterr().err
+    assert close(got, torch.addmm(b, x, w.t()).relu(), 1e-5)
+    if rows < 384:
+        assert "EAGER aten.addmm" in report
+    else:
+        assert "_panels" in report and "EAGER" not in report
