@@ -26,6 +26,8 @@ def test_plans_fill_the_sms_and_split_k_only_where_tiles_are_few():
 @pytest.mark.parametrize("plan, epilogue, dtype", [
     (WsPlan(192, 4, 2, 1), "bias_gelu", "float16"),
     (WsPlan(128, 4, 2, 2), "bias", "bfloat16"),
+    (WsPlan(128, 6, 2, 1, pingpong=True, mw=2), "bias_residual", "float16"),
+    (WsPlan(256, 5, 2, 1, pingpong=True), "bias_gelu", "bfloat16"),
 ])  # fmt: skip
 def test_source_compiles_for_sm90a_without_spills_or_serialized_wgmma(plan, epilogue, dtype, tmp_path):  # fmt: skip
     if NVCC is None:
@@ -45,6 +47,12 @@ def test_source_compiles_for_sm90a_without_spills_or_serialized_wgmma(plan, epil
     (257, 392, 520, "bias_gelu", "float16", WsPlan(128, 4, 2, 3)),
     (130, 64, 1000, "bias", "bfloat16", WsPlan(256, 3, 2, 2)),
     (300, 264, 200, "bias_gelu", "bfloat16", WsPlan(192, 4, 2, 1, regs=False)),
+    # ping-pong, on 3 blocks (each warpgroup several tiles, turns after turns)
+    (1, 8, 8, "bias_residual", "float16", WsPlan(128, 6, 2, 1, pingpong=True, mw=2)),
+    (517, 392, 1000, "bias_gelu", "float16", WsPlan(128, 6, 2, 1, pingpong=True, mw=2)),
+    (263, 520, 72, "bias_residual", "bfloat16", WsPlan(256, 5, 2, 1, pingpong=True)),
+    (197, 200, 520, "residual", "float16", WsPlan(192, 6, 2, 1, pingpong=True)),
+    (130, 136, 136, "none", "float16", WsPlan(128, 4, 2, 1, pingpong=True, regs=False)),
 ])  # fmt: skip
 def test_ws_gemm_matches_torch(m, n, k, epilogue, dtype, plan):
     torch = pytest.importorskip("torch")
@@ -61,15 +69,18 @@ def test_ws_gemm_matches_torch(m, n, k, epilogue, dtype, plan):
     a = torch.randn(m, k, device="cuda", generator=g).to(tdt)
     b = (torch.randn(k, n, device="cuda", generator=g) / k**0.5).to(tdt)
     bias = torch.randn(n, device="cuda", generator=g).to(tdt)
+    res = torch.randn(m, n, device="cuda", generator=g).to(tdt)
     d = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
     work = torch.zeros(m, n, device="cuda")
     counts = torch.zeros(4096, device="cuda", dtype=torch.int32)
-    ref = a.float() @ b.float() + (0 if epilogue == "none" else bias.float())
+    ref = a.float() @ b.float() + (bias.float() if epilogue.startswith("bias") else 0)
     ref = F.gelu(ref) if epilogue == "bias_gelu" else ref
+    ref = ref + res.float() if epilogue.endswith("residual") else ref
+    blocks = 3 if plan.pingpong else sms
     tol = 2e-2 if dtype == "bfloat16" else 4e-3
     for _ in range(2):  # the second call sees the workspace and counters the first left
         launch(plan, epilogue, dtype, a.data_ptr(), b.data_ptr(), d.data_ptr(), bias.data_ptr(),
-               work.data_ptr(), counts.data_ptr(), m, n, k, sms)  # fmt: skip
+               work.data_ptr(), counts.data_ptr(), m, n, k, blocks, res.data_ptr())  # fmt: skip
         torch.cuda.synchronize()
         torch.testing.assert_close(d.float(), ref, atol=tol * ref.abs().max().item(), rtol=tol)
     assert not work.any() and not counts.any()

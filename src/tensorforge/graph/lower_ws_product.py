@@ -90,8 +90,8 @@ def ws_kernel_source(spec: KernelSpec, target) -> KernelSource:
         f'extern "C" __global__ void __launch_bounds__({plan.threads}, 1) {entry}(\n'
         f"    const tf_tensor_map* __restrict__ ma, const tf_tensor_map* __restrict__ mb,\n"
         f"    {ctype}* __restrict__ a, {ctype}* __restrict__ b, {ctype}* __restrict__ d) {{\n"
-        f"  tf_ws_body<{ctype}, {plan.bn}, {plan.stages}, 0, {plan.cwg}, {int(plan.regs)}>(\n"
-        f"      ma, mb, d, d, nullptr, nullptr, {n}, {m}, {k}, {tm}, {tn}, 1);\n"
+        f"  tf_ws_body<{plan.template_args(ctype, 0)}>(\n"
+        f"      ma, mb, d, d, d, nullptr, nullptr, {n}, {m}, {k}, {tm}, {tn}, 1);\n"
         f"}}\n"
     )
     params = (

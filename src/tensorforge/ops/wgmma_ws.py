@@ -66,7 +66,7 @@ def _wgmma_scaled(n: int) -> str:
     )
 
 
-EPILOGUE_CODES = {"none": 0, "bias": 1, "bias_gelu": 2}
+EPILOGUE_CODES = {"none": 0, "bias": 1, "bias_gelu": 3, "residual": 4, "bias_residual": 5}
 CTYPES = {"float16": "half", "bfloat16": "__nv_bfloat16"}
 K_STEP = 64  # halves of a k step: one 128-byte swizzled row
 ENTRY = "tf_ws_gemm"
@@ -115,26 +115,34 @@ __device__ __forceinline__ void tf_ws_unit(int unit, int tiles_m, int split, int
   k1 = (part + 1) * ksteps / split;
 }
 
-template <typename T, int BN, int STAGES, int EPI, int CWG, int REGS>
+// EPI bits: 1 + bias[col], 2 GELU (erf) after it, 4 + res[row, col] after that. PP 1 ("ping-pong"):
+// the consumer warpgroups take the block's units in turn, each a whole 64 * MW x BN tile, so
+// one's epilogue runs while the other multiplies; PP 0: both share each 64 * CWG x BN tile.
+template <typename T, int BN, int STAGES, int EPI, int CWG, int REGS, int PP = 0, int MW = 1>
 __device__ __forceinline__ void tf_ws_body(
     const tf_tensor_map* __restrict__ ma, const tf_tensor_map* __restrict__ mb,
-    T* __restrict__ d, const T* __restrict__ bias, float* __restrict__ work,
+    T* __restrict__ d, const T* __restrict__ bias, const T* __restrict__ res, float* __restrict__ work,
     unsigned* __restrict__ counts, int M, int N, int K, int tiles_m, int tiles_n, int split) {
-  constexpr int BM = 64 * CWG;
+  static_assert(PP || MW == 1, "cooperative tiles: one 64-row block a warpgroup");
+  static_assert(!PP || CWG == 2, "ping-pong: two consumer warpgroups");
+  constexpr int BM = PP ? 64 * MW : 64 * CWG;
   constexpr unsigned A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES;
   extern __shared__ __align__(1024) unsigned char tf_ws_smem[];
-  __shared__ __align__(8) unsigned long long bars[2 * STAGES];
+  __shared__ __align__(8) unsigned long long bars[2 * STAGES + 2];
   __shared__ unsigned last_part;
   const unsigned base = (tf_ws::saddr(tf_ws_smem) + 1023u) & ~1023u;  // (sw128: 1024-aligned)
   const unsigned full0 = tf_ws::saddr(&bars[0]), empty0 = tf_ws::saddr(&bars[STAGES]);
+  const unsigned order0 = tf_ws::saddr(&bars[2 * STAGES]);  // (ping-pong: a warpgroup's turn)
   const int wg = threadIdx.x / 128;
   const int ksteps = (K + 63) / 64;
   const int units = tiles_m * tiles_n * split;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       tf_ws::bar_init(full0 + 8 * s, 1);
-      tf_ws::bar_init(empty0 + 8 * s, 4 * CWG);
+      tf_ws::bar_init(empty0 + 8 * s, PP ? 4 : 4 * CWG);
     }
+    tf_ws::bar_init(order0, 1);
+    tf_ws::bar_init(order0 + 8, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -161,30 +169,46 @@ __device__ __forceinline__ void tf_ws_body(
   }
   if (REGS) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   const int lane = threadIdx.x % 32, warp4 = (threadIdx.x / 32) % 4;
-  float acc[BN / 2];
-  int it = 0;
-  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+  float acc[MW][BN / 2];
+  int it = 0, local = 0, turns = 0;
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x, ++local) {
     int tile_m, tile_n, tile, k0, k1;
     tf_ws_unit(unit, tiles_m, split, ksteps, tile_m, tile_n, tile, k0, k1);
+    if (PP) {
+      if (local % 2 != wg) {  // the other warpgroup's tile: skip its stages
+        it += k1 - k0;
+        continue;
+      }
+      // wait until the other warpgroup has seen its last tile's stages full: a stage's phases
+      // before this one's are then complete, so waiting on its parity cannot pass early
+      if (local > 0) tf_ws::bar_wait(order0 + 8 * wg, turns & 1);
+      if (local > 0) ++turns;
+    }
     for (int kt = k0; kt < k1; ++kt, ++it) {
       const int s = it % STAGES;
       tf_ws::bar_wait(full0 + 8 * s, (it / STAGES) & 1);
-      const unsigned a0 = base + s * STAGE + wg * 64 * 128, b0 = base + s * STAGE + A_BYTES;
+      const unsigned a0 = base + s * STAGE + (PP ? 0 : wg * 64 * 128), b0 = base + s * STAGE + A_BYTES;
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        tf_ws::mma<BN>(acc, tf_wg::desc(a0 + kk * 32, 16, 1024), tf_wg::desc(b0 + kk * 2048, 8192, 1024),
-                       kt > k0 || kk > 0, static_cast<const T*>(nullptr));
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw)
+          tf_ws::mma<BN>(acc[mw], tf_wg::desc(a0 + mw * 8192 + kk * 32, 16, 1024),
+                         tf_wg::desc(b0 + kk * 2048, 8192, 1024), kt > k0 || kk > 0,
+                         static_cast<const T*>(nullptr));
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");  // the step before is done
       if (kt > k0 && lane == 0) tf_ws::bar_arrive(empty0 + 8 * ((it - 1) % STAGES));
     }
+    if (PP && threadIdx.x % 128 == 0) tf_ws::bar_arrive(order0 + 8 * (1 - wg));  // its turn
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     if (k1 > k0 && lane == 0) tf_ws::bar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw) {
     // the accumulators: row warp4 * 16 + lane / 4 (+ 8), columns n8 * 8 + lane % 4 * 2 (+ 1)
-    const int row0 = tile_m * BM + wg * 64 + warp4 * 16 + lane / 4;
+    const int row0 = tile_m * BM + (PP ? mw * 64 : wg * 64) + warp4 * 16 + lane / 4;
     const int col0 = tile_n * BN + (lane % 4) * 2;
-    if (split > 1) {  // add this part into the workspace; the last part stores the tile
+    if (!PP && split > 1) {  // add this part into the workspace; the last part stores the tile
 #pragma unroll
       for (int n8 = 0; n8 < BN / 8; ++n8)
 #pragma unroll
@@ -193,8 +217,8 @@ __device__ __forceinline__ void tf_ws_body(
           if (row < M && col < N) {  // (red: no value back, no wait; atomicAdd of a float2
             // was a compare-and-swap loop, k1 split in 2 took 102 us against 21 unsplit)
             float* w = work + static_cast<long long>(row) * N + col;
-            asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w), "f"(acc[n8 * 4 + 2 * h]) : "memory");
-            asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w + 1), "f"(acc[n8 * 4 + 2 * h + 1]) : "memory");
+            asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w), "f"(acc[mw][n8 * 4 + 2 * h]) : "memory");
+            asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w + 1), "f"(acc[mw][n8 * 4 + 2 * h + 1]) : "memory");
           }
         }
       __threadfence();
@@ -210,13 +234,13 @@ __device__ __forceinline__ void tf_ws_body(
       const int col = col0 + n8 * 8;
       if (col >= N) continue;
       float b0 = 0.f, b1 = 0.f;
-      if (EPI >= 1) { b0 = tf_ws::get(bias[col]); b1 = tf_ws::get(bias[col + 1]); }
+      if (EPI & 1) { b0 = tf_ws::get(bias[col]); b1 = tf_ws::get(bias[col + 1]); }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + 8 * h;
         if (row >= M) continue;
-        float x = acc[n8 * 4 + 2 * h], y = acc[n8 * 4 + 2 * h + 1];
-        if (split > 1) {  // the sum of the parts, and the workspace zero again
+        float x = acc[mw][n8 * 4 + 2 * h], y = acc[mw][n8 * 4 + 2 * h + 1];
+        if (!PP && split > 1) {  // the sum of the parts, and the workspace zero again
           float2* w = reinterpret_cast<float2*>(work + static_cast<long long>(row) * N + col);
           const float2 v = __ldcg(w);
           __stcg(w, make_float2(0.f, 0.f));
@@ -225,9 +249,12 @@ __device__ __forceinline__ void tf_ws_body(
         }
         x += b0;
         y += b1;
-        if (EPI == 2) { x = tf_ws::gelu(x); y = tf_ws::gelu(y); }
-        tf_ws::put(d + static_cast<long long>(row) * N + col, x, y);
+        if (EPI & 2) { x = tf_ws::gelu(x); y = tf_ws::gelu(y); }
+        const long long at = static_cast<long long>(row) * N + col;
+        if (EPI & 4) { x += tf_ws::get(res[at]); y += tf_ws::get(res[at + 1]); }
+        tf_ws::put(d + at, x, y);
       }
+    }
     }
   }
 }
@@ -237,17 +264,26 @@ __device__ __forceinline__ void tf_ws_body(
 @dataclass(frozen=True)
 class WsPlan:
     """Tiles of the warp-specialized kernel: 64 * cwg x bn blocks, `stages` k steps in the ring,
-    k cut in `split` parts, `blocks` persistent blocks (at most one an SM)."""
+    k cut in `split` parts, `blocks` persistent blocks (at most one an SM). `pingpong`: the two
+    consumer warpgroups take tiles of 64 * mw x bn in turn (one stores while the other
+    multiplies) instead of sharing each."""
 
     bn: int = 192
     stages: int = 4
     cwg: int = 2
     split: int = 1
     regs: bool = True
+    pingpong: bool = False
+    mw: int = 1
 
     @property
     def bm(self) -> int:
-        return 64 * self.cwg
+        return 64 * self.mw if self.pingpong else 64 * self.cwg
+
+    def template_args(self, ctype: str, epilogue_code: int) -> str:
+        """tf_ws_body's template arguments for this plan."""
+        pp = int(self.pingpong)
+        return f"{ctype}, {self.bn}, {self.stages}, {epilogue_code}, {self.cwg}, {int(self.regs)}, {pp}, {self.mw}"  # fmt: skip
 
     @property
     def threads(self) -> int:
@@ -270,12 +306,39 @@ class WsPlan:
 MAX_SPLIT = 1
 
 
-def choose_ws_plan(m: int, n: int, k: int, sm_count: int, max_split: int | None = None) -> WsPlan:  # fmt: skip
+# ping-pong tiles (64 * mw, bn) a plan may take, and the k-step time of each against 128 x 128's
+# (64-row tiles: twice the bytes copied a product, measured ...)
+PINGPONG_TILES = {(2, 128): 1.0, (1, 256): 1.0, (1, 192): 0.78, (1, 128): 0.56}
+PINGPONG_STORE_STEPS = 3  # the last tile's epilogue, in k steps of its tile (not overlapped)
+
+
+def pingpong_stages(bm: int, bn: int) -> int:
+    """The deepest ring (up to 8 stages) that fits the 227 KB of an SM."""
+    return min(8, (227 * 1024 - 2048) // ((bm + bn) * 128))
+
+
+def choose_pingpong_plan(m: int, n: int, k: int, sm_count: int) -> WsPlan:
+    """The ping-pong plan whose busiest SM finishes first: each SM's tiles multiply one after
+    another (the stores overlapping the next tile's multiplies), then its last tile stores."""
+    steps = -(-k // K_STEP)
+    best, best_cost = None, None
+    for (mw, bn), step in PINGPONG_TILES.items():
+        plan = WsPlan(bn, pingpong_stages(64 * mw, bn), 2, 1, pingpong=True, mw=mw)
+        per_sm = -(-plan.units(m, n) // sm_count)
+        cost = step * (per_sm * steps + PINGPONG_STORE_STEPS)
+        if best_cost is None or cost < best_cost * 0.97:
+            best, best_cost = plan, cost
+    return best
+
+
+def choose_ws_plan(m: int, n: int, k: int, sm_count: int, max_split: int | None = None, pingpong: bool = False) -> WsPlan:  # fmt: skip
     """The plan whose busiest SM runs the fewest k steps (weighted by the tile's columns, plus
     a step's worth for each unit it starts and a fixup for split parts): 128-row tiles of 128,
     192 or 256 columns, k cut in up to `max_split` (MAX_SPLIT) parts where the tiles are too
     few for the SMs. H200 against this cost (GPU time a call): 2048 x 3072 x 768 on 128 x 192
     34.0 us, 128 x 256 43.9; 2048 x 768 x 3072 on 128 x 128 20.8, 128 x 192 29.3, 128 x 256 38.3."""
+    if pingpong:
+        return choose_pingpong_plan(m, n, k, sm_count)
     steps = -(-k // K_STEP)
     limit = MAX_SPLIT if max_split is None else max_split
     best, best_cost = None, None
@@ -307,16 +370,19 @@ def ws_gemm_source(plan: WsPlan, epilogue: str = "none", dtype: str = "float16")
         raise ScheduleError(f"ws_gemm: epilogue one of {', '.join(EPILOGUE_CODES)}, got {epilogue!r}")  # fmt: skip
     if plan.bn % 64 or not 64 <= plan.bn <= 256 or plan.cwg not in (1, 2):
         raise ScheduleError(f"ws_gemm: 64 to 256 columns in steps of 64, 1 or 2 consumer warpgroups: {plan}")  # fmt: skip
+    if plan.pingpong and (plan.cwg != 2 or plan.split != 1 or plan.mw * plan.bn > 256):
+        raise ScheduleError(f"ws_gemm: ping-pong takes 2 consumer warpgroups, k whole, 64 * mw x bn tiles of at most 64 x 256 values a thread's quarter: {plan}")  # fmt: skip
     ctype = CTYPES[dtype]
     code = EPILOGUE_CODES[epilogue]
     return (
         ws_device_source(plan.bn)
         + f'extern "C" __global__ void __launch_bounds__({plan.threads}, 1) {ENTRY}(\n'
         f"    const tf_tensor_map* __restrict__ ma, const tf_tensor_map* __restrict__ mb,\n"
-        f"    {ctype}* __restrict__ d, const {ctype}* __restrict__ bias, float* __restrict__ work,\n"
-        f"    unsigned* __restrict__ counts, int M, int N, int K, int tiles_m, int tiles_n, int split) {{\n"
-        f"  tf_ws_body<{ctype}, {plan.bn}, {plan.stages}, {code}, {plan.cwg}, {int(plan.regs)}>(\n"
-        f"      ma, mb, d, bias, work, counts, M, N, K, tiles_m, tiles_n, split);\n"
+        f"    {ctype}* __restrict__ d, const {ctype}* __restrict__ bias, const {ctype}* __restrict__ res,\n"
+        f"    float* __restrict__ work, unsigned* __restrict__ counts, int M, int N, int K, int tiles_m,\n"
+        f"    int tiles_n, int split) {{\n"
+        f"  tf_ws_body<{plan.template_args(ctype, code)}>(\n"
+        f"      ma, mb, d, bias, res, work, counts, M, N, K, tiles_m, tiles_n, split);\n"
         f"}}\n"
     )
 
@@ -340,11 +406,12 @@ def _function(plan: WsPlan, epilogue: str, dtype: str):
 
 def launch(
     plan: WsPlan, epilogue: str, dtype: str, a: int, b: int, d: int, bias: int, work: int,
-    counts: int, m: int, n: int, k: int, sm_count: int,
+    counts: int, m: int, n: int, k: int, sm_count: int, residual: int = 0,
 ) -> None:  # fmt: skip
-    """D[m, n] = epilogue(A[m, k] @ B[k, n] (+ bias)) on the default stream: a, b, d, bias,
-    work (float32 [m, n], zero; split plans only) and counts (uint32 a tile, zero; split plans
-    only) are device addresses, every matrix row-major and contiguous."""
+    """D[m, n] = epilogue(A[m, k] @ B[k, n] (+ bias, GELU, + residual)) on the default stream:
+    a, b, d, bias, residual ([m, n]), work (float32 [m, n], zero; split plans only) and counts
+    (uint32 a tile, zero; split plans only) are device addresses, every matrix row-major and
+    contiguous."""
     import numpy as np
 
     from tensorforge.codegen.base import TensorMap
@@ -361,7 +428,7 @@ def launch(
     grid = min(plan.units(m, n), sm_count)
     i32 = np.int32
     _function(plan, epilogue, dtype)(
-        np.uintp(ma), np.uintp(mb), np.uintp(d), np.uintp(bias), np.uintp(work), np.uintp(counts),
+        np.uintp(ma), np.uintp(mb), np.uintp(d), np.uintp(bias), np.uintp(residual), np.uintp(work), np.uintp(counts),
         i32(m), i32(n), i32(k), i32(tm), i32(tn), i32(plan.split),
         block=(plan.threads, 1, 1), grid=(grid, 1, 1), shared=plan.shared_bytes(),
     )  # fmt: skip
