@@ -83,7 +83,9 @@ def force(variant: str) -> None:
     L.TMA_FILLS = variant == "tma"
     WS.WS_PRODUCTS = variant != "nows"  # nows: the scheduled kernels alone (main before s19)
     WS.MAX_WAVES = 99 if variant == "ws_all" else 1  # ws_all: the hand kernel past one wave
-    if variant in ("base", "tma", "nows", "ws_all"):
+    WS.MIN_STEPS = 1 if variant == "ws_all" else 32  # and on short reductions
+    WS.PINGPONG = variant != "main"  # main: the cooperative 128 x 128 plan (main before s20)
+    if variant in ("base", "tma", "nows", "ws_all", "main"):
         return
     found = re.fullmatch(r"(\d+)x(\d+)s(\d)(t?)", variant)
     if not found:
@@ -145,7 +147,7 @@ def main() -> None:
 
     keep = {k: getattr(L, k) for k in ("TMA_FILLS", "choose_wgmma_tiles", "FULL_EIGHTHS")}
     for name in names:
-        WS.WS_PRODUCTS, WS.MAX_WAVES = True, 1
+        WS.WS_PRODUCTS, WS.MAX_WAVES, WS.MIN_STEPS, WS.PINGPONG = True, 1, 32, True
         fn, x = model(name, "cuda")
         with torch.no_grad():
             ref = fn(x).float()

@@ -7,6 +7,7 @@ product shapes, GPU time a call (torch.profiler), one run; checks each result fi
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -93,23 +94,25 @@ def main_plan(m, n, k, sms):
 
 
 def pingpong_plans():
-    """Ping-pong tiles 64 * mw x bn, the deepest ring that fits."""
-    plans = []
-    for mw, bn in ((2, 128), (1, 256), (1, 192), (1, 128), (2, 64)):
-        stages = min(8, (227 * 1024 - 2048) // ((64 * mw + bn) * 128))
-        plans.append(W.WsPlan(bn, stages, 2, 1, pingpong=True, mw=mw))
-    return plans
+    """Ping-pong tiles 64 * mw x bn, staged stores, the deepest ring that fits."""
+    return [W.pingpong_plan(mw, bn) for mw, bn in ((2, 128), (1, 256), (1, 192), (1, 128))]
 
 
-def sweep_plans(m, n, k, sms):
-    """The chosen plan, main's, the ping-pong ones, then the cooperative neighbours: other
-    widths and k parts, deeper rings, no setmaxnreg."""
+def runs(m, n, k, epilogue, sms, sweep: bool):
+    """(plan, epilogue) pairs to time: the chosen plan and main's; with `sweep` also main's
+    with staged stores, the other ping-pong tiles, the chosen one with direct stores and with
+    2 steps of multiplies in flight, and the chosen one storing nothing (the products alone)."""
     chosen = W.choose_ws_plan(m, n, k, sms, pingpong=True)
-    plans = [chosen]
-    for p in [main_plan(m, n, k, sms), *pingpong_plans()]:
-        if p not in plans:
-            plans.append(p)
-    return plans
+    main = main_plan(m, n, k, sms)
+    plans = [chosen, main]
+    if sweep:
+        plans += [replace(main, staged=True), *pingpong_plans()]
+        plans += [replace(chosen, staged=False), replace(chosen, inflight=2)]
+    pairs = []
+    for p in plans:
+        if (p, epilogue) not in pairs:
+            pairs.append((p, epilogue))
+    return pairs + ([(chosen, "discard")] if sweep else [])
 
 
 def precompile(jobs) -> None:
@@ -133,28 +136,25 @@ def main() -> None:
     jobs = []
     for name in names:
         m, n, k, epilogue = SHAPES[name]
-        plans = (
-            sweep_plans(m, n, k, sms)
-            if args.sweep
-            else [W.choose_ws_plan(m, n, k, sms, pingpong=True), main_plan(m, n, k, sms)]
-        )
-        jobs += [(p, epilogue, "float16") for p in plans]
+        jobs += [(p, e, "float16") for p, e in runs(m, n, k, epilogue, sms, args.sweep)]
     precompile(jobs)
     for name in names:
         m, n, k, epilogue = SHAPES[name]
         pb = Problem(m, n, k, epilogue)
         eager = gpu_us(pb.eager)
         chosen = W.choose_ws_plan(m, n, k, sms, pingpong=True)
-        plans = sweep_plans(m, n, k, sms) if args.sweep else [chosen, main_plan(m, n, k, sms)]
-        for plan in plans:
+        for plan, epi in runs(m, n, k, epilogue, sms, args.sweep):
             try:
-                err = pb.error(plan)
+                pb.epilogue = epi
+                err = pb.error(plan) if epi != "discard" else float("nan")
                 t = gpu_us(lambda pb=pb, plan=plan: pb.ours(plan))
                 mark = "*" if plan == chosen else ("m" if plan == main_plan(m, n, k, sms) else " ")
-                kind = f"pp{plan.bm}" if plan.pingpong else "co"
-                print(f"{name:7s} {m}x{n}x{k} {epilogue:13s} cuBLAS {eager:7.1f} us  ws{mark} {kind} bn{plan.bn} s{plan.stages} split{plan.split} regs{int(plan.regs)}: {t:7.1f} us {t / eager:5.2f}x  err {err:.1e}", flush=True)  # fmt: skip
+                kind = (f"pp{plan.bm}" if plan.pingpong else "co") + ("st" if plan.staged else "  ")
+                print(f"{name:7s} {m}x{n}x{k} {epi:13s} cuBLAS {eager:7.1f} us  ws{mark} {kind} bn{plan.bn} s{plan.stages} i{plan.inflight} split{plan.split} regs{int(plan.regs)}: {t:7.1f} us {t / eager:5.2f}x  err {err:.1e}", flush=True)  # fmt: skip
             except Exception as error:
                 print(f"{name:7s} {plan} FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)  # fmt: skip
+            finally:
+                pb.epilogue = epilogue
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ tails in every dimension, split k parts, and calls after calls (the split worksp
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 
 import pytest
 
-from tensorforge.ops.wgmma_ws import WsPlan, choose_ws_plan, ws_gemm_source
+from tensorforge.ops.wgmma_ws import WsPlan, choose_ws_plan, pingpong_plan, ws_gemm_source
 from tests.codegen.test_cuda_codegen import NVCC
 
 
@@ -26,8 +27,8 @@ def test_plans_fill_the_sms_and_split_k_only_where_tiles_are_few():
 @pytest.mark.parametrize("plan, epilogue, dtype", [
     (WsPlan(192, 4, 2, 1), "bias_gelu", "float16"),
     (WsPlan(128, 4, 2, 2), "bias", "bfloat16"),
-    (WsPlan(128, 6, 2, 1, pingpong=True, mw=2), "bias_residual", "float16"),
-    (WsPlan(256, 5, 2, 1, pingpong=True), "bias_gelu", "bfloat16"),
+    (pingpong_plan(1, 192), "bias_residual", "float16"),
+    (pingpong_plan(1, 256), "bias_gelu", "bfloat16"),
 ])  # fmt: skip
 def test_source_compiles_for_sm90a_without_spills_or_serialized_wgmma(plan, epilogue, dtype, tmp_path):  # fmt: skip
     if NVCC is None:
@@ -47,12 +48,14 @@ def test_source_compiles_for_sm90a_without_spills_or_serialized_wgmma(plan, epil
     (257, 392, 520, "bias_gelu", "float16", WsPlan(128, 4, 2, 3)),
     (130, 64, 1000, "bias", "bfloat16", WsPlan(256, 3, 2, 2)),
     (300, 264, 200, "bias_gelu", "bfloat16", WsPlan(192, 4, 2, 1, regs=False)),
+    (260, 136, 1032, "bias_residual", "float16", WsPlan(128, 4, 2, 3, staged=True, inflight=2)),
     # ping-pong, on 3 blocks (each warpgroup several tiles, turns after turns)
-    (1, 8, 8, "bias_residual", "float16", WsPlan(128, 6, 2, 1, pingpong=True, mw=2)),
-    (517, 392, 1000, "bias_gelu", "float16", WsPlan(128, 6, 2, 1, pingpong=True, mw=2)),
-    (263, 520, 72, "bias_residual", "bfloat16", WsPlan(256, 5, 2, 1, pingpong=True)),
-    (197, 200, 520, "residual", "float16", WsPlan(192, 6, 2, 1, pingpong=True)),
+    (1, 8, 8, "bias_residual", "float16", pingpong_plan(2, 128)),
+    (517, 392, 1000, "bias_gelu", "float16", pingpong_plan(2, 128)),
+    (263, 520, 72, "bias_residual", "bfloat16", pingpong_plan(1, 256)),
+    (197, 200, 520, "residual", "float16", replace(pingpong_plan(1, 192), inflight=2)),
     (130, 136, 136, "none", "float16", WsPlan(128, 4, 2, 1, pingpong=True, regs=False)),
+    (333, 1000, 64, "bias_gelu", "bfloat16", pingpong_plan(1, 128)),
 ])  # fmt: skip
 def test_ws_gemm_matches_torch(m, n, k, epilogue, dtype, plan):
     torch = pytest.importorskip("torch")

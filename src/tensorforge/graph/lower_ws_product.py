@@ -24,12 +24,14 @@ from tensorforge.codegen.base import KernelSource, Launch, Param, TensorMap
 from tensorforge.errors import BuildError
 from tensorforge.graph.lowered import KernelSpec
 from tensorforge.graph.values import Anchor, Buffer, read_buffer
-from tensorforge.ops.wgmma_ws import CTYPES, K_STEP, WsPlan, ws_device_source
+from tensorforge.ops.wgmma_ws import CTYPES, K_STEP, WsPlan, choose_ws_plan, ws_device_source
 
 SOURCE = "cuda: warp-specialized wgmma, by hand (ops/wgmma_ws.py)"
 MIN_STEPS = 32  # k steps of 64 from which the hand kernel is taken (2048 x 768 x 3072: 48)
 WS_PRODUCTS = True  # (benchmarks turn it off to measure the scheduled kernel alone)
-PLAN = WsPlan(128, 4, 2, 1)  # 128 x 128 blocks, 4 stages (the measured one)
+PLAN = WsPlan(128, 4, 2, 1)  # 128 x 128 blocks, 4 stages: which products take the kernel, and
+# its plan without PINGPONG
+PINGPONG = True  # the plan by ops/wgmma_ws.choose_pingpong_plan (benchmarks turn it off)
 MAX_WAVES = 1  # of tiles an SM, at most (more: measured against the scheduled kernel only in
 # benchmarks/gpu_graph_products.py's variant ws_all)
 
@@ -66,7 +68,9 @@ def ws_product(ctx, node, a, constant, shape, dtype):
     out = te.extern(shape, [a_buf.placeholder, b.source.placeholder], fcompute, name=f"{name}_out", dtype=dtype)  # fmt: skip
     buf = Buffer(name, tuple(shape), dtype, "temp", node.name)
     reads = [a_buf, b.source]
-    info = {"shape": tuple(shape), "stages": [], "plan": PLAN, "k": int(a.shape[-1])}
+    k = int(a.shape[-1])
+    plan = choose_ws_plan(n, m, k, ctx.target.sm_count, pingpong=True) if PINGPONG else PLAN
+    info = {"shape": tuple(shape), "stages": [], "plan": plan, "k": k}
     anchor = Anchor("ws_gemm", out, frozenset(reads), (node.name,), info)
     spec = KernelSpec(f"k{len(ctx.program.steps)}_{name}", out, buf, reads, anchor, (node.name,))
     ctx.program.steps.append(spec)

@@ -32,7 +32,7 @@ free for the next unit sooner), a cheaper GELU (ops/wgmma.py's tma_store has one
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ops.wgmma import _wgmma_source
@@ -66,7 +66,8 @@ def _wgmma_scaled(n: int) -> str:
     )
 
 
-EPILOGUE_CODES = {"none": 0, "bias": 1, "bias_gelu": 3, "residual": 4, "bias_residual": 5}
+# (discard: nothing stored, for benchmarks to time the products alone)
+EPILOGUE_CODES = {"none": 0, "bias": 1, "bias_gelu": 3, "residual": 4, "bias_residual": 5, "discard": 8}  # fmt: skip
 CTYPES = {"float16": "half", "bfloat16": "__nv_bfloat16"}
 K_STEP = 64  # halves of a k step: one 128-byte swizzled row
 ENTRY = "tf_ws_gemm"
@@ -101,6 +102,27 @@ __device__ __forceinline__ void put(half* d, float x, float y) { *reinterpret_ca
 __device__ __forceinline__ void put(__nv_bfloat16* d, float x, float y) { *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y); }
 __device__ __forceinline__ float get(half x) { return __half2float(x); }
 __device__ __forceinline__ float get(__nv_bfloat16 x) { return __bfloat162float(x); }
+// a barrier of one consumer warpgroup's 128 threads (named barriers 2 and 3: 1 is both's)
+__device__ __forceinline__ void wg_sync(int wg) {
+  if (wg == 0) asm volatile("bar.sync 2, 128;" ::: "memory");
+  else asm volatile("bar.sync 3, 128;" ::: "memory");
+}
+// 8 values of T in 16 bytes, a + b (rounded once, as torch's add of two T tensors)
+template <typename T> __device__ __forceinline__ uint4 add8(uint4 a, uint4 b);
+template <> __device__ __forceinline__ uint4 add8<half>(uint4 a, uint4 b) {
+  const half2* x = reinterpret_cast<const half2*>(&a); const half2* y = reinterpret_cast<const half2*>(&b);
+  uint4 r; half2* z = reinterpret_cast<half2*>(&r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { const float2 u = __half22float2(x[i]), v = __half22float2(y[i]); z[i] = __floats2half2_rn(u.x + v.x, u.y + v.y); }
+  return r;
+}
+template <> __device__ __forceinline__ uint4 add8<__nv_bfloat16>(uint4 a, uint4 b) {
+  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&a); const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&b);
+  uint4 r; __nv_bfloat162* z = reinterpret_cast<__nv_bfloat162*>(&r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { const float2 u = __bfloat1622float2(x[i]), v = __bfloat1622float2(y[i]); z[i] = __floats2bfloat162_rn(u.x + v.x, u.y + v.y); }
+  return r;
+}
 }  // namespace tf_ws
 
 // units: tiles_m * tiles_n tiles (M fastest: consecutive blocks share B's columns), each cut
@@ -118,7 +140,7 @@ __device__ __forceinline__ void tf_ws_unit(int unit, int tiles_m, int split, int
 // EPI bits: 1 + bias[col], 2 GELU (erf) after it, 4 + res[row, col] after that. PP 1 ("ping-pong"):
 // the consumer warpgroups take the block's units in turn, each a whole 64 * MW x BN tile, so
 // one's epilogue runs while the other multiplies; PP 0: both share each 64 * CWG x BN tile.
-template <typename T, int BN, int STAGES, int EPI, int CWG, int REGS, int PP = 0, int MW = 1>
+template <typename T, int BN, int STAGES, int EPI, int CWG, int REGS, int PP = 0, int MW = 1, int ST = 0, int INFL = 1>
 __device__ __forceinline__ void tf_ws_body(
     const tf_tensor_map* __restrict__ ma, const tf_tensor_map* __restrict__ mb,
     T* __restrict__ d, const T* __restrict__ bias, const T* __restrict__ res, float* __restrict__ work,
@@ -127,6 +149,9 @@ __device__ __forceinline__ void tf_ws_body(
   static_assert(!PP || CWG == 2, "ping-pong: two consumer warpgroups");
   constexpr int BM = PP ? 64 * MW : 64 * CWG;
   constexpr unsigned A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES;
+  // ST: each consumer warpgroup's rows staged past the ring, rows of PITCH bytes (+16: the 8
+  // rows a fragment store touches fall in distinct banks)
+  constexpr int WG_ROWS = PP ? 64 * MW : 64, PITCH = BN * 2 + 16;
   extern __shared__ __align__(1024) unsigned char tf_ws_smem[];
   __shared__ __align__(8) unsigned long long bars[2 * STAGES + 2];
   __shared__ unsigned last_part;
@@ -197,12 +222,16 @@ __device__ __forceinline__ void tf_ws_body(
                          tf_wg::desc(b0 + kk * 2048, 8192, 1024), kt > k0 || kk > 0,
                          static_cast<const T*>(nullptr));
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");  // the step before is done
-      if (kt > k0 && lane == 0) tf_ws::bar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+      // the step INFL before is done: its stage free
+      asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(INFL) : "memory");
+      if (kt >= k0 + INFL && lane == 0) tf_ws::bar_arrive(empty0 + 8 * ((it - INFL) % STAGES));
     }
     if (PP && threadIdx.x % 128 == 0) tf_ws::bar_arrive(order0 + 8 * (1 - wg));  // its turn
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    if (k1 > k0 && lane == 0) tf_ws::bar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+#pragma unroll
+    for (int j = 1; j <= INFL; ++j)
+      if (k1 - k0 >= j && lane == 0) tf_ws::bar_arrive(empty0 + 8 * ((it - j) % STAGES));
+    if (EPI & 8) continue;  // (benchmarks: the products alone)
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw) {
     // the accumulators: row warp4 * 16 + lane / 4 (+ 8), columns n8 * 8 + lane % 4 * 2 (+ 1)
@@ -229,6 +258,50 @@ __device__ __forceinline__ void tf_ws_body(
       __threadfence();
       if (threadIdx.x == 0) counts[tile] = 0u;
     }
+    if constexpr (ST) {
+      // the tile rounded to T in shared memory (bias and GELU applied), then copied out in
+      // 16-byte pieces along rows (the residual read so too): the fragments' own stores
+      // wrote 16 bytes of each of 8 rows an instruction, residual reads 2 bytes a load
+      unsigned char* const out_tile = tf_ws_smem + (base - tf_ws::saddr(tf_ws_smem)) + STAGES * STAGE + wg * WG_ROWS * PITCH;
+      if (mw == 0) tf_ws::wg_sync(wg);  // (its last copy has read the staged rows)
+#pragma unroll
+      for (int n8 = 0; n8 < BN / 8; ++n8) {
+        const int col = col0 + n8 * 8;
+        float b0 = 0.f, b1 = 0.f;
+        if ((EPI & 1) && col < N) { b0 = tf_ws::get(bias[col]); b1 = tf_ws::get(bias[col + 1]); }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float x = acc[mw][n8 * 4 + 2 * h], y = acc[mw][n8 * 4 + 2 * h + 1];
+          if (!PP && split > 1 && row0 + 8 * h < M && col < N) {  // the parts' sum; zero again
+            float2* w = reinterpret_cast<float2*>(work + static_cast<long long>(row0 + 8 * h) * N + col);
+            const float2 v = __ldcg(w);
+            __stcg(w, make_float2(0.f, 0.f));
+            x = v.x;
+            y = v.y;
+          }
+          x += b0;
+          y += b1;
+          if (EPI & 2) { x = tf_ws::gelu(x); y = tf_ws::gelu(y); }
+          const int lr = mw * 64 + warp4 * 16 + lane / 4 + 8 * h;
+          tf_ws::put(reinterpret_cast<T*>(out_tile + lr * PITCH) + n8 * 8 + (lane % 4) * 2, x, y);
+        }
+      }
+      if (mw == MW - 1) {
+        tf_ws::wg_sync(wg);
+        const int first_row = tile_m * BM + (PP ? 0 : wg * 64);
+        constexpr int PIECES = WG_ROWS * BN / 8;  // 16-byte pieces of this warpgroup's rows
+#pragma unroll 4
+        for (int i = threadIdx.x % 128; i < PIECES; i += 128) {
+          const int r = i / (BN / 8), c = i % (BN / 8);
+          const int row = first_row + r, col = tile_n * BN + c * 8;
+          if (row >= M || col >= N) continue;
+          uint4 v = *reinterpret_cast<const uint4*>(out_tile + r * PITCH + c * 16);
+          const long long at = static_cast<long long>(row) * N + col;
+          if (EPI & 4) v = tf_ws::add8<T>(v, __ldg(reinterpret_cast<const uint4*>(res + at)));
+          *reinterpret_cast<uint4*>(d + at) = v;
+        }
+      }
+    } else {
 #pragma unroll
     for (int n8 = 0; n8 < BN / 8; ++n8) {
       const int col = col0 + n8 * 8;
@@ -256,6 +329,7 @@ __device__ __forceinline__ void tf_ws_body(
       }
     }
     }
+    }
   }
 }
 """
@@ -275,6 +349,8 @@ class WsPlan:
     regs: bool = True
     pingpong: bool = False
     mw: int = 1
+    staged: bool = False
+    inflight: int = 1
 
     @property
     def bm(self) -> int:
@@ -283,14 +359,22 @@ class WsPlan:
     def template_args(self, ctype: str, epilogue_code: int) -> str:
         """tf_ws_body's template arguments for this plan."""
         pp = int(self.pingpong)
-        return f"{ctype}, {self.bn}, {self.stages}, {epilogue_code}, {self.cwg}, {int(self.regs)}, {pp}, {self.mw}"  # fmt: skip
+        return f"{ctype}, {self.bn}, {self.stages}, {epilogue_code}, {self.cwg}, {int(self.regs)}, {pp}, {self.mw}, {int(self.staged)}, {self.inflight}"  # fmt: skip
+
+    def staging_bytes(self) -> int:
+        """The consumers' staged output rows (`staged`): 64 * mw (ping-pong) or 64 rows each,
+        bn halves and 16 bytes of padding a row."""
+        rows = 64 * self.mw if self.pingpong else 64
+        return self.cwg * rows * (2 * self.bn + 16) if self.staged else 0
 
     @property
     def threads(self) -> int:
         return 128 * (self.cwg + 1)
 
     def shared_bytes(self) -> int:
-        return self.stages * (self.bm + self.bn) * 128 + 1024  # (+ the 1024-byte alignment)
+        return (
+            self.stages * (self.bm + self.bn) * 128 + self.staging_bytes() + 1024
+        )  # (+ the 1024-byte alignment)
 
     def tiles(self, m: int, n: int) -> tuple[int, int]:
         return -(-m // self.bm), -(-n // self.bn)
@@ -312,9 +396,15 @@ PINGPONG_TILES = {(2, 128): 1.0, (1, 256): 1.0, (1, 192): 0.78, (1, 128): 0.56}
 PINGPONG_STORE_STEPS = 3  # the last tile's epilogue, in k steps of its tile (not overlapped)
 
 
-def pingpong_stages(bm: int, bn: int) -> int:
-    """The deepest ring (up to 8 stages) that fits the 227 KB of an SM."""
-    return min(8, (227 * 1024 - 2048) // ((bm + bn) * 128))
+def pingpong_stages(bm: int, bn: int, staging: int = 0) -> int:
+    """The deepest ring (up to 8 stages) that fits the 227 KB of an SM beside `staging` bytes."""
+    return min(8, (227 * 1024 - 2048 - staging) // ((bm + bn) * 128))
+
+
+def pingpong_plan(mw: int, bn: int, staged: bool = True) -> WsPlan:
+    """Ping-pong tiles of 64 * mw x bn, the deepest ring that fits."""
+    plan = WsPlan(bn, 1, 2, 1, pingpong=True, mw=mw, staged=staged)
+    return replace(plan, stages=pingpong_stages(plan.bm, bn, plan.staging_bytes()))
 
 
 def choose_pingpong_plan(m: int, n: int, k: int, sm_count: int) -> WsPlan:
@@ -323,7 +413,7 @@ def choose_pingpong_plan(m: int, n: int, k: int, sm_count: int) -> WsPlan:
     steps = -(-k // K_STEP)
     best, best_cost = None, None
     for (mw, bn), step in PINGPONG_TILES.items():
-        plan = WsPlan(bn, pingpong_stages(64 * mw, bn), 2, 1, pingpong=True, mw=mw)
+        plan = pingpong_plan(mw, bn)
         per_sm = -(-plan.units(m, n) // sm_count)
         cost = step * (per_sm * steps + PINGPONG_STORE_STEPS)
         if best_cost is None or cost < best_cost * 0.97:
