@@ -35,7 +35,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from tensorforge.errors import ScheduleError
-from tensorforge.ops.wgmma import _wgmma_source
+from tensorforge.ops.wgmma import FAST_GELU_SOURCE, _wgmma_source
 
 
 def _wgmma_scaled(n: int) -> str:
@@ -97,7 +97,6 @@ __device__ __forceinline__ void tma_load(unsigned dst, const tf_tensor_map* map,
                " [%0], [%1, {%2, %3}], [%4];"
                :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(b) : "memory");
 }
-__device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ void put(half* d, float x, float y) { *reinterpret_cast<half2*>(d) = __floats2half2_rn(x, y); }
 __device__ __forceinline__ void put(__nv_bfloat16* d, float x, float y) { *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y); }
 __device__ __forceinline__ float get(half x) { return __half2float(x); }
@@ -281,7 +280,7 @@ __device__ __forceinline__ void tf_ws_body(
           }
           x += b0;
           y += b1;
-          if (EPI & 2) { x = tf_ws::gelu(x); y = tf_ws::gelu(y); }
+          if (EPI & 2) { x = tf_fast_gelu(x); y = tf_fast_gelu(y); }
           const int lr = mw * 64 + warp4 * 16 + lane / 4 + 8 * h;
           tf_ws::put(reinterpret_cast<T*>(out_tile + lr * PITCH) + n8 * 8 + (lane % 4) * 2, x, y);
         }
@@ -322,7 +321,7 @@ __device__ __forceinline__ void tf_ws_body(
         }
         x += b0;
         y += b1;
-        if (EPI & 2) { x = tf_ws::gelu(x); y = tf_ws::gelu(y); }
+        if (EPI & 2) { x = tf_fast_gelu(x); y = tf_fast_gelu(y); }
         const long long at = static_cast<long long>(row) * N + col;
         if (EPI & 4) { x += tf_ws::get(res[at]); y += tf_ws::get(res[at + 1]); }
         tf_ws::put(d + at, x, y);
@@ -390,10 +389,15 @@ class WsPlan:
 MAX_SPLIT = 1
 
 
-# ping-pong tiles (64 * mw, bn) a plan may take, and the k-step time of each against 128 x 128's
-# (64-row tiles: twice the bytes copied a product, measured ...)
-PINGPONG_TILES = {(2, 128): 1.0, (1, 256): 1.0, (1, 192): 0.78, (1, 128): 0.56}
-PINGPONG_STORE_STEPS = 3  # the last tile's epilogue, in k steps of its tile (not overlapped)
+# ping-pong tiles (64 * mw, bn) a plan may take, and a k step's time on each against 128 x
+# 128's: H200, fitted to benchmarks/gpu_ws_gemm.py's sweep (ViT-B/16 and MLP shapes, 2026-11-28):
+# 64-row tiles copy more bytes a product (64 x 256: 3 stages beside the staged rows)
+PINGPONG_TILES = {(2, 128): 1.05, (1, 256): 1.1, (1, 192): 0.78, (1, 128): 0.56}
+PINGPONG_STORE_STEPS = 4  # the last tile's epilogue, in k steps of its tile (not overlapped)
+# the cooperative 128 x 256 tile (both consumer warpgroups on one tile, its epilogue not
+# overlapped): a k step's time and an epilogue's, in 128 x 128 k steps; it wins only where
+# each SM multiplies long (4096^3: 190 us against ping-pong 128 x 128's 207, cuBLAS 176)
+COOPERATIVE_STEP, COOPERATIVE_STORE_STEPS = 1.8, 6
 
 
 def pingpong_stages(bm: int, bn: int, staging: int = 0) -> int:
@@ -408,15 +412,18 @@ def pingpong_plan(mw: int, bn: int, staged: bool = True) -> WsPlan:
 
 
 def choose_pingpong_plan(m: int, n: int, k: int, sm_count: int) -> WsPlan:
-    """The ping-pong plan whose busiest SM finishes first: each SM's tiles multiply one after
-    another (the stores overlapping the next tile's multiplies), then its last tile stores."""
+    """The plan whose busiest SM finishes first: on ping-pong tiles each SM's tiles multiply
+    one after another (the stores overlapping the next tile's multiplies), then its last tile
+    stores; on the cooperative 128 x 256 tile each tile multiplies, then stores."""
     steps = -(-k // K_STEP)
-    best, best_cost = None, None
+    wide = WsPlan(256, 3, 2, 1, staged=True)
+    best = wide
+    best_cost = COOPERATIVE_STEP * -(-wide.units(m, n) // sm_count) * (steps + COOPERATIVE_STORE_STEPS)  # fmt: skip
     for (mw, bn), step in PINGPONG_TILES.items():
         plan = pingpong_plan(mw, bn)
         per_sm = -(-plan.units(m, n) // sm_count)
         cost = step * (per_sm * steps + PINGPONG_STORE_STEPS)
-        if best_cost is None or cost < best_cost * 0.97:
+        if cost < best_cost * 0.97:
             best, best_cost = plan, cost
     return best
 
@@ -450,7 +457,7 @@ def choose_ws_plan(m: int, n: int, k: int, sm_count: int, max_split: int | None 
 @functools.cache
 def ws_device_source(bn: int) -> str:
     """The device code (tf_ws_body and what it calls) for blocks of `bn` columns."""
-    return _wgmma_source(bn) + _wgmma_scaled(bn) + WS_SOURCE
+    return _wgmma_source(bn) + _wgmma_scaled(bn) + FAST_GELU_SOURCE + WS_SOURCE
 
 
 @functools.cache
