@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from tensorforge.ops import wgmma_ws as W
+from tensorforge.ops import wgmma_ws_plan as P
 
 SHAPES = {  # name: (m, n, k, epilogue)
     "k0": (2048, 3072, 768, "bias_gelu"),
@@ -90,19 +91,19 @@ def gpu_us(f) -> float:
 
 def main_plan(m, n, k, sms):
     """The plan main chose before ping-pong: cooperative tiles only."""
-    return W.choose_ws_plan(m, n, k, sms, pingpong=False)
+    return P.choose_ws_plan(m, n, k, sms, pingpong=False)
 
 
 def pingpong_plans():
     """Ping-pong tiles 64 * mw x bn, staged stores, the deepest ring that fits."""
-    return [W.pingpong_plan(mw, bn) for mw, bn in ((2, 128), (1, 256), (1, 192), (1, 128))]
+    return [P.pingpong_plan(mw, bn) for mw, bn in ((2, 128), (1, 256), (1, 192), (1, 128))]
 
 
 def runs(m, n, k, epilogue, sms, sweep: bool):
     """(plan, epilogue) pairs to time: the chosen plan and main's; with `sweep` also main's
     with staged stores, the other ping-pong tiles, the chosen one with direct stores and with
     2 steps of multiplies in flight, and the chosen one storing nothing (the products alone)."""
-    chosen = W.choose_ws_plan(m, n, k, sms, pingpong=True)
+    chosen = P.choose_ws_plan(m, n, k, sms, pingpong=True)
     main = main_plan(m, n, k, sms)
     plans = [chosen, main]
     if sweep:
@@ -142,7 +143,7 @@ def main() -> None:
         m, n, k, epilogue = SHAPES[name]
         pb = Problem(m, n, k, epilogue)
         eager = gpu_us(pb.eager)
-        chosen = W.choose_ws_plan(m, n, k, sms, pingpong=True)
+        chosen = P.choose_ws_plan(m, n, k, sms, pingpong=True)
         for plan, epi in runs(m, n, k, epilogue, sms, args.sweep):
             try:
                 pb.epilogue = epi

@@ -9,19 +9,38 @@ from dataclasses import replace
 
 import pytest
 
-from tensorforge.ops.wgmma_ws import WsPlan, choose_ws_plan, pingpong_plan, ws_gemm_source
+from tensorforge.ops.wgmma_ws import ws_gemm_source
+from tensorforge.ops.wgmma_ws_plan import WsPlan, choose_ws_plan, pingpong_plan
 from tests.codegen.test_cuda_codegen import NVCC
 
 
-def test_plans_fill_the_sms_and_split_k_only_where_tiles_are_few():
-    wide = choose_ws_plan(2048, 3072, 768, 132)  # 256 tiles of 128 x 192: about 2 waves
+def test_cooperative_plans_fill_the_sms_and_split_k_only_where_tiles_are_few():
+    def choose(*args, **kw):
+        return choose_ws_plan(*args, pingpong=False, **kw)
+
+    wide = choose(2048, 3072, 768, 132)  # 256 tiles of 128 x 192: about 2 waves
     assert (wide.bn, wide.split) == (192, 1)
-    deep = choose_ws_plan(2048, 768, 3072, 132)  # 96 tiles of 128 x 128 (as measured best)
+    deep = choose(2048, 768, 3072, 132)  # 96 tiles of 128 x 128 (as measured best)
     assert (deep.bn, deep.split) == (128, 1)
-    cut = choose_ws_plan(2048, 768, 3072, 132, max_split=8)  # 64 tiles: cut in parts
+    cut = choose(2048, 768, 3072, 132, max_split=8)  # 64 tiles: cut in parts
     assert cut.split > 1 and cut.units(2048, 768) <= 132
-    assert choose_ws_plan(1, 8, 8, 132, max_split=8).split == 1  # one k step: nothing to cut
+    assert choose(1, 8, 8, 132, max_split=8).split == 1  # one k step: nothing to cut
     assert all(p.shared_bytes() <= 227 << 10 for p in (wide, deep, cut))
+
+
+@pytest.mark.parametrize("m, n, k, tile", [
+    (2048, 3072, 768, (64, 192, True)),  # (the H200 sweep's fastest, session 20)
+    (2048, 768, 3072, (64, 192, True)),
+    (1576, 2304, 768, (128, 128, True)),
+    (1576, 3072, 768, (64, 128, True)),
+    (1024, 1024, 1024, (64, 128, True)),
+    (4096, 4096, 4096, (128, 256, False)),  # many tiles an SM: cooperative 128 x 256
+])  # fmt: skip
+def test_plans_take_the_measured_fastest_tiles_and_fit_shared_memory(m, n, k, tile):
+    plan = choose_ws_plan(m, n, k, 132)
+    assert (plan.bm, plan.bn, plan.pingpong) == tile
+    assert plan.staged and plan.split == 1 and plan.shared_bytes() <= 227 << 10
+    assert plan.stages >= 3
 
 
 @pytest.mark.parametrize("plan, epilogue, dtype", [

@@ -2,40 +2,62 @@
 accumulation, written as one CUDA C kernel (not through te/tensorize) to measure what the
 scheduled wgmma kernels (ops/wgmma.py, graph/schedules_tensor_core.py) leave on the table.
 
-A block is 1 producer warpgroup and CWG consumer warpgroups (block tile 64 * CWG rows x BN):
+A block is 1 producer warpgroup and 2 consumer warpgroups:
 - the producer's elected thread fills a ring of STAGES shared-memory stages with bulk tensor
-  copies (TMA, 128-byte swizzle: A's 64-column box of the block's rows, B's 64 x 64 boxes,
+  copies (TMA, 128-byte swizzle: A's 64-column box of the tile's rows, B's 64 x 64 boxes,
   N-major), each stage's "full" mbarrier completing on the bytes, and waits on its "empty"
   mbarrier (one arrival a consumer warp) before refilling it;
-- each consumer warpgroup multiplies its 64 rows by the stage's B tile (4 wgmma k16 a stage),
-  keeps one stage's multiplies in flight (wait_group 1) and releases the stage before.
+- the consumers multiply a stage's tiles (4 wgmma k16 a stage for each 64 rows), keep one
+  stage's multiplies in flight (wait_group 1) and release the stage before. Cooperative plans:
+  both take each 128 x BN tile, 64 rows each. Ping-pong plans (`pingpong`, as CUTLASS's sm90
+  "pingpong" kernel): each takes whole 64 * MW x BN tiles, the two in turn, so that one's
+  epilogue runs while the other multiplies; a turn mbarrier each makes a warpgroup wait until
+  the other has seen its last tile's stages full (without it, a warpgroup skipping the other's
+  stages could wait on a stage's parity two phases early and pass at once).
 - `setmaxnreg` moves registers from the producer (40) to the consumers (232).
 The grid is persistent: each block walks units (tile, k part) blockIdx.x, + gridDim.x, ...,
 the producer running ahead into the next unit while the consumers store the last one. With
-`split` > 1 k is cut in `split` parts: each part adds its float32 tile into a workspace
-(`red.add`), and the part that arrives last (a per-tile counter) applies the epilogue, stores
-D and leaves the workspace and counter zero again for the next call.
+`split` > 1 (cooperative only) k is cut in `split` parts: each part adds its float32 tile into
+a workspace (`red.add`), and the part that arrives last (a per-tile counter) applies the
+epilogue, stores D and leaves the workspace and counter zero again for the next call.
+
+The epilogue (bias, GELU (erf, ops/wgmma.py's fitted FAST_GELU_SOURCE), residual) of `staged`
+plans rounds each warpgroup's rows into shared memory past the ring, then copies them out in
+16-byte pieces along rows, reading the residual so: the fragments' own stores (staged=False)
+wrote 16 bytes of each of 8 rows an instruction and read the residual 2 bytes a load.
 
 Rows past M and k past K come in as zeros (the copy engine's out-of-bounds fill); columns past
-N are not stored. Needs K and N multiples of 8 (16-byte rows for the tensor maps).
+N are not stored. Needs K and N multiples of 8 (16-byte rows for the tensor maps), and D and
+the residual 16-byte aligned (staged plans).
 
-H200, GPU time a call (benchmarks/gpu_ws_gemm.py, cuBLAS in the same run): long reductions
-gain, short ones lose to the scheduled kernel (whose blocks all start at once and whose epilogue
-has 2-4x the threads): 2048 x 768 x 3072 + bias 20.8 us on 96 blocks of 128 x 128 (cuBLAS 15.1,
-the scheduled kernel 31.4: graph/lower_ws_product.py takes it there); 4096^3 205.5 on 128 x
-256 (cuBLAS 179.2); 2048 x 3072 x 768 + bias + GELU (erff) 34.0 (cuBLAS + GELU 25.3, scheduled
-25.0); 2048 x 2304 x 768 + bias 26.7 (13.5, 21.9); 1024^3 9.1 (5.4). setmaxnreg: 34.0 against
-34.2 without. Next: the epilogue through shared memory and bulk tensor stores (the consumers
-free for the next unit sooner), a cheaper GELU (ops/wgmma.py's tma_store has one).
+H200, GPU time a call (benchmarks/gpu_ws_gemm.py, one run, cuBLAS (+ torch's GELU or add) in
+the same run; before: session 19's cooperative plan, erff GELU, fragment stores):
+    2048 x 3072 x 768 + bias + GELU  22.9 us (cuBLAS 25.4, before 33.9) ping-pong 64 x 192
+    2048 x 768 x 3072 + bias         16.6    (15.3, 20.9)                ping-pong 64 x 192
+    2048 x 2304 x 768 + bias         15.6    (13.6, 26.8)                ping-pong 64 x 192
+    2048 x 768 x 3072 + bias + res   18.6    (17.4)                      ping-pong 64 x 192
+    1576 x 2304 x 768 + bias         13.2    (10.6, 18.7)                ping-pong 128 x 128
+    1576 x 3072 x 768 + bias + GELU  21.5    (19.9, 27.9)                ping-pong 64 x 128
+    1576 x 768 x 3072 + bias + res   18.1    (14.4)                      ping-pong 64 x 192
+    1576 x 768 x 768 + bias + res     8.9    (7.3)                       ping-pong 64 x 192
+    256 x 3072 x 768 + bias + GELU    6.4    (6.6, 11.8)                 ping-pong 64 x 128
+    256 x 768 x 3072 + bias          12.4    (7.1, 19.5)  24 tiles: wants k split (ping-pong has none)
+    1024^3                            5.9    (5.3, 9.1)                  ping-pong 64 x 128
+    4096^3                          194.6    (179.9, 205.3)              cooperative 128 x 256
+What each step gave (session 20's sweep): ping-pong alone 2048 x 2304 x 768 26.6 -> 21.4 us,
+the staged epilogue 21.4 -> 15.4, the fitted GELU 2048 x 3072 x 768 28.1 -> 22.9 (the products
+alone, nothing stored: 13.3); two stages of multiplies in flight (`inflight` 2) lost everywhere
+(15.4 -> 16.4, 16.3 -> 17.5). Left: each SM multiplies at about 60% of cuBLAS's rate on 64-row
+tiles (4 k steps of 64 x 192 in ~400 ns); k split for ping-pong; bulk tensor stores.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
 
 from tensorforge.errors import ScheduleError
 from tensorforge.ops.wgmma import FAST_GELU_SOURCE, _wgmma_source
+from tensorforge.ops.wgmma_ws_plan import WsPlan
 
 
 def _wgmma_scaled(n: int) -> str:
@@ -69,7 +91,6 @@ def _wgmma_scaled(n: int) -> str:
 # (discard: nothing stored, for benchmarks to time the products alone)
 EPILOGUE_CODES = {"none": 0, "bias": 1, "bias_gelu": 3, "residual": 4, "bias_residual": 5, "discard": 8}  # fmt: skip
 CTYPES = {"float16": "half", "bfloat16": "__nv_bfloat16"}
-K_STEP = 64  # halves of a k step: one 128-byte swizzled row
 ENTRY = "tf_ws_gemm"
 
 WS_SOURCE = r"""
@@ -332,126 +353,6 @@ __device__ __forceinline__ void tf_ws_body(
   }
 }
 """
-
-
-@dataclass(frozen=True)
-class WsPlan:
-    """Tiles of the warp-specialized kernel: 64 * cwg x bn blocks, `stages` k steps in the ring,
-    k cut in `split` parts, `blocks` persistent blocks (at most one an SM). `pingpong`: the two
-    consumer warpgroups take tiles of 64 * mw x bn in turn (one stores while the other
-    multiplies) instead of sharing each."""
-
-    bn: int = 192
-    stages: int = 4
-    cwg: int = 2
-    split: int = 1
-    regs: bool = True
-    pingpong: bool = False
-    mw: int = 1
-    staged: bool = False
-    inflight: int = 1
-
-    @property
-    def bm(self) -> int:
-        return 64 * self.mw if self.pingpong else 64 * self.cwg
-
-    def template_args(self, ctype: str, epilogue_code: int) -> str:
-        """tf_ws_body's template arguments for this plan."""
-        pp = int(self.pingpong)
-        return f"{ctype}, {self.bn}, {self.stages}, {epilogue_code}, {self.cwg}, {int(self.regs)}, {pp}, {self.mw}, {int(self.staged)}, {self.inflight}"  # fmt: skip
-
-    def staging_bytes(self) -> int:
-        """The consumers' staged output rows (`staged`): 64 * mw (ping-pong) or 64 rows each,
-        bn halves and 16 bytes of padding a row."""
-        rows = 64 * self.mw if self.pingpong else 64
-        return self.cwg * rows * (2 * self.bn + 16) if self.staged else 0
-
-    @property
-    def threads(self) -> int:
-        return 128 * (self.cwg + 1)
-
-    def shared_bytes(self) -> int:
-        return (
-            self.stages * (self.bm + self.bn) * 128 + self.staging_bytes() + 1024
-        )  # (+ the 1024-byte alignment)
-
-    def tiles(self, m: int, n: int) -> tuple[int, int]:
-        return -(-m // self.bm), -(-n // self.bn)
-
-    def units(self, m: int, n: int) -> int:
-        tm, tn = self.tiles(m, n)
-        return tm * tn * self.split
-
-
-# k parts a plan may cut: 1, as the split parts measured slow (H200, 2048 x 768 x 3072 in 2
-# parts 102 us against 20.8 whole) when they added by atomicAdd of float2, a compare-and-swap
-# loop; they add by red.add now, correct on the GPU (tests) but not measured yet
-MAX_SPLIT = 1
-
-
-# ping-pong tiles (64 * mw, bn) a plan may take, and a k step's time on each against 128 x
-# 128's: H200, fitted to benchmarks/gpu_ws_gemm.py's sweep (ViT-B/16 and MLP shapes, 2026-11-28):
-# 64-row tiles copy more bytes a product (64 x 256: 3 stages beside the staged rows)
-PINGPONG_TILES = {(2, 128): 1.05, (1, 256): 1.1, (1, 192): 0.78, (1, 128): 0.56}
-PINGPONG_STORE_STEPS = 4  # the last tile's epilogue, in k steps of its tile (not overlapped)
-# the cooperative 128 x 256 tile (both consumer warpgroups on one tile, its epilogue not
-# overlapped): a k step's time and an epilogue's, in 128 x 128 k steps; it wins only where
-# each SM multiplies long (4096^3: 190 us against ping-pong 128 x 128's 207, cuBLAS 176)
-COOPERATIVE_STEP, COOPERATIVE_STORE_STEPS = 1.8, 6
-
-
-def pingpong_stages(bm: int, bn: int, staging: int = 0) -> int:
-    """The deepest ring (up to 8 stages) that fits the 227 KB of an SM beside `staging` bytes."""
-    return min(8, (227 * 1024 - 2048 - staging) // ((bm + bn) * 128))
-
-
-def pingpong_plan(mw: int, bn: int, staged: bool = True) -> WsPlan:
-    """Ping-pong tiles of 64 * mw x bn, the deepest ring that fits."""
-    plan = WsPlan(bn, 1, 2, 1, pingpong=True, mw=mw, staged=staged)
-    return replace(plan, stages=pingpong_stages(plan.bm, bn, plan.staging_bytes()))
-
-
-def choose_pingpong_plan(m: int, n: int, k: int, sm_count: int) -> WsPlan:
-    """The plan whose busiest SM finishes first: on ping-pong tiles each SM's tiles multiply
-    one after another (the stores overlapping the next tile's multiplies), then its last tile
-    stores; on the cooperative 128 x 256 tile each tile multiplies, then stores."""
-    steps = -(-k // K_STEP)
-    wide = WsPlan(256, 3, 2, 1, staged=True)
-    best = wide
-    best_cost = COOPERATIVE_STEP * -(-wide.units(m, n) // sm_count) * (steps + COOPERATIVE_STORE_STEPS)  # fmt: skip
-    for (mw, bn), step in PINGPONG_TILES.items():
-        plan = pingpong_plan(mw, bn)
-        per_sm = -(-plan.units(m, n) // sm_count)
-        cost = step * (per_sm * steps + PINGPONG_STORE_STEPS)
-        if cost < best_cost * 0.97:
-            best, best_cost = plan, cost
-    return best
-
-
-def choose_ws_plan(m: int, n: int, k: int, sm_count: int, max_split: int | None = None, pingpong: bool = False) -> WsPlan:  # fmt: skip
-    """The plan whose busiest SM runs the fewest k steps (weighted by the tile's columns, plus
-    a step's worth for each unit it starts and a fixup for split parts): 128-row tiles of 128,
-    192 or 256 columns, k cut in up to `max_split` (MAX_SPLIT) parts where the tiles are too
-    few for the SMs. H200 against this cost (GPU time a call): 2048 x 3072 x 768 on 128 x 192
-    34.0 us, 128 x 256 43.9; 2048 x 768 x 3072 on 128 x 128 20.8, 128 x 192 29.3, 128 x 256 38.3."""
-    if pingpong:
-        return choose_pingpong_plan(m, n, k, sm_count)
-    steps = -(-k // K_STEP)
-    limit = MAX_SPLIT if max_split is None else max_split
-    best, best_cost = None, None
-    for bn in (128, 192, 256):
-        stages = 4 if bn <= 192 else 3
-        for split in (s for s in (1, 2, 3, 4, 6, 8) if s <= limit):
-            if split > 1 and steps // split < 2:
-                break
-            plan = WsPlan(bn, stages, 2, split)
-            units = plan.units(m, n)
-            waves = -(-units // sm_count)
-            per_unit = -(-steps // split) + 1 + (2 if split > 1 else 0)
-            cost = waves * per_unit * (bn + 64) / 192
-            if best_cost is None or cost < best_cost * 0.97:
-                best, best_cost = plan, cost
-    return best
 
 
 @functools.cache
