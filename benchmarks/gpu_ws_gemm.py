@@ -1,7 +1,12 @@
 """The warp-specialized wgmma GEMM (ops/wgmma_ws.py) against cuBLAS (torch) on the graph's
 product shapes, GPU time a call (torch.profiler), one run; checks each result first.
 
-    python benchmarks/gpu_ws_gemm.py [--sweep]
+    python benchmarks/gpu_ws_gemm.py [--sweep] [--only k0,qkv]
+
+Each shape: the chosen plan (*), session 19's cooperative one (m); --sweep adds the other
+ping-pong tiles, the chosen one with fragment stores (not staged) and with 2 stages of
+multiplies in flight, and the chosen one storing nothing (`discard`: the products alone).
+Measurements: ops/wgmma_ws.py's docstring.
 """
 
 from __future__ import annotations
