@@ -43,6 +43,15 @@ def test_plans_take_the_measured_fastest_tiles_and_fit_shared_memory(m, n, k, ti
     assert plan.stages >= 3
 
 
+@pytest.mark.parametrize("k, n, d, residual", [(0, 8, 0, 0), (8, 12, 0, 0), (8, 8, 8, 0), (8, 8, 0, 4)])  # fmt: skip
+def test_launch_refuses_sizes_and_addresses_the_kernel_cannot_take(k, n, d, residual):
+    from tensorforge.errors import ScheduleError
+    from tensorforge.ops.wgmma_ws import launch
+
+    with pytest.raises(ScheduleError, match="ws_gemm"):
+        launch(pingpong_plan(1, 128), "bias_residual", "float16", 0, 0, d, 0, 0, 0, 8, n, k, 132, residual)  # fmt: skip
+
+
 @pytest.mark.parametrize("plan, epilogue, dtype", [
     (WsPlan(192, 4, 2, 1), "bias_gelu", "float16"),
     (WsPlan(128, 4, 2, 2), "bias", "bfloat16"),

@@ -112,4 +112,7 @@ def ws_kernel_source(spec: KernelSpec, target) -> KernelSource:
         TensorMap(b_buf.name, dtype, k, m, K_STEP),
     )
     launch = Launch((min(plan.units(n, m), target.sm_count), 1, 1), (plan.threads, 1, 1), plan.shared_bytes())  # fmt: skip
-    return KernelSource("cuda", entry, text, params, launch, str(target), tensor_maps=maps)
+    aligned = ((spec.out.name, 16),) if plan.staged else ()  # (staged: 16-byte stores of D)
+    return KernelSource(
+        "cuda", entry, text, params, launch, str(target), vector_alignment=aligned, tensor_maps=maps
+    )

@@ -416,10 +416,11 @@ def launch(
     from tensorforge.runtime import cuda_driver
     from tensorforge.runtime.cuda_tensor_map import device_map
 
+    if k % 8 or n % 8 or k <= 0:
+        raise ScheduleError(f"ws_gemm: k ({k}) and n ({n}) must be positive multiples of 8 (16-byte rows)")  # fmt: skip
+    if plan.staged and (d % 16 or (epilogue.endswith("residual") and residual % 16)):
+        raise ScheduleError("ws_gemm: staged plans store D and read the residual 16 bytes at a time: both 16-byte aligned")  # fmt: skip
     cuda_driver.activate()  # (torch's primary context: the tensor maps are allocated in it)
-
-    if k % 8 or n % 8:
-        raise ScheduleError(f"ws_gemm: k ({k}) and n ({n}) must be multiples of 8 (16-byte rows)")
     ma = device_map(TensorMap("a", dtype, m, k, plan.bm), a)
     mb = device_map(TensorMap("b", dtype, k, n, 64), b)
     tm, tn = plan.tiles(m, n)
