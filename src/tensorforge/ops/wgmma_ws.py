@@ -254,101 +254,101 @@ __device__ __forceinline__ void tf_ws_body(
     if (EPI & 8) continue;  // (benchmarks: the products alone)
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw) {
-    // the accumulators: row warp4 * 16 + lane / 4 (+ 8), columns n8 * 8 + lane % 4 * 2 (+ 1)
-    const int row0 = tile_m * BM + (PP ? mw * 64 : wg * 64) + warp4 * 16 + lane / 4;
-    const int col0 = tile_n * BN + (lane % 4) * 2;
-    if (!PP && split > 1) {  // add this part into the workspace; the last part stores the tile
+      // the accumulators: row warp4 * 16 + lane / 4 (+ 8), columns n8 * 8 + lane % 4 * 2 (+ 1)
+      const int row0 = tile_m * BM + (PP ? mw * 64 : wg * 64) + warp4 * 16 + lane / 4;
+      const int col0 = tile_n * BN + (lane % 4) * 2;
+      if (!PP && split > 1) {  // add this part into the workspace; the last part stores the tile
 #pragma unroll
-      for (int n8 = 0; n8 < BN / 8; ++n8)
+        for (int n8 = 0; n8 < BN / 8; ++n8)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row0 + 8 * h, col = col0 + n8 * 8;
-          if (row < M && col < N) {  // (red: no value back, no wait; atomicAdd of a float2
-            // was a compare-and-swap loop, k1 split in 2 took 102 us against 21 unsplit)
-            float* w = work + static_cast<long long>(row) * N + col;
-            asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w), "f"(acc[mw][n8 * 4 + 2 * h]) : "memory");
-            asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w + 1), "f"(acc[mw][n8 * 4 + 2 * h + 1]) : "memory");
+          for (int h = 0; h < 2; ++h) {
+            const int row = row0 + 8 * h, col = col0 + n8 * 8;
+            if (row < M && col < N) {  // (red: no value back, no wait; atomicAdd of a float2
+              // was a compare-and-swap loop, k1 split in 2 took 102 us against 21 unsplit)
+              float* w = work + static_cast<long long>(row) * N + col;
+              asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w), "f"(acc[mw][n8 * 4 + 2 * h]) : "memory");
+              asm volatile("red.global.add.f32 [%0], %1;" :: "l"(w + 1), "f"(acc[mw][n8 * 4 + 2 * h + 1]) : "memory");
+            }
           }
-        }
-      __threadfence();
-      asm volatile("bar.sync 1, %0;" :: "n"(128 * CWG) : "memory");
-      if (threadIdx.x == 0) last_part = atomicAdd(counts + tile, 1u) == static_cast<unsigned>(split - 1);
-      asm volatile("bar.sync 1, %0;" :: "n"(128 * CWG) : "memory");
-      if (!last_part) continue;
-      __threadfence();
-      if (threadIdx.x == 0) counts[tile] = 0u;
-    }
-    if constexpr (ST) {
-      // the tile rounded to T in shared memory (bias and GELU applied), then copied out in
-      // 16-byte pieces along rows (the residual read so too): the fragments' own stores
-      // wrote 16 bytes of each of 8 rows an instruction, residual reads 2 bytes a load
-      unsigned char* const out_tile = tf_ws_smem + (base - tf_ws::saddr(tf_ws_smem)) + STAGES * STAGE + wg * WG_ROWS * PITCH;
-      if (mw == 0) tf_ws::wg_sync(wg);  // (its last copy has read the staged rows)
-#pragma unroll
-      for (int n8 = 0; n8 < BN / 8; ++n8) {
-        const int col = col0 + n8 * 8;
-        float b0 = 0.f, b1 = 0.f;
-        if ((EPI & 1) && col < N) { b0 = tf_ws::get(bias[col]); b1 = tf_ws::get(bias[col + 1]); }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float x = acc[mw][n8 * 4 + 2 * h], y = acc[mw][n8 * 4 + 2 * h + 1];
-          if (!PP && split > 1 && row0 + 8 * h < M && col < N) {  // the parts' sum; zero again
-            float2* w = reinterpret_cast<float2*>(work + static_cast<long long>(row0 + 8 * h) * N + col);
-            const float2 v = __ldcg(w);
-            __stcg(w, make_float2(0.f, 0.f));
-            x = v.x;
-            y = v.y;
-          }
-          x += b0;
-          y += b1;
-          if (EPI & 2) { x = tf_fast_gelu(x); y = tf_fast_gelu(y); }
-          const int lr = mw * 64 + warp4 * 16 + lane / 4 + 8 * h;
-          tf_ws::put(reinterpret_cast<T*>(out_tile + lr * PITCH) + n8 * 8 + (lane % 4) * 2, x, y);
-        }
+        __threadfence();
+        asm volatile("bar.sync 1, %0;" :: "n"(128 * CWG) : "memory");
+        if (threadIdx.x == 0) last_part = atomicAdd(counts + tile, 1u) == static_cast<unsigned>(split - 1);
+        asm volatile("bar.sync 1, %0;" :: "n"(128 * CWG) : "memory");
+        if (!last_part) continue;
+        __threadfence();
+        if (threadIdx.x == 0) counts[tile] = 0u;
       }
-      if (mw == MW - 1) {
-        tf_ws::wg_sync(wg);
-        const int first_row = tile_m * BM + (PP ? 0 : wg * 64);
-        constexpr int PIECES = WG_ROWS * BN / 8;  // 16-byte pieces of this warpgroup's rows
+      if constexpr (ST) {
+        // the tile rounded to T in shared memory (bias and GELU applied), then copied out in
+        // 16-byte pieces along rows (the residual read so too): the fragments' own stores
+        // wrote 16 bytes of each of 8 rows an instruction, residual reads 2 bytes a load
+        unsigned char* const out_tile = tf_ws_smem + (base - tf_ws::saddr(tf_ws_smem)) + STAGES * STAGE + wg * WG_ROWS * PITCH;
+        if (mw == 0) tf_ws::wg_sync(wg);  // (its last copy has read the staged rows)
+#pragma unroll
+        for (int n8 = 0; n8 < BN / 8; ++n8) {
+          const int col = col0 + n8 * 8;
+          float b0 = 0.f, b1 = 0.f;
+          if ((EPI & 1) && col < N) { b0 = tf_ws::get(bias[col]); b1 = tf_ws::get(bias[col + 1]); }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float x = acc[mw][n8 * 4 + 2 * h], y = acc[mw][n8 * 4 + 2 * h + 1];
+            if (!PP && split > 1 && row0 + 8 * h < M && col < N) {  // the parts' sum; zero again
+              float2* w = reinterpret_cast<float2*>(work + static_cast<long long>(row0 + 8 * h) * N + col);
+              const float2 v = __ldcg(w);
+              __stcg(w, make_float2(0.f, 0.f));
+              x = v.x;
+              y = v.y;
+            }
+            x += b0;
+            y += b1;
+            if (EPI & 2) { x = tf_fast_gelu(x); y = tf_fast_gelu(y); }
+            const int lr = mw * 64 + warp4 * 16 + lane / 4 + 8 * h;
+            tf_ws::put(reinterpret_cast<T*>(out_tile + lr * PITCH) + n8 * 8 + (lane % 4) * 2, x, y);
+          }
+        }
+        if (mw == MW - 1) {
+          tf_ws::wg_sync(wg);
+          const int first_row = tile_m * BM + (PP ? 0 : wg * 64);
+          constexpr int PIECES = WG_ROWS * BN / 8;  // 16-byte pieces of this warpgroup's rows
 #pragma unroll 4
-        for (int i = threadIdx.x % 128; i < PIECES; i += 128) {
-          const int r = i / (BN / 8), c = i % (BN / 8);
-          const int row = first_row + r, col = tile_n * BN + c * 8;
-          if (row >= M || col >= N) continue;
-          uint4 v = *reinterpret_cast<const uint4*>(out_tile + r * PITCH + c * 16);
-          const long long at = static_cast<long long>(row) * N + col;
-          if (EPI & 4) v = tf_ws::add8<T>(v, __ldg(reinterpret_cast<const uint4*>(res + at)));
-          *reinterpret_cast<uint4*>(d + at) = v;
+          for (int i = threadIdx.x % 128; i < PIECES; i += 128) {
+            const int r = i / (BN / 8), c = i % (BN / 8);
+            const int row = first_row + r, col = tile_n * BN + c * 8;
+            if (row >= M || col >= N) continue;
+            uint4 v = *reinterpret_cast<const uint4*>(out_tile + r * PITCH + c * 16);
+            const long long at = static_cast<long long>(row) * N + col;
+            if (EPI & 4) v = tf_ws::add8<T>(v, __ldg(reinterpret_cast<const uint4*>(res + at)));
+            *reinterpret_cast<uint4*>(d + at) = v;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int n8 = 0; n8 < BN / 8; ++n8) {
+          const int col = col0 + n8 * 8;
+          if (col >= N) continue;
+          float b0 = 0.f, b1 = 0.f;
+          if (EPI & 1) { b0 = tf_ws::get(bias[col]); b1 = tf_ws::get(bias[col + 1]); }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = row0 + 8 * h;
+            if (row >= M) continue;
+            float x = acc[mw][n8 * 4 + 2 * h], y = acc[mw][n8 * 4 + 2 * h + 1];
+            if (!PP && split > 1) {  // the sum of the parts, and the workspace zero again
+              float2* w = reinterpret_cast<float2*>(work + static_cast<long long>(row) * N + col);
+              const float2 v = __ldcg(w);
+              __stcg(w, make_float2(0.f, 0.f));
+              x = v.x;
+              y = v.y;
+            }
+            x += b0;
+            y += b1;
+            if (EPI & 2) { x = tf_fast_gelu(x); y = tf_fast_gelu(y); }
+            const long long at = static_cast<long long>(row) * N + col;
+            if (EPI & 4) { x += tf_ws::get(res[at]); y += tf_ws::get(res[at + 1]); }
+            tf_ws::put(d + at, x, y);
+          }
         }
       }
-    } else {
-#pragma unroll
-    for (int n8 = 0; n8 < BN / 8; ++n8) {
-      const int col = col0 + n8 * 8;
-      if (col >= N) continue;
-      float b0 = 0.f, b1 = 0.f;
-      if (EPI & 1) { b0 = tf_ws::get(bias[col]); b1 = tf_ws::get(bias[col + 1]); }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 8 * h;
-        if (row >= M) continue;
-        float x = acc[mw][n8 * 4 + 2 * h], y = acc[mw][n8 * 4 + 2 * h + 1];
-        if (!PP && split > 1) {  // the sum of the parts, and the workspace zero again
-          float2* w = reinterpret_cast<float2*>(work + static_cast<long long>(row) * N + col);
-          const float2 v = __ldcg(w);
-          __stcg(w, make_float2(0.f, 0.f));
-          x = v.x;
-          y = v.y;
-        }
-        x += b0;
-        y += b1;
-        if (EPI & 2) { x = tf_fast_gelu(x); y = tf_fast_gelu(y); }
-        const long long at = static_cast<long long>(row) * N + col;
-        if (EPI & 4) { x += tf_ws::get(res[at]); y += tf_ws::get(res[at + 1]); }
-        tf_ws::put(d + at, x, y);
-      }
-    }
-    }
     }
   }
 }
