@@ -4,7 +4,9 @@ the wgmma tiles forced per variant: GPU time a call (torch.profiler), ours / eag
     python benchmarks/gpu_graph_products.py [--only k0,k1] [--variants base,tma,128x128s6t]
     python benchmarks/gpu_graph_products.py --emit DIR   # write the CUDA sources (no GPU)
 
-`nows` leaves out the hand-written warp-specialized kernel (graph/lower_ws_product.py). A
+`nows` leaves out the hand-written warp-specialized kernel (graph/lower_ws_product.py), `main`
+gives it session 19's cooperative plan, `ws_all` takes it for every product (short reductions
+and more than one wave of tiles too). A
 variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
 fills (the product alone: k is never split); `base` is the
 lowering's own choice, `tma` the same with TMA fills.
@@ -23,6 +25,10 @@ H200 (2026-11-28), us of GPU time a call, eager (cuBLAS) in the same run:
     or 128 columns (tried and removed): k1 on 64 x 128 31.0 against 31.3, on 128 x 256 45.3-49.3
     against 42.9. Each k step of 64 took a block about 650 ns whatever its tile up to
     128 x 192 (890 at 128 x 256): not the stages, the fill (TMA or cp.async) nor the bytes.
+    Session 20, one run, main -> base (the hand kernel's ping-pong plans with staged stores)
+    -> ws_all: k0 25.1 -> 25.1 -> 26.0 (eager 25.3), k1 22.1 -> 18.0 -> 18.0 (15.1), qkv 21.9
+    -> 21.9 -> 18.0 (13.4), fc2r 22.3 -> 18.2 -> 18.1 (17.3), k0s 8.2 (6.6) and k1s 8.6 (7.0)
+    unchanged (too few tiles for the hand kernel), mlp 48.1 -> 43.8 -> 46.2 (42.1-42.3).
 """
 
 from __future__ import annotations
@@ -83,7 +89,9 @@ def force(variant: str) -> None:
     L.TMA_FILLS = variant == "tma"
     WS.WS_PRODUCTS = variant != "nows"  # nows: the scheduled kernels alone (main before s19)
     WS.MAX_WAVES = 99 if variant == "ws_all" else 1  # ws_all: the hand kernel past one wave
-    if variant in ("base", "tma", "nows", "ws_all"):
+    WS.MIN_STEPS = 1 if variant == "ws_all" else 32  # and on short reductions
+    WS.PINGPONG = variant != "main"  # main: the cooperative 128 x 128 plan (main before s20)
+    if variant in ("base", "tma", "nows", "ws_all", "main"):
         return
     found = re.fullmatch(r"(\d+)x(\d+)s(\d)(t?)", variant)
     if not found:
@@ -145,7 +153,7 @@ def main() -> None:
 
     keep = {k: getattr(L, k) for k in ("TMA_FILLS", "choose_wgmma_tiles", "FULL_EIGHTHS")}
     for name in names:
-        WS.WS_PRODUCTS, WS.MAX_WAVES = True, 1
+        WS.WS_PRODUCTS, WS.MAX_WAVES, WS.MIN_STEPS, WS.PINGPONG = True, 1, 32, True
         fn, x = model(name, "cuda")
         with torch.no_grad():
             ref = fn(x).float()

@@ -202,7 +202,35 @@ __device__ __forceinline__ void tf_tma_sw128(void* dst, const tf_tensor_map* map
 """
 
 
-TMA_STORE_SOURCE = r"""
+FAST_GELU_SOURCE = r"""
+#ifndef TF_FAST_GELU
+#define TF_FAST_GELU
+// GELU (erf): x * Phi(x) = x - x * h for x >= 0 and x * h below, h = erfc(|x| / sqrt 2) / 2 =
+// 2^p(z) with p a degree-8 fit of log2(erfc(z) / 2) on [0, 4] (z clamped there; error of p
+// under 6e-6, so h to 5e-6 relative): one ex2 and 8 FMAs where erff takes about twice that, and
+// no 1 + erf cancellation for negative x; within 1e-4 relative of GELU, far under fp16's 5e-4
+__device__ __forceinline__ float tf_fast_gelu(float x) {
+  const float z = fminf(fabsf(x) * 0.70710678118654752f, 4.f);
+  float p = -1.038724122e-06f;
+  p = fmaf(p, z, -5.158052318e-06f);
+  p = fmaf(p, z, 3.988057433e-04f);
+  p = fmaf(p, z, -4.973767325e-03f);
+  p = fmaf(p, z, 3.354588896e-02f);
+  p = fmaf(p, z, -1.521928310e-01f);
+  p = fmaf(p, z, -9.171079397e-01f);
+  p = fmaf(p, z, -1.628087997e+00f);
+  p = fmaf(p, z, -9.999958873e-01f);
+  float h;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(h) : "f"(p));
+  return x >= 0.f ? fmaf(-x, h, x) : x * h;
+}
+#endif
+"""
+
+
+TMA_STORE_SOURCE = (
+    FAST_GELU_SOURCE
+    + r"""
 // tensorforge: a warp's accumulators (16 x WN of its warpgroup's wgmma tile) out through the
 // fused epilogue (EPI 0 none, 1 bias, 2 bias then GELU (erf, below)), staged in shared memory as
 // sw128 boxes of 16 rows x 64 (conflict-free 4-byte writes) and written by bulk tensor stores
@@ -225,25 +253,6 @@ __device__ __forceinline__ unsigned pack(float x, float y, const __nv_bfloat16*)
 }
 __device__ __forceinline__ float to_float(half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-// GELU (erf): x * Phi(x) = x - x * h for x >= 0 and x * h below, h = erfc(|x| / sqrt 2) / 2 =
-// 2^p(z) with p a degree-8 fit of log2(erfc(z) / 2) on [0, 4] (z clamped there; error of p
-// under 6e-6, so h to 5e-6 relative): one ex2 and 8 FMAs where erff takes about twice that, and
-// no 1 + erf cancellation for negative x; within 1e-4 relative of GELU, far under fp16's 5e-4
-__device__ __forceinline__ float gelu(float x) {
-  const float z = fminf(fabsf(x) * 0.70710678118654752f, 4.f);
-  float p = -1.038724122e-06f;
-  p = fmaf(p, z, -5.158052318e-06f);
-  p = fmaf(p, z, 3.988057433e-04f);
-  p = fmaf(p, z, -4.973767325e-03f);
-  p = fmaf(p, z, 3.354588896e-02f);
-  p = fmaf(p, z, -1.521928310e-01f);
-  p = fmaf(p, z, -9.171079397e-01f);
-  p = fmaf(p, z, -1.628087997e+00f);
-  p = fmaf(p, z, -9.999958873e-01f);
-  float h;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(h) : "f"(p));
-  return x >= 0.f ? fmaf(-x, h, x) : x * h;
-}
 }  // namespace tf_tms
 template <int WM, int WN, int EPI, typename OUT, typename BIAS>
 __device__ __forceinline__ void tf_tma_store_epi(const float* acc, const tf_tensor_map* map,
@@ -267,7 +276,7 @@ __device__ __forceinline__ void tf_tma_store_epi(const float* acc, const tf_tens
     }
     if (EPI == 2) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = tf_tms::gelu(v[i]);
+      for (int i = 0; i < 4; ++i) v[i] = tf_fast_gelu(v[i]);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -291,6 +300,7 @@ __device__ __forceinline__ void tf_tma_store_epi(const float* acc, const tf_tens
   __syncwarp();
 }
 """
+)
 
 
 @functools.cache
