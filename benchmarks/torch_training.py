@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="the test sizes (a quick check)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    import tensorforge  # noqa: F401  (registers the backend)
+    from tensorforge.graph import backend  # (the entry point's function: a source tree too)
 
     table = models(small=args.small)
     print(f"{'model':10} {'eager ms':>9} {'ind ms':>8} {'tf ms':>8} {'tf/eager':>8} "
@@ -69,7 +69,7 @@ def main() -> None:
         eager = make().train().to(args.device)
         shape = (args.batch or shape[0], *shape[1:])
         x = torch.randn(shape, device=args.device)
-        ours = torch.compile(copy.deepcopy(eager), backend="tensorforge")
+        ours = torch.compile(copy.deepcopy(eager), backend=backend)
         start = time.perf_counter()
         step(ours, x)
         compile_s = time.perf_counter() - start

@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+from tensorforge.errors import ArgumentError  # noqa: E402
 from tensorforge.graph import backend  # noqa: E402
 
 
@@ -27,7 +28,7 @@ def assert_same_step(compiled, model, eager, *inputs, tol=1e-4):
     The loss weighs the outputs at random (a normalized output's mean square has no gradient)."""
     out_got, out_want = compiled(*inputs), eager(*inputs)
     assert close(out_got, out_want, tol)
-    weights = torch.randn(out_want.shape)
+    weights = torch.randn(out_want.shape, device=out_want.device, dtype=out_want.dtype)
     (out_got * weights).sum().backward()
     (out_want * weights).sum().backward()
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
@@ -123,3 +124,47 @@ def test_products_with_a_transposed_right_matrix_known_at_run_time(rows, capsys)
         assert "EAGER aten.addmm" in report
     else:
         assert "_panels" in report and "EAGER" not in report
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_training_steps_on_the_gpu_match_eager(dtype):
+    def make():
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.Flatten(2),
+            nn.Linear(35, 40),
+            nn.GELU(),
+            nn.LayerNorm(40),
+            nn.Linear(40, 24),
+        )
+
+    model, eager = twins(make, seed=5)
+    model, eager = model.cuda().to(dtype), eager.cuda().to(dtype)
+    compiled = torch.compile(model, backend=backend)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    for _ in range(2):
+        x = torch.randn(4, 3, 5, 7, device="cuda", dtype=dtype)
+        for p, q in zip(model.parameters(), eager.parameters()):
+            p.grad = q.grad = None
+        assert_same_step(compiled, model, eager, x, tol=tol)
+    layer, twin = twins(lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), seed=6)
+    layer, twin = layer.cuda().to(dtype).eval(), twin.cuda().to(dtype).eval()
+    compiled = torch.compile(layer, backend=backend)
+    assert_same_step(
+        compiled, layer, twin, torch.randn(2, 9, 64, device="cuda", dtype=dtype), tol=tol
+    )
+
+
+def test_cuda_training_graphs_of_run_time_sizes_generate_code(caplog):
+    # under dynamic shapes a weight's gradient sums over a run-time size (the batch): the CUDA
+    # product schedules read that extent as a constant (AttributeError, the backward compiled
+    # eagerly); here only code is generated (no GPU needed), and the call names the CPU tensor
+    model = nn.Sequential(nn.Linear(24, 40), nn.GELU(), nn.Linear(40, 8))
+    compiled = torch.compile(model, backend=backend, dynamic=True, options={"target": "cuda"})
+    with pytest.raises(ArgumentError, match="called with a tensor on cpu"):
+        compiled(torch.randn(6, 24))
+    failed = [r for r in caplog.records if "failed to eagerly compile backwards" in r.getMessage()]
+    assert not failed

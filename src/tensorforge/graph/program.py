@@ -326,12 +326,14 @@ class CompiledGraph:
                 return plan(self, args)
         args = list(args)
         bindings = self._bind(args)
-        temps, constants = self._memory(self._sizes(args), bindings)
-        tensors = {**temps, **constants}
         cuda = self.device.type == "cuda"
-        for k, buf in enumerate(self.program.inputs):
-            if buf is not None and not isinstance(buf, str):
-                tensors[buf] = call_plan.gpu_argument(args[k]) if cuda else args[k].contiguous()
+        inputs = {  # (checked before any memory is allocated on the graph's device)
+            buf: call_plan.gpu_argument(args[k]) if cuda else args[k].contiguous()
+            for k, buf in enumerate(self.program.inputs)
+            if buf is not None and not isinstance(buf, str)
+        }
+        temps, constants = self._memory(self._sizes(args), bindings)
+        tensors = {**temps, **constants, **inputs}
         timings = self.timings
         if self.use_cuda_graph and timings is None and self._launch_graph(tensors, bindings):
             return [self._result(v, tensors, bindings) for v in self.program.outputs]

@@ -193,7 +193,9 @@ def wants_staged_gemm(anchor, target) -> bool:
     if anchor.info.get("split_k"):  # split-K partial products: made for these tiles
         return True
     *batch, n, m = anchor.info["shape"]
-    (k,) = [r.dom.extent.value for r in anchor.info["stages"][0].op.reduce_axis]
+    (k,) = [getattr(r.dom.extent, "value", None) for r in anchor.info["stages"][0].op.reduce_axis]
+    if not isinstance(k, int):  # a sum over a size known at run time (a weight's gradient)
+        return False
     flop = 2 * numel(batch) * n * m * k
     return flop >= STAGED_GEMM_FLOP and numel(batch) * (n // 64) * (m // 64) >= target.sm_count
 
@@ -203,7 +205,9 @@ def _gemm(s, out, anchor) -> str:
     (C,) = anchor.info["stages"]
     *batch, n, m = anchor.info["shape"]
     (k,) = s[C].op.reduce_axis
-    plan = gemm_plan(numel(batch), n, m, k.dom.extent.value)
+    # a sum over a run-time size (a weight's gradient under dynamic shapes) is not split
+    # across threads: that needs its extent
+    plan = gemm_plan(numel(batch), n, m, getattr(k.dom.extent, "value", 1))
     *b_axes, i, j = s[out].op.axis
     return _tiled_product(s, out, C, b_axes, [i], [j], [(n, plan.rows)], [(m, plan.cols)], plan)
 

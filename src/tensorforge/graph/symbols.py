@@ -73,8 +73,12 @@ class Symbols:
                     te.var(str(expr)) if least is None else te.size_var(str(expr), min_value=least)
                 )
             return self.vars[expr]
-        args = [self._to_te(a) for a in expr.args]
         name = type(expr).__name__
+        if name in ("CeilToInt", "FloorToInt") and type(expr.args[0]).__name__ == "IntTrueDiv":
+            # math.ceil(a / b) of sizes (a >= 0, b > 0): an integer division, no float
+            a, b = (self._to_te(x) for x in expr.args[0].args)
+            return (a + b - 1) // b if name == "CeilToInt" else a // b
+        args = [self._to_te(a) for a in expr.args]
         if isinstance(expr, sympy.Add):
             return _fold(args, lambda a, b: a + b)
         if isinstance(expr, sympy.Mul):
