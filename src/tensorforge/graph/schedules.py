@@ -52,6 +52,8 @@ def _hand_scheduled(spec, target) -> bool:
     kind = spec.anchor.kind if spec.anchor is not None else None
     if kind in HAND_SCHEDULED:
         return True
+    if kind == "conv2d" and spec.anchor.info.get("pack") is not None:
+        return True  # (lower_conv_depthwise: the first guess would not place its pack stage)
     if kind is None:
         return _transposed_axes(spec.out) is not None or _few_row_tasks(spec.out)
     if kind == "layer_norm" and any(b.dtype.startswith(("int", "uint")) for b in spec.reads):

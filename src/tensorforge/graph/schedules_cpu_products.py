@@ -121,6 +121,9 @@ def _read_of(C, name: str):
 def schedule_conv2d(s, out, anchor, target) -> None:
     """ops/conv2d's direct schedule: an f_block x (x_vectors vectors) tile of outputs in
     registers, output rows in parallel."""
+    if anchor.info.get("pack") is not None:
+        _depthwise_channel_vectors(s, out, anchor)
+        return
     if anchor.info.get("lanes"):
         _conv2d_filter_vectors(s, out, anchor, target)
         return
@@ -162,6 +165,43 @@ def _conv2d_filter_vectors(s, out, anchor, target) -> None:
     s[conv].unroll(cx)
     s[conv].unroll(cf)
     s[conv].vectorize(cl)
+
+
+def _depthwise_channel_vectors(s, out, anchor) -> None:
+    """A depthwise convolution over channel blocks (lower_conv_depthwise): per block of `lanes`
+    channels (in parallel), its padded input planes packed by a transposing copy in lanes x
+    lanes tiles (a tile's rows are one cache line each: the planes, a power-of-two bytes apart
+    at 28 x 28 padded to 32 x 32, alias in L1 when read lane by lane), then tiles of `x_block`
+    output columns x one vector of channels accumulated in registers over the window, its row
+    of taps unrolled (the inputs a tile's columns share loaded once), each tile stored by the
+    epilogue in vectors along the row."""
+    (conv,) = anchor.info["stages"]
+    packed, lanes = anchor.info["pack"], anchor.info["lanes"]
+    OW = anchor.info["shape"][3]
+    x_block = _conv_x_block(OW, 12)
+    b, f, y, x = s[out].op.axis
+    fo, fi = s[out].split(f, factor=lanes)
+    xo, xi = s[out].split(x, factor=x_block)
+    s[out].reorder(b, fo, y, xo, fi, xi)
+    s[out].unroll(fi)
+    s[out].vectorize(xi)
+    blocks = s[out].fuse(b, fo)
+    if worth_threads(out):
+        s[out].parallel(blocks)
+    s[conv].compute_at(s[out], xo)
+    cb, cf, cy, cx, cl = s[conv].op.axis
+    ry, rx = s[conv].op.reduce_axis
+    s[conv].reorder(cb, cf, cy, ry, rx, cx, cl)
+    s[conv].unroll(cx)
+    s[conv].vectorize(cl)
+    if rx.dom.extent.value <= 7:
+        s[conv].unroll(rx)
+    s[packed].compute_at(s[out], blocks)
+    *_, px, lane = s[packed].op.axis
+    pxo, pxi = s[packed].split(px, factor=lanes)
+    s[packed].reorder(pxo, lane, pxi)
+    s[packed].unroll(lane)
+    s[packed].unroll(pxi)
 
 
 def _conv_x_block(width, most: int) -> int:
