@@ -1,5 +1,6 @@
 """Depthwise convolutions with vectors along the channels (graph/lower_conv_depthwise.py), built
-for this CPU against eager: odd sizes, strides, dilation, padding, batch 2, epilogues."""
+for this CPU against eager: odd sizes, strides, dilation, padding, batch 2, epilogues; and which
+direct convolutions keep the rules' schedule under "auto"."""
 
 import pytest
 
@@ -73,3 +74,21 @@ def test_depthwise_channel_vectors_of_bfloat16():
 
     compiled = check(fn, x, w, constants=(1,), rtol=2e-2)
     assert len(channel_vector_convs(compiled)) == 1
+
+
+def test_wide_windows_of_filter_vectors_keep_the_rules_schedule():
+    """A 7 x 7 stride-2 convolution of 3 channels (a stem) with vectors along its 16 filters
+    keeps the rules' schedule under "auto" (schedules_cpu_products.conv_keeps_rules), against
+    eager at batch 2 and a 23 x 19 image; a 3 x 3 one takes the first guess."""
+    from tensorforge.graph.schedules import FIRST_GUESS
+
+    x, w7, w3 = rand(2, 3, 23, 19, seed=74), rand(16, 3, 7, 7, seed=75), rand(16, 3, 3, 3, seed=76)
+    b = rand(16, seed=77)
+
+    def fn(x, w7, w3, b):
+        return F.relu(F.conv2d(x, w7, b, stride=2, padding=3)), F.conv2d(x, w3, None, padding=1)
+
+    compiled = check(fn, x, w7, w3, b, constants=(1, 2, 3))
+    convs = [s for s in compiled.steps if getattr(s, "spec", None) and s.spec.anchor]
+    sources = {s.spec.anchor.info["taps"]: s.source for s in convs}
+    assert sources[49] != FIRST_GUESS and sources[9] == FIRST_GUESS

@@ -331,6 +331,7 @@ def _conv_filter_vectors(
 
     conv = te.compute((N, F // lanes, OH, OW, lanes), body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": 1, "depthwise": False, "lanes": lanes}
+    info["taps"] = KH * KW
     anchor = Anchor("conv2d", conv, frozenset(src.reads | weights.reads), (node.name,), info)
 
     def at(ia):
