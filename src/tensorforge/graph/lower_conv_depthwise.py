@@ -2,7 +2,8 @@
 channels: the input padded and packed once into channel blocks [N][C / lanes][H'][W'][lanes],
 the weights into [C / lanes][KH][KW][lanes], so each tap of the window is one vector load of
 the input and one of the weights per `lanes` channels, whatever the image's width. The output
-is the node's own NCHW value (the epilogue stores each tile's vectors across the channels)."""
+is the node's own NCHW value (the epilogue stores each tile along its rows, one channel at a
+time)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ def wants_channel_vectors(ctx, w: torch.Tensor | None, groups: int, shape, padde
     """Whether a convolution is depthwise with channels in whole vectors of `lanes` (0: none),
     a window of 5 x 5 or more, and a channel block's packed planes (`padded`: the padded
     input's (H', W')) within an eighth of L2. Elsewhere the direct schedule's vectors along the
-    rows do as well or better. 1 thread, Zen 4, eager / ours, rows -> channel vectors (load 7,
-    benchmarks/convs_depthwise.py): ConvNeXt's 7 x 7 at 28 / 14 / 7 pixels 0.66 / 0.49 / 0.35
-    -> 0.98 / 0.87 / 0.85; EfficientNet's 5 x 5 of 240 channels at 28 0.78 -> 1.20, 1152 at
-    7 0.59 -> 1.18; 3 x 3 ones lost (1152 at 7: 1.55 -> 1.24), as did 5 x 5 stride 2 at 56
-    (0.89 -> 0.78: 60 x 60 planes, 230 KB a block)."""
+    rows do as well or better. 1 thread, eager / ours, rows -> channel vectors, separate
+    processes at load 8-10 (benchmarks/convs_depthwise.py): Zen 4, ConvNeXt's 7 x 7 at 28 /
+    14 / 7 pixels 0.62 / 0.47 / 0.35 -> 0.95 / 0.82 / 0.88, EfficientNet's 5 x 5 of 240
+    channels at 28 0.82 -> 1.09, of 1152 at 7 0.61 -> 1.17; AVX2 code 0.86 / 0.54 / 0.49 ->
+    0.91 / 0.93 / 1.02. 3 x 3 ones lost (1152 at 7: 1.55 -> 1.24), as did 5 x 5 of stride 2
+    at 56 (0.89 -> 0.78: 60 x 60 planes, 230 KB a block)."""
     if ctx.target.kind != "llvm" or w is None or not lanes or groups == 1:
         return False
     F, cg, KH, KW = w.shape
