@@ -21,8 +21,7 @@ def channel_vector_convs(compiled) -> list:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("schedule", ["auto", "rules"])
-def test_depthwise_channel_vectors_match_eager(schedule):
+def test_depthwise_channel_vectors_match_eager():
     """5 x 5 and larger depthwise kernels over channel blocks: 16 channels of a 13 x 11 image
     at batch 2 with bias, ReLU and a residual; stride (2, 1) with padding (2, 3); a 7 x 5
     window dilated (1, 2); 12 channels (blocks of 4 lanes) of stride 2, no padding; a 1 x 1
@@ -53,7 +52,7 @@ def test_depthwise_channel_vectors_match_eager(schedule):
         )
 
     args = (x, x12, x6, x1, w5, w75, w12, w6, w3, w_mult, w_grouped, b16)
-    compiled = check(fn, *args, constants=tuple(range(4, 12)), schedule=schedule)
+    compiled = check(fn, *args, constants=tuple(range(4, 12)))
     packed = channel_vector_convs(compiled)
     assert sorted(s.spec.anchor.info["shape"] for s in packed) == [
         (1, 12, 3, 7),
