@@ -11,6 +11,7 @@ import operator
 import torch
 
 from tensorforge import te
+from tensorforge.graph.lower_conv_depthwise import depthwise_channel_vectors, wants_channel_vectors
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, positions
 from tensorforge.graph.lower_tensor_core import (
     TF32_MIN_MACS,
@@ -111,6 +112,11 @@ def convolution_2d(
     acc = opmath_dtype(dtype)
     full = ctx.target.vector_lanes(acc) if ctx.target.kind == "llvm" else 0
     lanes = filter_lanes(full, F) if full else 0
+    padded_size = (H + 2 * padding[0], W + 2 * padding[1])
+    if wants_channel_vectors(ctx, w, groups, shape, padded_size, lanes):
+        padded = _padded(ctx, node, x, padding)
+        out = depthwise_channel_vectors(ctx, node, padded, w, shape, stride, dilation, dtype, lanes)
+        return epilogue(out)
     if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape, full):
         out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
         return epilogue(out)
@@ -325,6 +331,7 @@ def _conv_filter_vectors(
 
     conv = te.compute((N, F // lanes, OH, OW, lanes), body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": 1, "depthwise": False, "lanes": lanes}
+    info["taps"] = KH * KW
     anchor = Anchor("conv2d", conv, frozenset(src.reads | weights.reads), (node.name,), info)
 
     def at(ia):

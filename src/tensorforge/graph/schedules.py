@@ -15,7 +15,12 @@ import math
 from tensorforge import te
 from tensorforge.graph import schedules_cuda
 from tensorforge.graph.schedules_cpu_dot import schedule_cpu_dot
-from tensorforge.graph.schedules_cpu_products import schedule_conv2d, schedule_matmul, worth_threads
+from tensorforge.graph.schedules_cpu_products import (
+    conv_keeps_rules,
+    schedule_conv2d,
+    schedule_matmul,
+    worth_threads,
+)
 from tensorforge.graph.values import opmath_dtype
 from tensorforge.runtime.native_call import num_threads
 from tensorforge.te import dtype as dt
@@ -51,6 +56,8 @@ def _hand_scheduled(spec, target) -> bool:
     (64 x 1000: 39 against 781 us)."""
     kind = spec.anchor.kind if spec.anchor is not None else None
     if kind in HAND_SCHEDULED:
+        return True
+    if kind == "conv2d" and conv_keeps_rules(spec.anchor.info):
         return True
     if kind is None:
         return _transposed_axes(spec.out) is not None or _few_row_tasks(spec.out)
