@@ -132,6 +132,8 @@ def run_case(case: Case, mode: str = "dynamo", outputs: list[str] | None = None)
     values = make_inputs(case, case.seed + 1)
     variable = [v for s, v in zip(case.inputs, values) if not s.constant]
     found: list = []
+    if mode == "grad":
+        return _run_with_gradients(case, fn, fn_source, values, found, outputs)
     try:
         with torch.no_grad():
             if mode == "aten":
@@ -175,6 +177,57 @@ def run_case(case: Case, mode: str = "dynamo", outputs: list[str] | None = None)
             if verdict.kind != "ok":
                 verdict.detail = f"(resized inputs) {verdict.detail}"
             return verdict
+    except Exception as err:  # noqa: BLE001 - the fuzzer reports it
+        return Outcome("error", f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=-6)}")
+
+
+def _run_with_gradients(case: Case, fn, fn_source: str, values, found: list, outputs) -> Outcome:
+    """Mode "grad": the case as a training graph (graph/training.py): its floating inputs need
+    gradients; the outputs, then the gradients of a random weighing of the floating outputs
+    with respect to those inputs, against eager's (gradients held 10x looser: the backward's
+    sums run in another order)."""
+
+    def counting(gm, example_inputs, **kwargs):
+        from tensorforge.graph import backend
+
+        compiled = backend(gm, example_inputs, **kwargs)
+        found.append(compiled)
+        return compiled
+
+    try:
+        module = _Module(fn, case, values)
+        variable = [v for spec, v in zip(case.inputs, values) if not spec.constant]
+        ours = [v.detach().clone().requires_grad_(v.is_floating_point()) for v in variable]
+        eagers = [v.detach().clone().requires_grad_(v.is_floating_point()) for v in variable]
+        torch._dynamo.reset()
+        fast = torch.compile(module, backend=counting, dynamic=case.dynamic is True or None)
+        got, expected = _as_list(fast(*ours)), _as_list(module(*eagers))
+        reference = float32_reference(case, outputs, values)
+        detached = [g.detach() for g in got], [e.detach() for e in expected]
+        verdict = _judge(*detached, found, reference, fn_source)
+        if verdict.kind != "ok":
+            return verdict
+        wanted = [k for k, e in enumerate(expected) if e.requires_grad and e.is_floating_point()]
+        leaves = [k for k, v in enumerate(eagers) if v.requires_grad]
+        if not wanted or not leaves:
+            return verdict
+        rng = torch.Generator().manual_seed(case.seed)
+        weights = [
+            torch.randn(expected[k].shape, generator=rng).to(expected[k].dtype) for k in wanted
+        ]
+
+        def gradients(outputs, inputs):
+            total = sum(
+                (outputs[k].float() * w.float()).nan_to_num().sum() for k, w in zip(wanted, weights)
+            )
+            grads = torch.autograd.grad(total, [inputs[k] for k in leaves], allow_unused=True)
+            return [torch.zeros_like(inputs[k]) if g is None else g for k, g in zip(leaves, grads)]
+
+        got_grads, expected_grads = gradients(got, ours), gradients(expected, eagers)
+        why = compare(got_grads, expected_grads, None, loose=10)
+        if why is not None:
+            return Outcome("wrong", f"gradient: {why}")
+        return verdict
     except Exception as err:  # noqa: BLE001 - the fuzzer reports it
         return Outcome("error", f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=-6)}")
 

@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Fuzz the torch.compile backend on the CPU")
     parser.add_argument("--seed", type=int, default=0, help="the first seed")
     parser.add_argument("--cases", type=int, default=1)
-    parser.add_argument("--mode", choices=["aten", "dynamo"], default="dynamo")
+    parser.add_argument("--mode", choices=["aten", "dynamo", "grad"], default="dynamo")
     parser.add_argument("--show", action="store_true", help="print each case's source")
     parser.add_argument("--no-minimize", action="store_true")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per case")

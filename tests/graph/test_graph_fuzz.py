@@ -35,3 +35,10 @@ def test_random_program_matches_eager(seed):
 
 def test_generation_is_deterministic():
     assert graph_fuzz.generate(7).source() == graph_fuzz.generate(7).source()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_program_gradients_match_eager(seed):
+    # the same programs as training graphs (graph/training.py): outputs, then the gradients of
+    # the floating inputs
+    check_seed(seed, "grad")
