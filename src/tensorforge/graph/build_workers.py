@@ -1,0 +1,212 @@
+"""A model's kernels built on every core: forked workers write kernels' code while this process
+writes others' and compiles all of them.
+
+Scheduling, lowering and writing a kernel's LLVM IR is Python (about 85% of a CPU kernel's
+build: RegNetY-400MF's 63 distinct kernels, 56 of 63 s under cProfile); threads would share one
+interpreter. So `build_all` forks workers (`jobs()` - 1 of them) that inherit the program and
+take kernels from a shared pipe of job numbers, as this process does: a worker sends back the
+kernel's source (its KernelSource and schedule rule, pickled), which this process compiles to
+machine code (the executables and the caches stay here, where the model runs); a kernel of its
+own this process builds whole. Whoever is free takes the next kernel, so a slow one does not
+hold up the rest.
+
+The kernels are the ones a serial build makes: a worker runs the same schedule and lowering, and
+where anything goes wrong there (an exception, a source that then fails to compile, a worker
+that dies) this process builds that kernel itself, the serial way, so an error is raised here,
+as the serial build raises it. Ctrl-C ends the workers at once (SIGINT's default action in
+them); this process raises KeyboardInterrupt and kills and reaps any still running.
+
+TENSORFORGE_BUILD_JOBS sets the number of processes (1: build here alone); by default, one per
+core this process may run on. The model's own thread count (torch.set_num_threads,
+TF_NUM_THREADS) is not this: the compile is over before the model runs.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import struct
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+
+MIN_JOBS = 3  # fewer kernels than this build here (a fork costs tens of milliseconds)
+_NUMBER = struct.Struct("<i")  # one job number in the pipe (reads of 4 bytes are atomic)
+_LENGTH = struct.Struct("<Q")  # the length of a pickled result
+
+
+def jobs() -> int:
+    """How many processes build a model's kernels: TENSORFORGE_BUILD_JOBS, else the cores."""
+    configured = os.environ.get("TENSORFORGE_BUILD_JOBS", "").strip()
+    if configured:
+        try:
+            return max(1, int(configured))
+        except ValueError:
+            warnings.warn(
+                f"tensorforge: TENSORFORGE_BUILD_JOBS={configured!r} is not a number; "
+                "building on every core",
+                stacklevel=2,
+            )
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def build_all(
+    count: int,
+    build: Callable[[int], object],
+    generate: Callable[[int], object],
+    finish: Callable[[int, object], object],
+    done: Callable[[], None] = lambda: None,
+    workers: int | None = None,
+) -> list:
+    """[build(j) for j in range(count)], made by this process and `workers` - 1 forked ones:
+    a worker computes `generate(j)` (picklable), which this process turns into the result with
+    `finish(j, generated)`; `done()` after each result. `build`, `finish`: raising here is the
+    caller's error; a worker's failure makes this process `build(j)`."""
+    workers = jobs() if workers is None else workers
+    if workers <= 1 or count < MIN_JOBS or not hasattr(os, "fork") or sys.platform == "win32":
+        results = []
+        for j in range(count):
+            results.append(build(j))
+            done()
+        return results
+    return _Pool(count, generate, min(workers, count) - 1).run(build, finish, done)
+
+
+class _Pool:
+    def __init__(self, count: int, generate: Callable[[int], object], forks: int):
+        self.count, self.generate, self.forks = count, generate, forks
+        self.received: queue.Queue = queue.Queue()
+        self.children: list[int] = []
+        self.readers: list[threading.Thread] = []
+        self.ended = 0  # workers whose results have all arrived
+        self.claims = -1  # the pipe of job numbers (its read end)
+
+    def run(self, build, finish, done) -> list:
+        results: list = [None] * self.count
+        made = [False] * self.count
+        try:
+            self._start()
+            while True:
+                for j, generated in self._arrived():  # the workers' first: they wait for none
+                    results[j] = build(j) if generated is None else finish(j, generated)
+                    made[j] = True
+                    done()
+                j = self._claim()
+                if j is None:
+                    break
+                results[j] = build(j)
+                made[j] = True
+                done()
+            while self.ended < len(self.children):  # what the workers still have in hand
+                item = self.received.get()
+                if item is None:
+                    self.ended += 1
+                    continue
+                j, generated = item
+                results[j] = build(j) if generated is None else finish(j, generated)
+                made[j] = True
+                done()
+            for j in range(self.count):  # taken by a worker that died before sending it
+                if not made[j]:
+                    results[j] = build(j)
+                    done()
+            return results
+        finally:
+            self._stop()
+
+    # -- this process -----------------------------------------------------------------------
+    def _start(self) -> None:
+        read, write = os.pipe()
+        self.claims = read
+        numbers = b"".join(_NUMBER.pack(j) for j in range(self.count))
+        try:
+            os.write(write, numbers)  # (a pipe holds 64 KiB: 16384 kernels)
+        finally:
+            os.close(write)  # an empty pipe then reads as its end: no more jobs
+        for _ in range(self.forks):
+            result_read, result_write = os.pipe()
+            with warnings.catch_warnings():  # (3.12+: fork with threads; ours hold no locks)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:
+                os.close(result_read)
+                self._work(result_write)  # never returns
+            self.children.append(pid)
+            os.close(result_write)
+            reader = threading.Thread(
+                target=self._read, args=(result_read,), name="tensorforge-build-results"
+            )
+            reader.start()
+            self.readers.append(reader)
+
+    def _claim(self) -> int | None:
+        data = os.read(self.claims, _NUMBER.size)
+        return _NUMBER.unpack(data)[0] if len(data) == _NUMBER.size else None
+
+    def _arrived(self) -> list:
+        items = []
+        while True:
+            try:
+                item = self.received.get_nowait()
+            except queue.Empty:
+                return items
+            if item is None:
+                self.ended += 1
+            else:
+                items.append(item)
+
+    def _read(self, fd: int) -> None:
+        """(In a thread) the results one worker sends, into `received`; None at its end."""
+        try:
+            with os.fdopen(fd, "rb") as stream:
+                while True:
+                    head = stream.read(_LENGTH.size)
+                    if len(head) < _LENGTH.size:
+                        break
+                    body = stream.read(_LENGTH.unpack(head)[0])
+                    try:
+                        self.received.put(pickle.loads(body))
+                    except Exception:  # noqa: BLE001 - cut short: the worker died writing it
+                        break
+        finally:
+            self.received.put(None)
+
+    def _stop(self) -> None:
+        for pid in self.children:
+            try:
+                os.kill(pid, signal.SIGKILL)  # (done workers have exited: nothing to kill)
+            except ProcessLookupError:
+                pass
+        for pid in self.children:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        for reader in self.readers:
+            reader.join()
+        if self.claims >= 0:
+            os.close(self.claims)
+            self.claims = -1
+        self.children, self.readers = [], []
+
+    # -- a worker ---------------------------------------------------------------------------
+    def _work(self, fd: int) -> None:
+        """(In a forked worker) generate the jobs it claims and send them; exits, never returns."""
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C: gone at once, no traceback
+            with os.fdopen(fd, "wb") as stream:
+                while (j := self._claim()) is not None:
+                    try:
+                        body = pickle.dumps((j, self.generate(j)))
+                    except Exception:  # noqa: BLE001 - this process builds it, and raises
+                        body = pickle.dumps((j, None))
+                    stream.write(_LENGTH.pack(len(body)) + body)
+                    stream.flush()
+        finally:
+            os._exit(0)
