@@ -14,7 +14,7 @@ the time outside the backend), `aot` (AOTAutograd, where it ran), `lower` (the A
 kernels' programs, weights folded), `kernels` (loading or building them), `front` (the first-
 level entry: key, read, graph rebuilt), `store` (writing the compiled graph's entry, part of
 `kernels`'s first run). `--jobs` times the first compile once per TENSORFORGE_BUILD_JOBS value
-(the processes building kernels: graph/build_workers.py), alternating, `--runs` rounds, each
+(the processes building kernels: runtime/build_workers.py), alternating, `--runs` rounds, each
 with an empty cache (no later runs then). `--baselines` also times Dynamo's own backends the same
 way: "eager" is Dynamo alone, "aot_eager" Dynamo and AOTAutograd. Timings come with the
 machine's load average.

@@ -1,4 +1,4 @@
-"""Kernels built by forked workers (graph/build_workers.py): the serial build's results, its
+"""Kernels built by forked workers (runtime/build_workers.py): the serial build's results, its
 errors raised here, and nothing left behind (processes, threads) after an error or Ctrl-C."""
 
 import os
@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from tensorforge.graph import build_workers
+from tensorforge.runtime import build_workers
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="workers are forked")
 

@@ -22,7 +22,7 @@ import torch
 from tensorforge import build as tf_build
 from tensorforge import lower as tf_lower
 from tensorforge.errors import TensorForgeError
-from tensorforge.graph import build_workers, call_plan, huge_pages, tuning
+from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
 from tensorforge.graph.build_progress import BuildProgress
 from tensorforge.graph.cuda_call_plan import GraphLaunchPlan
@@ -31,6 +31,7 @@ from tensorforge.graph.lower_ws_product import ws_kernel_source
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules import schedule_kernel
+from tensorforge.runtime import build_workers
 from tensorforge.runtime.module import Module
 from tensorforge.target import as_target
 
@@ -87,7 +88,7 @@ def _loads_of(executable) -> list:
 def _build_each(program, target, tuning_log, schedule, only=None, share=True) -> list:
     """BuiltKernels (and the eager steps as they are) of the program's steps, or of those at
     indices `only`; kernels alike share their code where `share`. On the CPU the distinct
-    kernels are built on every core (build_workers.py), the result the same."""
+    kernels are built on every core (runtime/build_workers.py), the result the same."""
     names = program.symbols.var_names()
     variables = {v.name: v for v in program.symbols.vars.values()}
     hints = program.symbols.size_hints()

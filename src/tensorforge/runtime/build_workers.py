@@ -1,22 +1,24 @@
-"""A model's kernels built on every core: forked workers write kernels' code while this process
-writes others' and compiles all of them.
+"""Work spread over every core by forked workers: a model's kernels (graph/program.py), the
+object code of a library of many (shared_lib.build_llvm_library).
 
 Scheduling, lowering and writing a kernel's LLVM IR is Python (about 85% of a CPU kernel's
-build: RegNetY-400MF's 63 distinct kernels, 56 of 63 s under cProfile); threads would share one
-interpreter. So `build_all` forks workers (`jobs()` - 1 of them) that inherit the program and
-take kernels from a shared pipe of job numbers, as this process does: a worker sends back the
-kernel's source (its KernelSource and schedule rule, pickled), which this process compiles to
-machine code (the executables and the caches stay here, where the model runs); a kernel of its
-own this process builds whole. Whoever is free takes the next kernel, so a slow one does not
-hold up the rest.
+build: RegNetY-400MF's 63 distinct kernels, 56 of 63 s under cProfile), and llvmlite runs one
+LLVM call at a time per process; threads would share one interpreter and one LLVM. So
+`build_all` forks workers (`jobs()` - 1 of them) that inherit the caller's state and take jobs
+from a shared pipe of job numbers, as this process does: a worker sends back what it made
+(for a kernel, its KernelSource and schedule rule, pickled), which this process finishes (a
+kernel's machine code is compiled here: the executables and the caches stay where the model
+runs); a job of its own this process does whole. Whoever is free takes the next job, so a slow
+one does not hold up the rest.
 
-The kernels are the ones a serial build makes: a worker runs the same schedule and lowering, and
-where anything goes wrong there (an exception, a source that then fails to compile, a worker
-that dies) this process builds that kernel itself, the serial way, so an error is raised here,
-as the serial build raises it. Ctrl-C ends the workers at once (SIGINT's default action in
-them); this process raises KeyboardInterrupt and kills and reaps any still running.
+The results are the ones a serial run makes: a worker runs the same code, and where anything
+goes wrong there (an exception, a result that then fails to finish, a worker that dies) this
+process does that job itself, the serial way, so an error is raised here, as the serial run
+raises it. Ctrl-C ends the workers at once (SIGINT's default action in them); this process
+raises KeyboardInterrupt and kills and reaps any still running. No thread of ours is inside
+LLVM when a worker forks (disk_cache's writer stops around fork()).
 
-TENSORFORGE_BUILD_JOBS sets the number of processes (1: build here alone); by default, one per
+TENSORFORGE_BUILD_JOBS sets the number of processes (1: everything here); by default, one per
 core this process may run on. The model's own thread count (torch.set_num_threads,
 TF_NUM_THREADS) is not this: the compile is over before the model runs.
 """
@@ -33,7 +35,7 @@ import threading
 import warnings
 from collections.abc import Callable
 
-MIN_JOBS = 3  # fewer kernels than this build here (a fork costs tens of milliseconds)
+MIN_JOBS = 3  # fewer jobs than this run here (a fork costs tens of milliseconds)
 _NUMBER = struct.Struct("<i")  # one job number in the pipe (reads of 4 bytes are atomic)
 _LENGTH = struct.Struct("<Q")  # the length of a pickled result
 
