@@ -173,3 +173,18 @@ def test_a_models_kernels_are_the_same_built_in_parallel(monkeypatch):
     expected = f(x, w)
     for a, b in zip(outputs["2"], expected):
         torch.testing.assert_close(a, b)
+
+
+def test_a_workers_slow_job_is_done_here_rather_than_waited_for(forks):
+    def generate(j):
+        if j == 1:
+            time.sleep(10)  # (a kernel given little of a loaded machine)
+        return j
+
+    start = time.monotonic()
+    results = build_workers.build_all(
+        4, _slow_here, generate, lambda j, g: ("worker", g * g), workers=2
+    )
+    assert time.monotonic() - start < 5
+    assert [r[1] for r in results] == [j * j for j in range(4)]
+    assert _gone(forks)

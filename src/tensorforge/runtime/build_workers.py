@@ -25,6 +25,8 @@ TF_NUM_THREADS) is not this: the compile is over before the model runs.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import pickle
 import queue
@@ -38,6 +40,7 @@ from collections.abc import Callable
 MIN_JOBS = 3  # fewer jobs than this run here (a fork costs tens of milliseconds)
 _NUMBER = struct.Struct("<i")  # one job number in the pipe (reads of 4 bytes are atomic)
 _LENGTH = struct.Struct("<Q")  # the length of a pickled result
+_MADE, _TAKEN, _FAILED = 0, 1, 2  # a worker's messages: (job, one of these, its result or None)
 
 
 def jobs() -> int:
@@ -92,32 +95,50 @@ class _Pool:
     def run(self, build, finish, done) -> list:
         results: list = [None] * self.count
         made = [False] * self.count
+        taken: list[int] = []  # jobs the workers said they took, oldest first
+
+        def take(item) -> None:
+            j, what, generated = item
+            if what == _TAKEN:
+                taken.append(j)
+            elif not made[j]:  # (else this process did it meanwhile)
+                results[j] = build(j) if what == _FAILED else finish(j, generated)
+                made[j] = True
+                done()
+
         try:
             self._start()
-            while True:
-                for j, generated in self._arrived():  # the workers' first: they wait for none
-                    results[j] = build(j) if generated is None else finish(j, generated)
-                    made[j] = True
-                    done()
-                j = self._claim()
-                if j is None:
-                    break
+            while (j := self._claim()) is not None:
+                for item in self._arrived():  # the workers' first: they wait for none
+                    take(item)
                 results[j] = build(j)
                 made[j] = True
                 done()
-            while self.ended < len(self.children):  # what the workers still have in hand
-                item = self.received.get()
-                if item is None:
-                    self.ended += 1
-                    continue
-                j, generated = item
-                results[j] = build(j) if generated is None else finish(j, generated)
-                made[j] = True
-                done()
-            for j in range(self.count):  # taken by a worker that died before sending it
-                if not made[j]:
+            # No job is left to take. A worker's job this process then does too, the oldest
+            # first, rather than wait: whichever ends first gives it (the same result), so a
+            # slow job (or a worker given little of a loaded machine) holds nothing up.
+            while True:
+                for item in self._arrived():
+                    take(item)
+                if all(made):
+                    break
+                j = next((j for j in taken if not made[j]), None)
+                if j is not None:
                     results[j] = build(j)
+                    made[j] = True
                     done()
+                elif self.ended == len(self.children):  # taken by a worker that died
+                    j = made.index(False)
+                    results[j] = build(j)
+                    made[j] = True
+                    done()
+                else:
+                    with contextlib.suppress(queue.Empty):
+                        item = self.received.get(timeout=0.05)
+                        if item is None:
+                            self.ended += 1
+                        else:
+                            take(item)
             return results
         finally:
             self._stop()
@@ -202,12 +223,18 @@ class _Pool:
         """(In a forked worker) generate the jobs it claims and send them; exits, never returns."""
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C: gone at once, no traceback
+            # the collector leaves the inherited objects alone: walking them would copy every
+            # page they lie on (fork shares them until written)
+            gc.freeze()
             with os.fdopen(fd, "wb") as stream:
                 while (j := self._claim()) is not None:
+                    taken = pickle.dumps((j, _TAKEN, None))
+                    stream.write(_LENGTH.pack(len(taken)) + taken)
+                    stream.flush()
                     try:
-                        body = pickle.dumps((j, self.generate(j)))
+                        body = pickle.dumps((j, _MADE, self.generate(j)))
                     except Exception:  # noqa: BLE001 - this process builds it, and raises
-                        body = pickle.dumps((j, None))
+                        body = pickle.dumps((j, _FAILED, None))
                     stream.write(_LENGTH.pack(len(body)) + body)
                     stream.flush()
         finally:
