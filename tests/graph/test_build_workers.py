@@ -188,3 +188,21 @@ def test_a_workers_slow_job_is_done_here_rather_than_waited_for(forks):
     assert time.monotonic() - start < 5
     assert [r[1] for r in results] == [j * j for j in range(4)]
     assert _gone(forks)
+
+
+def test_a_workers_warnings_are_raised_here(forks):
+    import warnings
+
+    def build(j):
+        time.sleep(0.03)
+        warnings.warn(f"kernel {j} is odd", UserWarning, stacklevel=1)
+        return j
+
+    def generate(j):
+        warnings.warn(f"kernel {j} is odd", UserWarning, stacklevel=1)
+        return j
+
+    with pytest.warns(UserWarning) as caught:
+        results = build_workers.build_all(6, build, generate, lambda j, g: g, workers=2)
+    assert results == list(range(6))
+    assert {str(w.message) for w in caught} == {f"kernel {j} is odd" for j in range(6)}

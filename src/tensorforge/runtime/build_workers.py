@@ -8,13 +8,16 @@ LLVM call at a time per process; threads would share one interpreter and one LLV
 from a shared pipe of job numbers, as this process does: a worker sends back what it made
 (for a kernel, its KernelSource and schedule rule, pickled), which this process finishes (a
 kernel's machine code is compiled here: the executables and the caches stay where the model
-runs); a job of its own this process does whole. Whoever is free takes the next job, so a slow
-one does not hold up the rest.
+runs); a job of its own this process does whole. Whoever is free takes the next job, and once
+none is left this process also does the jobs the workers hold (the oldest first), taking
+whichever result comes first: a slow job, or a worker given little of a loaded machine, holds
+nothing up.
 
 The results are the ones a serial run makes: a worker runs the same code, and where anything
 goes wrong there (an exception, a result that then fails to finish, a worker that dies) this
 process does that job itself, the serial way, so an error is raised here, as the serial run
-raises it. Ctrl-C ends the workers at once (SIGINT's default action in them); this process
+raises it; the warnings a worker's job raises are raised here (through this process's filters).
+Ctrl-C ends the workers at once (SIGINT's default action in them); this process
 raises KeyboardInterrupt and kills and reaps any still running. No thread of ours is inside
 LLVM when a worker forks (disk_cache's writer stops around fork()).
 
@@ -40,7 +43,8 @@ from collections.abc import Callable
 MIN_JOBS = 3  # fewer jobs than this run here (a fork costs tens of milliseconds)
 _NUMBER = struct.Struct("<i")  # one job number in the pipe (reads of 4 bytes are atomic)
 _LENGTH = struct.Struct("<Q")  # the length of a pickled result
-_MADE, _TAKEN, _FAILED = 0, 1, 2  # a worker's messages: (job, one of these, its result or None)
+# a worker's messages: (job, one of these, its result or None, the warnings it raised)
+_MADE, _TAKEN, _FAILED = 0, 1, 2
 
 
 def jobs() -> int:
@@ -98,10 +102,12 @@ class _Pool:
         taken: list[int] = []  # jobs the workers said they took, oldest first
 
         def take(item) -> None:
-            j, what, generated = item
+            j, what, generated, warned = item
             if what == _TAKEN:
                 taken.append(j)
             elif not made[j]:  # (else this process did it meanwhile)
+                for message, category, filename, lineno in warned:  # as if raised here
+                    warnings.warn_explicit(message, category, filename, lineno)
                 results[j] = build(j) if what == _FAILED else finish(j, generated)
                 made[j] = True
                 done()
@@ -228,13 +234,19 @@ class _Pool:
             gc.freeze()
             with os.fdopen(fd, "wb") as stream:
                 while (j := self._claim()) is not None:
-                    taken = pickle.dumps((j, _TAKEN, None))
+                    taken = pickle.dumps((j, _TAKEN, None, []))
                     stream.write(_LENGTH.pack(len(taken)) + taken)
                     stream.flush()
                     try:
-                        body = pickle.dumps((j, _MADE, self.generate(j)))
+                        with warnings.catch_warnings(record=True) as caught:
+                            warnings.simplefilter("always")  # (this process's filters decide)
+                            generated = self.generate(j)
+                        warned = [
+                            (str(w.message), w.category, w.filename, w.lineno) for w in caught
+                        ]
+                        body = pickle.dumps((j, _MADE, generated, warned))
                     except Exception:  # noqa: BLE001 - this process builds it, and raises
-                        body = pickle.dumps((j, _FAILED, None))
+                        body = pickle.dumps((j, _FAILED, None, []))
                     stream.write(_LENGTH.pack(len(body)) + body)
                     stream.flush()
         finally:
