@@ -206,3 +206,26 @@ def test_a_workers_warnings_are_raised_here(forks):
         results = build_workers.build_all(6, build, generate, lambda j, g: g, workers=2)
     assert results == list(range(6))
     assert {str(w.message) for w in caught} == {f"kernel {j} is odd" for j in range(6)}
+
+
+def test_a_librarys_object_code_is_the_same_made_in_parallel(monkeypatch):
+    import tensorforge as tf
+    from tensorforge import te
+    from tensorforge.runtime import shared_lib
+
+    def kernel(fn):
+        a = te.placeholder((37,), name="a")
+        return a, te.compute((37,), lambda i: fn(a[i]), name="b")
+
+    functions = []
+    for k, fn in enumerate([lambda x: x + 1.0, lambda x: x * x, lambda x: te.exp(x) - 2.0]):
+        a, b = kernel(fn)
+        module = tf.build(te.create_schedule(b.op), [a, b], target="llvm", name=f"f{k}")
+        function = module[module.entry_name]
+        functions.append((function.source, function.executable.get_source("ll")))
+    emitted = {}
+    for jobs in ("1", "2"):
+        monkeypatch.setenv("TENSORFORGE_BUILD_JOBS", jobs)
+        emitted[jobs] = shared_lib._emit_objects(functions, "llvm", True)
+    assert emitted["1"] == emitted["2"]
+    assert [symbols["f0"] for _, symbols in emitted["1"][:1]] == ["f0"]
