@@ -22,8 +22,9 @@ raises KeyboardInterrupt and kills and reaps any still running. No thread of our
 LLVM when a worker forks (disk_cache's writer stops around fork()).
 
 TENSORFORGE_BUILD_JOBS sets the number of processes (1: everything here); by default, one per
-core this process may run on. The model's own thread count (torch.set_num_threads,
-TF_NUM_THREADS) is not this: the compile is over before the model runs.
+core this process may run on (on Linux; elsewhere everything runs here). The model's own thread
+count (torch.set_num_threads, TF_NUM_THREADS) is not this: the compile is over before the model
+runs.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def build_all(
     `finish(j, generated)`; `done()` after each result. `build`, `finish`: raising here is the
     caller's error; a worker's failure makes this process `build(j)`."""
     workers = jobs() if workers is None else workers
-    if workers <= 1 or count < MIN_JOBS or not hasattr(os, "fork") or sys.platform == "win32":
+    # (fork without exec: Linux only; macOS forbids it to processes using some of its libraries)
+    if workers <= 1 or count < MIN_JOBS or not sys.platform.startswith("linux"):
         results = []
         for j in range(count):
             results.append(build(j))
