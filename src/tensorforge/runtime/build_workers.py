@@ -22,9 +22,9 @@ raises KeyboardInterrupt and kills and reaps any still running. No thread of our
 LLVM when a worker forks (disk_cache's writer stops around fork()).
 
 TENSORFORGE_BUILD_JOBS sets the number of processes (1: everything here); by default, one per
-core this process may run on (on Linux; elsewhere everything runs here). The model's own thread
-count (torch.set_num_threads, TF_NUM_THREADS) is not this: the compile is over before the model
-runs.
+core this process may run on, up to MAX_DEFAULT_JOBS (on Linux; elsewhere everything runs
+here). The model's own thread count (torch.set_num_threads, TF_NUM_THREADS) is not this: the
+compile is over before the model runs.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ import threading
 import warnings
 from collections.abc import Callable
 
+# NOTE: each worker comes to hold copies of the pages it writes (a few hundred MB of a model's
+# compile): a many-core machine does not get a worker per core unless asked
+MAX_DEFAULT_JOBS = 8
 MIN_JOBS = 3  # fewer jobs than this run here (a fork costs tens of milliseconds)
 _NUMBER = struct.Struct("<i")  # one job number in the pipe (reads of 4 bytes are atomic)
 _LENGTH = struct.Struct("<Q")  # the length of a pickled result
@@ -49,7 +52,8 @@ _MADE, _TAKEN, _FAILED = 0, 1, 2
 
 
 def jobs() -> int:
-    """How many processes build a model's kernels: TENSORFORGE_BUILD_JOBS, else the cores."""
+    """How many processes build a model's kernels: TENSORFORGE_BUILD_JOBS, else the cores (at
+    most MAX_DEFAULT_JOBS)."""
     configured = os.environ.get("TENSORFORGE_BUILD_JOBS", "").strip()
     if configured:
         try:
@@ -61,9 +65,10 @@ def jobs() -> int:
                 stacklevel=2,
             )
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return min(cores, MAX_DEFAULT_JOBS)
 
 
 def build_all(
