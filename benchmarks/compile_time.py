@@ -2,14 +2,20 @@
 compile (empty cache) and compiles from the disk cache, with where the time goes.
 
     python benchmarks/compile_time.py [--model resnet18] [--device cpu] [--runs 3] [--threads 1]
-                                      [--baselines eager,aot_eager]
+                                      [--baselines eager,aot_eager] [--jobs 1,2]
+
+`--model`: one of benchmarks/torch_models.py's, or tv:<name>, a torchvision classifier
+(torch_zoo.py's: randomly initialized, batch 1), where torchvision is importable.
 
 Each run is a new Python process that imports torch and tensorforge, builds the model, then
 times the first call of the compiled model (what a user waits for). The first run uses an empty
 cache folder; the later ones find what it wrote. The breakdown: `dynamo` (importing and tracing:
 the time outside the backend), `aot` (AOTAutograd, where it ran), `lower` (the ATen graph to
 kernels' programs, weights folded), `kernels` (loading or building them), `front` (the first-
-level entry: key, read, graph rebuilt). `--baselines` also times Dynamo's own backends the same
+level entry: key, read, graph rebuilt), `store` (writing the compiled graph's entry, part of
+`kernels`'s first run). `--jobs` times the first compile once per TENSORFORGE_BUILD_JOBS value
+(the processes building kernels: runtime/build_workers.py), alternating, `--runs` rounds, each
+with an empty cache (no later runs then). `--baselines` also times Dynamo's own backends the same
 way: "eager" is Dynamo alone, "aot_eager" Dynamo and AOTAutograd. Timings come with the
 machine's load average.
 """
@@ -34,11 +40,18 @@ def child(args) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from torch_models import models
 
-    make, shape = models(small=False)[args.model]
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.model.startswith("tv:"):
+        from torch_zoo import torchvision_case
+
+        make, inputs = torchvision_case(args.model[3:], 1)
+        (x,) = inputs()
+    else:
+        make, shape = models(small=False)[args.model]
+        x = torch.randn(*shape)
     model = make().eval().to(args.device)
-    x = torch.randn(*shape).to(args.device)
+    x = x.to(args.device)
     spent: dict[str, float] = {}
     if args.backend != "tensorforge":
         with torch.no_grad():
@@ -70,6 +83,7 @@ def child(args) -> None:
     timed("", "run", "lower", owner=lowerer.Lowerer)
     timed(graph + "cache", "load", "kernels")
     timed(graph + "backend", "build_kernels", "kernels")
+    timed(graph + "cache", "store", "store")
     backend_module = importlib.import_module(graph + "backend")
     timed("", "backend", "backend", owner=backend_module)
     with torch.no_grad():
@@ -88,7 +102,7 @@ def child(args) -> None:
         )
         if "aot+" in spent
         else 0.0,
-        **{k: spent.get(k, 0.0) for k in ("lower", "kernels", "front")},
+        **{k: spent.get(k, 0.0) for k in ("lower", "kernels", "front", "store")},
         "front_hit": front_cache.STATS.hits,
         "graph_hit": cache.STATS.hits,
     }
@@ -103,6 +117,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache-dir", default=None, help="default: a new temporary folder")
     parser.add_argument("--baselines", default="", help="e.g. eager,aot_eager")
+    parser.add_argument("--jobs", default="", help="e.g. 1,2: first compiles, alternating")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="tensorforge", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -115,9 +130,16 @@ def main(argv=None) -> int:
     command = [sys.executable, os.path.abspath(__file__), "--child", "--model", args.model]
     command += ["--device", args.device, "--threads", str(args.threads)]
     print(f"{args.model} on {args.device}, {args.threads} thread(s), cache {folder}")
-    print(f"{'run':>3} {'total s':>8} {'dynamo':>7} {'aot':>6} {'lower':>6} {'kernels':>8}", end="")
-    print(f" {'front':>6} {'hits (front, graph)':>20} {'load avg':>9}")
-    for run in range(args.runs):
+    print(f"{'run':>4} {'total s':>8} {'dynamo':>7} {'aot':>6} {'lower':>6} {'kernels':>8}", end="")
+    print(f" {'store':>6} {'front':>6} {'hits (front, graph)':>20} {'load avg':>9}")
+    jobs = [j for j in args.jobs.split(",") if j]
+    runs = [(run, j) for run in range(args.runs) for j in jobs] or [
+        (r, "") for r in range(args.runs)
+    ]
+    for run, j in runs:
+        if j:  # a first compile, of an empty cache
+            env["TENSORFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tensorforge-compile-time-")
+            env["TENSORFORGE_BUILD_JOBS"] = j
         result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         rows = [ln for ln in result.stdout.splitlines() if ln.startswith("ROW ")]
         if result.returncode != 0 or not rows:
@@ -125,8 +147,12 @@ def main(argv=None) -> int:
             return 1
         r = json.loads(rows[-1][4:])
         load = os.getloadavg()[0]
-        print(f"{run:>3} {r['total']:>8.2f} {r['dynamo']:>7.2f} {r['aot']:>6.2f}", end="")
-        print(f" {r['lower']:>6.2f} {r['kernels']:>8.2f} {r['front']:>6.3f}", end="")
+        label = f"{run}j{j}" if j else str(run)
+        print(f"{label:>4} {r['total']:>8.2f} {r['dynamo']:>7.2f} {r['aot']:>6.2f}", end="")
+        print(
+            f" {r['lower']:>6.2f} {r['kernels']:>8.2f} {r['store']:>6.2f} {r['front']:>6.3f}",
+            end="",
+        )
         print(f" {str((r['front_hit'], r['graph_hit'])):>20} {load:>9.2f}")
     for name in [b for b in args.baselines.split(",") if b]:
         result = subprocess.run(

@@ -21,6 +21,9 @@ def pytest_configure(config):
     folder = tempfile.mkdtemp(prefix="tensorforge-test-cache-")
     os.environ["TENSORFORGE_CACHE_DIR"] = folder
     os.environ.setdefault("TENSORFORGE_CACHE", "0")
+    # One process builds a graph's kernels (runtime/build_workers.py forks one per core
+    # otherwise): xdist's workers take the cores already. test_build_workers.py asks for more.
+    os.environ.setdefault("TENSORFORGE_BUILD_JOBS", "1")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 

@@ -18,6 +18,7 @@ from tensorforge.codegen.llvm_types import (
     lanes_of,
     splat_constant,
     value_type,
+    vector_constant,
 )
 from tensorforge.errors import BuildError
 from tensorforge.ir.expr import Broadcast, Buffer, BufferLoad, Ramp, VectorReduce
@@ -311,17 +312,18 @@ class ExprEmitter(CallEmitter, ExternEmitter, LoadEmitter):
         """Broadcast a scalar to `lanes` lanes: insertelement + shufflevector (constants fold)."""
         vty = ir.VectorType(v.type, lanes)
         if isinstance(v, ir.Constant) and not isinstance(v.constant, (list, tuple)):
-            return ir.Constant(vty, [v.constant] * lanes)
+            return vector_constant(vty, (v.constant,) * lanes)
         one = self.builder.insert_element(ir.Constant(vty, ir.Undefined), v, ir.Constant(I32, 0))
-        zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+        zeros = vector_constant(ir.VectorType(I32, lanes), (0,) * lanes)
         return self.builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), zeros)
 
     def _ramp(self, base: Expr, stride: Expr, lanes: int) -> ir.Value:
         base_v = self.splat(self.expr(base), lanes)
         if isinstance(stride, Const):
-            offsets = ir.Constant(base_v.type, [int(stride.value) * i for i in range(lanes)])
+            step = int(stride.value)
+            offsets = vector_constant(base_v.type, tuple(step * i for i in range(lanes)))
         else:
-            iota = ir.Constant(base_v.type, list(range(lanes)))
+            iota = vector_constant(base_v.type, tuple(range(lanes)))
             offsets = self._arith("mul", base.dtype, self.splat(self.expr(stride), lanes), iota)
         return self._arith("add", base.dtype, base_v, offsets)
 

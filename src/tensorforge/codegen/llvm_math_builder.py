@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from tensorforge.codegen.llvm_types import concat, lanes_of
+from tensorforge.codegen.llvm_types import concat, lanes_of, splat_constant
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)
@@ -57,10 +57,10 @@ class MathBuilder:
         self.cpu_features = cpu_features
 
     def f(self, value: float) -> ir.Constant:
-        return ir.Constant(self.ty, [value] * self.lanes if self.lanes else value)
+        return splat_constant(self.ty, value)
 
     def i(self, value: int) -> ir.Constant:
-        return ir.Constant(self.ity, [value] * self.lanes if self.lanes else value)
+        return splat_constant(self.ity, value)
 
     def add(self, a, b):
         return self.b.fadd(a, b, flags=("contract",))

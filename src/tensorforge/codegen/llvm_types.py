@@ -46,15 +46,36 @@ def element_bytes(dtype: str) -> int:
 
 def splat_constant(ty: ir.Type, value) -> ir.Constant:
     if isinstance(ty, ir.VectorType):
-        return ir.Constant(ty, [value] * ty.count)
+        return vector_constant(ty, (value,) * ty.count)
     return ir.Constant(ty, value)
+
+
+_VECTORS: dict[tuple, ir.Constant] = {}
+_MAX_VECTORS = 4096
+
+
+def vector_constant(ty: ir.VectorType, values: tuple) -> ir.Constant:
+    """`ir.Constant(ty, list(values))`, made once: kernels repeat splats, ramps' offsets and
+    shuffle masks thousands of times, and llvmlite makes and prints a constant per lane (9% of
+    RegNetY-400MF's code generation). A constant is a value with no place in a module, so one
+    serves every use. Lanes are keyed by their repr (-0.0 is not 0.0, True not 1); NaN (whose
+    sign repr loses) is never shared."""
+    key = (str(ty.element), *[v if type(v) is int else (type(v), repr(v)) for v in values])
+    hit = _VECTORS.get(key)
+    if hit is None:
+        hit = ir.Constant(ty, list(values))
+        if not any(isinstance(v, float) and v != v for v in values):
+            if len(_VECTORS) >= _MAX_VECTORS:
+                _VECTORS.clear()
+            _VECTORS[key] = hit
+    return hit
 
 
 def lanes_of(builder: ir.IRBuilder, vector: ir.Value, start: int, count: int) -> ir.Value:
     """Lanes [start, start + count) of `vector` (the vector itself when that is all of it)."""
     if start == 0 and count == vector.type.count:
         return vector
-    mask = ir.Constant(ir.VectorType(I32, count), list(range(start, start + count)))
+    mask = vector_constant(ir.VectorType(I32, count), tuple(range(start, start + count)))
     return builder.shuffle_vector(vector, ir.Constant(vector.type, None), mask)
 
 

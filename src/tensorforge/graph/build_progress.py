@@ -1,8 +1,10 @@
 """Progress of a model's kernel builds on stderr: a model of many kernels takes tens of seconds
-to schedule, lower and compile (RegNetY-400MF's 64 on this 2-core CPU: 2 minutes, the machine
-loaded), which torch.compile otherwise spends in silence. Nothing is printed for builds
-shorter than QUIET_SECONDS; after that a line every EVERY_SECONDS, and one when done. Ctrl-C
-says how far it got and what a new compile reuses. TENSORFORGE_PROGRESS=0 silences it."""
+to schedule, lower and compile (RegNetY-400MF's 63 distinct kernels on this 2-core CPU: 47 s,
+the machine loaded, or half that on both cores: runtime/build_workers.py), which torch.compile
+otherwise spends in silence. The count is of distinct kernels (kernels alike share one build).
+Nothing is printed for builds shorter than QUIET_SECONDS; after that a line every
+EVERY_SECONDS, and one when done. Ctrl-C says how far it got and what a new compile reuses.
+TENSORFORGE_PROGRESS=0 silences it."""
 
 from __future__ import annotations
 

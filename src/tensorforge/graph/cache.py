@@ -43,7 +43,12 @@ from tensorforge.runtime.native_call import num_threads
 from tensorforge.runtime.registry import runtime_for
 
 FORMAT = 3  # bump when the entry's layout or what the key covers changes
-_SETTINGS_IGNORED = ("TENSORFORGE_CACHE", "TENSORFORGE_GRAPH_STRICT", "TENSORFORGE_CUDA_GRAPH")
+_SETTINGS_IGNORED = (
+    "TENSORFORGE_CACHE",
+    "TENSORFORGE_GRAPH_STRICT",
+    "TENSORFORGE_CUDA_GRAPH",
+    "TENSORFORGE_BUILD_JOBS",  # (the same kernels, however many processes build them)
+)
 
 
 @dataclass

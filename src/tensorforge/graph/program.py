@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from tensorforge import build as tf_build
+from tensorforge import lower as tf_lower
 from tensorforge.errors import TensorForgeError
 from tensorforge.graph import call_plan, huge_pages, tuning
 from tensorforge.graph import symbols as sym
@@ -30,7 +31,9 @@ from tensorforge.graph.lower_ws_product import ws_kernel_source
 from tensorforge.graph.lowered import BufferArg, EagerSpec, KernelSpec, Program
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules import schedule_kernel
+from tensorforge.runtime import build_workers
 from tensorforge.runtime.module import Module
+from tensorforge.target import as_target
 
 
 @dataclass
@@ -84,47 +87,83 @@ def _loads_of(executable) -> list:
 
 def _build_each(program, target, tuning_log, schedule, only=None, share=True) -> list:
     """BuiltKernels (and the eager steps as they are) of the program's steps, or of those at
-    indices `only`; kernels alike share their code where `share`."""
+    indices `only`; kernels alike share their code where `share`. On the CPU the distinct
+    kernels are built on every core (runtime/build_workers.py), the result the same."""
     names = program.symbols.var_names()
     variables = {v.name: v for v in program.symbols.vars.values()}
     hints = program.symbols.size_hints()
-    built = []
-    same: dict[str, tuple] = {}  # structure -> (module, source, positions) built for it
     steps = program.steps if only is None else [program.steps[k] for k in only]
-    kernels = sum(isinstance(spec, KernelSpec) for spec in steps)
-    with BuildProgress(kernels, target) as progress:
-        for spec in steps:
-            if not isinstance(spec, KernelSpec):
-                built.append(spec)
-                continue
-            tuning.note(spec, target)
-            # NOTE: kernels alike share code (and on CUDA a launch configuration: the same shapes
-            # give the same grid); a tuning log's records are per kernel name, so none share then
-            found = structure_key(spec, schedule, names) if share and not tuning_log else None
-            key, canon = found if found is not None else (None, list(range(len(spec.tensors))))
-            if spec.anchor is not None and spec.anchor.kind == "ws_gemm":  # written by hand
-                module = Module.from_sources([ws_kernel_source(spec, target)], target)
-                source = WS_SOURCE
-                positions = positions_of(spec, module[module.entry_name].source.params)
-            elif key is None or key not in same:
-                tensors = spec.tensors
-                args = [tensors[k] for k in canon] + [variables[n] for n in names]
-                module, source = _schedule_and_build(
-                    spec, target, args, tuning_log, schedule, hints
-                )
-                positions = positions_of(spec, module[module.entry_name].source.params)
-                if key is not None:  # per parameter, its buffer's rank in the canonical order
-                    slots = [canon.index(p) if isinstance(p, int) else p for p in positions]
-                    same[key] = (module, source, slots)
-            else:  # a kernel like one built before (another layer's): its code, these buffers
-                module, source, slots = same[key]
-                positions = [canon[p] if isinstance(p, int) else p for p in slots]
-            executable = module[module.entry_name].executable
-            plan = plan_from(spec, positions)
-            built.append(
-                BuiltKernel(spec, executable.call, plan, source, module, executable, positions)
-            )
-            progress.step()
+    # which kernels are built (the first of each structure), and which share their code
+    jobs: list[tuple[KernelSpec, list]] = []  # (spec, its buffers in the code's order)
+    first: dict[str, int] = {}  # structure -> its job
+    shapes: list = []  # per step: None (eager), or (job, canonical order)
+    for spec in steps:
+        if not isinstance(spec, KernelSpec):
+            shapes.append(None)
+            continue
+        tuning.note(spec, target)
+        # NOTE: kernels alike share code (and on CUDA a launch configuration: the same shapes
+        # give the same grid); a tuning log's records are per kernel name, so none share then
+        written = spec.anchor is not None and spec.anchor.kind == "ws_gemm"  # (by hand: built)
+        alike = share and not tuning_log and not written
+        found = structure_key(spec, schedule, names) if alike else None
+        key, canon = found if found is not None else (None, None)
+        if key is None or key not in first:
+            jobs.append((spec, canon))
+            if key is not None:
+                first[key] = len(jobs) - 1
+        shapes.append((first[key] if key is not None else len(jobs) - 1, canon))
+
+    def arguments(j):
+        spec, canon = jobs[j]
+        tensors = spec.tensors if canon is None else [spec.tensors[k] for k in canon]
+        return tensors + [variables[n] for n in names]
+
+    def build(j):  # (module, rule), compiled here
+        spec = jobs[j][0]
+        if spec.anchor is not None and spec.anchor.kind == "ws_gemm":
+            return Module.from_sources([ws_kernel_source(spec, target)], target), WS_SOURCE
+        return _schedule_and_build(spec, target, arguments(j), tuning_log, schedule, hints)
+
+    def generate(j):  # (KernelSource, rule), in a worker
+        spec = jobs[j][0]
+        if spec.anchor is not None and spec.anchor.kind == "ws_gemm":
+            return ws_kernel_source(spec, target), WS_SOURCE
+        return _schedule_and_build(
+            spec, target, arguments(j), tuning_log, schedule, hints, make=_kernel_source
+        )
+
+    def finish(j, generated):  # a worker's source compiled here (else built anew, serially)
+        source, rule = generated
+        try:
+            return Module.from_sources([source], target), rule
+        except TensorForgeError:
+            return build(j)
+
+    with BuildProgress(len(jobs), target) as progress:
+        parallel = target.kind == "llvm"  # (CUDA: nvcc runs side by side already)
+        made = build_workers.build_all(
+            len(jobs), build, generate, finish, progress.step, None if parallel else 1
+        )
+    built, slots_of = [], {}
+    for spec, shape in zip(steps, shapes):
+        if shape is None:
+            built.append(spec)
+            continue
+        j, canon = shape
+        module, source = made[j]
+        if canon is None:  # (its code its own)
+            positions = positions_of(spec, module[module.entry_name].source.params)
+        else:  # the code of the first of its structure, bound to these buffers
+            if j not in slots_of:  # per parameter, its buffer's rank in the canonical order
+                positions = positions_of(jobs[j][0], module[module.entry_name].source.params)
+                slots_of[j] = [canon.index(p) if isinstance(p, int) else p for p in positions]
+            positions = [canon[p] if isinstance(p, int) else p for p in slots_of[j]]
+        executable = module[module.entry_name].executable
+        plan = plan_from(spec, positions)
+        built.append(
+            BuiltKernel(spec, executable.call, plan, source, module, executable, positions)
+        )
     return built
 
 
@@ -187,10 +226,13 @@ def structure_key(spec: KernelSpec, schedule: str, symbols: list) -> tuple[str, 
     return pattern.sub(lambda m: rename[m.group(0)], "\n".join(lines)), canon
 
 
-def _schedule_and_build(spec, target, args, tuning_log, schedule, size_hints=None) -> tuple:
+def _schedule_and_build(
+    spec, target, args, tuning_log, schedule, size_hints=None, make=tf_build
+) -> tuple:
     """(module, source) from the first schedule of the kernel that builds: its tuning record's,
     the `schedule` option's, the rules', and the plainest (a shape that defeats a rule).
-    `size_hints`: the size symbols' example values, where the first guess sizes by them."""
+    `size_hints`: the size symbols' example values, where the first guess sizes by them.
+    `make=_kernel_source`: (KernelSource, source) instead, its code not compiled."""
     choices = [
         lambda: tuning.tuned_schedule(spec, target, tuning_log) if tuning_log else None,
         lambda: schedule_kernel(spec, target, schedule=schedule, size_hints=size_hints),
@@ -201,11 +243,19 @@ def _schedule_and_build(spec, target, args, tuning_log, schedule, size_hints=Non
             chosen = choose()
             if chosen is not None:
                 s, source = chosen
-                return tf_build(s, args, target=target, name=spec.name), source
+                return make(s, args, target=target, name=spec.name), source
         except TensorForgeError:
             pass
     s, source = schedule_kernel(spec, target, simple=True)
-    return tf_build(s, args, target=target, name=spec.name), source
+    return make(s, args, target=target, name=spec.name), source
+
+
+def _kernel_source(s, args, target, name):
+    """The KernelSource `tf_build(s, args, target, name)` compiles (what a worker sends)."""
+    from tensorforge.codegen.base import codegen_for
+
+    target = as_target(target)
+    return codegen_for(target.kind).generate(tf_lower(s, args, name=name, target=target), target)
 
 
 class CompiledGraph:

@@ -183,14 +183,12 @@ def build_llvm_library(
     several = len(functions) > 1
     assert objects is None or (len(objects) == 1 and not several)
     entries = []
+    if objects is None:
+        emitted = _emit_objects(functions, target, several)
     for i, (source, ir_text) in enumerate(functions):
         threads_global = source.num_threads_symbol
         if objects is None:
-            from tensorforge.runtime import object_code  # llvmlite: only where a library is made
-
-            code, symbols = object_code.emit_object(
-                ir_text, target, source.entry, suffix=source.entry if several else None
-            )
+            code, symbols = emitted[i]
             threads_symbol = symbols.get(threads_global) if threads_global else None
             error_symbol = symbols.get(ALLOC_ERROR_SYMBOL)
         else:  # the symbols keep their names; looked up at load, if there
@@ -212,6 +210,20 @@ def build_llvm_library(
     return pack(
         library, {"kind": "llvm", **metadata, "needs_gomp": needs_gomp, "functions": entries}
     )
+
+
+def _emit_objects(functions: Sequence[tuple[KernelSource, str]], target, several: bool) -> list:
+    """(object code, symbols) of each function, made on every core (build_workers.py): a
+    model's library of a hundred kernels takes seconds of LLVM, one call at a time per
+    process."""
+    from tensorforge.runtime import build_workers, object_code  # llvmlite: only where needed
+
+    def emit(i):
+        source, ir_text = functions[i]
+        suffix = source.entry if several else None
+        return object_code.emit_object(ir_text, target, source.entry, suffix=suffix)
+
+    return build_workers.build_all(len(functions), emit, emit, lambda i, made: made)
 
 
 def export_llvm_library(functions: Sequence[Function], target: object, metadata: dict) -> bytes:

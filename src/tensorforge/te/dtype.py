@@ -9,6 +9,8 @@ bfloat16 has no numpy type: its arrays are stored as uint16 bit patterns (`stora
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tensorforge.errors import ExprError
@@ -53,6 +55,7 @@ def lanes_of(dtype: str) -> int:
     return int(dtype.split("x")[1]) if "x" in dtype else 1
 
 
+@functools.cache  # (pure, and asked about the same few dtypes a million times a model)
 def with_lanes(dtype: str, lanes: int) -> str:
     base = element_of(dtype)
     return base if lanes == 1 else f"{base}x{lanes}"
@@ -81,6 +84,7 @@ def is_bool(dtype: str) -> bool:
     return element_of(dtype) == "bool"
 
 
+@functools.cache
 def bits_of(dtype: str) -> int:
     base = element_of(dtype)
     return (

@@ -14,10 +14,17 @@ from tensorforge.te.expr import CommReducer, Expr
 
 
 def _is_node(x: Any) -> bool:
-    return isinstance(x, Expr) or getattr(x, "_is_stmt", False) is True
+    kind = _NODE.get(type(x))
+    if kind is None:
+        kind = _NODE[type(x)] = isinstance(x, Expr) or getattr(x, "_is_stmt", False) is True
+    return kind
 
 
+# NOTE: whether a type is a node, per type (`_is_stmt` is a class attribute): every pass walks
+# trees through these helpers, and the dictionary costs less than isinstance and getattr
+_NODE: dict[type, bool] = {}
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_LEAF_FIELDS = ("str", "bool")  # annotations of fields that never hold a node (names, dtypes)
 
 
 def _field_names(node: Any) -> tuple[str, ...]:
@@ -28,7 +35,7 @@ def _field_names(node: Any) -> tuple[str, ...]:
         if not dataclasses.is_dataclass(cls) or cls is CommReducer:
             names = ()
         else:
-            names = tuple(f.name for f in dataclasses.fields(cls))
+            names = tuple(f.name for f in dataclasses.fields(cls) if f.type not in _LEAF_FIELDS)
         _FIELDS[cls] = names
     return names
 
@@ -36,9 +43,13 @@ def _field_names(node: Any) -> tuple[str, ...]:
 def children(node: Any) -> list[Any]:
     """The direct child nodes of `node`, in field order (tuples flattened)."""
     out = []
+    nodes = _NODE
     for name in _field_names(node):
         value = getattr(node, name)
-        if _is_node(value):
+        kind = nodes.get(type(value))
+        if kind is None:
+            kind = _is_node(value)
+        if kind:
             out.append(value)
         elif isinstance(value, tuple):
             out.extend(v for v in value if _is_node(v))
@@ -47,17 +58,32 @@ def children(node: Any) -> list[Any]:
 
 def map_children(node: Any, fn: Callable[[Any], Any]) -> Any:
     """Rebuild `node` with `fn` applied to each child; returns `node` itself if nothing changed."""
-    changes = {}
+    changes = None
+    nodes = _NODE
     for name in _field_names(node):
         value = getattr(node, name)
-        if _is_node(value):
+        kind = nodes.get(type(value))
+        if kind is None:
+            kind = _is_node(value)
+        if kind:
             new = fn(value)
             if new is not value:
+                if changes is None:
+                    changes = {}
                 changes[name] = new
-        elif isinstance(value, tuple) and any(_is_node(v) for v in value):
-            new_items = tuple(fn(v) if _is_node(v) else v for v in value)
-            if any(n is not o for n, o in zip(new_items, value)):
-                changes[name] = new_items
+        elif isinstance(value, tuple) and value:
+            new_items = None
+            for k, v in enumerate(value):
+                if _is_node(v):
+                    w = fn(v)
+                    if w is not v:
+                        if new_items is None:
+                            new_items = list(value)
+                        new_items[k] = w
+            if new_items is not None:
+                if changes is None:
+                    changes = {}
+                changes[name] = tuple(new_items)
     return dataclasses.replace(node, **changes) if changes else node
 
 

@@ -22,7 +22,21 @@ def fold_lane_masks(stmt: Stmt) -> Stmt:
 
 def constant_lanes(predicate: Any) -> list[bool] | None:
     """Each lane's truth of a vector mask known lane by lane (`ramp(48, 1, 16) < 56`), else None."""
-    return _constant_lanes(simplify_expr(predicate))
+    hit = _LANES.get(id(predicate))
+    if hit is not None and hit[0] is predicate:
+        return None if hit[1] is None else list(hit[1])
+    lanes = _constant_lanes(simplify_expr(predicate))
+    if len(_LANES) >= _MAX_LANES:
+        _LANES.clear()
+    _LANES[id(predicate)] = (predicate, None if lanes is None else tuple(lanes))
+    return lanes
+
+
+# NOTE: the same mask is asked about here, by unmask_private_stores and by the llvm code
+# generator (simplifying it each time: 6% of a CPU kernel's lowering); the entry holds the node,
+# so its id is not reused while it is there
+_LANES: dict[int, tuple[Any, tuple[bool, ...] | None]] = {}
+_MAX_LANES = 8192
 
 
 def _fold(node: Any) -> Any:
