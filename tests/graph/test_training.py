@@ -77,6 +77,32 @@ def test_conv_batch_norm_in_training_mode_updates_running_statistics():
     assert_same_step(compiled, model, eager, torch.randn(2, 3, 11, 7))
 
 
+def test_max_pools_route_gradients_to_eager_positions():
+    """The pools' indices (computed by the forward graph, read by the backward's eager
+    max_pool2d_with_indices_backward): padding, stride 2, a ceil_mode last window past the
+    input's end, odd sizes, and ties among the ReLU's zeros (the first in the window wins)."""
+
+    def make():
+        return nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(3, stride=2, padding=1),
+            nn.MaxPool2d(2, stride=2, ceil_mode=True),
+            nn.Flatten(),
+            nn.Linear(4 * 4 * 3, 5),
+        )
+
+    model, eager = twins(make, seed=2)
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 3, 13, 9)
+    x_got, x_want = x.clone().requires_grad_(), x.clone().requires_grad_()
+    assert_same_step(compiled, model, eager, x_got)
+    eager(x_want).backward(torch.ones(2, 5))  # the input's gradient, alone
+    x_got.grad = None
+    compiled(x_got).backward(torch.ones(2, 5))
+    assert close(x_got.grad, x_want.grad)
+
+
 def test_transformer_layer_gradients_match_eager():
     def make():
         return nn.TransformerEncoderLayer(16, 4, 24, batch_first=True, dropout=0.0)

@@ -78,34 +78,42 @@ def _max_over(ctx, node, w, shape, indices: bool = True):
     plane = 1
     for size in w.sizes:
         plane = plane * size
-    big = te.const(plane, "int64") if isinstance(plane, int) else plane.astype("int64")
+    # keys in int32 where the plane's positions fit (the vectors of a float32 input's width)
+    key_dtype = "int32" if isinstance(plane, int) and plane < 2**30 else "int64"
+    big = te.const(plane, key_dtype) if isinstance(plane, int) else plane.astype(key_dtype)
     is_float = dt.is_float(acc)
+    # NOTE: a max pool of contiguous windows (lower_pools._window) needs no test for the
+    # padding here either: a position past an edge is clamped onto the edge, which the same
+    # window holds, at the same flat position (an adaptive window's end is no edge)
+    clamped_is_inside = isinstance(w, Window) and all(d == 1 for d in w.dilation)
 
     def first_body(*i):  # min over the window of: -(flat + 1) at a NaN, flat at the max, else big
         v, clamped, inside = w.read(i)
         v = in_dtype(v, acc)
-        flat = te.const(0, "int64")
+        flat = te.const(0, key_dtype)
         for c, size in zip(clamped, w.sizes):
-            size = te.const(size, "int64") if isinstance(size, int) else size.astype("int64")
-            flat = flat * size + c.astype("int64")
+            size = te.const(size, key_dtype) if isinstance(size, int) else size.astype(key_dtype)
+            flat = flat * size + c.astype(key_dtype)
         key = te.if_then_else(v == best[i], flat, big)
         if is_float:
             key = te.if_then_else(v != v, -flat - 1, key)
-        return te.min(key, axis=w.axes, where=inside)
+        return te.min(key, axis=w.axes, where=None if clamped_is_inside else inside)
 
     first = te.compute(shape, first_body, name=ctx.unique(f"maxpool_index_{node.name}"))
     nodes = w.x.nodes + (node.name,)
     anchor = reduction_anchor(ctx, "reduce", [best, first], w.x.reads, shape, nodes)
 
     def value(ia):
-        if not is_float:
+        # NOTE: on the CPU te.max is llvm.maximum, which keeps a NaN: the maximum alone is the
+        # value, one pass over the window rather than two (CUDA's fmaxf drops a NaN)
+        if not is_float or ctx.target.kind == "llvm":
             return best[tuple(ia)]
         nan = te.const(float("nan"), best.dtype)
         return te.if_then_else(first[tuple(ia)] < 0, nan, best[tuple(ia)])
 
     def index(ia):
         key = first[tuple(ia)]
-        return te.if_then_else(key < 0, -key - 1, key)
+        return te.if_then_else(key < 0, -key - 1, key).astype("int64")
 
     return ctx.anchored(anchor, value, w.x.dtype), ctx.anchored(anchor, index, "int64")
 

@@ -82,15 +82,27 @@ def slides_windows(op: Any) -> bool:
         return False
     if not isinstance(getattr(op.axis[-1].dom.extent, "value", None), int):
         return False
-    return _last_indices_walk(op, reduction=True)
+    return _last_indices_walk(op, reduction=True, skip_own_position=True)
 
 
-def _last_indices_walk(op: Any, reduction: bool) -> bool:
+def _last_indices_walk(op: Any, reduction: bool, skip_own_position: bool = False) -> bool:
     """Whether `op` reads something and every read's last index walks its last spatial axis,
-    and a reduction axis too (`reduction`) or none (not)."""
+    and a reduction axis too (`reduction`) or none (not). `skip_own_position`: reads at the
+    output's own indices do not count (a max pool's index pass reads the window's maximum
+    there: one vector load a vector of outputs, as the window's reads)."""
     j = op.axis[-1].var
     reduce = {iv.var for iv in op.reduce_axis}
-    reads = [r for r in _reads(op) if r.indices]
+    own = [iv.var for iv in op.axis]
+    reads = [
+        r
+        for r in _reads(op)
+        if r.indices
+        and not (
+            skip_own_position
+            and len(r.indices) == len(own)
+            and all(a is b for a, b in zip(r.indices, own))
+        )
+    ]
     for read in reads:
         inner = list(walk(read.indices[-1]))
         if not any(n is j for n in inner) or any(n in reduce for n in inner) != reduction:
