@@ -139,6 +139,23 @@ def test_topk(k):
     )
 
 
+def test_topk_past_the_selection():
+    # k past SELECT_K gathers candidates under a threshold, a quickselect keeping k of them
+    # whenever its scratch (2k + 64) fills: a line of a prime length (a tail past the blocks),
+    # a rising one (each element enters), a falling one (none does), one with more NaNs than k
+    x = with_ties_nans_and_zeros(5, 331, seed=9) * 50
+    x[1], x[2] = torch.arange(331.0), torch.arange(331.0).flip(0)
+    x[3, ::7] = float("nan")
+    fn = lambda x: (  # noqa: E731
+        *torch.topk(x, 17, 1),
+        *torch.topk(x, 40, 1, largest=False),
+        *torch.topk(x, 60, 1),
+    )
+    check_pairs(fn, x, dims={0: (1, True), 1: (1, True), 2: (1, True)})
+    a = x.nan_to_num(7.0).to(torch.int32)  # (ties)
+    check_pairs(lambda a: tuple(torch.topk(a, 20, 1, largest=False)), a, dims={0: (1, True)})
+
+
 def test_kthvalue_and_medians():
     x = with_ties_nans_and_zeros(4, 61, seed=4)
     x[0, 7] = x[0, 7] + 0.0  # a line without NaN, one with several

@@ -4,9 +4,9 @@ dimension, and of the whole tensor) and mode.
 
 Each line along the dimension is one task (CPU: lines in parallel; CUDA: a thread a line, of
 at most CUDA_LINE elements, its scratch in local memory), running sort_lines.py's programs:
-sort and topk past SELECT_K sort the line (stable: torch's stable order, which a sort that
-need not be stable gives too); topk up to SELECT_K selects in one pass; kthvalue and median
-quickselect (a median's line with a NaN gives its first NaN, as torch's); mode counts the
+sort sorts the line (stable: torch's stable order, which a sort that need not be stable gives
+too); topk up to SELECT_K selects in one pass, past it gathers candidates under a threshold,
+keeps k by quickselect and sorts those; kthvalue and median quickselect (a median's line with a NaN gives its first NaN, as torch's); mode counts the
 sorted line's runs of equal values. Among equal values, topk, kthvalue, median and mode may
 take another index than torch (unspecified there; theirs point at equal values).
 """
@@ -20,6 +20,7 @@ from tensorforge.graph.extern_kernels import Lines, each, extern_kernel_outputs,
 from tensorforge.graph.registry import eager_on_cpu, lowers
 from tensorforge.graph.sort_lines import (
     Line,
+    gather_select_line,
     key_dtype,
     local,
     order,
@@ -44,22 +45,33 @@ CUDA_LINE = 64
 
 # On the CPU, 1 thread (Zen 4), float32 (benchmarks/sorts.py, eager ms against the kernels'):
 # sort of 64 x 4096 15.5 against 9.9, of 4096 x 50 5.4 against 3.7, of 4096 x 16 0.91 against
-# 0.92; topk 5 of 64 x 4096 0.33 against 0.29, 16 of 16 x 65536 1.27 against 1.03, 100 of 64 x
-# 4096 2.4 against 12.4 (a sort: eager's partial sort does less); median of 64 x 4096 4.1
-# against 3.3, of 4096 x 16 1.07 against 1.10, of a whole 1024 x 1024 9.7 against 11.6 (one
-# line: one thread either way; eager's nth_element partitions faster). Those that lose stay
-# eager there: topk past SELECT_K, the whole tensor's median, lines of at most SHORT_LINE.
+# 0.92; topk 5 of 64 x 4096 0.33 against 0.29, 16 of 16 x 65536 1.27 against 1.03; median of
+# 64 x 4096 4.1 against 3.3, of 4096 x 16 1.07 against 1.10, of a whole 1024 x 1024 9.7
+# against 11.6 (one line: one thread either way; eager's nth_element partitions faster).
+# topk past SELECT_K (gather_select_line; load ~2): 100 of 64 x 4096 2.36 against 1.34, 256
+# of it 2.95 against 2.32, 32 of 16 x 65536 1.43 against 0.47, 64 of 256 x 1024 2.80 against
+# 2.15, 20 of 1024 x 320 3.46 against 2.87; but 500 of 64 x 4096 3.69 against 3.70, 32 of
+# 1024 x 256 3.31 against 3.67, 17 of 2048 x 64 2.01 against 2.45 (k past a 16th of the
+# line: most of the line enters and the final sort of k dominates). Those that lose stay
+# eager there: topk past SELECT_K with k past TOPK_SHARE of the line (or a run-time line),
+# the whole tensor's median, lines of at most SHORT_LINE.
+TOPK_SHARE = 1 / 16
 SHORT_LINE = 16
 
 
 def _short_lines(node) -> bool:
     """Are the node's lines static and at most SHORT_LINE long?"""
+    m = _line_extent(node)
+    return isinstance(m, int) and m <= SHORT_LINE
+
+
+def _line_extent(node):
+    """The extent of the node's lines (an int, or a symbol where it is a run-time size)."""
     shape = tuple(node.args[0].meta["val"].shape)
     position = DIM_POSITION[node.target]
     dim = node.args[position] if position and len(node.args) > position else None
     dim = node.kwargs.get("dim", -1) if dim is None else dim
-    m = shape[dim % len(shape)] if shape else 1
-    return isinstance(m, int) and m <= SHORT_LINE
+    return shape[dim % len(shape)] if shape else 1
 
 
 DIM_POSITION = {  # where the dimension is among the positional arguments (sort.stable: none)
@@ -72,11 +84,23 @@ DIM_POSITION = {  # where the dimension is among the positional arguments (sort.
 
 
 def _large_k(node) -> bool:
-    return node.args[1] > SELECT_K or _short_lines(node)
+    """topk of k past SELECT_K and past TOPK_SHARE of the line (or a run-time line), or of
+    short lines."""
+    k = node.args[1]
+    if _short_lines(node):
+        return True
+    if k <= SELECT_K:
+        return False
+    m = _line_extent(node)
+    return not (isinstance(m, int) and k <= TOPK_SHARE * m)
 
 
 eager_on_cpu(aten.median.default)
-eager_on_cpu(aten.topk.default, when=_large_k, what=f"of k past {SELECT_K} or short lines")
+eager_on_cpu(
+    aten.topk.default,
+    when=_large_k,
+    what=f"of k past {SELECT_K} and a 16th of the line, or of short lines",
+)
 eager_on_cpu(
     aten.sort.default,
     aten.sort.stable,
@@ -149,13 +173,12 @@ def topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
         raise Unsupported(f"topk of k = {k} in lines of {m}")  # (eager's error, or nothing)
     before = order(bool(largest), dt.is_float(x.dtype))
     position = _position_dtype(m)
-    selects = k <= SELECT_K
 
     def per_line(ib, line, outs):
-        if not selects:
-            line.write_sorted(outs, sort_line(ib, line, bool(largest), position), k)
-            return
-        best, positions = select_line(ib, line, k, before, position)
+        if k <= SELECT_K:
+            best, positions = select_line(ib, line, k, before, position)
+        else:
+            best, positions = gather_select_line(ib, line, k, before, position)
         with ib.for_range(0, k, name="t") as t:
             line.write(outs, t, best[t], positions[t], k)
 
