@@ -20,6 +20,11 @@ def integers(shape):
     return torch.randint(-1000, 1000, shape)
 
 
+def with_nans(shape):  # (a tenth NaN)
+    x = torch.randn(shape)
+    return x.masked_fill(torch.rand(shape) < 0.1, float("nan"))
+
+
 CASES = {
     "sort_4096": (lambda x: x.sort(-1), (64, 4096), torch.randn),
     "sort_stable_descending": (
@@ -50,6 +55,10 @@ CASES = {
     "median_short": (lambda x: x.median(-1), (4096, 50), torch.randn),
     "median_16": (lambda x: x.median(-1), (4096, 16), torch.randn),
     "median_all": (lambda x: x.median(), (1024, 1024), torch.randn),
+    "nanmedian_4096": (lambda x: x.nanmedian(-1), (64, 4096), with_nans),
+    "nanmedian_short": (lambda x: x.nanmedian(-1), (4096, 50), with_nans),
+    "nanmedian_16": (lambda x: x.nanmedian(-1), (4096, 16), with_nans),
+    "nanmedian_all": (lambda x: x.nanmedian(), (1024, 1024), with_nans),
     "mode_4096": (lambda x: x.mode(-1), (64, 4096), lambda shape: torch.randint(0, 50, shape)),
     "mode_short": (lambda x: x.mode(-1), (4096, 50), lambda shape: torch.randint(0, 9, shape)),
 }

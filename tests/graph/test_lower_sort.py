@@ -180,6 +180,21 @@ def test_kthvalue_and_medians():
         assert same(compiled([whole])[0], torch.median(whole))
 
 
+def test_nanmedian():
+    # the middle (the lower of two) of a line's elements that are not NaN; a line of NaNs
+    # gives NaN (eager's index: one of them); the whole tensor's too
+    x = with_ties_nans_and_zeros(5, 24, seed=10)
+    x[0] = float("nan")
+    x[1, :9] = float("nan")  # 15 left
+    x[2].nan_to_num_(0.5)
+    x[3, ::2] = float("nan")  # 12 left (even)
+    fn = lambda x: (*torch.nanmedian(x, 1), *torch.nanmedian(x, 0, keepdim=True))  # noqa: E731
+    check_pairs(fn, x, dims={0: (1, False), 1: (0, True)})
+    whole = compile_fn(lambda x: torch.nanmedian(x), [x])
+    for y in (x, x[2:].clone(), torch.full_like(x, float("nan"))):  # (of NaNs alone: NaN)
+        assert same(whole([y])[0], torch.nanmedian(y))
+
+
 def test_mode():
     # the most frequent value, the smallest of those as frequent (-0.0 equal to 0.0); the
     # index one of its positions (torch's choice among them is unspecified)

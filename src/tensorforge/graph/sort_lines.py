@@ -354,8 +354,11 @@ def _any(terms: list) -> te.Expr:
 def select_kth(ib, line: Line, kth, position: str):
     """(keys, positions, count): scratch of the line (set_apart's) whose kth element (0-based,
     ascending; NaNs last, in line order) is where the sorted line has it: Wirth's quickselect
-    of the ordered elements (Hoare's partition, then the side holding kth), with `<` alone."""
+    of the ordered elements (Hoare's partition, then the side holding kth), with `<` alone.
+    `kth` may be a function of the count of ordered elements (a nanmedian's middle)."""
     keys, positions, count = set_apart(ib, line, position)
+    if callable(kth):
+        kth = ib.let("kth", kth(count))
     low, high = local(ib, "int64", 0, "low"), local(ib, "int64", count - 1, "high")
     i, j = local(ib, "int64", 0, "i"), local(ib, "int64", 0, "j")
     with ib.while_loop((low[0] < high[0]) & (kth < count)):
