@@ -1,5 +1,5 @@
 """Gathers for graph_fuzz.py's programs: grid_sample of images and volumes (every mode, padding
-and alignment), fold, max_unpool of a max pool's indices, 3-d adaptive pools, bucketize,
+and alignment), pdist, fold, max_unpool of a max pool's indices, 3-d adaptive pools, bucketize,
 searchsorted and histc."""
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ if TYPE_CHECKING:
 
 def op_gathers(g: Generator):
     rng = g.rng
-    kind = rng.randrange(5)
+    kind = rng.randrange(6)
+    if kind == 5:  # pdist of a matrix's rows (a NaN in part)
+        x = g.pick(lambda t: t.is_floating_point() and t.dim() == 2 and t.numel() <= MAX_NUMEL)
+        if x is None:
+            return None
+        p = rng.choice(["2.0", "1.0", "0.0", "float('inf')", "1.5"])
+        return f"F.pdist(torch.where({x} > 1.5, float('nan'), {x}), {p}).sum().expand_as({x})"
     if kind == 0:  # grid_sample of an image or a volume, the grid an input (out of range in part)
         x = g.pick(lambda t: t.is_floating_point() and t.dim() in (4, 5) and t.numel() <= MAX_NUMEL)
         if x is None:
