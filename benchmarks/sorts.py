@@ -3,6 +3,8 @@ torch vs tensorforge, same process, interleaved.
 
     python benchmarks/sorts.py [--threads 1] [--repeats 7] [--cases sort_4096,topk5_4096,...]
         [--kernels]  (tensorforge's kernels even for operators run eagerly on CPU targets)
+    SORTS_DEVICE=cuda BLOCK_SORT_LINE=2048 python benchmarks/sorts.py --target cuda --cases ...
+        (the GPU; lines past 64 sorted by a CUDA block each, lower_sort.BLOCK_SORT_LINE)
 
 Each repeat times both in turn (a few calls each); the best over repeats is reported (the
 machine may be shared) with eager / tensorforge (> 1: tensorforge is faster) and the largest
@@ -11,6 +13,8 @@ kthvalue and median may pick another index, which random floats make rare).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from eager_vs_compiled import arguments, run  # benchmarks/: the script's folder is on sys.path
@@ -66,10 +70,15 @@ CASES = {
 
 def main() -> None:
     args = arguments(CASES, kernels=True)
+    device = os.environ.get("SORTS_DEVICE", "cpu")  # cuda: with --target cuda
+    if os.environ.get("BLOCK_SORT_LINE"):  # lines a CUDA block sorts (lower_sort.py's switch)
+        from tensorforge.graph import lower_sort
+
+        lower_sort.BLOCK_SORT_LINE = int(os.environ["BLOCK_SORT_LINE"])
 
     def setup(name):
         fn, shape, make = CASES[name]
-        return fn, (make(shape),)
+        return fn, (make(shape).to(device),)
 
     run(args, setup)
 

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorforge.graph import registry  # noqa: E402
+from tensorforge.graph import lower_sort, registry  # noqa: E402
 from tensorforge.graph.registry import EAGER_ON_CPU  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
@@ -233,6 +233,51 @@ def test_cuda_builds_compile_with_nvcc(arch):
 
     assert nvcc_problem(fn, [rand(5, 37, seed=6)], arch) is None
     assert nvcc_problem(fn, [rand(5, 37, seed=6).half()], arch) is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_block_sorts_compile_with_nvcc(monkeypatch):
+    # lines past CUDA_LINE, a CUDA block each (BLOCK_SORT_LINE: off until timed on a GPU)
+    monkeypatch.setattr(lower_sort, "BLOCK_SORT_LINE", 2048)
+
+    def fn(x):
+        return (
+            *torch.sort(x, dim=1, stable=True, descending=True),
+            *torch.topk(x, 30, 1, largest=False),
+            *torch.sort(x, dim=0),
+        )
+
+    assert nvcc_problem(fn, [rand(70, 300, seed=12)], "sm_90a") is None
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+@pytest.mark.parametrize("shape", [(5, 65), (300, 2048), (2, 1000)])
+def test_block_sorts_match_eager_on_the_gpu(monkeypatch, shape):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+
+    monkeypatch.setattr(lower_sort, "BLOCK_SORT_LINE", 2048)
+
+    def fn(x):
+        return (
+            *torch.sort(x, dim=1, stable=True),
+            *torch.sort(x, dim=1, stable=True, descending=True),
+            *torch.topk(x, 40, 1),
+            *torch.topk(x, 3, 1, largest=False),
+        )
+
+    x = with_ties_nans_and_zeros(*shape, seed=13).cuda()
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    compiled = compile_aten(gm, [x], {}, Options(target="cuda"))
+    assert compiled.program.fallbacks == []
+    got, expected = compiled([x]), fn(x)
+    for k in (0, 2):  # stable: torch's indices
+        assert same(got[k], expected[k]) and torch.equal(got[k + 1], expected[k + 1])
+    for k in (4, 6):
+        assert same(got[k], expected[k])
+        assert same(x.gather(1, got[k + 1]), got[k])
 
 
 @pytest.mark.cuda

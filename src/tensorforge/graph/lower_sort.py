@@ -3,7 +3,8 @@ descending, any dimension; argsort and msort are sorts), topk, kthvalue, median 
 (of a dimension, and of the whole tensor) and mode.
 
 Each line along the dimension is one task (CPU: lines in parallel; CUDA: a thread a line, of
-at most CUDA_LINE elements, its scratch in local memory), running sort_lines.py's programs:
+at most CUDA_LINE elements, its scratch in local memory; sort and topk of longer lines, up to
+BLOCK_SORT_LINE, a block a line: block_sort.py), running sort_lines.py's programs:
 sort sorts the line (stable: torch's stable order, which a sort that need not be stable gives
 too); topk up to SELECT_K selects in one pass, past it gathers candidates under a threshold,
 keeps k by quickselect and sorts those; kthvalue, median and nanmedian quickselect (a
@@ -18,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from tensorforge import te
+from tensorforge.graph.block_sort import block_sort_program
 from tensorforge.graph.extern_kernels import Lines, each, extern_kernel_outputs, numel, wide
 from tensorforge.graph.registry import eager_on_cpu, lowers
 from tensorforge.graph.sort_lines import (
@@ -42,6 +44,11 @@ SELECT_K = 16  # topk up to this k keeps the k best in one pass; larger k sort
 # the graph's CUDA graph (an eager step breaks it). A block a line sorting in shared memory is
 # what would win there.
 CUDA_LINE = 64
+# longest line a CUDA block sorts in shared memory (block_sort.py: sort and topk of lines past
+# CUDA_LINE; a bitonic network, a thread per pair); 0: none, those run eagerly. Compiled with
+# nvcc, not yet timed on a GPU (tests/graph/test_lower_sort.py -m cuda checks it against eager
+# with 2048): set it to 2048 or 4096 where a GPU run shows it beating eager.
+BLOCK_SORT_LINE = 0
 
 # -- the operators -------------------------------------------------------------------------
 
@@ -117,6 +124,12 @@ eager_on_cpu(
 )
 
 
+def _block_sorts(ctx, lines: Lines) -> bool:
+    """Does a CUDA block sort these lines (past CUDA_LINE, up to BLOCK_SORT_LINE)?"""
+    m = lines.extent
+    return ctx.target.kind == "cuda" and isinstance(m, int) and CUDA_LINE < m <= BLOCK_SORT_LINE
+
+
 def _lines_of(ctx, x: Lazy, dim: int, what: str) -> tuple[Lazy, Lines, int]:
     x = ctx.no_anchor(x)
     if x.ndim == 0:
@@ -127,8 +140,11 @@ def _lines_of(ctx, x: Lazy, dim: int, what: str) -> tuple[Lazy, Lines, int]:
         raise Unsupported(f"{what} of {x.dtype}")
     d = dim % x.ndim
     lines = Lines(x.shape, d)
-    if ctx.target.kind == "cuda" and not (
-        isinstance(lines.extent, int) and lines.extent <= CUDA_LINE
+    short = isinstance(lines.extent, int) and lines.extent <= CUDA_LINE
+    if (
+        ctx.target.kind == "cuda"
+        and not short
+        and not (what in ("sort", "topk") and _block_sorts(ctx, lines))
     ):
         raise Unsupported(f"{what} of lines longer than {CUDA_LINE} on a GPU")
     return x, lines, d
@@ -161,6 +177,9 @@ def sort(ctx, node, x, *args, stable=False, dim=-1, descending=False):
         dim = args[0] if len(args) > 0 else dim
         descending = args[1] if len(args) > 1 else descending
     x, lines, d = _lines_of(ctx, x, dim, "sort")
+    if _block_sorts(ctx, lines):
+        program = block_sort_program(lines, x.dtype, bool(descending), lines.extent)
+        return extern_kernel_outputs(ctx, node, [x], x.shape, (x.dtype, "int64"), program)
     position = _position_dtype(lines.extent)
 
     def per_line(ib, line, outs):
@@ -177,6 +196,9 @@ def topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
     m = lines.extent
     if k == 0 or (isinstance(m, int) and k > m):
         raise Unsupported(f"topk of k = {k} in lines of {m}")  # (eager's error, or nothing)
+    if _block_sorts(ctx, lines):
+        program = block_sort_program(lines, x.dtype, bool(largest), k)
+        return extern_kernel_outputs(ctx, node, [x], _along(x, d, k), (x.dtype, "int64"), program)
     before = order(bool(largest), dt.is_float(x.dtype))
     position = _position_dtype(m)
 
