@@ -31,6 +31,7 @@ def _unpool3d(x):
 
 
 GRID = _grid(8, 64, 64)
+GRID3 = torch.rand(4, 16, 32, 32, 3) * 2.2 - 1.1
 torch.manual_seed(0)
 UP3 = torch.nn.ConvTranspose3d(16, 16, 3, 2, 1, 1).eval().requires_grad_(False)
 UP3_2 = torch.nn.ConvTranspose3d(32, 16, 2, 2).eval().requires_grad_(False)
@@ -46,6 +47,18 @@ CASES = {
         lambda x: F.grid_sample(x, GRID, "bicubic", "reflection", align_corners=False),
         (8, 16, 64, 64),
     ),
+    "grid3d_bilinear": (
+        lambda x: F.grid_sample(x, GRID3, align_corners=False),
+        (4, 16, 16, 32, 32),
+    ),
+    "grid3d_nearest": (
+        lambda x: F.grid_sample(x, GRID3, "nearest", "reflection", align_corners=True),
+        (4, 16, 16, 32, 32),
+    ),
+    "pdist_3": (lambda x: F.pdist(x), (2000, 3)),
+    "pdist_64": (lambda x: F.pdist(x), (1000, 64)),
+    "pdist_64_p1": (lambda x: F.pdist(x, 1.0), (1000, 64)),
+    "pdist_17_inf": (lambda x: F.pdist(x, float("inf")), (256, 17)),
     "fold": (lambda x: F.fold(x, (64, 64), 3, padding=1), (8, 16 * 9, 64 * 64)),
     "fold_stride2": (lambda x: F.fold(x, (64, 64), 2, stride=2), (8, 32 * 4, 32 * 32)),
     "max_unpool2d": (_unpool2d, (8, 32, 64, 64)),
@@ -69,7 +82,7 @@ CASES = {
 
 
 def main() -> None:
-    args = arguments(CASES)
+    args = arguments(CASES, kernels=True)
 
     def setup(name):
         fn, shape = CASES[name]

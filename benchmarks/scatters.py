@@ -43,6 +43,22 @@ CASES = {
         lambda x, i, s: x.scatter_reduce(1, i, s, "mean"),
         lambda: (torch.randn(256, 1024), rows_index(256, 1024, 1024), torch.randn(256, 1024)),
     ),
+    "scatter_mean_dim0": (
+        lambda x, i, s: x.scatter_reduce(0, i, s, "mean"),
+        lambda: (torch.randn(1024, 256), rows_index(1024, 256, 1024), torch.randn(1024, 256)),
+    ),
+    "scatter_mean_dim0_noself": (
+        lambda x, i, s: x.scatter_reduce(0, i, s, "mean", include_self=False),
+        lambda: (torch.randn(1024, 256), rows_index(1024, 256, 1024), torch.randn(1024, 256)),
+    ),
+    "scatter_mean_middle": (
+        lambda x, i, s: x.scatter_reduce(1, i, s, "mean"),
+        lambda: (torch.randn(16, 256, 64), rows_index(16, 256, 256).unsqueeze(-1).expand(16, 256, 64).contiguous(), torch.randn(16, 256, 64)),
+    ),
+    "scatter_mean_long_dim0": (
+        lambda x, i, s: x.scatter_reduce(0, i, s, "mean"),
+        lambda: (torch.randn(8192, 64), rows_index(4096, 64, 8192), torch.randn(4096, 64)),
+    ),
     "index_put_acc": (
         lambda x, i, v: x.index_put((i,), v, accumulate=True),
         lambda: (torch.randn(10000, 64), torch.randint(0, 10000, (20000,)), torch.randn(20000, 64)),

@@ -1,5 +1,6 @@
-"""Gathers for graph_fuzz.py's programs: grid_sample (every mode, padding and alignment), fold,
-max_unpool of a max pool's indices, 3-d adaptive pools, bucketize, searchsorted and histc."""
+"""Gathers for graph_fuzz.py's programs: grid_sample of images and volumes (every mode, padding
+and alignment), pdist, fold, max_unpool of a max pool's indices, 3-d adaptive pools, bucketize,
+searchsorted and histc."""
 
 from __future__ import annotations
 
@@ -13,14 +14,23 @@ if TYPE_CHECKING:
 
 def op_gathers(g: Generator):
     rng = g.rng
-    kind = rng.randrange(5)
-    if kind == 0:  # grid_sample of an image, the grid an input (out of range in part)
-        x = g.pick(lambda t: t.is_floating_point() and t.dim() == 4 and t.numel() <= MAX_NUMEL)
+    kind = rng.randrange(6)
+    if kind == 5:  # pdist of a matrix's rows (a NaN in part)
+        x = g.pick(lambda t: t.is_floating_point() and t.dim() == 2 and t.numel() <= MAX_NUMEL)
         if x is None:
             return None
-        n = g.samples[x].shape[0]
-        grid = g.new_input((n, rng.choice([1, 3, 5]), rng.choice([1, 4, 7]), 2))
-        mode = rng.choice(["'bilinear'", "'nearest'", "'bicubic'"])
+        p = rng.choice(["2.0", "1.0", "0.0", "float('inf')", "1.5"])
+        return f"F.pdist(torch.where({x} > 1.5, float('nan'), {x}), {p}).sum().expand_as({x})"
+    if kind == 0:  # grid_sample of an image or a volume, the grid an input (out of range in part)
+        x = g.pick(lambda t: t.is_floating_point() and t.dim() in (4, 5) and t.numel() <= MAX_NUMEL)
+        if x is None:
+            return None
+        n, volume = g.samples[x].shape[0], g.samples[x].dim() == 5
+        points = (rng.choice([1, 3, 5]), rng.choice([1, 4, 7]))
+        points = (rng.choice([1, 2]), *points) if volume else points
+        grid = g.new_input((n, *points, 3 if volume else 2))
+        modes = ["'bilinear'", "'nearest'"] + ([] if volume else ["'bicubic'"])
+        mode = rng.choice(modes)
         padding = rng.choice(["'zeros'", "'border'", "'reflection'"])
         return f"F.grid_sample({x}, {grid}, {mode}, {padding}, align_corners={rng.random() < 0.5})"
     if kind == 1:  # fold of columns

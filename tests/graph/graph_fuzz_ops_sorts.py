@@ -1,7 +1,8 @@
 """Sorts graph_fuzz.py draws (op_sorts): sort (stable, so its indices are torch's; descending),
-argsort, topk, kthvalue and median along a random dimension (negative or not), ties from
-rounding, on floats and integers. topk, kthvalue and median give their values only (their
-indices among equal values are not torch's promise)."""
+argsort, topk (k of the whole line too), kthvalue, median and nanmedian (with NaNs; of the whole
+tensor too) along a random dimension (negative or not), ties from rounding, on floats and
+integers. topk, kthvalue and (nan)median give their values only (their indices among equal
+values are not torch's promise)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def op_sorts(g: Generator):
         f"torch.kthvalue(({x} * 2).round(), {k}, {d})[0]",
         f"torch.median({x}, {d})[0]",
         f"torch.median(({x} * 2).round(), {d}, keepdim=True)[0]",
+        f"torch.topk({x}, {rng.randint(1, m)}, {d})[0]",
+        f"torch.nanmedian(torch.where({x} > 0.7, float('nan'), {x}), {d})[0]",
+        f"torch.nanmedian(torch.where({x} > 0.7, float('nan'), {x})).expand_as({x})",
     ]
     if rng.random() < 0.3:  # integers of their own
         i = g.new_input(tuple(t.shape), torch.int64, "index:17")

@@ -1,5 +1,5 @@
 """F.grid_sample (bilinear, nearest, bicubic; padding zeros, border, reflection; align_corners
-both) as a kernel, against eager torch: grid points inside, past the edges and far outside, odd
+both; over images and volumes) as a kernel, against eager torch: grid points inside, past the edges and far outside, odd
 image sizes, a 1-pixel image, bfloat16, and on the GPU."""
 
 import pytest
@@ -57,6 +57,29 @@ def test_one_pixel_images_and_bfloat16():
     check_bfloat16(border, x.bfloat16(), grid.bfloat16())
 
 
+def volume_samples(x, grid):
+    return tuple(
+        F.grid_sample(x, grid, mode=m, padding_mode=p, align_corners=a)
+        for m, p, a in (
+            ("bilinear", "zeros", False), ("bilinear", "reflection", True),
+            ("nearest", "border", False),
+        )
+    )  # fmt: skip
+
+
+def volume_inputs(seed):
+    grid = rand(2, 3, 4, 5, 3, seed=seed + 1) * 1.1
+    grid[0, 0, 0, :4] = torch.tensor(
+        [[1.0, -1.0, 0.3], [3.5, -2.7, 1.9], [-7.3, 1.1, -1.0], [0.0, 1.0, -4.2]]
+    )
+    return [rand(2, 3, 5, 7, 4, seed=seed), grid]
+
+
+def test_grid_sample_3d():
+    # trilinear and nearest over a volume of odd extents, points past the edges and far out
+    check(volume_samples, *volume_inputs(11), rtol=2e-5)
+
+
 def test_grid_sample_and_adaptive_max_pool3d_run_eagerly_on_the_cpu(monkeypatch):
     monkeypatch.setattr(registry, "EAGER_ON_CPU", EAGER_ON_CPU)  # (slower than eager's there)
 
@@ -72,3 +95,4 @@ def test_grid_sample_matches_eager_on_the_gpu():
     from tests.graph.test_lower_fold import on_the_gpu
 
     on_the_gpu(samples, inputs(7), rtol=2e-5)
+    on_the_gpu(volume_samples, volume_inputs(13), rtol=2e-5)

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tensorforge.graph import registry  # noqa: E402
+from tensorforge.graph.lower_scatter import LOCAL_COUNTS  # noqa: E402
 from tensorforge.graph.registry import EAGER_ON_CPU  # noqa: E402
 from tests.graph.test_lower_math import nvcc_problem  # noqa: E402
 from tests.graph.test_lowering import check, rand  # noqa: E402
@@ -33,18 +34,21 @@ def test_slower_modes_run_eagerly_on_cpu(monkeypatch):
     x, index = rand(4, 6, seed=21), ints(0, 6, (4, 6), 22)
     weight, indices, offsets = rand(10, 3, seed=23), ints(0, 10, (8,), 24), torch.tensor([0, 5])
 
-    def fn(x, index, weight, indices, offsets):
+    long = rand(LOCAL_COUNTS + 1, 1, seed=25)  # (a task's counts would not fit its stack)
+
+    def fn(x, index, weight, indices, offsets, long):
         return (
-            x.scatter_reduce(0, index % 4, x, "mean"),  # eager
-            x.scatter_reduce(1, index, x, "mean"),  # along rows: a row's counts on the stack
+            x.scatter_reduce(0, index % 4, x, "mean"),  # a task's counts on the stack
+            x.scatter_reduce(1, index, x, "mean"),
+            long.scatter_reduce(0, index[:1, :1], x[:1, :1], "mean"),  # eager
             x.scatter_reduce(1, index, x, "amax"),
             F.embedding_bag(indices, weight, offsets, mode="sum"),  # eager
             F.embedding_bag(indices, weight, offsets, mode="max"),
         )
 
-    compiled = check(fn, x, index, weight, indices, offsets, fallbacks=2)
+    compiled = check(fn, x, index, weight, indices, offsets, long, fallbacks=2)
     reasons = " ".join(r for *_, r in compiled.program.fallbacks)
-    assert "mean (but along rows) on the CPU" in reasons, reasons
+    assert "mean (of a long axis) on the CPU" in reasons, reasons
     assert "sum / mean on the CPU" in reasons, reasons
 
 
@@ -86,6 +90,23 @@ def test_means_along_rows_on_the_cpu(monkeypatch):
     monkeypatch.setattr(registry, "EAGER_ON_CPU", EAGER_ON_CPU)
     x, src, v = rand(5, 13, seed=31), rand(3, 9, seed=32), rand(11, seed=33)
     compiled = check(row_means, x, ints(0, 11, (3, 9), 34), src, v)
+    assert compiled.program.fallbacks == []
+
+
+def test_means_along_other_axes_on_the_cpu(monkeypatch):
+    # a task's fibers' counts on its stack: 2000 positions along the axis leave room for 8
+    # fibers' (chunks of 8, 8 and 4 of the index's 20 columns); a middle axis, fewer index rows
+    monkeypatch.setattr(registry, "EAGER_ON_CPU", EAGER_ON_CPU)
+    x, src, y = rand(2000, 23, seed=35), rand(60, 21, seed=36), rand(4, 9, 6, seed=37)
+
+    def fn(x, index, src, y):
+        return (
+            x.scatter_reduce(0, index, src[:, :20], "mean"),
+            x.scatter_reduce(0, index, src[:, :20], "mean", include_self=False),
+            y.scatter_reduce(1, index[:3, :5].unsqueeze(0).expand(2, 3, 5) % 9, src[:2, :15].reshape(2, 3, 5), "mean"),
+        )  # fmt: skip
+
+    compiled = check(fn, x, ints(0, 2000, (50, 20), 38) % 97, src, y)
     assert compiled.program.fallbacks == []
 
 

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorforge.graph import registry  # noqa: E402
+from tensorforge.graph import lower_sort, registry  # noqa: E402
 from tensorforge.graph.registry import EAGER_ON_CPU  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
 from tests.graph.test_fuzz_found import dynamic  # noqa: E402
@@ -139,6 +139,23 @@ def test_topk(k):
     )
 
 
+def test_topk_past_the_selection():
+    # k past SELECT_K gathers candidates under a threshold, a quickselect keeping k of them
+    # whenever its scratch (2k + 64) fills: a line of a prime length (a tail past the blocks),
+    # a rising one (each element enters), a falling one (none does), one with more NaNs than k
+    x = with_ties_nans_and_zeros(5, 331, seed=9) * 50
+    x[1], x[2] = torch.arange(331.0), torch.arange(331.0).flip(0)
+    x[3, ::7] = float("nan")
+    fn = lambda x: (  # noqa: E731
+        *torch.topk(x, 17, 1),
+        *torch.topk(x, 40, 1, largest=False),
+        *torch.topk(x, 60, 1),
+    )
+    check_pairs(fn, x, dims={0: (1, True), 1: (1, True), 2: (1, True)})
+    a = x.nan_to_num(7.0).to(torch.int32)  # (ties)
+    check_pairs(lambda a: tuple(torch.topk(a, 20, 1, largest=False)), a, dims={0: (1, True)})
+
+
 def test_kthvalue_and_medians():
     x = with_ties_nans_and_zeros(4, 61, seed=4)
     x[0, 7] = x[0, 7] + 0.0  # a line without NaN, one with several
@@ -161,6 +178,21 @@ def test_kthvalue_and_medians():
     for whole in (x, even, x[1:2, :9].clone()):
         compiled = compile_fn(lambda x: torch.median(x), [whole])
         assert same(compiled([whole])[0], torch.median(whole))
+
+
+def test_nanmedian():
+    # the middle (the lower of two) of a line's elements that are not NaN; a line of NaNs
+    # gives NaN (eager's index: one of them); the whole tensor's too
+    x = with_ties_nans_and_zeros(5, 24, seed=10)
+    x[0] = float("nan")
+    x[1, :9] = float("nan")  # 15 left
+    x[2].nan_to_num_(0.5)
+    x[3, ::2] = float("nan")  # 12 left (even)
+    fn = lambda x: (*torch.nanmedian(x, 1), *torch.nanmedian(x, 0, keepdim=True))  # noqa: E731
+    check_pairs(fn, x, dims={0: (1, False), 1: (0, True)})
+    whole = compile_fn(lambda x: torch.nanmedian(x), [x])
+    for y in (x, x.nan_to_num(0.25), torch.full_like(x, float("nan"))):  # (NaNs alone: NaN)
+        assert same(whole([y])[0], torch.nanmedian(y))
 
 
 def test_mode():
@@ -201,6 +233,51 @@ def test_cuda_builds_compile_with_nvcc(arch):
 
     assert nvcc_problem(fn, [rand(5, 37, seed=6)], arch) is None
     assert nvcc_problem(fn, [rand(5, 37, seed=6).half()], arch) is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_block_sorts_compile_with_nvcc(monkeypatch):
+    # lines past CUDA_LINE, a CUDA block each (BLOCK_SORT_LINE: off until timed on a GPU)
+    monkeypatch.setattr(lower_sort, "BLOCK_SORT_LINE", 2048)
+
+    def fn(x):
+        return (
+            *torch.sort(x, dim=1, stable=True, descending=True),
+            *torch.topk(x, 30, 1, largest=False),
+            *torch.sort(x, dim=0),
+        )
+
+    assert nvcc_problem(fn, [rand(70, 300, seed=12)], "sm_90a") is None
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+@pytest.mark.parametrize("shape", [(5, 65), (300, 2048), (2, 1000)])
+def test_block_sorts_match_eager_on_the_gpu(monkeypatch, shape):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tensorforge.graph import Options, compile_aten, decompositions
+
+    monkeypatch.setattr(lower_sort, "BLOCK_SORT_LINE", 2048)
+
+    def fn(x):
+        return (
+            *torch.sort(x, dim=1, stable=True),
+            *torch.sort(x, dim=1, stable=True, descending=True),
+            *torch.topk(x, 40, 1),
+            *torch.topk(x, 3, 1, largest=False),
+        )
+
+    x = with_ties_nans_and_zeros(*shape, seed=13).cuda()
+    gm = make_fx(fn, decomposition_table=decompositions())(x)
+    compiled = compile_aten(gm, [x], {}, Options(target="cuda"))
+    assert compiled.program.fallbacks == []
+    got, expected = compiled([x]), fn(x)
+    for k in (0, 2):  # stable: torch's indices
+        assert same(got[k], expected[k]) and torch.equal(got[k + 1], expected[k + 1])
+    for k in (4, 6):
+        assert same(got[k], expected[k])
+        assert same(x.gather(1, got[k + 1]), got[k])
 
 
 @pytest.mark.cuda

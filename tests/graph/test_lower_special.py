@@ -1,5 +1,5 @@
-"""erfinv, ndtri, lgamma, digamma and the modified Bessel functions i0, i0e, i1, i1e as kernels
-(they ran eagerly), against float64 torch within two float32 ulps (erfinv and the CPU's float32
+"""erfinv, ndtri, lgamma, digamma, trigamma and the modified Bessel functions i0, i0e, i1, i1e as
+kernels (they ran eagerly), against float64 torch within two float32 ulps (erfinv and the CPU's float32
 i1e four, its float32 lgamma its own test): poles and zeros (lgamma at 1 and 2, digamma's
 root, the non-positive integers), tails (erfinv near +-1, ndtri to 1e-30), large |x|,
 infinities, NaN. (Accuracy over the whole domain and speed at 1M elements:
@@ -125,3 +125,20 @@ def test_every_special_function_is_a_kernel_on_the_cpu():
     avx2 = compile_aten(gm, [x], {}, Options(target="llvm -mcpu=znver3"))
     assert [target for _, target, _ in avx2.program.fallbacks] == ["aten.special_i1e.default"]
     torch.testing.assert_close(avx2([x])[0], fn(x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_trigamma():
+    # polygamma(1, x) as eager computes it (in the input's type): its reflection below 1/2,
+    # the poles (inf at 0, huge and finite at the negative integers), NaN, the infinities,
+    # float64; higher orders run eagerly
+    x = torch.rand(61, generator=torch.Generator().manual_seed(3)) * 30 - 15
+    special = [0.0, -0.0, -1.0, -7.0, 0.5, 0.4999, 1e-4, -1e-4, 1e6, -2.5, math.nan, math.inf]
+    x = torch.cat([x, torch.tensor(special + [-math.inf, 1e30])])
+    for values in (x, x.double()):
+        compiled = compile_fn(lambda x: (torch.polygamma(1, x),), [values])
+        assert compiled.program.fallbacks == []
+        torch.testing.assert_close(
+            compiled([values])[0], torch.polygamma(1, values), rtol=2e-6, atol=0, equal_nan=True
+        )
+    higher = compile_fn(lambda x: (torch.polygamma(2, x),), [x])
+    assert [target for _, target, _ in higher.program.fallbacks] == ["aten.polygamma.default"]

@@ -18,6 +18,7 @@ from tensorforge.graph import (
     lower_index_reduce,
     lower_linalg,
     lower_norms,
+    lower_pdist,
     lower_pointwise,
     lower_pools,
     lower_pools_nd,

@@ -9,7 +9,10 @@ fibers, a CUDA thread) takes its fibers' source positions in order, alone. No tw
 one element: sums need no atomics, every result is deterministic, and duplicate indices take
 eager's order (the last write wins where nothing accumulates). An index outside its dimension
 (eager raises) writes nothing; negative indices count from the end where torch allows them
-(index_put), and write nothing where it raises (scatter).
+(index_put), and write nothing where it raises (scatter). A mean counts each position's
+updates: on the CPU in the task's own counts on its stack (the axis's extent times the task's
+fibers, at most LOCAL_COUNTS: tasks of fewer fibers along a long axis), then divides there;
+else in the whole output's counts.
 """
 
 from __future__ import annotations
@@ -104,18 +107,19 @@ def _walk(
     lanes: int = 1,
     alone=None,
     task: tuple[Callable, Callable] | None = None,
+    chunk: int = CHUNK,
 ) -> None:
     """Each pass `visit(position, k, o, b)` over the fibers' source positions, in order per
     fiber; a task's fibers are one CUDA thread's (o, b), or a CPU chunk of b's for one o.
     On CUDA, where there are few fibers and an update `alone` tolerates others at the same
     position (an atomic add, or a plain store whose duplicates torch leaves undefined), it
-    runs in a thread per source element instead. `task`: (begin(o), end(o)), called at the
-    start and the end of each CPU task (a chunk of one o's fibers)."""
+    runs in a thread per source element instead. `task`: (begin(o, start, end),
+    end(o, start, end)), called at the start and the end of each CPU task (the fibers b in
+    [start, end) of one o, a chunk of at most `chunk`)."""
     f = fibers
 
     def position(o, t, b):
-        outer, inner = wide(f.out_outer(o)), wide(f.out_inner(b))
-        return (outer * wide(f.extent) + t) * wide(f.inner) + inner
+        return _position(f, o, t, b)
 
     def at(o, t, b):
         return ib.let("at", position(o, t, b))
@@ -139,22 +143,22 @@ def _walk(
                     with ib.if_scope(valid):
                         visit(at(o, t, b), k, o, b)
         return
-    chunks = (wide(f.source_inner) + (CHUNK - 1)) // CHUNK
+    chunks = (wide(f.source_inner) + (chunk - 1)) // chunk
     one_task = isinstance(f.source_outer, int) and isinstance(f.source_inner, int)
-    one_task = one_task and f.source_outer * -(-f.source_inner // CHUNK) <= 1
+    one_task = one_task and f.source_outer * -(-f.source_inner // chunk) <= 1
     with each(ib, wide(f.source_outer) * chunks, False, "f", parallel=not one_task) as each_task:
         o, c = ib.let("o", each_task // chunks), ib.let("c", each_task % chunks)
-        start = ib.let("start", c * CHUNK)
-        end = ib.let("end", te.min(start + CHUNK, wide(f.source_inner)))
+        start = ib.let("start", c * chunk)
+        end = ib.let("end", te.min(start + chunk, wide(f.source_inner)))
         if task is not None:
-            task[0](o)
+            task[0](o, start, end)
         for visit in passes:
             with ib.for_range(0, wide(f.count), name="k") as k:
                 if f.per_k:  # one target for the whole chunk
                     t, valid = f.target(o, k, None)
                     with ib.if_scope(valid):
                         t = ib.let("t", t)
-                        if isinstance(f.source_inner, int) and f.source_inner <= CHUNK:
+                        if isinstance(f.source_inner, int) and f.source_inner <= chunk:
                             # one chunk of a static width: whole vectors, then the tail
                             def element(b, t=t, k=k, visit=visit):
                                 visit(position(o, t, b), k, o, b)
@@ -169,24 +173,27 @@ def _walk(
                     with ib.if_scope(valid):
                         visit(at(o, t, b), k, o, b)
         if task is not None:
-            task[1](o)
+            task[1](o, start, end)
 
 
-LOCAL_COUNTS = 1 << 14  # a row's counts of a mean, on the task's stack (64 KiB of float32)
+def _position(f: Fibers, o, t, b) -> te.Expr:
+    """The output position of fiber (o, b) at t along the scattered axis."""
+    outer, inner = wide(f.out_outer(o)), wide(f.out_inner(b))
+    return (outer * wide(f.extent) + t) * wide(f.inner) + inner
 
 
-def _counts_per_row(f: Fibers) -> bool:
-    """Whether a mean's counts fit a task's stack, one row of them: a scatter along the last
-    axis (a task is one row's fibers), its rows short enough. The counts of the whole output,
-    allocated each call (1 MB for 256 x 1024), a pass setting the reached ones to 1 and one
-    dividing them cost 3.6 ms where eager took 1.0 (the sum alone 0.14)."""
-    return (
-        is_one(f.inner)
-        and is_one(f.source_inner)
-        and not f.per_k
-        and isinstance(f.extent, int)
-        and f.extent <= LOCAL_COUNTS
-    )
+LOCAL_COUNTS = 1 << 14  # a task's counts of a mean, on its stack (64 KiB of float32)
+
+
+def _counts_width(f: Fibers) -> int | None:
+    """The fibers a CPU task of a mean walks, its counts (that many of each of the extent's
+    positions) on its stack; None where even one fiber's do not fit (the counts are then the
+    whole output's, allocated each call: 1 MB for 256 x 1024, a pass setting the reached ones
+    to 1 and one dividing them cost 3.6 ms where eager took 1.0, the sum alone 0.14)."""
+    if f.per_k or not isinstance(f.extent, int) or f.extent > LOCAL_COUNTS:
+        return None
+    width = min(CHUNK, LOCAL_COUNTS // f.extent)
+    return min(width, f.source_inner) if isinstance(f.source_inner, int) else width
 
 
 def scatter_kernel(ctx, node, x: Lazy, operands, fibers_of, reduce: str | None, include_self=True):
@@ -206,35 +213,45 @@ def scatter_kernel(ctx, node, x: Lazy, operands, fibers_of, reduce: str | None, 
     def program(ib, ins, out):
         fibers, value = fibers_of(ins)
         lanes = 1 if cuda else ctx.target.vector_lanes(acc)
-        row_counts = reduce == "mean" and not cuda and _counts_per_row(fibers)
+        width = _counts_width(fibers) if reduce == "mean" and not cuda else None
         counts, task = None, None
-        row: dict = {}  # the task's own counts (a local row) and its row's offset
-        if row_counts:
+        row: dict = {}  # the task's own counts, its first fiber and its o
+        if width is not None:
             extent = fibers.extent
             one = te.const(1 if include_self else 0, count_dtype)
 
-            def begin(o):
-                row["counts"] = ib.allocate(count_dtype, extent, name="row_counts", scope="local")
-                row["base"] = ib.let("row", wide(fibers.out_outer(o)) * extent)
-                vector_loop(ib, extent, lanes, lambda t: row["counts"].__setitem__(t, one), "z")
+            def begin(o, start, end):
+                row["counts"] = ib.allocate(count_dtype, extent * width, "task_counts", "local")
+                row["start"] = start
+                fill = lambda t: row["counts"].__setitem__(t, one)  # noqa: E731
+                vector_loop(ib, extent * width, lanes, fill, "z")
 
-            def end(o):  # every element of the row: those not reached divide by 1 (or keep x)
-                def divide_row(t):
-                    n, at = row["counts"][t], row["base"] + t
-                    mean = out[at].astype(count_dtype) / n
-                    mean = mean.astype(dtype) if mean.dtype != dtype else mean
-                    out[at] = te.if_then_else(n > te.const(0, count_dtype), mean, out[at])
+            def finish(o, t, b):  # (not reached: a count of 1 divides, of 0 keeps x)
+                n = row["counts"][t * width + (b - row["start"])]
+                at = _position(fibers, o, t, b)
+                mean = out[at].astype(count_dtype) / n
+                mean = mean.astype(dtype) if mean.dtype != dtype else mean
+                out[at] = te.if_then_else(n > te.const(0, count_dtype), mean, out[at])
 
-                vector_loop(ib, extent, lanes, divide_row, "m")
+            def end(o, start, end):
+                if width == 1 and is_one(fibers.inner):  # a row (along the last axis)
+                    vector_loop(ib, extent, lanes, lambda t: finish(o, t, start), "m")
+                    return
+                with ib.for_range(0, wide(extent), name="m") as t:
+                    with ib.for_range(start, end, name="mb") as b:
+                        finish(o, t, b)
 
             task = (begin, end)
         elif reduce == "mean":
             counts = ib.allocate(count_dtype, wide(size), name="counts", scope="global")
         copy(ib, ins[0], out, size, cuda)
 
-        def count_of(at):
-            """(buffer, index) of the count of output position `at`."""
-            return (row["counts"], at - row["base"]) if row_counts else (counts, at)
+        def count_of(at, k, o, b):
+            """(buffer, index) of the count of output position `at` (source position k, o, b)."""
+            if width is None:
+                return counts, at
+            t, _ = fibers.target(o, k, b)  # (the load the update made: one)
+            return row["counts"], t * width + (b - row["start"])
 
         def reset(at, k, o, b):
             if not include_self:
@@ -252,7 +269,7 @@ def scatter_kernel(ctx, node, x: Lazy, operands, fibers_of, reduce: str | None, 
             result = combine(old, new)
             out[at] = result.astype(dtype) if result.dtype != dtype else result
             if reduce == "mean":
-                buffer, i = count_of(at)
+                buffer, i = count_of(at, k, o, b)
                 buffer[i] = buffer[i] + te.const(1, count_dtype)
 
         def divide(at, k, o, b):
@@ -272,7 +289,7 @@ def scatter_kernel(ctx, node, x: Lazy, operands, fibers_of, reduce: str | None, 
             alone = update  # (torch leaves duplicates undefined)
         elif passes == [update] and reduce in ("sum", "add") and dtype in ATOMIC_ADD_TYPES:
             alone = atomic_add
-        _walk(ib, fibers, cuda, passes, lanes, alone, task)
+        _walk(ib, fibers, cuda, passes, lanes, alone, task, width or CHUNK)
 
     return extern_kernel(ctx, node, [x, *operands], x.shape, dtype, program)
 
@@ -376,24 +393,27 @@ def _reduce_of(node) -> str:
     return node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce")
 
 
-def _mean_of_columns(node) -> bool:
-    """A mean scatter along another axis than the last, or along rows too long for a task's
-    stack: its counts are the whole output's (`_counts_per_row`)."""
+def _mean_of_long_axes(node) -> bool:
+    """A mean scatter along an axis too long for a task's counts on its stack (`_counts_width`:
+    the counts are then the whole output's)."""
     if _reduce_of(node) != "mean":
         return False
     val = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
     shape = tuple(getattr(val, "shape", ()))
     if not shape:
         return True
-    last = node.args[1] % len(shape) == len(shape) - 1
-    return not (last and isinstance(shape[-1], int) and shape[-1] <= LOCAL_COUNTS)
+    extent = shape[node.args[1] % len(shape)]
+    return not (isinstance(extent, int) and extent <= LOCAL_COUNTS)
 
 
 # 1 thread, 256 x 1024 along rows (load ~6 on 2 cores): mean 0.95 ms eager against 0.34 with a
-# row's counts on the stack; with the whole output's counts (other axes) 0.60 against 2.67 (a
-# 1 MB array allocated each call, a third pass); amax without self 2.16 against 0.41, sum
-# 0.17 / 0.14
-eager_on_cpu(aten.scatter_reduce.two, when=_mean_of_columns, what="mean (but along rows)")
+# row's counts on the stack; with the whole output's counts 0.60 against 2.67 (a 1 MB array
+# allocated each call, a third pass); amax without self 2.16 against 0.41, sum 0.17 / 0.14.
+# Means along other axes, a task's counts on its stack (index as large as x, load ~9): 1024 x
+# 256 along 0 2.18 against 1.61 (the whole output's counts: 2.28), 8192 x 64 along 0 6.01
+# against 2.51 (6.39), 16 x 256 x 64 along 1 2.22 against 0.92 (2.41), 64^3 along 0 2.05
+# against 0.95 (2.95), 4096 x 17 along 0 0.58 against 0.30; 256 x 1024 along 1 0.86 / 0.28.
+eager_on_cpu(aten.scatter_reduce.two, when=_mean_of_long_axes, what="mean (of a long axis)")
 
 
 @lowers(aten.scatter_reduce.two)

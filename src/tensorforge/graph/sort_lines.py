@@ -1,6 +1,6 @@
 """Programs that sort one line of a tensor inside an ir_builder kernel (lower_sort.py's
 operators, a task a line): the line's scratch copy, a stable merge sort of it, a one-pass
-selection of its k first elements, a quickselect of its kth.
+selection of its k first elements (two kinds), a quickselect of its kth.
 
 The order is torch's: NaN greatest (last ascending, first descending), -0.0 equal to 0.0;
 half types compare as float32, bools as integers. Sorts and quickselects set a line's NaNs
@@ -12,6 +12,9 @@ with `<` alone.
   strictly before the left one, so the sort is stable.
 - select_line: one pass keeping the k first in order; an element enters only where it is
   strictly before the k-th, tested BLOCK elements at a time (mostly none enters).
+- gather_select_line (large k): one pass gathering the elements strictly before a threshold
+  (the k-th of those gathered), a block at a time, branch-free; when the scratch fills, a
+  quickselect keeps k and tightens the threshold; the k kept then sorted.
 - select_kth: Wirth's quickselect (Hoare's partition, then the side holding kth), its pivot
   the median of the part's ends and middle.
 """
@@ -27,6 +30,7 @@ from tensorforge.te import dtype as dt
 
 RUN = 16  # a sort's runs, insertion-sorted before the merges
 BLOCK = 8  # elements a selection tests at once for one that enters
+GATHER = 2  # a large-k selection gathers up to GATHER * k (+ 64) elements, then keeps k
 
 Before = Callable[[te.Expr, te.Expr], te.Expr]
 
@@ -109,6 +113,7 @@ class Padded:
 
     def __init__(self, ib, dtype: str, m, name: str):
         self.cells = ib.allocate(dtype, m + 2, name=name, scope="local")
+        self.dtype = dtype
         zero = te.const(0, dtype)
         self.cells[0], self.cells[wide(m) + 1] = zero, zero
 
@@ -149,6 +154,14 @@ def sort_line(ib, line: Line, descending: bool, position: str) -> Sorted:
     """The line sorted in scratch (stable)."""
     keys, positions, count = set_apart(ib, line, position)
     before = (lambda a, b: a > b) if descending else (lambda a, b: a < b)
+    sort_scratch(ib, (keys, positions), count, line.m, before)
+    return Sorted(keys, positions, count, line.m, descending)
+
+
+def sort_scratch(ib, scratch: tuple[Padded, Padded], count, size, before: Before) -> None:
+    """Sort (stable) the first `count` of scratch (keys, positions) holding `size` elements:
+    insertion sort in runs of RUN, then merges taking turns with a second scratch."""
+    keys, positions = scratch
     with ib.for_range(0, count, name="j") as j:  # runs of RUN, each insertion-sorted
         v, at = ib.let("v", keys[j]), ib.let("at", positions[j])
         p = local(ib, "int64", j, "p")
@@ -157,18 +170,16 @@ def sort_line(ib, line: Line, descending: bool, position: str) -> Sorted:
             keys[p[0]], positions[p[0]] = keys[p[0] - 1], positions[p[0] - 1]
             p[0] = p[0] - 1
         keys[p[0]], positions[p[0]] = v, at
-    sorted_ = Sorted(keys, positions, count, line.m, descending)
-    if isinstance(line.m, int) and line.m <= RUN:
-        return sorted_
-    other_keys = Padded(ib, line.key, line.m, "other_keys")
-    other_positions = Padded(ib, position, line.m, "other_positions")
+    if isinstance(size, int) and size <= RUN:
+        return
+    other_keys = Padded(ib, keys.dtype, size, "other_keys")
+    other_positions = Padded(ib, positions.dtype, size, "other_positions")
     width = local(ib, "int64", RUN, "width")
     with ib.while_loop(width[0] < count):  # two passes a turn: the line back in `keys`
         _merge_pass(ib, (keys, positions), (other_keys, other_positions), width[0], count, before)
         width[0] = width[0] * 2
         _merge_pass(ib, (other_keys, other_positions), (keys, positions), width[0], count, before)
         width[0] = width[0] * 2
-    return sorted_
 
 
 def _merge_pass(ib, source, target, width, count, before: Before) -> None:
@@ -213,8 +224,8 @@ def _merge_pass(ib, source, target, width, count, before: Before) -> None:
 
 
 def select_line(ib, line: Line, k: int, before: Before, position: str):
-    """(best, positions): the line's k first elements in `before`'s order, one pass."""
-    m = line.m
+    """(best, positions): the line's k first elements in `before`'s order, one pass keeping
+    them sorted (an element enters by insertion: for small k)."""
     best = ib.allocate(line.key, k, name="best", scope="local")
     positions = ib.allocate(position, k, name="positions", scope="local")
 
@@ -227,9 +238,101 @@ def select_line(ib, line: Line, k: int, before: Before, position: str):
 
     with ib.for_range(0, k, name="j") as j:
         enter(ib.let("v", line.at(j)), j, j)
+    _scan(ib, line, k, before, lambda: best[k - 1], lambda v, j: enter(v, j, k - 1))
+    return best, positions
+
+
+def gather_select_line(ib, line: Line, k: int, before: Before, position: str):
+    """(keys, positions): scratch whose first k are the line's k first elements in `before`'s
+    order, sorted (for large k). One pass gathers, after the first k, the elements strictly
+    before a threshold (the k-th of those gathered so far) into scratch of GATHER * k + 64;
+    when it fills, a quickselect keeps its k first and the threshold tightens. The elements
+    are tested BLOCK at a time: a block where one passes is stored whole, branch-free, each
+    element counted where it passes (a heap took 85 ns an entry, as slow as eager: 100 of
+    4096; a branch an element lost to eager on lines of 256, where many enter)."""
+    m = line.m
+    full = GATHER * k + 64
+    if isinstance(m, int):
+        full = min(full, m)
+    keys = Padded(ib, line.key, full + BLOCK, "keys")
+    positions = Padded(ib, position, full + BLOCK, "positions")
+    with ib.for_range(0, wide(k), name="j") as j:
+        keys[j], positions[j] = line.at(j), j.astype(position)
+    threshold = local(ib, line.key, keys[0], "threshold")  # the last of the first k
+    with ib.for_range(1, wide(k), name="j") as j:
+        last = ib.let("last", threshold[0])
+        threshold[0] = te.if_then_else(before(last, keys[j]), keys[j], last)
+    n = local(ib, "int64", k, "n")
+
+    def keep_k_first() -> None:
+        quickselect(ib, (keys, positions), n[0], k - 1, before)
+        threshold[0], n[0] = keys[k - 1], te.const(k, "int64")
+
+    def gather(j, worst) -> None:  # the element stored, kept where it passes
+        v = ib.let("v", line.at(j))
+        keys[n[0]], positions[n[0]] = v, j.astype(position)
+        n[0] = n[0] + before(v, worst).astype("int64")
+
+    blocks = (wide(m) - k) // BLOCK
+    with ib.for_range(0, blocks, name="b") as b:
+        first = ib.let("first", k + b * BLOCK)
+        worst = ib.let("worst", threshold[0])
+        with ib.if_scope(_any([before(line.at(first + c), worst) for c in range(BLOCK)])):
+            for c in range(BLOCK):
+                gather(first + c, worst)
+            with ib.if_scope(n[0] >= full):
+                keep_k_first()
+    with ib.for_range(k + blocks * BLOCK, wide(m), name="j") as j:  # the tail
+        gather(j, threshold[0])
+    with ib.if_scope(n[0] > k):
+        keep_k_first()
+    sort_scratch(ib, (keys, positions), k, k, before)
+    return keys, positions
+
+
+def quickselect(ib, scratch: tuple[Padded, Padded], count, kth, before: Before) -> None:
+    """Reorder the first `count` of scratch (keys, positions) so that its kth (0-based) in
+    `before`'s order is at kth, those before it or equal below, the rest above: Wirth's
+    quickselect (Hoare's partition, then the side holding kth), its pivot the median of the
+    part's ends and middle (one of its elements, which stops the partition's inner loops)."""
+    keys, positions = scratch
+    low, high = local(ib, "int64", 0, "low"), local(ib, "int64", count - 1, "high")
+    i, j = local(ib, "int64", 0, "i"), local(ib, "int64", 0, "j")
+    with ib.while_loop(low[0] < high[0]):
+        a = ib.let("a", keys[low[0]])
+        b = ib.let("b", keys[(low[0] + high[0]) // 2])
+        c = ib.let("c", keys[high[0]])
+        low_ab, high_ab = te.if_then_else(before(b, a), b, a), te.if_then_else(before(b, a), a, b)
+        pivot = ib.let(
+            "pivot",
+            te.if_then_else(
+                before(c, low_ab), low_ab, te.if_then_else(before(c, high_ab), c, high_ab)
+            ),
+        )
+        i[0], j[0] = low[0], high[0]
+        with ib.while_loop(i[0] <= j[0]):
+            with ib.while_loop(before(keys[i[0]], pivot)):
+                i[0] = i[0] + 1
+            with ib.while_loop(before(pivot, keys[j[0]])):
+                j[0] = j[0] - 1
+            with ib.if_scope(i[0] <= j[0]):
+                v, at = ib.let("v", keys[i[0]]), ib.let("at", positions[i[0]])
+                keys[i[0]], positions[i[0]] = keys[j[0]], positions[j[0]]
+                keys[j[0]], positions[j[0]] = v, at
+                i[0], j[0] = i[0] + 1, j[0] - 1
+        with ib.if_scope(j[0] < kth):
+            low[0] = i[0]
+        with ib.if_scope(kth < i[0]):
+            high[0] = j[0]
+
+
+def _scan(ib, line: Line, k: int, before: Before, last, enter) -> None:
+    """For each element of the line past its first k strictly before `last()` (the k-th kept):
+    `enter(v, j)`; the elements are tested BLOCK at a time (mostly none enters)."""
+    m = line.m
     j = local(ib, "int64", k, "j")
     with ib.while_loop(j[0] < wide(m)):
-        worst = ib.let("worst", best[k - 1])
+        worst = ib.let("worst", last())
         if not (isinstance(m, int) and m < k + BLOCK):
             first = te.min(j[0], wide(m) - BLOCK)
             block = [before(line.clamped_at(first + c), worst) for c in range(BLOCK)]
@@ -238,9 +341,8 @@ def select_line(ib, line: Line, k: int, before: Before, position: str):
         with ib.while_loop((j[0] < wide(m)) & ~before(line.clamped_at(j[0]), worst)):
             j[0] = j[0] + 1
         with ib.if_scope(j[0] < wide(m)):
-            enter(ib.let("v", line.at(j[0])), j[0], k - 1)
+            enter(ib.let("v", line.at(j[0])), j[0])
             j[0] = j[0] + 1
-    return best, positions
 
 
 def _any(terms: list) -> te.Expr:
@@ -252,8 +354,11 @@ def _any(terms: list) -> te.Expr:
 def select_kth(ib, line: Line, kth, position: str):
     """(keys, positions, count): scratch of the line (set_apart's) whose kth element (0-based,
     ascending; NaNs last, in line order) is where the sorted line has it: Wirth's quickselect
-    of the ordered elements (Hoare's partition, then the side holding kth), with `<` alone."""
+    of the ordered elements (Hoare's partition, then the side holding kth), with `<` alone.
+    `kth` may be a function of the count of ordered elements (a nanmedian's middle)."""
     keys, positions, count = set_apart(ib, line, position)
+    if callable(kth):
+        kth = ib.let("kth", kth(count))
     low, high = local(ib, "int64", 0, "low"), local(ib, "int64", count - 1, "high")
     i, j = local(ib, "int64", 0, "i"), local(ib, "int64", 0, "j")
     with ib.while_loop((low[0] < high[0]) & (kth < count)):
