@@ -22,89 +22,264 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from tensorforge import te, tir
 from tensorforge.codegen.base import KernelSource, Launch, Param, TensorMap
 from tensorforge.errors import BuildError
 from tensorforge.graph.lowered import KernelSpec
-from tensorforge.graph.values import Anchor, Buffer, read_buffer
-from tensorforge.ops.wgmma_ws import CTYPES, ws_device_source
+from tensorforge.graph.values import Anchor, Buffer, Lazy, is_static, read_buffer
+from tensorforge.ops.wgmma_ws import CTYPES, EPILOGUE_CODES, ws_device_source
 from tensorforge.ops.wgmma_ws_plan import K_STEP, WsPlan, choose_ws_plan
 
 SOURCE = "cuda: warp-specialized wgmma, by hand (ops/wgmma_ws.py)"
-MIN_STEPS = 32  # k steps of 64 from which the hand kernel is taken (2048 x 768 x 3072: 48)
+MIN_STEPS = 12  # k steps of 64 from which the hand kernel is taken (768 terms: ViT-B's qkv,
+# fc1 and attention output; session 20's first rule, 32 steps, took only fc2)
 WS_PRODUCTS = True  # (benchmarks turn it off to measure the scheduled kernel alone)
 PLAN = WsPlan(128, 4, 2, 1)  # 128 x 128 blocks, 4 stages: which products take the kernel, and
 # its plan without PINGPONG
+FUSE_EPILOGUES = True  # a following bias, GELU and residual add in the kernel (benchmarks turn
+# it off to measure them as a kernel of their own)
 PINGPONG = True  # the plan by ops/wgmma_ws_plan.choose_ws_plan (benchmarks turn it off)
-MAX_WAVES = 1  # of tiles an SM, at most (more: measured against the scheduled kernel only in
-# benchmarks/gpu_graph_products.py's variant ws_all)
+MAX_WAVES = 3  # of 128 x 128 tiles an SM, at most (2048 x 3072: 2.9)
+COPY_VIEWS = True  # a left matrix that is an index view of a buffer: copied for the hand kernel
 
 
-def wants_ws_product(target, n, m, k: int, lead, a, source, constant) -> bool:
-    """sm_90, a 2-d product of static sizes over a long reduction (MIN_STEPS) whose 128 x 128
-    tiles fill between half the SMs and MAX_WAVES times all of them, the left matrix `a` a
-    plain [rows >= n, k] buffer (`source`: its placeholder) and the right one a constant, rows
-    of 16-byte pieces."""
+def ws_sizes_fit(target, n, m, k: int, lead=()) -> bool:
+    """sm_90, a 2-d product of static sizes over a long enough reduction (MIN_STEPS) whose
+    128 x 128 tiles fill between half the SMs and MAX_WAVES times all of them, rows of 16-byte
+    pieces."""
     if not (WS_PRODUCTS and target.kind == "cuda" and target.sm_version == 90):
         return False
-    if lead or source is None or constant is None or not all(isinstance(v, int) for v in (n, m, k)):  # fmt: skip
-        return False
-    if len(a.reads) != 1 or next(iter(a.reads)).placeholder is not source:
-        return False
-    shape = next(iter(a.reads)).shape
-    if len(shape) != 2 or shape[1] != k or not isinstance(shape[0], int) or shape[0] < n:
+    if lead or not all(isinstance(v, int) for v in (n, m, k)):
         return False
     tiles = PLAN.units(n, m)
     return k % 8 == 0 and m % 8 == 0 and k >= MIN_STEPS * K_STEP and target.sm_count // 2 <= tiles <= MAX_WAVES * target.sm_count  # fmt: skip
 
 
-def ws_product(ctx, node, a, constant, shape, dtype):
-    """The product `a @ constant` by the hand kernel: a Lazy reading its result buffer."""
+def wants_ws_product(target, n, m, k: int, lead, a, source, constant) -> bool:
+    """ws_sizes_fit, the left matrix `a` a plain [rows >= n, k] buffer (`source`: its
+    placeholder) and the right one a constant."""
+    if source is None or constant is None or not ws_sizes_fit(target, n, m, k, lead):
+        return False
+    if len(a.reads) != 1 or next(iter(a.reads)).placeholder is not source:
+        return False
+    return _holds_rows(next(iter(a.reads)).shape, n, k)
+
+
+def _holds_rows(shape, n: int, k: int) -> bool:
+    """A row-major buffer of `shape` holds n rows of k first: [rows >= n, k], or n x k values
+    in any shape (LayerNorm's [B, T, k] read as [B * T, k])."""
+    if not is_static(shape) or not shape:
+        return False
+    return (shape[-1] == k and math.prod(shape[:-1]) >= n) or math.prod(shape) == n * k
+
+
+def ws_left_operand(ctx, n, m, k: int, lead, a, constant, dtype):
+    """The left matrix as the hand kernel reads it where it takes the product, else None: `a`
+    where it is a plain buffer; a copy where it is an index view of one (attention's input
+    projection reads LayerNorm's rows transposed, [T, B] for [B, T]: the scheduled kernel
+    gathered them in its load stage), when COPY_VIEWS."""
+    from tensorforge.graph.lower_tensor_core import plain_source  # (it imports this module)
+
+    source = plain_source(a.at, a.shape, dtype)
+    if source is None and a.source is not None and a.anchor is None and tuple(a.shape) == (n, k):
+        source = a.source.placeholder  # (a buffer's whole content, reshaped: rows all the same)
+    if wants_ws_product(ctx.target, n, m, k, lead, a, source, constant):
+        return a
+    if not COPY_VIEWS or source is not None or constant is None or a.ndim != 2:
+        return None
+    if a.anchor is not None or a.cost > 1 or len(a.reads) != 1 or tuple(a.shape) != (n, k):
+        return None
+    if not ws_sizes_fit(ctx.target, n, m, k, lead):
+        return None
+    copies = ctx.__dict__.setdefault("ws_copies", {})  # (a view two products read: one copy)
+    if id(a) not in copies:
+        copies[id(a)] = (a, ctx.materialize(a))
+    copy = copies[id(a)][1]
+    source = plain_source(copy.at, copy.shape, dtype)
+    return copy if wants_ws_product(ctx.target, n, m, k, lead, copy, source, constant) else None
+
+
+aten = torch.ops.aten
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _only_user(node):
+    users = list(node.users)
+    return users[0] if len(users) == 1 and users[0].op == "call_function" else None
+
+
+def epilogue_chain(ctx, node, m: int, with_bias: bool):
+    """The nodes after product `node` that the kernel's epilogue computes: views keeping rows
+    of `m`, (`with_bias`) the add of a bias row of m, a GELU (erf), then the add of a residual
+    of the same shape and dtype, each the only user of the one before (the added operands
+    lowered already). (bias node, gelu, residual node, chain)."""
+    chain, gelu = [], False
+    dtype, count = ctx.dtype_of(node), math.prod(ctx.shape_of(node))
+
+    def through_views(cur):
+        while True:
+            nxt = _only_user(cur)
+            if nxt is None or nxt.target not in _VIEWS:
+                return cur
+            shape = ctx.shape_of(nxt)
+            if not all(isinstance(s, int) for s in shape) or math.prod(shape) != count or shape[-1] != m:  # fmt: skip
+                return cur
+            chain.append(nxt)
+            cur = nxt
+
+    def operand_of(nxt, cur, shape):  # add(cur, other) with `other` lowered, of `shape`
+        if nxt is None or nxt.target is not aten.add.Tensor or len(nxt.args) != 2 or nxt.kwargs:
+            return None
+        others = [o for o in nxt.args if o is not cur]
+        other = others[0] if len(others) == 1 else None
+        if not isinstance(other, torch.fx.Node) or (other not in ctx.env and other.op != "get_attr"):  # fmt: skip
+            return None
+        fits = ctx.shape_of(nxt) == ctx.shape_of(cur) and ctx.dtype_of(nxt) == dtype
+        return other if fits and ctx.shape_of(other) == shape and ctx.dtype_of(other) == dtype else None  # fmt: skip
+
+    bias = None
+    cur = through_views(node)
+    nxt = _only_user(cur)
+    if with_bias:  # (an mm: an add of a row of m, as attention's input projection has)
+        bias = operand_of(nxt, cur, (m,))
+        if bias is not None:
+            chain.append(nxt)
+            cur = through_views(nxt)
+            nxt = _only_user(cur)
+    if nxt is not None and nxt.target is aten.gelu.default and nxt.args[0] is cur:
+        approximate = nxt.args[1] if len(nxt.args) > 1 else nxt.kwargs.get("approximate", "none")
+        if approximate == "none" and ctx.dtype_of(nxt) == dtype:
+            chain.append(nxt)
+            gelu = True
+            cur = through_views(nxt)
+            nxt = _only_user(cur)
+    residual = operand_of(nxt, cur, ctx.shape_of(cur))
+    if residual is not None:
+        chain.append(nxt)
+    while chain and chain[-1].target in _VIEWS:  # (views after the last op: lowered as usual)
+        chain.pop()
+    return bias, gelu, residual, chain
+
+
+def _value_of(ctx, node):
+    """A lowered node's value; a constant the walk has not reached yet (make_fx puts a get_attr
+    before its first use: the add after the product) as one of its own."""
+    if node in ctx.env:
+        return ctx.env[node]
+    return ctx.add_constant(getattr(ctx.gm, node.target), node.name)
+
+
+def _whole_buffer(ctx, value, count: int, dtype: str):
+    """The buffer a graph value is the whole contiguous content of (materialized if needed),
+    or None where it is not `count` elements of `dtype`."""
+    if not isinstance(value, Lazy) or value.dtype != dtype or not is_static(value.shape):
+        return None
+    if math.prod(value.shape) != count:
+        return None
+    value = ctx.materialize(value)
+    return value.source
+
+
+def ws_addmm(ctx, node, bias, a, constant):
+    """addmm(bias, a, constant) by the hand kernel, the bias added in its epilogue (and a
+    following GELU and residual add: `epilogue_chain`), or None where it does not take it."""
+    dtype = ctx.dtype_of(node)
+    if dtype not in CTYPES or not isinstance(a, Lazy) or a.ndim != 2 or constant is None:
+        return None
+    shape = ctx.shape_of(node)
+    n, m = shape
+    if not isinstance(bias, Lazy) or bias.dtype != dtype or not is_static(bias.shape):
+        return None
+    if math.prod(bias.shape) != m or (len(bias.shape) == 2 and bias.shape[0] != 1):
+        return None
+    if not ws_sizes_fit(ctx.target, n, m, int(a.shape[-1])):
+        return None
+    a = ws_left_operand(ctx, n, m, int(a.shape[-1]), [], a, constant, dtype)
+    if a is None:
+        return None
+    bias_buf = _whole_buffer(ctx, bias, m, dtype)
+    if bias_buf is None:
+        return None
+    return ws_product(ctx, node, a, constant, shape, dtype, bias=bias_buf)
+
+
+def ws_product(ctx, node, a, constant, shape, dtype, bias: Buffer | None = None):
+    """The product `a @ constant` by the hand kernel (+ `bias`, and the epilogue_chain of an
+    mm or an addmm whose bias this is): a Lazy reading its result buffer."""
     n, m = shape
     (a_buf,) = a.reads  # (wants_ws_product: the one buffer, `source`)
+    gelu, res_buf, chain = False, None, []
+    mm = node.target is aten.mm.default
+    if FUSE_EPILOGUES and (bias is not None or mm):
+        bias_node, gelu, residual, chain = epilogue_chain(ctx, node, m, bias is None)
+        if bias_node is not None:
+            bias = _whole_buffer(ctx, _value_of(ctx, bias_node), m, dtype)
+        if residual is not None:
+            res_buf = _whole_buffer(ctx, _value_of(ctx, residual), n * m, dtype)
+        if (bias_node is not None and bias is None) or (residual is not None and res_buf is None):  # fmt: skip
+            gelu, res_buf, chain = False, None, []  # (not whole buffers: kernels of their own)
+    epilogue = "_".join(p for p, on in (("bias", bias), ("gelu", gelu), ("residual", res_buf)) if on)  # fmt: skip
+    epilogue = epilogue or "none"
+    assert epilogue in EPILOGUE_CODES, epilogue
     b = ctx.add_constant(constant.contiguous(), f"{node.name}_b")
-    name = ctx.unique(node.name)
+    name = ctx.unique(chain[-1].name if chain else node.name)
+    extra = [x for x in (bias, res_buf) if x is not None]
 
     def fcompute(ins, outs):  # (never built: program.py builds ws_kernel_source instead; a
         # build of this stage fails at nvcc on the undefined function, never runs empty)
         return tir.call_extern("handle", "tf_ws_gemm_is_built_by_hand")
 
-    out = te.extern(shape, [a_buf.placeholder, b.source.placeholder], fcompute, name=f"{name}_out", dtype=dtype)  # fmt: skip
-    buf = Buffer(name, tuple(shape), dtype, "temp", node.name)
-    reads = [a_buf, b.source]
+    out = te.extern(shape, [a_buf.placeholder, b.source.placeholder] + [x.placeholder for x in extra], fcompute, name=f"{name}_out", dtype=dtype)  # fmt: skip
+    last = chain[-1] if chain else node
+    holds = last.name if tuple(ctx.shape_of(last)) == tuple(shape) else None
+    buf = Buffer(name, tuple(shape), dtype, "temp", holds)
+    reads = [a_buf, b.source, *extra]
     k = int(a.shape[-1])
     plan = choose_ws_plan(n, m, k, ctx.target.sm_count, pingpong=True) if PINGPONG else PLAN
-    info = {"shape": tuple(shape), "stages": [], "plan": plan, "k": k}
-    anchor = Anchor("ws_gemm", out, frozenset(reads), (node.name,), info)
-    spec = KernelSpec(f"k{len(ctx.program.steps)}_{name}", out, buf, reads, anchor, (node.name,))
+    info = {"shape": tuple(shape), "stages": [], "plan": plan, "k": k, "epilogue": epilogue}
+    nodes = (node.name, *(c.name for c in chain))
+    anchor = Anchor("ws_gemm", out, frozenset(reads), nodes, info)
+    spec = KernelSpec(f"k{len(ctx.program.steps)}_{name}", out, buf, reads, anchor, nodes)
     ctx.program.steps.append(spec)
+    for c in chain:  # (the intermediate nodes' values: only the chain reads them)
+        ctx.replaced[c] = read_buffer(buf, ctx.shape_of(c))
     return read_buffer(buf)
 
 
 def ws_kernel_source(spec: KernelSpec, target) -> KernelSource:
     """The KernelSource of a "ws_gemm" step: the kernel with the sizes written in, its buffers
     (left matrix, right matrix, result) and their tensor maps."""
-    a_buf, b_buf = spec.reads
+    a_buf, b_buf, *extra = spec.reads
     plan, k = spec.anchor.info["plan"], spec.anchor.info["k"]
+    epilogue = spec.anchor.info.get("epilogue", "none")
     n, m = spec.anchor.info["shape"]
     dtype = spec.buffer.dtype
-    rows = math.prod(a_buf.shape[:-1])
-    if a_buf.shape[-1] != k or rows < n:
+    if not _holds_rows(a_buf.shape, n, k):
         raise BuildError(f"{spec.name}: left matrix {a_buf} is not [{n}, {k}] rows")
     ctype = CTYPES[dtype]
     tm, tn = plan.tiles(n, m)
     entry = spec.name
+    bias_buf = extra.pop(0) if "bias" in epilogue else None
+    res_buf = extra.pop(0) if "residual" in epilogue else None
+    bias_arg, res_arg = ("bias" if bias_buf else "d"), ("res" if res_buf else "d")
     text = ws_device_source(plan.bn) + (
         f'extern "C" __global__ void __launch_bounds__({plan.threads}, 1) {entry}(\n'
         f"    const tf_tensor_map* __restrict__ ma, const tf_tensor_map* __restrict__ mb,\n"
-        f"    {ctype}* __restrict__ a, {ctype}* __restrict__ b, {ctype}* __restrict__ d) {{\n"
-        f"  tf_ws_body<{plan.template_args(ctype, 0)}>(\n"
-        f"      ma, mb, d, d, d, nullptr, nullptr, {n}, {m}, {k}, {tm}, {tn}, 1);\n"
+        f"    {ctype}* __restrict__ a, {ctype}* __restrict__ b,"
+        + (f" {ctype}* __restrict__ bias," if bias_buf else "")
+        + (f" {ctype}* __restrict__ res," if res_buf else "")
+        + f" {ctype}* __restrict__ d) {{\n"
+        f"  tf_ws_body<{plan.template_args(ctype, EPILOGUE_CODES[epilogue])}>(\n"
+        f"      ma, mb, d, {bias_arg}, {res_arg}, nullptr, nullptr, {n}, {m}, {k}, {tm}, {tn}, 1);\n"
         f"}}\n"
     )
     params = (
         Param(a_buf.name, "buffer", dtype, tuple(a_buf.shape)),
         Param(b_buf.name, "buffer", dtype, tuple(b_buf.shape)),
+        *((Param(bias_buf.name, "buffer", dtype, tuple(bias_buf.shape)),) if bias_buf else ()),
+        *((Param(res_buf.name, "buffer", dtype, tuple(res_buf.shape)),) if res_buf else ()),
         Param(spec.out.name, "buffer", dtype, (n, m), written=True),
     )
     maps = (
@@ -112,7 +287,8 @@ def ws_kernel_source(spec: KernelSpec, target) -> KernelSource:
         TensorMap(b_buf.name, dtype, k, m, K_STEP),
     )
     launch = Launch((min(plan.units(n, m), target.sm_count), 1, 1), (plan.threads, 1, 1), plan.shared_bytes())  # fmt: skip
-    aligned = ((spec.out.name, 16),) if plan.staged else ()  # (staged: 16-byte stores of D)
+    # (staged: 16-byte stores of D and loads of the residual)
+    aligned = tuple((p, 16) for p in (spec.out.name, res_buf and res_buf.name) if p) if plan.staged else ()  # fmt: skip
     return KernelSource(
         "cuda", entry, text, params, launch, str(target), vector_alignment=aligned, tensor_maps=maps
     )
