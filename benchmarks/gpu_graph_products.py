@@ -6,7 +6,9 @@ the wgmma tiles forced per variant: GPU time a call (torch.profiler), ours / eag
 
 `nows` leaves out the hand-written warp-specialized kernel (graph/lower_ws_product.py), `main`
 gives it session 19's cooperative plan, `ws_all` takes it for every product (short reductions
-and more than one wave of tiles too). A
+and more than three waves of tiles too), `s20` only for 32+ k steps over one wave (session
+20's first rule), `nofuse` leaves bias, GELU and residual to a kernel of their own, `nocopy`
+keeps a left matrix that is a view of a buffer on the scheduled kernel. A
 variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
 fills (the product alone: k is never split); `base` is the
 lowering's own choice, `tma` the same with TMA fills.
@@ -54,6 +56,10 @@ SHAPES = {  # name: (rows, in, out, epilogue)
     "k1s": (256, 3072, 768, "bias"),  # MLP of 256 rows
     "k0s": (256, 768, 3072, "gelu"),
     "sq4k": (4096, 4096, 4096, "bias"),
+    "vqkv": (1576, 768, 2304, "bias"),  # ViT-B/16 batch 8's products (197 x 8 rows)
+    "vfc1": (1576, 768, 3072, "gelu"),
+    "vfc2r": (1576, 3072, 768, "residual"),
+    "vproj": (1576, 768, 768, "residual"),
     "mlp": (2048, 768, 3072, "mlp"),  # the whole MLP 768-3072-768 (k0, GELU, k1, bias)
     "mlp256": (256, 768, 3072, "mlp"),
 }
@@ -84,14 +90,24 @@ def model(name: str, device: str):
     return module, torch.randn(rows, k).half().to(device)
 
 
+WS_KNOBS = ("WS_PRODUCTS", "MAX_WAVES", "MIN_STEPS", "PINGPONG", "FUSE_EPILOGUES", "COPY_VIEWS")
+WS_DEFAULTS = {k: getattr(WS, k) for k in WS_KNOBS}
+
+
 def force(variant: str) -> None:
     """Set the lowering's knobs for `variant` (see the module doc)."""
     L.TMA_FILLS = variant == "tma"
+    for key, value in WS_DEFAULTS.items():
+        setattr(WS, key, value)
     WS.WS_PRODUCTS = variant != "nows"  # nows: the scheduled kernels alone (main before s19)
-    WS.MAX_WAVES = 99 if variant == "ws_all" else 1  # ws_all: the hand kernel past one wave
-    WS.MIN_STEPS = 1 if variant == "ws_all" else 32  # and on short reductions
+    if variant == "ws_all":  # the hand kernel past three waves and on short reductions
+        WS.MAX_WAVES, WS.MIN_STEPS = 99, 1
+    if variant in ("s20", "main"):  # session 20's first rule: 32 k steps, one wave
+        WS.MAX_WAVES, WS.MIN_STEPS = 1, 32
     WS.PINGPONG = variant != "main"  # main: the cooperative 128 x 128 plan (main before s20)
-    if variant in ("base", "tma", "nows", "ws_all", "main"):
+    WS.FUSE_EPILOGUES = variant != "nofuse"  # nofuse: bias, GELU, residual a kernel of their own
+    WS.COPY_VIEWS = variant != "nocopy"  # nocopy: a view as left matrix stays scheduled
+    if variant in ("base", "tma", "nows", "ws_all", "main", "s20", "nofuse", "nocopy"):
         return
     found = re.fullmatch(r"(\d+)x(\d+)s(\d)(t?)", variant)
     if not found:
@@ -153,7 +169,7 @@ def main() -> None:
 
     keep = {k: getattr(L, k) for k in ("TMA_FILLS", "choose_wgmma_tiles", "FULL_EIGHTHS")}
     for name in names:
-        WS.WS_PRODUCTS, WS.MAX_WAVES, WS.MIN_STEPS, WS.PINGPONG = True, 1, 32, True
+        force("base")
         fn, x = model(name, "cuda")
         with torch.no_grad():
             ref = fn(x).float()

@@ -186,7 +186,7 @@ def ws_addmm(ctx, node, bias, a, constant):
     """addmm(bias, a, constant) by the hand kernel, the bias added in its epilogue (and a
     following GELU and residual add: `epilogue_chain`), or None where it does not take it."""
     dtype = ctx.dtype_of(node)
-    if dtype not in CTYPES or not isinstance(a, Lazy) or a.ndim != 2 or constant is None:
+    if not FUSE_EPILOGUES or dtype not in CTYPES or not isinstance(a, Lazy) or a.ndim != 2 or constant is None:
         return None
     shape = ctx.shape_of(node)
     n, m = shape
