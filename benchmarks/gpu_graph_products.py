@@ -8,7 +8,8 @@ the wgmma tiles forced per variant: GPU time a call (torch.profiler), ours / eag
 gives it session 19's cooperative plan, `ws_all` takes it for every product (short reductions
 and more than three waves of tiles too), `s20` only for 32+ k steps over one wave (session
 20's first rule), `nofuse` leaves bias, GELU and residual to a kernel of their own, `nocopy`
-keeps a left matrix that is a view of a buffer on the scheduled kernel. A
+keeps a left matrix that is a view of a buffer on the scheduled kernel, `fuseres` adds the
+residual in the kernel's epilogue too. A
 variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
 fills (the product alone: k is never split); `base` is the
 lowering's own choice, `tma` the same with TMA fills.
@@ -31,6 +32,11 @@ H200 (2026-11-28), us of GPU time a call, eager (cuBLAS) in the same run:
     -> ws_all: k0 25.1 -> 25.1 -> 26.0 (eager 25.3), k1 22.1 -> 18.0 -> 18.0 (15.1), qkv 21.9
     -> 21.9 -> 18.0 (13.4), fc2r 22.3 -> 18.2 -> 18.1 (17.3), k0s 8.2 (6.6) and k1s 8.6 (7.0)
     unchanged (too few tiles for the hand kernel), mlp 48.1 -> 43.8 -> 46.2 (42.1-42.3).
+    Session 20 later (bias, GELU and residual in the hand kernel's epilogue, from 12 k steps
+    and up to 3 waves), one run, base with the residual fused / s20 / nofuse: vqkv 12.0 / 23.6
+    / 14.9 (eager 10.5), vfc1 19.6 / 30.4 / 23.1 (19.7), vfc2r 17.8 / 17.7 / 17.3 (14.6),
+    vproj 8.5 / 11.3 / 7.9 (7.4); mlp 37.7 (eager 41.7). The residual add then went back to a
+    kernel of its own (lower_ws_product.FUSE_RESIDUAL).
 """
 
 from __future__ import annotations
@@ -90,7 +96,7 @@ def model(name: str, device: str):
     return module, torch.randn(rows, k).half().to(device)
 
 
-WS_KNOBS = ("WS_PRODUCTS", "MAX_WAVES", "MIN_STEPS", "PINGPONG", "FUSE_EPILOGUES", "COPY_VIEWS")
+WS_KNOBS = ("WS_PRODUCTS", "MAX_WAVES", "MIN_STEPS", "PINGPONG", "FUSE_EPILOGUES", "FUSE_RESIDUAL", "COPY_VIEWS")  # fmt: skip
 WS_DEFAULTS = {k: getattr(WS, k) for k in WS_KNOBS}
 
 
@@ -107,7 +113,8 @@ def force(variant: str) -> None:
     WS.PINGPONG = variant != "main"  # main: the cooperative 128 x 128 plan (main before s20)
     WS.FUSE_EPILOGUES = variant != "nofuse"  # nofuse: bias, GELU, residual a kernel of their own
     WS.COPY_VIEWS = variant != "nocopy"  # nocopy: a view as left matrix stays scheduled
-    if variant in ("base", "tma", "nows", "ws_all", "main", "s20", "nofuse", "nocopy"):
+    WS.FUSE_RESIDUAL = variant == "fuseres" or WS_DEFAULTS["FUSE_RESIDUAL"]  # the residual too
+    if variant in ("base", "tma", "nows", "ws_all", "main", "s20", "nofuse", "nocopy", "fuseres"):
         return
     found = re.fullmatch(r"(\d+)x(\d+)s(\d)(t?)", variant)
     if not found:

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
+import tensorforge.graph.lower_ws_product as WS  # noqa: E402
 from tensorforge.graph.lower_ws_product import SOURCE  # noqa: E402
 from tensorforge.graph.program import BuiltKernel  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
@@ -84,7 +85,8 @@ def fused_epilogues(dtype=torch.float16):
     return fn, [t.to(dtype) for t in inputs], tuple(range(2, 9))
 
 
-def test_epilogues_fuse_into_the_hand_kernel(tmp_path):
+def test_epilogues_fuse_into_the_hand_kernel(tmp_path, monkeypatch):
+    monkeypatch.setattr(WS, "FUSE_RESIDUAL", True)  # (off by default: measured slower)
     _, _, compiled = compiled_for("cuda -arch=sm_90", graph=fused_epilogues)
     program = compiled.program
     ws = [s for s in program.steps if s.anchor is not None and s.anchor.kind == "ws_gemm"]
@@ -107,6 +109,8 @@ def test_epilogues_fuse_into_the_hand_kernel(tmp_path):
 
 @pytest.mark.cuda
 @TORCH_CUDA
+@pytest.mark.parametrize("fuse_residual", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_fused_epilogues_on_the_gpu_are_as_close_to_fp32_as_eager(dtype):
+def test_fused_epilogues_on_the_gpu_are_as_close_to_fp32_as_eager(dtype, fuse_residual, monkeypatch):  # fmt: skip
+    monkeypatch.setattr(WS, "FUSE_RESIDUAL", fuse_residual)
     assert_as_close_to_fp32_as_eager(lambda: fused_epilogues(dtype))

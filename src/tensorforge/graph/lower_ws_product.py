@@ -29,8 +29,10 @@ from tensorforge.codegen.base import KernelSource, Launch, Param, TensorMap
 from tensorforge.errors import BuildError
 from tensorforge.graph.lowered import KernelSpec
 from tensorforge.graph.values import Anchor, Buffer, Lazy, is_static, read_buffer
+from tensorforge.ir.arith import simplify_expr
 from tensorforge.ops.wgmma_ws import CTYPES, EPILOGUE_CODES, ws_device_source
 from tensorforge.ops.wgmma_ws_plan import K_STEP, WsPlan, choose_ws_plan
+from tensorforge.te.expr import Const, TensorRead, Var, structural_equal
 
 SOURCE = "cuda: warp-specialized wgmma, by hand (ops/wgmma_ws.py)"
 MIN_STEPS = 12  # k steps of 64 from which the hand kernel is taken (768 terms: ViT-B's qkv,
@@ -38,11 +40,20 @@ MIN_STEPS = 12  # k steps of 64 from which the hand kernel is taken (768 terms: 
 WS_PRODUCTS = True  # (benchmarks turn it off to measure the scheduled kernel alone)
 PLAN = WsPlan(128, 4, 2, 1)  # 128 x 128 blocks, 4 stages: which products take the kernel, and
 # its plan without PINGPONG
-FUSE_EPILOGUES = True  # a following bias, GELU and residual add in the kernel (benchmarks turn
-# it off to measure them as a kernel of their own)
+FUSE_EPILOGUES = True  # a following bias and GELU in the kernel (benchmarks turn it off to
+# measure them as a kernel of their own). H200, one run, GPU time a call of the product and its
+# epilogue (benchmarks/gpu_graph_products.py, ViT-B/16 batch 8 shapes; fused -> a kernel of
+# their own; eager cuBLAS + torch): 1576 x 2304 x 768 + bias 12.0 -> 14.9 us (10.5), 1576 x
+# 3072 x 768 + bias + GELU 19.6 -> 23.1 (19.7); the scheduled kernel (session 20's first rule)
+# 23.6 and 30.4
+FUSE_RESIDUAL = False  # the residual add too: it lost (1576 x 768 x 3072 + bias + residual 17.8
+# fused, 17.3 apart (eager 14.6); 1576 x 768 x 768 8.5 against 7.9 (7.4)): the epilogue of each
+# SM's last tile, not overlapped, then waits on the residual's loads
 PINGPONG = True  # the plan by ops/wgmma_ws_plan.choose_ws_plan (benchmarks turn it off)
 MAX_WAVES = 3  # of 128 x 128 tiles an SM, at most (2048 x 3072: 2.9)
-COPY_VIEWS = True  # a left matrix that is an index view of a buffer: copied for the hand kernel
+COPY_VIEWS = True  # a left matrix whose rows are a buffer's rows in another order: copied for
+# the hand kernel (ViT-B/16's qkv: LayerNorm's rows [B, T] read as [T, B], 1.9 us a copy; its
+# attention output, rows gathered from heads' [B * H, T, 64], took 5.6 us: it stays scheduled)
 
 
 def ws_sizes_fit(target, n, m, k: int, lead=()) -> bool:
@@ -91,6 +102,8 @@ def ws_left_operand(ctx, n, m, k: int, lead, a, constant, dtype):
         return None
     if a.anchor is not None or a.cost > 1 or len(a.reads) != 1 or tuple(a.shape) != (n, k):
         return None
+    if not _moves_whole_rows(a, k):
+        return None
     if not ws_sizes_fit(ctx.target, n, m, k, lead):
         return None
     copies = ctx.__dict__.setdefault("ws_copies", {})  # (a view two products read: one copy)
@@ -99,6 +112,18 @@ def ws_left_operand(ctx, n, m, k: int, lead, a, constant, dtype):
     copy = copies[id(a)][1]
     source = plain_source(copy.at, copy.shape, dtype)
     return copy if wants_ws_product(ctx.target, n, m, k, lead, copy, source, constant) else None
+
+
+def _moves_whole_rows(a, k: int) -> bool:
+    """Whether index view `a` [n, k] reads each row as one whole row of its buffer [..., k]."""
+    i, j = Var("i", "int32"), Var("j", "int32")
+    e = a.at((i, j))
+    if not isinstance(e, TensorRead) or not e.indices:
+        return False
+    length = e.tensor.shape[-1]
+    if not (isinstance(length, Const) and length.value == k):
+        return False
+    return structural_equal(simplify_expr(e.indices[-1]), j)
 
 
 aten = torch.ops.aten
@@ -155,7 +180,7 @@ def epilogue_chain(ctx, node, m: int, with_bias: bool):
             gelu = True
             cur = through_views(nxt)
             nxt = _only_user(cur)
-    residual = operand_of(nxt, cur, ctx.shape_of(cur))
+    residual = operand_of(nxt, cur, ctx.shape_of(cur)) if FUSE_RESIDUAL else None
     if residual is not None:
         chain.append(nxt)
     while chain and chain[-1].target in _VIEWS:  # (views after the last op: lowered as usual)
@@ -186,7 +211,13 @@ def ws_addmm(ctx, node, bias, a, constant):
     """addmm(bias, a, constant) by the hand kernel, the bias added in its epilogue (and a
     following GELU and residual add: `epilogue_chain`), or None where it does not take it."""
     dtype = ctx.dtype_of(node)
-    if not FUSE_EPILOGUES or dtype not in CTYPES or not isinstance(a, Lazy) or a.ndim != 2 or constant is None:
+    if (
+        not FUSE_EPILOGUES
+        or dtype not in CTYPES
+        or not isinstance(a, Lazy)
+        or a.ndim != 2
+        or constant is None
+    ):
         return None
     shape = ctx.shape_of(node)
     n, m = shape
