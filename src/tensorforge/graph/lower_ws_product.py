@@ -1,21 +1,22 @@
 """Half products on the warp-specialized wgmma kernel (ops/wgmma_ws.py, sm_90): a kernel of its
-own, written by hand rather than scheduled, whose result later element-wise nodes (bias,
-residual, GELU) read from memory in a kernel of theirs.
+own, written by hand rather than scheduled, whose epilogue adds addmm's bias (or an mm's, an add
+of a row of m after it) and a following GELU: those graph nodes (through views) are absorbed
+(`epilogue_chain`, the lowerer's `replaced`); later element-wise nodes read the result from
+memory in a kernel of theirs (a residual add too: FUSE_RESIDUAL).
 
-Taken where the scheduled wgmma kernel (lower_tensor_core.py) measured far behind it: a long
-reduction over tiles that fill the SMs about once. H200, GPU time a call of the compiled graph
-(benchmarks/gpu_graph_products.py, one run, eager in the same run; session 19's cooperative
-plan -> session 20's ping-pong plan with staged stores, ops/wgmma_ws_plan.choose_ws_plan):
-2048 x 768 x 3072 + bias 22.1 -> 18.0 us (eager 15.1), + residual 22.3 -> 18.2 (eager 17.3),
-the MLP 768-3072-768 of 2048 rows 48.1 -> 43.8 (eager 42.1); ViT-B/16 fp16 batch 8 (its fc2)
-1757 -> 1706 us a call (eager 1080). Where the reduction is short the scheduled kernel keeps
-its fused epilogue: taking every product here (variant ws_all: MIN_STEPS 1, MAX_WAVES 99)
-made 2048 x 2304 x 768 + bias 21.9 -> 18.0 but 2048 x 3072 x 768 + GELU 25.1 -> 26.0 and the
-MLP 43.8 -> 46.2 (GELU then a kernel of its own), ViT-B/16 1706 -> 1710 (its qkv and fc1 read
-LayerNorm's result computed in their prologue, so they never come here).
+Taken where the scheduled wgmma kernel (lower_tensor_core.py) measured behind it: k of 12 steps
+of 64 or more over 128 x 128 tiles that fill half the SMs to 3 waves. H200, GPU time a call of
+the compiled graph (benchmarks/gpu_graph_products.py, one run, eager in the same run; session
+19's cooperative plan -> session 20's ping-pong plan with staged stores): 2048 x 768 x 3072 +
+bias 22.1 -> 18.0 us (eager 15.1), the MLP 768-3072-768 of 2048 rows 48.1 -> 43.8 -> (bias and
+GELU in the kernel, fc1 taken too) 37.7 (eager 41.7-42.1). ViT-B/16 fp16 batch 8 (profile_model.py,
+eager 1074-1079 in the same run): 1757 -> 1706 (fc2 alone) -> 1422 us a call (qkv, fc1, fc2 and
+the attention output here with their bias, GELU and residual fused; the residual and the
+attention output then went back to the scheduled kernel, FUSE_RESIDUAL and _moves_whole_rows).
 The left matrix is a whole buffer read as it is (a graph input or an earlier kernel's result,
-rows of 16-byte pieces: the copy engine's tensor map), the right one a constant ([k, m], as
-the product reads it).
+reshaped or not: rows of 16-byte pieces, the copy engine's tensor map), or a copy of a view of
+one that moves its rows whole (COPY_VIEWS: LayerNorm's [B, T] rows read as [T, B] by
+attention's input projection); the right one a constant ([k, m], as the product reads it).
 """
 
 from __future__ import annotations
