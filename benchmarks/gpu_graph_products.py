@@ -6,7 +6,10 @@ the wgmma tiles forced per variant: GPU time a call (torch.profiler), ours / eag
 
 `nows` leaves out the hand-written warp-specialized kernel (graph/lower_ws_product.py), `main`
 gives it session 19's cooperative plan, `ws_all` takes it for every product (short reductions
-and more than one wave of tiles too). A
+and more than three waves of tiles too), `s20` only for 32+ k steps over one wave (session
+20's first rule), `nofuse` leaves bias, GELU and residual to a kernel of their own, `nocopy`
+keeps a left matrix that is a view of a buffer on the scheduled kernel, `fuseres` adds the
+residual in the kernel's epilogue too. A
 variant `BMxBNsS[t]` forces block tiles BM x BN with S stages, `t` bulk tensor (TMA)
 fills (the product alone: k is never split); `base` is the
 lowering's own choice, `tma` the same with TMA fills.
@@ -29,6 +32,11 @@ H200 (2026-11-28), us of GPU time a call, eager (cuBLAS) in the same run:
     -> ws_all: k0 25.1 -> 25.1 -> 26.0 (eager 25.3), k1 22.1 -> 18.0 -> 18.0 (15.1), qkv 21.9
     -> 21.9 -> 18.0 (13.4), fc2r 22.3 -> 18.2 -> 18.1 (17.3), k0s 8.2 (6.6) and k1s 8.6 (7.0)
     unchanged (too few tiles for the hand kernel), mlp 48.1 -> 43.8 -> 46.2 (42.1-42.3).
+    Session 20 later (bias, GELU and residual in the hand kernel's epilogue, from 12 k steps
+    and up to 3 waves), one run, base with the residual fused / s20 / nofuse: vqkv 12.0 / 23.6
+    / 14.9 (eager 10.5), vfc1 19.6 / 30.4 / 23.1 (19.7), vfc2r 17.8 / 17.7 / 17.3 (14.6),
+    vproj 8.5 / 11.3 / 7.9 (7.4); mlp 37.7 (eager 41.7). The residual add then went back to a
+    kernel of its own (lower_ws_product.FUSE_RESIDUAL).
 """
 
 from __future__ import annotations
@@ -54,6 +62,10 @@ SHAPES = {  # name: (rows, in, out, epilogue)
     "k1s": (256, 3072, 768, "bias"),  # MLP of 256 rows
     "k0s": (256, 768, 3072, "gelu"),
     "sq4k": (4096, 4096, 4096, "bias"),
+    "vqkv": (1576, 768, 2304, "bias"),  # ViT-B/16 batch 8's products (197 x 8 rows)
+    "vfc1": (1576, 768, 3072, "gelu"),
+    "vfc2r": (1576, 3072, 768, "residual"),
+    "vproj": (1576, 768, 768, "residual"),
     "mlp": (2048, 768, 3072, "mlp"),  # the whole MLP 768-3072-768 (k0, GELU, k1, bias)
     "mlp256": (256, 768, 3072, "mlp"),
 }
@@ -84,14 +96,25 @@ def model(name: str, device: str):
     return module, torch.randn(rows, k).half().to(device)
 
 
+WS_KNOBS = ("WS_PRODUCTS", "MAX_WAVES", "MIN_STEPS", "PINGPONG", "FUSE_EPILOGUES", "FUSE_RESIDUAL", "COPY_VIEWS")  # fmt: skip
+WS_DEFAULTS = {k: getattr(WS, k) for k in WS_KNOBS}
+
+
 def force(variant: str) -> None:
     """Set the lowering's knobs for `variant` (see the module doc)."""
     L.TMA_FILLS = variant == "tma"
+    for key, value in WS_DEFAULTS.items():
+        setattr(WS, key, value)
     WS.WS_PRODUCTS = variant != "nows"  # nows: the scheduled kernels alone (main before s19)
-    WS.MAX_WAVES = 99 if variant == "ws_all" else 1  # ws_all: the hand kernel past one wave
-    WS.MIN_STEPS = 1 if variant == "ws_all" else 32  # and on short reductions
+    if variant == "ws_all":  # the hand kernel past three waves and on short reductions
+        WS.MAX_WAVES, WS.MIN_STEPS = 99, 1
+    if variant in ("s20", "main"):  # session 20's first rule: 32 k steps, one wave
+        WS.MAX_WAVES, WS.MIN_STEPS = 1, 32
     WS.PINGPONG = variant != "main"  # main: the cooperative 128 x 128 plan (main before s20)
-    if variant in ("base", "tma", "nows", "ws_all", "main"):
+    WS.FUSE_EPILOGUES = variant != "nofuse"  # nofuse: bias, GELU, residual a kernel of their own
+    WS.COPY_VIEWS = variant != "nocopy"  # nocopy: a view as left matrix stays scheduled
+    WS.FUSE_RESIDUAL = variant == "fuseres" or WS_DEFAULTS["FUSE_RESIDUAL"]  # the residual too
+    if variant in ("base", "tma", "nows", "ws_all", "main", "s20", "nofuse", "nocopy", "fuseres"):
         return
     found = re.fullmatch(r"(\d+)x(\d+)s(\d)(t?)", variant)
     if not found:
@@ -153,7 +176,7 @@ def main() -> None:
 
     keep = {k: getattr(L, k) for k in ("TMA_FILLS", "choose_wgmma_tiles", "FULL_EIGHTHS")}
     for name in names:
-        WS.WS_PRODUCTS, WS.MAX_WAVES, WS.MIN_STEPS, WS.PINGPONG = True, 1, 32, True
+        force("base")
         fn, x = model(name, "cuda")
         with torch.no_grad():
             ref = fn(x).float()

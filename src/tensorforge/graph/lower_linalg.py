@@ -23,6 +23,7 @@ from tensorforge.graph.lower_tensor_core import (
     tensor_core_product,
     wants_tensor_cores,
 )
+from tensorforge.graph.lower_ws_product import ws_addmm
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.split_k import cuda_matmul_splits
 from tensorforge.graph.symbols import is_symbolic
@@ -287,6 +288,11 @@ def bmm(ctx, node, a, b):
 
 @lowers(aten.addmm.default)
 def addmm(ctx, node, bias, a, b, beta=1, alpha=1):
+    if ctx.target.kind == "cuda" and alpha == 1 and beta == 1:  # the hand kernel adds the bias
+        a = ctx.view_of_memory(a)  # (as _matmul reads it: materialized once either way)
+        fused = ws_addmm(ctx, node, bias, a, ctx.constant(b))
+        if fused is not None:
+            return fused
     product = _matmul(ctx, node, a, b, batched=False, right=node.args[2])
     fn = lambda c, d: c * alpha + d * beta if (alpha != 1 or beta != 1) else c + d  # noqa: E731
     return ctx.pointwise(fn, [product, ctx.lazy(bias)])

@@ -21,9 +21,9 @@ On sm_90 a product that fills every SM with blocks of 64 x 64 or more, over k st
 whose operands are whole rows of buffers (16-byte aligned, so copies land in the 128-byte
 swizzled layout) runs on `wgmma` instead (ops/wgmma.py): warpgroups of 64 rows each multiply
 a k step from shared memory while the next is copied in. Measured on an H100 at 2048 x 3072 x
-768, the ops library's GEMM with these tiles: 36 us against mma.sync's 47-49. A long reduction
-over about one wave of tiles (2048 x 768 x 3072) takes the hand-written warp-specialized kernel
-instead (graph/lower_ws_product.py), its epilogue then a kernel of its own.
+768, the ops library's GEMM with these tiles: 36 us against mma.sync's 47-49. A reduction of
+12+ k steps over up to 3 waves of tiles (ViT-B's and GPT-2's qkv and MLP) takes the hand-written
+warp-specialized kernel instead (graph/lower_ws_product.py), bias and GELU in its epilogue.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tensorforge import te
 from tensorforge.codegen.cuda import STATIC_SHARED_LIMIT
 from tensorforge.errors import ScheduleError
 from tensorforge.graph.lower_conv_gemm import im2col, positions, sum_of_partials
-from tensorforge.graph.lower_ws_product import wants_ws_product, ws_product
+from tensorforge.graph.lower_ws_product import ws_left_operand, ws_product
 from tensorforge.graph.lowerer import TE_TO_TORCH
 from tensorforge.graph.schedules_tensor_core import STAGING_PAD
 from tensorforge.graph.split_k import splits_to_fill
@@ -367,10 +367,10 @@ def tensor_core_product(
     the product's shape, in `out_dtype` (default `dtype`; float32: the sums unrounded)."""
     *lead, n, m = shape
     k = int(a.shape[-1])
-    if _has_wgmma(ctx.target, dtype):  # a long reduction over one wave of tiles: by hand
-        source = plain_source(a.at, a.shape, dtype)
-        if wants_ws_product(ctx.target, n, m, k, lead, a, source, constant):
-            return ws_product(ctx, node, a, constant, shape, dtype)
+    if _has_wgmma(ctx.target, dtype):  # a long reduction over a few waves of tiles: by hand
+        ws_a = ws_left_operand(ctx, n, m, k, lead, a, constant, dtype)
+        if ws_a is not None:
+            return ws_product(ctx, node, ws_a, constant, shape, dtype)
     wgmma = _has_wgmma(ctx.target, dtype) and reads_whole_rows(a.at, a.ndim)
     wgmma = wgmma and (constant is not None or reads_whole_rows(b.at, b.ndim))
     # a computed right matrix's tiles divide its columns (padded ones: padded_operands)

@@ -89,7 +89,10 @@ def _wgmma_scaled(n: int) -> str:
 
 
 # (discard: nothing stored, for benchmarks to time the products alone)
-EPILOGUE_CODES = {"none": 0, "bias": 1, "bias_gelu": 3, "residual": 4, "bias_residual": 5, "discard": 8}  # fmt: skip
+EPILOGUE_CODES = {
+    "none": 0, "bias": 1, "gelu": 2, "bias_gelu": 3, "residual": 4, "bias_residual": 5,
+    "gelu_residual": 6, "bias_gelu_residual": 7, "discard": 8,
+}  # fmt: skip
 CTYPES = {"float16": "half", "bfloat16": "__nv_bfloat16"}
 ENTRY = "tf_ws_gemm"
 
