@@ -29,7 +29,9 @@ def step(model, x):
 
 def timed(model, x, steps: int) -> float:
     # at 1 CPU thread, the thread's own time: the machine's other load counts less
-    clock = time.thread_time if not x.is_cuda and torch.get_num_threads() == 1 else time.perf_counter
+    clock = (
+        time.thread_time if not x.is_cuda and torch.get_num_threads() == 1 else time.perf_counter
+    )
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     sync()
     start = clock()
