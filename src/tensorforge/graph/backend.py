@@ -83,8 +83,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     if torch.is_grad_enabled() and any(
         getattr(x, "requires_grad", False) for x in example_inputs if isinstance(x, torch.Tensor)
     ):
-        _check_device(opts, target_of(example_inputs, opts), example_inputs)
-        return compile_training(gm, example_inputs, opts, decompositions())
+        target = target_of(example_inputs, opts)
+        _check_device(opts, target, example_inputs)
+        return compile_training(gm, example_inputs, opts, decompositions(), target)
     constants = constant_inputs(gm, example_inputs)
     target = target_of(example_inputs, opts)
     _check_device(opts, target, example_inputs)
