@@ -14,6 +14,7 @@ stride 2, and the input's size (pixels a side).
 from __future__ import annotations
 
 import torch
+from convs_resnet import randomized_batch_norm
 from eager_vs_compiled import arguments, run  # benchmarks/: the script's folder is on sys.path
 from torch import nn
 
@@ -57,12 +58,7 @@ class DepthwiseBnRelu(nn.Module):
         self.conv = nn.Conv2d(
             channels, channels, kernel, stride, kernel // 2, groups=channels, bias=False
         )
-        self.bn = nn.BatchNorm2d(channels)
-        with torch.no_grad():  # running statistics other than the identity's
-            self.bn.running_mean.uniform_(-0.5, 0.5)
-            self.bn.running_var.uniform_(0.5, 2.0)
-            self.bn.weight.uniform_(0.5, 1.5)
-            self.bn.bias.uniform_(-0.5, 0.5)
+        self.bn = randomized_batch_norm(channels)
 
     def forward(self, x):
         return torch.relu(self.bn(self.conv(x)))

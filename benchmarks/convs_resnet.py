@@ -52,16 +52,22 @@ SHAPES = {
 }
 
 
+def randomized_batch_norm(channels: int) -> nn.BatchNorm2d:
+    """A batch norm whose running statistics and affine terms are not the identity's."""
+    bn = nn.BatchNorm2d(channels)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+    return bn
+
+
 class ConvBnRelu(nn.Module):
     def __init__(self, cin, cout, kernel, stride):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False)
-        self.bn = nn.BatchNorm2d(cout)
-        with torch.no_grad():  # running statistics other than the identity's
-            self.bn.running_mean.uniform_(-0.5, 0.5)
-            self.bn.running_var.uniform_(0.5, 2.0)
-            self.bn.weight.uniform_(0.5, 1.5)
-            self.bn.bias.uniform_(-0.5, 0.5)
+        self.bn = randomized_batch_norm(cout)
 
     def forward(self, x):
         return torch.relu(self.bn(self.conv(x)))
