@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tensorforge import te  # noqa: E402
-from tensorforge.graph import lower_tensor_core  # noqa: E402
+from tensorforge.graph import lower_tensor_core, lower_ws_product  # noqa: E402
 from tensorforge.graph.lower_tensor_core import (  # noqa: E402
     SHARED_RESERVED,
     WGMMA_K,
@@ -123,7 +123,9 @@ def shared_memory(kernel) -> int:
     return int(re.search(r"shared memory: (\d+) bytes", kernel.module.get_source("cuda"))[1])
 
 
-def test_large_half_products_take_wgmma_on_sm90_only():
+def test_large_half_products_take_wgmma_on_sm90_only(monkeypatch):
+    monkeypatch.setattr(lower_ws_product, "WS_PRODUCTS", False)  # (the scheduled kernel's
+    # tiles: these products take the hand-written one, graph/lower_ws_product.py)
     sm90, sm80 = product_sources(SM90), product_sources(SM80)
     assert [s.source for s in sm90] == [WGMMA_SOURCE, WGMMA_SOURCE, SOURCE, WGMMA_SOURCE]
     assert [s.source for s in sm80] == [SOURCE] * 4
@@ -179,7 +181,9 @@ def wide_half_products(dtype=torch.float16):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_wide_products_take_192_column_tiles_and_compile(tmp_path):
+def test_wide_products_take_192_column_tiles_and_compile(tmp_path, monkeypatch):
+    monkeypatch.setattr(lower_ws_product, "WS_PRODUCTS", False)  # (the scheduled kernel's
+    # tiles: these products take the hand-written one, graph/lower_ws_product.py)
     _, _, compiled = compiled_for(SM90, graph=wide_half_products)
     kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel) and s.spec.anchor]
     tiles = [s.spec.anchor.info["tensor_core"] for s in kernels if s.source == WGMMA_SOURCE]

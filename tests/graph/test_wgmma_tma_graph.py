@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
-from tensorforge.graph import lower_tensor_core  # noqa: E402
+from tensorforge.graph import lower_tensor_core, lower_ws_product  # noqa: E402
 from tensorforge.graph.program import BuiltKernel  # noqa: E402
 from tensorforge.graph.schedules_tensor_core import WGMMA_SOURCE  # noqa: E402
 from tests.graph.test_dynamic_and_cuda import TORCH_CUDA  # noqa: E402
@@ -52,6 +52,8 @@ def fills(kernel) -> tuple[int, int]:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_plain_operands_take_bulk_tensor_copies_views_cp_async(tmp_path, monkeypatch):
+    monkeypatch.setattr(lower_ws_product, "WS_PRODUCTS", False)  # (the scheduled kernel's
+    # tiles: these products take the hand-written one, graph/lower_ws_product.py)
     monkeypatch.setattr(lower_tensor_core, "TMA_FILLS", True)
     _, _, compiled = compiled_for("cuda -arch=sm_90", graph=tma_products)
     wgmma = [s for s in compiled.steps if isinstance(s, BuiltKernel) and s.source == WGMMA_SOURCE]
