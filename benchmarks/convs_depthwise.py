@@ -14,7 +14,7 @@ stride 2, and the input's size (pixels a side).
 from __future__ import annotations
 
 import torch
-from convs_resnet import randomized_batch_norm
+from convs_resnet import print_weighted_totals, randomized_batch_norm
 from eager_vs_compiled import arguments, run  # benchmarks/: the script's folder is on sys.path
 from torch import nn
 
@@ -88,15 +88,7 @@ def main() -> None:
             module = DepthwiseBnRelu(channels, kernel, stride)
         return module.eval(), (torch.randn(1, channels, size, size),)
 
-    rows = run(args, setup)
-    for model in models:
-        counted = [(SHAPES[n][4].get(model, 0), e, t) for n, e, t, _ in rows]
-        eager = sum(c * e for c, e, _ in counted)
-        ours = sum(c * t for c, _, t in counted)
-        if eager:
-            print(f"{model} weighted total: eager {eager:.3f} ms, tf {ours:.3f} ms, "
-                  f"eager/tf {eager / ours:.2f}")  # fmt: skip
-    print(f"load {os.getloadavg()[0]:.2f}")
+    print_weighted_totals(run(args, setup), models, lambda name: SHAPES[name][4])
 
 
 if __name__ == "__main__":

@@ -52,6 +52,21 @@ SHAPES = {
 }
 
 
+def print_weighted_totals(rows, models, counts_of) -> None:
+    """Each model's eager and tensorforge times over `rows` (run's (name, eager, tf, ...)),
+    each case counted as often as `counts_of(name)[model]` says it occurs; then the load."""
+    import os
+
+    for model in models:
+        counted = [(counts_of(n).get(model, 0), e, t) for n, e, t, _ in rows]
+        eager = sum(c * e for c, e, _ in counted)
+        ours = sum(c * t for c, _, t in counted)
+        if eager:
+            print(f"{model} weighted total: eager {eager:.3f} ms, tf {ours:.3f} ms, "
+                  f"eager/tf {eager / ours:.2f}")  # fmt: skip
+    print(f"load {os.getloadavg()[0]:.2f}")
+
+
 def randomized_batch_norm(channels: int) -> nn.BatchNorm2d:
     """A batch norm whose running statistics and affine terms are not the identity's."""
     bn = nn.BatchNorm2d(channels)
@@ -93,15 +108,7 @@ def main() -> None:
         cin, cout, kernel, stride, size, _ = SHAPES[name]
         return ConvBnRelu(cin, cout, kernel, stride).eval(), (torch.randn(1, cin, size, size),)
 
-    rows = run(args, setup)
-    for model in models:
-        counted = [(SHAPES[n][5].get(model, 0), e, t) for n, e, t, _ in rows]
-        eager = sum(c * e for c, e, _ in counted)
-        ours = sum(c * t for c, _, t in counted)
-        if eager:
-            print(f"{model} weighted total: eager {eager:.2f} ms, tf {ours:.2f} ms, "
-                  f"eager/tf {eager / ours:.2f}")  # fmt: skip
-    print(f"load {os.getloadavg()[0]:.2f}")
+    print_weighted_totals(run(args, setup), models, lambda name: SHAPES[name][5])
 
 
 if __name__ == "__main__":

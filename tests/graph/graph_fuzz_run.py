@@ -150,18 +150,13 @@ def run_case(case: Case, mode: str = "dynamo", outputs: list[str] | None = None)
                 )
             module = _Module(fn, case, values)
 
-            def counting(gm, example_inputs, **kwargs):
-                from tensorforge.graph import backend
-
-                compiled = backend(gm, example_inputs, **kwargs)
-                found.append(compiled)
-                return compiled
-
             torch._dynamo.reset()
             marked = _marked(case)
             if marked is not None:
                 torch._dynamo.maybe_mark_dynamic(variable[marked], 0)
-            fast = torch.compile(module, backend=counting, dynamic=case.dynamic is True or None)
+            fast = torch.compile(
+                module, backend=_counting(found), dynamic=case.dynamic is True or None
+            )
             got, expected = _as_list(fast(*variable)), _as_list(module(*variable))
             reference = float32_reference(case, outputs, values)
             verdict = _judge(got, expected, found, reference, fn_source)
@@ -181,11 +176,8 @@ def run_case(case: Case, mode: str = "dynamo", outputs: list[str] | None = None)
         return Outcome("error", f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=-6)}")
 
 
-def _run_with_gradients(case: Case, fn, fn_source: str, values, found: list, outputs) -> Outcome:
-    """Mode "grad": the case as a training graph (graph/training.py): its floating inputs need
-    gradients; the outputs, then the gradients of a random weighing of the floating outputs
-    with respect to those inputs, against eager's (gradients held 10x looser: the backward's
-    sums run in another order)."""
+def _counting(found: list):
+    """The backend, keeping each graph it compiles in `found` (for the fallbacks it ran)."""
 
     def counting(gm, example_inputs, **kwargs):
         from tensorforge.graph import backend
@@ -194,13 +186,22 @@ def _run_with_gradients(case: Case, fn, fn_source: str, values, found: list, out
         found.append(compiled)
         return compiled
 
+    return counting
+
+
+def _run_with_gradients(case: Case, fn, fn_source: str, values, found: list, outputs) -> Outcome:
+    """Mode "grad": the case as a training graph (graph/training.py): its floating inputs need
+    gradients; the outputs, then the gradients of a random weighing of the floating outputs
+    with respect to those inputs, against eager's (gradients held 10x looser: the backward's
+    sums run in another order)."""
+
     try:
         module = _Module(fn, case, values)
         variable = [v for spec, v in zip(case.inputs, values) if not spec.constant]
         ours = [v.detach().clone().requires_grad_(v.is_floating_point()) for v in variable]
         eagers = [v.detach().clone().requires_grad_(v.is_floating_point()) for v in variable]
         torch._dynamo.reset()
-        fast = torch.compile(module, backend=counting, dynamic=case.dynamic is True or None)
+        fast = torch.compile(module, backend=_counting(found), dynamic=case.dynamic is True or None)
         got, expected = _as_list(fast(*ours)), _as_list(module(*eagers))
         reference = float32_reference(case, outputs, values)
         detached = [g.detach() for g in got], [e.detach() for e in expected]

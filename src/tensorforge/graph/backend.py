@@ -7,7 +7,8 @@ log-softmax, GELU, SiLU) for inference, and calls `compile_aten` on it. Paramete
 of the model are constants: their values are read once, at compile time (weights are packed,
 batch norms folded), as Inductor's freezing does; a model whose weights change afterwards must
 be compiled again. Graphs that need gradients (training, or a call without torch.no_grad()) are
-compiled as AOTAutograd's forward and backward graphs, with nothing frozen (training.py).
+compiled as AOTAutograd's forward and backward graphs, with nothing frozen, on CPU targets
+(training.py; on a GPU they run eagerly for now).
 Compiled graphs are kept on disk (cache.py): compiling the same graph again, in any process,
 lowers it (folding the live weights) and loads its kernels instead of building them; where
 Dynamo's graph itself has an entry (front_cache.py), AOTAutograd is skipped too.
@@ -80,15 +81,13 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     """Dynamo's entry: compile `gm` for inference, with the model's weights frozen; a graph that
     needs gradients as a forward and a backward graph (training.py)."""
     opts = Options.of(options)
+    target = target_of(example_inputs, opts)
+    _check_device(opts, target, example_inputs)
     if torch.is_grad_enabled() and any(
         getattr(x, "requires_grad", False) for x in example_inputs if isinstance(x, torch.Tensor)
     ):
-        target = target_of(example_inputs, opts)
-        _check_device(opts, target, example_inputs)
-        return compile_training(gm, example_inputs, opts, decompositions(), target)
+        return compile_training(gm, example_inputs, opts, target, decompositions())
     constants = constant_inputs(gm, example_inputs)
-    target = target_of(example_inputs, opts)
-    _check_device(opts, target, example_inputs)
     direct = not (opts.check or opts.report) and front_cache.direct_graph(gm, example_inputs)
     cached = direct and graph_cache.enabled(target)  # (front_key: None for symbolic sizes)
     key = front_cache.front_key(gm, example_inputs, constants, target, opts) if cached else None

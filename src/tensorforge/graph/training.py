@@ -1,7 +1,8 @@
 """Graphs that need gradients: AOTAutograd's joint graph, split into a forward and a backward
 graph, each compiled by compile_aten (`torch.compile(model, backend="tensorforge")` on a model
 whose parameters require grad, called with grad enabled: a training step, or inference without
-torch.no_grad()).
+torch.no_grad()). On CPU targets: on a GPU such a graph runs eagerly, with a warning (see
+compile_training).
 
 What differs from inference graphs (backend.py):
 - Nothing is frozen: parameters and buffers are graph inputs read on every call, so an optimizer
@@ -58,13 +59,10 @@ def training_decompositions(inference: dict) -> dict:
     return table
 
 
-def compile_training(
-    gm: torch.fx.GraphModule, example_inputs, opts: Options, inference: dict, target=None
-):
-    """Dynamo's graph -> a callable whose forward and backward run tensorforge's kernels."""
-    from torch._dynamo.backends.common import aot_autograd
-
-    if target is not None and target.kind == "cuda":
+def compile_training(gm: torch.fx.GraphModule, example_inputs, opts: Options, target, inference):
+    """Dynamo's graph -> a callable whose forward and backward run tensorforge's kernels
+    (`inference`: backend.decompositions(), which training_decompositions adapts)."""
+    if target.kind == "cuda":
         # NOTE: on the H200 a training step of MLPs and a GPT-2 block compiled right (gradients
         # 8e-7 from eager's) and faster (GPT-2 block 1.62x eager), but ResNet-18's gradients
         # were 1.2e-2 from float64's (eager's 2.9e-5) and a graph with a group norm and an
@@ -76,6 +74,7 @@ def compile_training(
             stacklevel=3,
         )
         return gm.forward
+    from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     from tensorforge.graph.backend import compile_aten
