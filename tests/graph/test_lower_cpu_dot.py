@@ -254,3 +254,40 @@ def test_a_second_process_loads_the_dot_kernels_from_the_graph_cache(tmp_path):
     # against eager on the new weights: a few roundings of values up to 3 (bf16's unit there:
     # 1/64); panels left from the old weights would be 1.28 off
     assert difference <= 4 / 64 and cached_difference <= 4 / 64
+
+
+@pytest.mark.parametrize(
+    "target, conv, eager",
+    [
+        ("llvm -mcpu=znver4", nn.Conv2d(16, 24, 3, padding=1), True),  # 3x3, 14M MACs
+        ("llvm -mcpu=znver4", nn.Conv2d(16, 48, 3, stride=2), True),  # stride 2: 31 x 30
+        ("llvm -mcpu=znver4", nn.Conv2d(16, 64, 1), False),  # a 1x1 stays a kernel
+        ("llvm -mcpu=znver4", nn.Conv2d(16, 16, 3, padding=1, groups=16), False),  # depthwise
+        ("llvm -mcpu=znver4", nn.Conv2d(3, 5, 3), False),  # small: an eager step costs more
+        ("llvm -mcpu=znver3", nn.Conv2d(16, 24, 3, padding=1), False),  # no dot instruction
+    ],
+)
+def test_large_bfloat16_convolutions_run_eagerly_where_the_target_has_the_dot(target, conv, eager):
+    """oneDNN's bfloat16 convolutions multiply on the dot instruction: on such a target the
+    large ones with a window run eagerly, the batch norm and ReLU after them still one kernel;
+    the values match eager's where this host can run the target's code."""
+    model = nn.Sequential(conv, nn.BatchNorm2d(conv.out_channels), nn.ReLU()).eval()
+    model = model.to(torch.bfloat16)
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+    torch.manual_seed(1)
+    x = torch.randn(2, conv.in_channels, 63, 61, dtype=torch.bfloat16)
+    with torch.no_grad():
+        gm = make_fx(model, decomposition_table=decompositions())(x)
+        compiled = compile_aten(gm, [x], {}, Options(target=target))
+        fallbacks = compiled.program.fallbacks
+        assert bool(fallbacks) == eager, fallbacks
+        if eager:
+            assert "bfloat16 dot instruction" in str(fallbacks)
+            assert sum(type(s).__name__ == "BuiltKernel" for s in compiled.steps) == 1
+        if HOST_HAS_DOT or "znver3" in target:
+            (got,) = compiled([x])
+            expected = model(x)
+            scale = expected.float().abs().max()
+            assert (got.float() - expected.float()).abs().max() <= 2e-2 * scale

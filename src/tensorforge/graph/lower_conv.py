@@ -13,6 +13,7 @@ import torch
 from tensorforge import te
 from tensorforge.graph.lower_conv_depthwise import depthwise_channel_vectors, wants_channel_vectors
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, positions
+from tensorforge.graph.lower_cpu_dot import KIND as cpu_dot_kind
 from tensorforge.graph.lower_tensor_core import (
     TF32_MIN_MACS,
     tensor_core_conv,
@@ -31,6 +32,7 @@ from tensorforge.graph.values import (
     numel,
     opmath_dtype,
 )
+from tensorforge.ops import cpu_dot
 
 aten = torch.ops.aten
 
@@ -85,6 +87,13 @@ def convolution_2d(
     """aten.convolution of a 4-d input to `shape` (4-d); `to_output` views that value as the
     node's own (a 1-d convolution's unit height dropped) before a folded batch norm takes it."""
     dtype = ctx.dtype_of(node)
+    if not transposed and eager_bfloat16_conv(
+        ctx.target, dtype, groups, ctx.lazy(weight).shape, shape
+    ):
+        raise Unsupported(
+            "a bfloat16 convolution on a CPU with the bfloat16 dot instruction (eager torch's"
+            " oneDNN kernel, on that instruction, is faster)"
+        )
     w = ctx.constant(weight)
     if transposed:
         w_shape = ctx.lazy(weight).shape
@@ -152,6 +161,25 @@ def convolution_2d(
     info = {"shape": shape, "stages": [conv], "groups": groups, "depthwise": cg == 1}
     anchor = Anchor("conv2d", conv, frozenset(x.reads | weight.reads), (node.name,), info)
     return epilogue(ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype))
+
+
+def eager_bfloat16_conv(target, dtype: str, groups: int, w_shape, shape) -> bool:
+    """Leave a bfloat16 convolution to eager torch on a CPU target with AVX512-BF16? oneDNN's
+    kernels multiply on `vdpbf16ps`, twice float32's rate; ours compute in float32. Zen 4, 1
+    thread, batch 1, conv + BN + ReLU, eager / ours (its conv a kernel): 3x3 64 -> 64 at 56²
+    0.53, 128 at 28² 0.49, 512 at 7² 0.61, stride 2 0.49, the 7x7 stem 0.82; eager / ours
+    (its conv eager) 0.86-0.98, the rest of a model fused: ResNet-18 0.90 -> 1.35. 1 x 1
+    convolutions stay kernels (0.93-1.00, their epilogue fused), as do small ones (an eager
+    step costs ~15 us more than a kernel's call) and depthwise ones (1.6-2.3)."""
+    if target.kind != "llvm" or dtype != "bfloat16" or groups != 1 or not is_static(shape):
+        return False
+    taps = numel(w_shape[1:])  # (input channels x window)
+    if taps == w_shape[1] or numel(shape) * taps < EAGER_BFLOAT16_MACS:
+        return False
+    return cpu_dot.has_feature(cpu_dot_kind, target)
+
+
+EAGER_BFLOAT16_MACS = 1 << 23  # ~0.1 ms of eager's on Zen 4
 
 
 def transposed_as_matmul(ctx, w, stride, padding, dilation, output_padding, groups) -> bool:
