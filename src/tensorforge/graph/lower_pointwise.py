@@ -7,6 +7,7 @@ import math
 import torch
 
 from tensorforge import te
+from tensorforge.graph import symbols as sym
 from tensorforge.graph.lowerer import NATIVE, TE_TO_TORCH
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import Lazy, Unsupported, in_dtype, opmath_dtype
@@ -413,7 +414,15 @@ def _common_dtype(values) -> str:
 @lowers(aten.full.default)
 def full(ctx, node, size, value, **kwargs):
     dtype = ctx.dtype_of(node)
-    return Lazy(ctx.shape_of(node), dtype, lambda idx: te.const(value, dtype), cost=0)
+    return Lazy(ctx.shape_of(node), dtype, _filled(value, dtype), cost=0)
+
+
+def _filled(value, dtype: str):
+    """The index function of a constant: a literal, or a size known at run time (group norm's
+    backward under dynamic shapes fills with its group's element count)."""
+    if sym.is_size_expr(value):
+        return lambda idx: value.astype(dtype)
+    return lambda idx: te.const(value, dtype)
 
 
 @lowers(aten.empty.memory_format)
@@ -433,7 +442,7 @@ def full_like(ctx, node, x, value, **kwargs):
 @lowers(aten.scalar_tensor.default)
 def scalar_tensor(ctx, node, value, **kwargs):
     dtype = ctx.dtype_of(node)
-    return Lazy((), dtype, lambda idx: te.const(value, dtype), cost=0)
+    return Lazy((), dtype, _filled(value, dtype), cost=0)
 
 
 @lowers(aten.arange.start_step, aten.arange.start, aten.arange.default)
