@@ -261,7 +261,8 @@ def test_a_second_process_loads_the_dot_kernels_from_the_graph_cache(tmp_path):
     [
         ("llvm -mcpu=znver4", nn.Conv2d(16, 24, 3, padding=1), True),  # 3x3, 14M MACs
         ("llvm -mcpu=znver4", nn.Conv2d(16, 48, 3, stride=2), True),  # stride 2: 31 x 30
-        ("llvm -mcpu=znver4", nn.Conv2d(16, 64, 1), False),  # a 1x1 stays a kernel
+        ("llvm -mcpu=znver4", nn.Conv2d(64, 72, 1), True),  # 1x1, 35M MACs
+        ("llvm -mcpu=znver4", nn.Conv2d(16, 64, 1), False),  # 1x1, 7.9M MACs: a kernel
         ("llvm -mcpu=znver4", nn.Conv2d(16, 16, 3, padding=1, groups=16), False),  # depthwise
         ("llvm -mcpu=znver4", nn.Conv2d(3, 5, 3), False),  # small: an eager step costs more
         ("llvm -mcpu=znver3", nn.Conv2d(16, 24, 3, padding=1), False),  # no dot instruction
@@ -269,7 +270,7 @@ def test_a_second_process_loads_the_dot_kernels_from_the_graph_cache(tmp_path):
 )
 def test_large_bfloat16_convolutions_run_eagerly_where_the_target_has_the_dot(target, conv, eager):
     """oneDNN's bfloat16 convolutions multiply on the dot instruction: on such a target the
-    large ones with a window run eagerly, the batch norm and ReLU after them still one kernel;
+    large ones run eagerly, the batch norm and ReLU after them still one kernel;
     the values match eager's where this host can run the target's code."""
     model = nn.Sequential(conv, nn.BatchNorm2d(conv.out_channels), nn.ReLU()).eval()
     model = model.to(torch.bfloat16)

@@ -167,14 +167,14 @@ def eager_bfloat16_conv(target, dtype: str, groups: int, w_shape, shape) -> bool
     """Leave a bfloat16 convolution to eager torch on a CPU target with AVX512-BF16? oneDNN's
     kernels multiply on `vdpbf16ps`, twice float32's rate; ours compute in float32. Zen 4, 1
     thread, batch 1, conv + BN + ReLU, eager / ours (its conv a kernel): 3x3 64 -> 64 at 56²
-    0.53, 128 at 28² 0.49, 512 at 7² 0.61, stride 2 0.49, the 7x7 stem 0.82; eager / ours
-    (its conv eager) 0.86-0.98, the rest of a model fused: ResNet-18 0.90 -> 1.35. 1 x 1
-    convolutions stay kernels (0.93-1.00, their epilogue fused), as do small ones (an eager
-    step costs ~15 us more than a kernel's call) and depthwise ones (1.6-2.3)."""
+    0.53, 128 at 28² 0.49, 512 at 7² 0.61, stride 2 0.49, the 7x7 stem 0.82, 1x1 at ResNet-50's
+    deeper stages 0.46-0.72 (1024 -> 256 at 14² 0.55, 512 -> 2048 at 7² 0.46); eager / ours
+    (its conv eager) 0.86-0.98, and the rest of a model fused: ResNet-18 0.90 -> 1.35x eager.
+    Small convolutions stay kernels (an eager step costs ~15 us more than a kernel's call), as
+    do depthwise ones (1.6-2.3x eager)."""
     if target.kind != "llvm" or dtype != "bfloat16" or groups != 1 or not is_static(shape):
         return False
-    taps = numel(w_shape[1:])  # (input channels x window)
-    if taps == w_shape[1] or numel(shape) * taps < EAGER_BFLOAT16_MACS:
+    if numel(shape) * numel(w_shape[1:]) < EAGER_BFLOAT16_MACS:
         return False
     return cpu_dot.has_feature(cpu_dot_kind, target)
 
