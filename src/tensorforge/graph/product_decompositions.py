@@ -1,6 +1,6 @@
 """ATen operators torch's core decompositions leave whole, written as operators the graph lowers:
 `addmv` (torch's full table has it: a product and an add), `addbmm` (a batched product summed
-over the batch) and `masked_scatter` (the mask's running count picks each source element: a
+over the batch), `_trilinear` (nn.Bilinear's) and `masked_scatter` (the mask's running count picks each source element: a
 cumsum, a gather and a where). Without them each ran eagerly inside the compiled graph.
 
 masked_scatter assumes, as torch requires (and checks, raising), that the source holds at least
@@ -32,11 +32,25 @@ def _masked_scatter(input, mask, source):
     return torch.where(flat_mask, picked, flat_input).reshape(shape)
 
 
+def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """nn.Bilinear's product: each input unsqueezed at its expand dims (in increasing order),
+    the three multiplied and summed over `sumdim` (one fused reduction: the broadcast product
+    is never stored)."""
+    widened = []
+    for value, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
+        for dim in sorted(expand):
+            value = value.unsqueeze(dim)
+        widened.append(value)
+    product = widened[0] * widened[1] * widened[2]
+    return product.sum(list(sumdim)) if len(sumdim) else product
+
+
 def product_decompositions() -> dict:
     from torch._decomp import decomposition_table
 
     return {
         aten.addmv.default: decomposition_table[aten.addmv.default],
         aten.addbmm.default: _addbmm,
+        aten._trilinear.default: _trilinear,
         aten.masked_scatter.default: _masked_scatter,
     }
