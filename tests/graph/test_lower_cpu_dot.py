@@ -261,8 +261,8 @@ def test_a_second_process_loads_the_dot_kernels_from_the_graph_cache(tmp_path):
     [
         ("llvm -mcpu=znver4", nn.Conv2d(16, 24, 3, padding=1), True),  # 3x3, 14M MACs
         ("llvm -mcpu=znver4", nn.Conv2d(16, 48, 3, stride=2), True),  # stride 2: 31 x 30
-        ("llvm -mcpu=znver4", nn.Conv2d(64, 72, 1), True),  # 1x1, 35M MACs
-        ("llvm -mcpu=znver4", nn.Conv2d(16, 64, 1), False),  # 1x1, 7.9M MACs: a kernel
+        ("llvm -mcpu=znver4", nn.Conv2d(64, 72, 1, stride=2), True),  # 1x1 s2, 9M MACs
+        ("llvm -mcpu=znver4", nn.Conv2d(64, 72, 1), False),  # 1x1 s1: on the dot kernel
         ("llvm -mcpu=znver4", nn.Conv2d(16, 16, 3, padding=1, groups=16), False),  # depthwise
         ("llvm -mcpu=znver4", nn.Conv2d(3, 5, 3), False),  # small: an eager step costs more
         ("llvm -mcpu=znver3", nn.Conv2d(16, 24, 3, padding=1), False),  # no dot instruction
@@ -292,3 +292,34 @@ def test_large_bfloat16_convolutions_run_eagerly_where_the_target_has_the_dot(ta
             expected = model(x)
             scale = expected.float().abs().max()
             assert (got.float() - expected.float()).abs().max() <= 2e-2 * scale
+
+
+@needs_dot
+@pytest.mark.parametrize(
+    "c_in, c_out, size, batch",
+    [
+        (37, 50, (9, 9), 1),  # odd channels; 81 positions: a partial last panel
+        (64, 128, (16, 16), 2),  # whole panels, two images
+        (130, 24, (7, 5), 3),  # k past one 64-term step, odd; 35 positions
+    ],
+)
+def test_1x1_convolutions_on_the_dot_kernel(c_in, c_out, size, batch, capsys):
+    """A bfloat16 1x1 convolution (+ batch norm, ReLU, residual) of a computed input as a
+    batched product: the folded weights times each image, its positions packed into panels in
+    the kernel."""
+
+    class Bottleneck(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out)
+
+        def forward(self, x, residual):
+            return torch.relu(self.bn(self.conv(torch.relu(x))) + residual)
+
+    model = Bottleneck()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    inputs = (torch.randn(batch, c_in, *size), torch.randn(batch, c_out, *size))
+    report = check_bf16(model, inputs, capsys)
+    assert dot_kernels(report) == 1, report

@@ -14,6 +14,7 @@ from tensorforge import te
 from tensorforge.graph.lower_conv_depthwise import depthwise_channel_vectors, wants_channel_vectors
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, positions
 from tensorforge.graph.lower_cpu_dot import KIND as cpu_dot_kind
+from tensorforge.graph.lower_cpu_dot import cpu_dot_bmm, wants_cpu_dot_bmm
 from tensorforge.graph.lower_tensor_core import (
     TF32_MIN_MACS,
     tensor_core_conv,
@@ -87,8 +88,14 @@ def convolution_2d(
     """aten.convolution of a 4-d input to `shape` (4-d); `to_output` views that value as the
     node's own (a 1-d convolution's unit height dropped) before a folded batch norm takes it."""
     dtype = ctx.dtype_of(node)
-    if not transposed and eager_bfloat16_conv(
-        ctx.target, dtype, groups, ctx.lazy(weight).shape, shape
+    w_shape = ctx.lazy(weight).shape
+    on_dot = ctx.constant(weight) is not None and wants_dot_conv(
+        ctx.target, dtype, w_shape, shape, stride, padding, groups
+    )
+    if (
+        not transposed
+        and not on_dot
+        and eager_bfloat16_conv(ctx.target, dtype, groups, w_shape, shape)
     ):
         raise Unsupported(
             "a bfloat16 convolution on a CPU with the bfloat16 dot instruction (eager torch's"
@@ -142,6 +149,9 @@ def convolution_2d(
         return epilogue(out)
     if groups == 1 and splits:
         out = conv_split_k(ctx, node, x, w, shape, stride, padding, dilation, dtype, splits)
+        return epilogue(out)
+    if w is not None and not transposed and on_dot:
+        out = conv_1x1_on_dot(ctx, node, x, w, shape)
         return epilogue(out)
     if w is not None and groups == 1 and _as_matmul(ctx, shape, stride, KH, KW):
         out = _conv_as_matmul(ctx, node, x, w, shape, stride, padding, dilation, dtype)
@@ -432,6 +442,35 @@ def _conv_as_matmul(ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding,
     anchor = Anchor("matmul", C_, frozenset(col.reads | weights.reads), (node.name,), info)
     return ctx.anchored(
         anchor, lambda ia: C_[tuple(ia)], dtype, shape=shape, to_logical=positions(OW)
+    )
+
+
+DOT_CONV = True
+
+
+def wants_dot_conv(target, dtype: str, w_shape, shape, stride, padding, groups: int) -> bool:
+    """A bfloat16 1x1 convolution (stride 1, no padding) with constant weights on the dot
+    micro-kernel (DOT_CONV): filters x channels (the weights, read in place) times channels x positions
+    (the input, packed into the kernel's panels as it runs), for a target with AVX512-BF16."""
+    F, _, KH, KW = w_shape
+    if not DOT_CONV or (KH, KW) != (1, 1) or tuple(stride) != (1, 1) or any(padding) or groups != 1:
+        return False
+    if not is_static(shape):
+        return False
+    N, _, OH, OW = shape
+    return wants_cpu_dot_bmm(target, dtype, (N, F, OH * OW), w_shape[1])
+
+
+def conv_1x1_on_dot(ctx, node, x: Lazy, w: torch.Tensor, shape) -> Lazy:
+    """out[n, f, p] = sum_c W[f, c] * x[n, c, p], p = y * W + x: lower_cpu_dot's batched
+    product, its left matrix the (folded) weights for every image, its right one the image."""
+    N, F, OH, OW = shape
+    C = w.shape[1]
+    weights = ctx.add_constant(w.reshape(F, C).to(torch.bfloat16), f"{node.name}_wdot")
+    filters = Lazy((N, F, C), "bfloat16", lambda idx: weights.at(idx[1:]), weights.reads)
+    image = reshaped(ctx.view_of_memory(x), (N, C, OH * OW))  # (an anchor: materialized)
+    return cpu_dot_bmm(
+        ctx, node, filters, image, (N, F, OH * OW), ctx.dtype_of(node), shape, positions(OW)
     )
 
 
