@@ -101,3 +101,20 @@ def test_group_norm_over_positions_of_run_time_sizes():
         for got, expected in zip(fast(x), fn(x)):
             torch.testing.assert_close(got, expected, rtol=2e-5, atol=2e-5)
     nothing_eager()
+
+
+@pytest.mark.parametrize("size", [(56, 56), (7, 13)])
+def test_channels_last_layer_norm_of_an_nchw_value_is_transposed_first(size):
+    # ConvNeXt's block: a depthwise convolution (NCHW), permuted, then a layer norm over the
+    # channels: each row a column of the convolution's output, read a channel apart (468 us at
+    # 96 x 56²); a tiled transpose first (97 + 61 us)
+    x, w, b = rand(2, 24, *size, seed=1), rand(24, seed=2), rand(24, seed=3)
+    weight = rand(24, 1, 3, 3, seed=4)
+
+    def block(x, w, b, weight):
+        y = F.conv2d(x, weight, padding=1, groups=24).permute(0, 2, 3, 1)
+        return F.layer_norm(y, (24,), w, b).permute(0, 3, 1, 2) + x
+
+    compiled = check(block, x, w, b, weight, constants=(1, 2, 3), rtol=2e-5)
+    sources = [str(getattr(step, "source", "")) for step in compiled.steps]
+    assert any(s.startswith("transpose") for s in sources), sources

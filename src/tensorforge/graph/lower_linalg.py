@@ -23,10 +23,10 @@ from tensorforge.graph.lower_tensor_core import (
     tensor_core_product,
     wants_tensor_cores,
 )
+from tensorforge.graph.lower_views import rows_contiguous
 from tensorforge.graph.lower_ws_product import ws_addmm
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.split_k import cuda_matmul_splits
-from tensorforge.graph.symbols import is_symbolic
 from tensorforge.graph.values import (
     Anchor,
     Lazy,
@@ -129,7 +129,7 @@ def _matmul(ctx, node, a, b, batched: bool, right=None) -> Lazy:
         # a right matrix whose rows lie contiguous in memory (attention's V, a view of the qkv
         # projection) is read in place: its vector loads along j stay contiguous; a transposed
         # one (K^T) is copied, else each vector would be a gather
-        b = ctx.view_of_memory(b) if _rows_contiguous(right) else ctx.buffer(b)
+        b = ctx.view_of_memory(b) if rows_contiguous(right) else ctx.buffer(b)
         b_at = lambda kk, j, *bi: b.at((*bi, kk, j))  # noqa: E731
         reads = a.reads | b.reads
     if constant is not None and wants_tensor_cores(ctx.target, dtype, shape, k, True, tf32):
@@ -170,7 +170,7 @@ def _packs_at_run_time(ctx, node, right, batched: bool, b) -> bool:
     """Whether a CPU product packs its right matrix `b` into panels as it runs: a 2-d one of
     static sizes, not a constant (those are packed once), whose rows are not contiguous in
     memory (a transpose: a training graph's W^T)."""
-    if batched or ctx.target.kind != "llvm" or _rows_contiguous(right):
+    if batched or ctx.target.kind != "llvm" or rows_contiguous(right):
         return False
     if not isinstance(b, Lazy) or ctx.constant(b) is not None or b.ndim != 2:
         return False
@@ -201,7 +201,7 @@ def _tensor_core_bmm(ctx, node, a: Lazy, b: Lazy, right, shape, dtype, out_dtype
     tensor cores: its operands as they are where the sizes are whole mma steps and tiles, else
     zero-padded copies (then the right matrix's only copy); None where it stays on CUDA cores."""
     if wants_tensor_cores(ctx.target, dtype, shape, a.shape[-1], False, tf32):
-        b = ctx.view_of_memory(b) if _rows_contiguous(right) else ctx.buffer(b)
+        b = ctx.view_of_memory(b) if rows_contiguous(right) else ctx.buffer(b)
         return tensor_core_product(ctx, node, a, b, None, shape, dtype, out_dtype)
     padded = padded_operands(ctx, a, ctx.lazy(b), shape, dtype)
     if padded is None:
@@ -228,52 +228,6 @@ def _half_operands(ctx, node, dtypes):
         kinds.add(val.dtype)
         values.append(ctx.lazy(ctx.env[source]))
     return values if len(kinds) == 1 else None
-
-
-# ops a lazy value passes through without a copy of its own (clone: the copy bmm's
-# decomposition asks for, which the graph layer folds into the index expression)
-_VIEWS = {
-    aten.clone.default,
-    aten.expand.default,
-    aten.view.default,
-    aten._unsafe_view.default,
-    aten.reshape.default,
-    aten.transpose.int,
-    aten.permute.default,
-    aten.slice.Tensor,
-    aten.select.int,
-    aten.unsqueeze.default,
-    aten.squeeze.dim,
-}
-
-
-def _rows_contiguous(arg) -> bool:
-    """Whether the fx value `arg` has unit stride along its last axis where it is read, as
-    eager torch lays it out: its rows lie contiguous. A chain of views alone has its strides
-    in the last one's value (a transpose of a transpose is contiguous); through a clone (which
-    the lowering reads through, but whose value is contiguous) every view it is taken of must
-    have them."""
-    chain, node = [], arg
-    while isinstance(node, torch.fx.Node):
-        chain.append(node)
-        if node.target not in _VIEWS or not node.args:
-            break
-        node = node.args[0]
-    if not any(n.target == aten.clone.default for n in chain):
-        chain = chain[:1]
-    for node in chain:
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.ndim == 0:
-            return False
-        # NOTE: a symbolic stride or size is not known to be 1: int() of it would make Dynamo
-        # specialize the size (a guard: a compile per sequence length of attention's K and V)
-        if not (_is_one(val.stride()[-1]) or _is_one(val.shape[-1])):
-            return False
-    return bool(chain)
-
-
-def _is_one(size) -> bool:
-    return not is_symbolic(size) and int(size) == 1
 
 
 @lowers(aten.mm.default)

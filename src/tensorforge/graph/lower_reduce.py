@@ -22,6 +22,7 @@ from tensorforge.graph.lower_split_rows import (
     split_reduction,
     split_softmax,
 )
+from tensorforge.graph.lower_views import reads_across_rows
 from tensorforge.graph.registry import lowers
 from tensorforge.graph.values import (
     Anchor,
@@ -353,12 +354,17 @@ def _normalized(value, total, squares, row: tuple, n, eps):
     return (value - total[row] / n) * te.rsqrt(squares[row] / n + float(eps))
 
 
+LN_COPY_STRIDED = True
+
+
 @lowers(aten.native_layer_norm.default)
 def layer_norm(ctx, node, x, normalized_shape, weight, bias, eps):
     """Rows of the trailing `normalized_shape` dimensions; over several, the anchor's rows are
     them flattened (as group norm's), read back at the index each row element lands on."""
     only_first_output_used(node)
     x = ctx.no_anchor(x)
+    if LN_COPY_STRIDED and reads_across_rows(x):
+        x = ctx.materialize(x)  # (rows read in place: a permuted view's, a channel apart)
     out = ctx.dtype_of(node, 0)
     acc = opmath_dtype(out)
     k = len(normalized_shape)

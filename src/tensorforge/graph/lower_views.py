@@ -11,6 +11,7 @@ import torch
 
 from tensorforge import te
 from tensorforge.graph.registry import lowers
+from tensorforge.graph.symbols import is_symbolic
 from tensorforge.graph.values import (
     Lazy,
     NeedsEagerGraph,
@@ -22,6 +23,9 @@ from tensorforge.graph.values import (
     reshape_index,
     same_shape,
 )
+from tensorforge.ir.arith import simplify_expr
+from tensorforge.te.expr import Cast, TensorRead
+from tensorforge.te.visit import walk
 
 aten = torch.ops.aten
 
@@ -479,3 +483,67 @@ def copy(ctx, node, x, src, non_blocking=False):
         return v if v.dtype == dtype else v.astype(dtype)
 
     return Lazy(out, dtype, at, src.reads, src.nodes + (node.name,), 1 + src.cost)
+
+
+# ops a lazy value passes through without a copy of its own (clone: the copy bmm's
+# decomposition asks for, which the graph layer folds into the index expression)
+_VIEWS = {
+    aten.clone.default,
+    aten.expand.default,
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.transpose.int,
+    aten.permute.default,
+    aten.slice.Tensor,
+    aten.select.int,
+    aten.unsqueeze.default,
+    aten.squeeze.dim,
+}
+
+
+def rows_contiguous(arg) -> bool:
+    """Whether the fx value `arg` has unit stride along its last axis where it is read, as
+    eager torch lays it out: its rows lie contiguous. A chain of views alone has its strides
+    in the last one's value (a transpose of a transpose is contiguous); through a clone (which
+    the lowering reads through, but whose value is contiguous) every view it is taken of must
+    have them."""
+    chain, node = [], arg
+    while isinstance(node, torch.fx.Node):
+        chain.append(node)
+        if node.target not in _VIEWS or not node.args:
+            break
+        node = node.args[0]
+    if not any(n.target == aten.clone.default for n in chain):
+        chain = chain[:1]
+    for node in chain:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.ndim == 0:
+            return False
+        # NOTE: a symbolic stride or size is not known to be 1: int() of it would make Dynamo
+        # specialize the size (a guard: a compile per sequence length of attention's K and V)
+        if not (_is_one(val.stride()[-1]) or _is_one(val.shape[-1])):
+            return False
+    return bool(chain)
+
+
+def _is_one(size) -> bool:
+    return not is_symbolic(size) and int(size) == 1
+
+
+def reads_across_rows(x: Lazy) -> bool:
+    """Does `x` read one buffer where its last index moves along another axis of the buffer
+    (a permuted view: ConvNeXt's channels-last layer norm over an NCHW convolution's output,
+    each row a column of it)? Such a row is read one element per cache line; a copy that
+    transposes it first in tiles is cheaper (its layer norm 468 -> 97 + 61 us at 96 x 56²)."""
+    if x.anchor is not None or x.ndim < 2 or len(x.reads) != 1:
+        return False
+    idx = tuple(te.var(f"row_index{d}") for d in range(x.ndim))
+    read = x.at(idx)
+    while isinstance(read, Cast):
+        read = read.value
+    if not isinstance(read, TensorRead) or not read.indices:
+        return False
+    last = idx[-1]
+    moves = [any(v is last for v in walk(simplify_expr(e))) for e in read.indices]
+    return any(moves) and not moves[-1]
