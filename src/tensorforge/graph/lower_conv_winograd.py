@@ -27,7 +27,7 @@ from fractions import Fraction
 import torch
 
 from tensorforge import te
-from tensorforge.graph.values import Anchor, Lazy, in_dtype
+from tensorforge.graph.values import Anchor, Lazy, in_dtype, read_buffer
 
 # (B^T, G, A^T) of F(m x m, 3 x 3), exact; rows of B^T and A^T as Fractions
 _F = Fraction
@@ -74,38 +74,47 @@ def winograd_weights(w: torch.Tensor, m: int) -> torch.Tensor:
     return u.reshape((m + 2) ** 2, F, C).to(w.dtype).contiguous()
 
 
-def _kronecker(rows, m: int) -> torch.Tensor:
-    """L (x) L for a transform's rows L (float64): [(a, b), (r, s)] = L[a, r] L[b, s], the 2-d
-    transform X -> L X L^T of a tile flattened row by row as one matrix product."""
-    matrix = torch.tensor([[float(v) for v in row] for row in rows], dtype=torch.float64)
-    return torch.kron(matrix, matrix)
+def _matrix(rows) -> torch.Tensor:
+    return torch.tensor([[float(v) for v in row] for row in rows], dtype=torch.float64)
 
 
-def _product(ctx, name: str, left: Lazy, right, shape, k: int, dtype: str) -> Lazy:
-    """out[n, i, j] = sum_k left[.., i, k] right(n, .., k, j): a matmul anchor (the graph's
-    register-tiled panels, vectors along j), materialized. `left` has the shape's middle batch
-    axes (if any) before (i, k); `right(idx, k)` reads the right operand at output idx."""
+def _product(ctx, name: str, operands, shape, k: int, dtype: str, term) -> Lazy:
+    """out[idx] = sum_r term(idx, r) over r < k, `term` reading the `operands` (Lazy values):
+    a matmul anchor (the graph's register-tiled panels: row tiles along the second-last axis,
+    vectors along the last), materialized."""
     r = te.reduce_axis((0, k), name="k")
-
-    def body(*idx):
-        *batch, i, _ = idx
-        a = left.at((*batch[1:], i, r.var))
-        return te.sum(in_dtype(a, dtype) * right(idx, r.var), axis=r)
-
-    stage = te.compute(tuple(shape), body, name=ctx.unique(name))
+    stage = te.compute(
+        tuple(shape), lambda *idx: te.sum(term(idx, r.var), axis=r), name=ctx.unique(name)
+    )
+    reads = frozenset().union(*(operand.reads for operand in operands))
     info = {"shape": tuple(shape), "stages": [stage], "k": k}
-    anchor = Anchor("matmul", stage, frozenset(left.reads | right.reads), (), info)
+    anchor = Anchor("matmul", stage, reads, (), info)
     return ctx.materialize(ctx.anchored(anchor, lambda ia: stage[tuple(ia)], dtype), node=name)
 
 
-class _Reader:
-    """A right operand: `at(idx, k)` reading buffers `reads`."""
+def _separable(ctx, name: str, rows, src: Lazy, batch: int, size: int, dtype: str):
+    """L X L^T for the alpha x alpha blocks X of src (N, alpha, alpha, size) (a block's entry
+    (r, s) at [n, r, s, j], blocks along j) and L = `rows` (out x alpha): two products of
+    alpha terms each, along s then along r, the result (N, out, out, size) (as (N, out, out *
+    size) in memory). Dense, the Kronecker matrix L (x) L made alpha^2 terms (3x the work)."""
+    out, alpha = len(rows), len(rows[0])
+    left = ctx.add_constant(_matrix(rows).to(_torch_dtype(dtype)), f"{name}_rows")
 
-    def __init__(self, reads, at):
-        self.reads, self.at = reads, at
+    def along_s(idx, s):  # (n, r, b, j): sum_s L[b, s] X[n, r, s, j]
+        n, r, b, j = idx
+        return in_dtype(left.at((b, s)), dtype) * src.at((n, r, s, j))
 
-    def __call__(self, idx, k):
-        return self.at(idx, k)
+    half = _product(ctx, f"{name}_s", (left, src), (batch, alpha, out, size), alpha, dtype, along_s)
+
+    def along_r(idx, r):  # (n, a, (b, j)): sum_r L[a, r] half[n, r, b, j]
+        n, a, bj = idx
+        return in_dtype(left.at((a, r)), dtype) * half.at((n, r, bj // size, bj % size))
+
+    return _product(ctx, name, (left, half), (batch, out, out * size), alpha, dtype, along_r)
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    return {"float32": torch.float32, "float64": torch.float64}[dtype]
 
 
 def winograd_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, padding, dtype: str, m: int) -> Lazy:
@@ -113,7 +122,6 @@ def winograd_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, padding, dtype: st
     norm folded in) of output `shape` by F(m x m, 3 x 3): the value before the epilogue."""
     bt, _, at = TRANSFORMS[m]
     alpha = m + 2
-    taps = alpha * alpha
     N, C, H, W = x.shape
     F = w.shape[0]
     _, _, OH, OW = shape
@@ -121,45 +129,43 @@ def winograd_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, padding, dtype: st
     T = TH * TW
     ph, pw = padding
     src = ctx.no_anchor(x)
+    name = node.name
 
     def tile_at(idx):
-        n, rs, c, t = idx
-        iy = t // TW * m + rs // alpha - ph
-        ix = t % TW * m + rs % alpha - pw
+        n, r, s, c, ty, tx = idx
+        iy, ix = ty * m + r - ph, tx * m + s - pw
         inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
         v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
         return te.if_then_else(inside, v, te.const(0, v.dtype))
 
-    # tiles[n, rs, c * T + t]: each tile's (m + 2)^2 inputs, the tiles contiguous
+    # tiles[n, r, s, c, ty, tx]: each tile's inputs, the tiles of a channel contiguous
     tiles = ctx.materialize(
-        Lazy((N, taps, C, T), dtype, tile_at, src.reads, (), 3 + src.cost),
-        node=f"{node.name}_wtiles",
+        Lazy((N, alpha, alpha, C, TH, TW), dtype, tile_at, src.reads, (), 3 + src.cost),
+        node=f"{name}_wtiles",
     )
-    name = node.name
-    to_input = ctx.add_constant(_kronecker(bt, m).to(w.dtype), f"{name}_wbt")
-    V = _product(
-        ctx, f"{name}_wv", to_input,
-        _Reader(tiles.reads, lambda idx, k: tiles.at((idx[0], k, idx[2] // T, idx[2] % T))),
-        (N, taps, C * T), taps, dtype,
-    )  # fmt: skip
+    tiles = read_buffer(tiles.source, (N, alpha, alpha, C * T))
+    V = _separable(ctx, f"{name}_wv", bt, tiles, N, C * T, dtype)  # (N, alpha, alpha * C * T)
     U = ctx.add_constant(winograd_weights(w, m), f"{name}_wino")
-    M = _product(
-        ctx, f"conv_{name}_wm", U,
-        _Reader(V.reads, lambda idx, k: V.at((idx[0], idx[1], k * T + idx[3]))),
-        (N, taps, F, T), C, dtype,
-    )  # fmt: skip
-    to_output = ctx.add_constant(_kronecker(at, m).to(w.dtype), f"{name}_wat")
-    Z = _product(
-        ctx, f"{name}_wz", to_output,
-        _Reader(M.reads, lambda idx, k: M.at((idx[0], k, idx[2] // T, idx[2] % T))),
-        (N, m * m, F * T), taps, dtype,
-    )  # fmt: skip
+
+    def product(idx, c):  # (n, ab, f, t): sum_c U[ab, f, c] V[n, ab, c, t]
+        n, ab, f, t = idx
+        v = V.at((n, ab // alpha, (ab % alpha) * C * T + c * T + t))
+        return in_dtype(U.at((ab, f, c)), dtype) * v
+
+    M = _product(ctx, f"conv_{name}_wm", (U, V), (N, alpha * alpha, F, T), C, dtype, product)
+    M_blocks = Lazy(
+        (N, alpha, alpha, F * T),
+        dtype,
+        lambda idx: M.at((idx[0], idx[1] * alpha + idx[2], idx[3] // T, idx[3] % T)),
+        M.reads,
+    )
+    Z = _separable(ctx, f"{name}_wz", at, M_blocks, N, F * T, dtype)  # (N, m, m * F * T)
 
     def out_at(idx):
         n, f, y, xx = idx
-        return Z.at((n, (y % m) * m + xx % m, f * T + (y // m) * TW + xx // m))
+        return Z.at((n, y % m, (xx % m) * F * T + f * T + (y // m) * TW + xx // m))
 
-    return Lazy(tuple(shape), dtype, out_at, Z.reads, (node.name,), 3)
+    return Lazy(tuple(shape), dtype, out_at, Z.reads, (name,), 3)
 
 
 def winograd_tile(ctx, w, shape, stride, dilation, groups, dtype: str) -> int:
