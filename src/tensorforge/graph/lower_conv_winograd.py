@@ -92,25 +92,25 @@ def _product(ctx, name: str, operands, shape, k: int, dtype: str, term) -> Lazy:
     return ctx.materialize(ctx.anchored(anchor, lambda ia: stage[tuple(ia)], dtype), node=name)
 
 
-def _separable(ctx, name: str, rows, src: Lazy, batch: int, size: int, dtype: str):
-    """L X L^T for the alpha x alpha blocks X of src (N, alpha, alpha, size) (a block's entry
-    (r, s) at [n, r, s, j], blocks along j) and L = `rows` (out x alpha): two products of
-    alpha terms each, along s then along r, the result (N, out, out, size) (as (N, out, out *
-    size) in memory). Dense, the Kronecker matrix L (x) L made alpha^2 terms (3x the work)."""
+def _separable(ctx, name: str, rows, src: Lazy, size: int, dtype: str):
+    """L X L^T for the alpha x alpha blocks X of src (alpha, alpha, size) (a block's entry
+    (r, s) at [r, s, j], blocks along j) and L = `rows` (out x alpha): two products of alpha
+    terms each, along s then along r, the result (out, out, size) (as (out, out * size) in
+    memory). Dense, the Kronecker matrix L (x) L made alpha^2 terms (3x the work)."""
     out, alpha = len(rows), len(rows[0])
     left = ctx.add_constant(_matrix(rows).to(_torch_dtype(dtype)), f"{name}_rows")
 
-    def along_s(idx, s):  # (n, r, b, j): sum_s L[b, s] X[n, r, s, j]
-        n, r, b, j = idx
-        return in_dtype(left.at((b, s)), dtype) * src.at((n, r, s, j))
+    def along_s(idx, s):  # (r, b, j): sum_s L[b, s] X[r, s, j]
+        r, b, j = idx
+        return in_dtype(left.at((b, s)), dtype) * src.at((r, s, j))
 
-    half = _product(ctx, f"{name}_s", (left, src), (batch, alpha, out, size), alpha, dtype, along_s)
+    half = _product(ctx, f"{name}_s", (left, src), (alpha, out, size), alpha, dtype, along_s)
 
-    def along_r(idx, r):  # (n, a, (b, j)): sum_r L[a, r] half[n, r, b, j]
-        n, a, bj = idx
-        return in_dtype(left.at((a, r)), dtype) * half.at((n, r, bj // size, bj % size))
+    def along_r(idx, r):  # (a, (b, j)): sum_r L[a, r] half[r, b, j]
+        a, bj = idx
+        return in_dtype(left.at((a, r)), dtype) * half.at((r, bj // size, bj % size))
 
-    return _product(ctx, name, (left, half), (batch, out, out * size), alpha, dtype, along_r)
+    return _product(ctx, name, (left, half), (out, out * size), alpha, dtype, along_r)
 
 
 def _torch_dtype(dtype: str) -> torch.dtype:
@@ -119,7 +119,8 @@ def _torch_dtype(dtype: str) -> torch.dtype:
 
 def winograd_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, padding, dtype: str, m: int) -> Lazy:
     """The convolution (3 x 3, stride 1, dilation 1, groups 1; constant weights `w`, the batch
-    norm folded in) of output `shape` by F(m x m, 3 x 3): the value before the epilogue."""
+    norm folded in) of output `shape` by F(m x m, 3 x 3): the value before the epilogue. The
+    tiles of every image of the batch are the products' columns (j = n * T + t)."""
     bt, _, at = TRANSFORMS[m]
     alpha = m + 2
     N, C, H, W = x.shape
@@ -127,43 +128,46 @@ def winograd_conv(ctx, node, x: Lazy, w: torch.Tensor, shape, padding, dtype: st
     _, _, OH, OW = shape
     TH, TW = -(-OH // m), -(-OW // m)
     T = TH * TW
+    J = N * T
     ph, pw = padding
     src = ctx.no_anchor(x)
     name = node.name
 
     def tile_at(idx):
-        n, r, s, c, ty, tx = idx
+        r, s, c, n, ty, tx = idx
         iy, ix = ty * m + r - ph, tx * m + s - pw
         inside = te.all(iy >= 0, iy < H, ix >= 0, ix < W)
         v = src.at((n, c, te.max(te.min(iy, H - 1), 0), te.max(te.min(ix, W - 1), 0)))
         return te.if_then_else(inside, v, te.const(0, v.dtype))
 
-    # tiles[n, r, s, c, ty, tx]: each tile's inputs, the tiles of a channel contiguous
+    # tiles[r, s, c, n, ty, tx]: each tile's inputs, a channel's tiles contiguous (gathered
+    # along tx: the innermost loop has the simplest index; flattened, each lane divided by TW)
     tiles = ctx.materialize(
-        Lazy((N, alpha, alpha, C, TH, TW), dtype, tile_at, src.reads, (), 3 + src.cost),
+        Lazy((alpha, alpha, C, N, TH, TW), dtype, tile_at, src.reads, (), 3 + src.cost),
         node=f"{name}_wtiles",
     )
-    tiles = read_buffer(tiles.source, (N, alpha, alpha, C * T))
-    V = _separable(ctx, f"{name}_wv", bt, tiles, N, C * T, dtype)  # (N, alpha, alpha * C * T)
+    tiles = read_buffer(tiles.source, (alpha, alpha, C * J))
+    V = _separable(ctx, f"{name}_wv", bt, tiles, C * J, dtype)  # (alpha, alpha * C * J)
     U = ctx.add_constant(winograd_weights(w, m), f"{name}_wino")
 
-    def product(idx, c):  # (n, ab, f, t): sum_c U[ab, f, c] V[n, ab, c, t]
-        n, ab, f, t = idx
-        v = V.at((n, ab // alpha, (ab % alpha) * C * T + c * T + t))
+    def product(idx, c):  # (ab, f, j): sum_c U[ab, f, c] V[ab, c, j]
+        ab, f, j = idx
+        v = V.at((ab // alpha, (ab % alpha) * C * J + c * J + j))
         return in_dtype(U.at((ab, f, c)), dtype) * v
 
-    M = _product(ctx, f"conv_{name}_wm", (U, V), (N, alpha * alpha, F, T), C, dtype, product)
+    M = _product(ctx, f"conv_{name}_wm", (U, V), (alpha * alpha, F, J), C, dtype, product)
     M_blocks = Lazy(
-        (N, alpha, alpha, F * T),
+        (alpha, alpha, F * J),
         dtype,
-        lambda idx: M.at((idx[0], idx[1] * alpha + idx[2], idx[3] // T, idx[3] % T)),
+        lambda idx: M.at((idx[0] * alpha + idx[1], idx[2] // J, idx[2] % J)),
         M.reads,
     )
-    Z = _separable(ctx, f"{name}_wz", at, M_blocks, N, F * T, dtype)  # (N, m, m * F * T)
+    Z = _separable(ctx, f"{name}_wz", at, M_blocks, F * J, dtype)  # (m, m * F * J)
 
     def out_at(idx):
         n, f, y, xx = idx
-        return Z.at((n, y % m, (xx % m) * F * T + f * T + (y // m) * TW + xx // m))
+        j = n * T + (y // m) * TW + xx // m
+        return Z.at((y % m, (xx % m) * F * J + f * J + j))
 
     return Lazy(tuple(shape), dtype, out_at, Z.reads, (name,), 3)
 
