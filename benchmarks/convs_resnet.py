@@ -5,6 +5,10 @@ interleaved, then each model's total weighted by how often the block occurs in i
 
     python benchmarks/convs_resnet.py [--models resnet50,resnet18] [--threads 1] [--repeats 7]
                                       [--cases r50_3x3_64_56,...] [--target "llvm -mcpu=znver3"]
+                                      [--direct]
+
+--direct: 3 x 3 stride-1 convolutions by the direct paths, Winograd off (the numbers before
+graph/lower_conv_winograd.py; run once with and once without it for before / after).
 
 Case names: r50_/r18_ (the first model holding the shape), the kernel, then in -> out channels,
 "s2" for stride 2, and the input's size (pixels a side).
@@ -95,13 +99,19 @@ def main() -> None:
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--models", default="resnet50,resnet18")
+    pre.add_argument("--direct", action="store_true")
     known, rest = pre.parse_known_args()
+    if known.direct:
+        from tensorforge.graph import lower_conv
+
+        lower_conv.winograd_tile = lambda *args: 0
     models = known.models.split(",")
     names = [n for n, shape in SHAPES.items() if any(m in shape[5] for m in models)]
     sys.argv = [sys.argv[0], *rest]
     args = arguments(names)
     print(
         f"load {os.getloadavg()[0]:.2f}, {args.threads} thread(s), target {args.target or 'host'}"
+        + (", Winograd off" if known.direct else "")
     )
 
     def setup(name):

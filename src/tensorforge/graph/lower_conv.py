@@ -13,6 +13,7 @@ import torch
 from tensorforge import te
 from tensorforge.graph.lower_conv_depthwise import depthwise_channel_vectors, wants_channel_vectors
 from tensorforge.graph.lower_conv_gemm import conv_split_k, im2col, positions
+from tensorforge.graph.lower_conv_winograd import winograd_conv, winograd_tile
 from tensorforge.graph.lower_cpu_dot import KIND as cpu_dot_kind
 from tensorforge.graph.lower_cpu_dot import cpu_dot_bmm, wants_cpu_dot_bmm
 from tensorforge.graph.lower_tensor_core import (
@@ -115,6 +116,10 @@ def convolution_2d(
             weight = _flipped_weights(ctx, node, ctx.lazy(weight), groups)
         stride, padding = (1, 1), (0, 0)
     w, bias_value, folded = folded_weights(ctx, node, w, bias)
+    m = winograd_tile(ctx, w, shape, stride, dilation, groups, dtype)
+    if m:  # (the rule and its measurements: lower_conv_winograd.winograd_tile)
+        out = winograd_conv(ctx, node, x, w, shape, padding, dtype, m)
+        return conv_epilogue(ctx, node, out, bias_value, folded, shape, dtype, to_output)
     weight = ctx.add_constant(w, f"{node.name}_w") if w is not None else ctx.buffer(weight)
     sh, sw = stride
     ph, pw = padding
