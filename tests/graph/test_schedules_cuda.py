@@ -501,3 +501,40 @@ def test_element_wise_kernels_take_a_block_row_per_row_where_it_fits(shape, laun
     (kernel,) = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
     assert kernel.source == SOURCES["elementwise"]
     assert launch in kernel.module.get_source("cuda")
+
+
+def channel_sums_graph():
+    """Batch norm's reductions in training and its backward: per-channel sums and moments over
+    batch and positions (3 x 17 x 19: 969 terms, odd), a weighted sum as the backward's, a
+    reduction over a long first axis (1000 x 7), and a short one that keeps a thread per
+    output (8 terms)."""
+
+    def fn(x, g, t, short):
+        var, mean = torch.var_mean(x, (0, 2, 3), correction=0)
+        return (
+            var, mean, (g * (x - mean[:, None, None])).sum((0, 2, 3)),
+            t.sum(0), short.sum(1),
+        )  # fmt: skip
+
+    gen = torch.Generator().manual_seed(17)
+    shapes = [(3, 5, 17, 19), (3, 5, 17, 19), (1000, 7), (64, 8)]
+    inputs = [torch.randn(*s, generator=gen) for s in shapes]
+    inputs[0] += 100.0  # a mean far from zero: the moments' sums must not lose it
+    return fn, inputs, ()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_few_long_reductions_take_a_block_per_output(tmp_path):
+    _, _, compiled = compiled_for("cuda -arch=sm_90", graph=channel_sums_graph)
+    kernels = [s for s in compiled.steps if isinstance(s, BuiltKernel)]
+    reductions = [s for s in kernels if s.spec.anchor and s.spec.anchor.kind == "reduce"]
+    sources = [s.source for s in reductions]
+    assert sources.count(SOURCES["block_reduction"]) == len(sources) - 1, sources
+    assert SOURCES["simple"] in sources  # the 8-term sums
+    assert_compiles_with_nvcc(tmp_path, joined_sources(s.module for s in kernels))
+
+
+@pytest.mark.cuda
+@TORCH_CUDA
+def test_few_long_reductions_match_eager():
+    assert_graph_matches_eager(channel_sums_graph, 1e-5)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import warnings
 
 import torch
@@ -187,7 +188,9 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
     original, count = gm, output_count(gm)
     try:
         gm, written = functional(without_effect_tokens(gm), example_inputs)
-        compiled = _compile(gm, constants, target_of(example_inputs, opts), opts)
+        target = target_of(example_inputs, opts)
+        with _thread_context(target):
+            compiled = _compile(gm, constants, target, opts)
     except Exception as err:
         if os.environ.get("TENSORFORGE_GRAPH_STRICT", "") not in ("", "0"):
             raise
@@ -203,6 +206,17 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs, constants: dict, opts
     if views:
         compiled = WithOutputViews(compiled, gm, views)
     return WritesInputs(compiled, count, written) if written else compiled
+
+
+def _thread_context(target):
+    """A CUDA graph compiled on a thread other than the main one (a training graph's backward,
+    compiled on autograd's own thread at its first call) loads its kernels under a context
+    pushed for the compile and popped after it (cuda_driver.thread_scope)."""
+    if target.kind != "cuda" or threading.current_thread() is threading.main_thread():
+        return contextlib.nullcontext()
+    from tensorforge.runtime import cuda_driver
+
+    return cuda_driver.thread_scope(torch.cuda.current_device())
 
 
 def _compile(gm, constants: dict, target, opts: Options, cached_key: str | None = None):

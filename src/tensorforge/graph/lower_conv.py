@@ -103,6 +103,13 @@ def convolution_2d(
             " oneDNN kernel, on that instruction, is faster)"
         )
     w = ctx.constant(weight)
+    if w is None and ctx.target.kind == "cuda":
+        # NOTE: a training graph's convolutions (weights are its inputs) take none of the
+        # constant-weight paths (tensor cores, split-K): the direct first guess ran ResNet-18's
+        # forward convolutions 2-4x slower than cuDNN (H200, batch 8, 0.67 ms for a 3x3 at 28²)
+        raise Unsupported(
+            "a convolution with run-time weights on CUDA (cuDNN's, eagerly, is faster)"
+        )
     if transposed:
         w_shape = ctx.lazy(weight).shape
         if w is not None and transposed_as_matmul(

@@ -13,6 +13,7 @@ import contextlib
 import operator
 import os
 import re
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -270,6 +271,16 @@ class CompiledGraph:
         self.device = device
         self._arenas: dict[object, dict] = {}  # `_sizes` -> arenas
         self._last_use = self._liveness()
+        # inputs only eager steps read are passed to them as they came: a CPU scalar stays on
+        # the CPU (the philox seed and offset of CUDA attention's dropout, which its backward
+        # reads on the host: moved to the GPU as a kernel's scalar input is, it segfaulted)
+        kernel_reads = {b for st in steps if isinstance(st, BuiltKernel) for b in _reads_of(st)}
+        self._eager_inputs = {
+            b
+            for b in program.inputs
+            if b is not None and not isinstance(b, str)
+            if b not in kernel_reads
+        }
         # each symbol bound once per call: from its own argument where Dynamo passes one (it
         # does for every symbol of dynamic=True), else from the first input size that is it
         self._shape_symbols = []
@@ -369,6 +380,14 @@ class CompiledGraph:
 
     # -- running ----------------------------------------------------------------------------
     def __call__(self, args: list) -> list:
+        if self.device.type == "cuda" and threading.current_thread() is not threading.main_thread():
+            from tensorforge.runtime import cuda_driver
+
+            with cuda_driver.thread_scope(self.device.index or 0):  # (autograd's own thread)
+                return self._call(args)
+        return self._call(args)
+
+    def _call(self, args: list) -> list:
         if self._graph_plan is not None and self.timings is None:
             return self._graph_plan(args)
         if self.timings is None and self.lean:
@@ -379,7 +398,9 @@ class CompiledGraph:
         bindings = self._bind(args)
         cuda = self.device.type == "cuda"
         inputs = {  # (checked before any memory is allocated on the graph's device)
-            buf: call_plan.gpu_argument(args[k]) if cuda else args[k].contiguous()
+            buf: call_plan.gpu_argument(args[k])
+            if cuda and buf not in self._eager_inputs
+            else args[k].contiguous()
             for k, buf in enumerate(self.program.inputs)
             if buf is not None and not isinstance(buf, str)
         }

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 from tensorforge import te
 from tensorforge.graph.schedules_cuda_rows import (
+    is_block_reduction,
     is_row_reduction,
+    schedule_block_reduction,
     schedule_rows,
     schedule_split_rows,
     static_extent,
@@ -44,6 +46,7 @@ SOURCES = {
     "gemm_split": "cuda gemm: register tiles, split-K",
     "rows": "cuda row operator: a block per row",
     "split_rows": "cuda row operator: chunk statistics combined per block",
+    "block_reduction": "cuda reduction: a block per output",
     "simple": "cuda: a thread per output",
     "elementwise": "cuda element-wise: a vector per thread",
 }
@@ -62,6 +65,9 @@ def schedule_cuda(s, out, anchor) -> str:
     if anchor is not None and anchor.info.get("row_block"):
         schedule_split_rows(s, out, anchor)
         return SOURCES["split_rows"]
+    if is_block_reduction(out, anchor):
+        schedule_block_reduction(s, out, anchor)
+        return SOURCES["block_reduction"]
     if kind in ("softmax", "layer_norm") and s[out].op.axis or is_row_reduction(out, anchor):
         schedule_rows(s, out, anchor)
         return SOURCES["rows"]

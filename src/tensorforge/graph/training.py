@@ -1,8 +1,7 @@
 """Graphs that need gradients: AOTAutograd's joint graph, split into a forward and a backward
 graph, each compiled by compile_aten (`torch.compile(model, backend="tensorforge")` on a model
 whose parameters require grad, called with grad enabled: a training step, or inference without
-torch.no_grad()). On CPU targets: on a GPU such a graph runs eagerly, with a warning (see
-compile_training).
+torch.no_grad()), for the CPU or a GPU.
 
 What differs from inference graphs (backend.py):
 - Nothing is frozen: parameters and buffers are graph inputs read on every call, so an optimizer
@@ -29,6 +28,13 @@ from tensorforge.graph.options import Options
 aten = torch.ops.aten
 
 # decomposed in training graphs: their statistic outputs feed the backward graph
+# NOTE: off, GPU training graphs run eagerly. Session 20 turned them off after a segfault (the
+# philox seed of CUDA attention's dropout, a CPU scalar its backward reads on the host, was
+# moved to the GPU: program.py now passes inputs only eager steps read as they came) and
+# ResNet-18 gradients 1.2e-2 from float64's (batch norm's per-channel sums ran a thread per
+# channel, serially: schedules_cuda_rows.is_block_reduction); both fixed in session 21
+GPU_TRAINING = True
+
 _NORMALIZATIONS = (
     aten.native_layer_norm,
     aten.native_group_norm,
@@ -62,15 +68,10 @@ def training_decompositions(inference: dict) -> dict:
 def compile_training(gm: torch.fx.GraphModule, example_inputs, opts: Options, target, inference):
     """Dynamo's graph -> a callable whose forward and backward run tensorforge's kernels
     (`inference`: backend.decompositions(), which training_decompositions adapts)."""
-    if target.kind == "cuda":
-        # NOTE: on the H200 a training step of MLPs and a GPT-2 block compiled right (gradients
-        # 8e-7 from eager's) and faster (GPT-2 block 1.62x eager), but ResNet-18's gradients
-        # were 1.2e-2 from float64's (eager's 2.9e-5) and a graph with a group norm and an
-        # eager step in its backward crashed in that step; until both are found, training
-        # graphs on a GPU run as eager torch runs them
+    if target.kind == "cuda" and not GPU_TRAINING:
         warnings.warn(
-            "tensorforge compiles training graphs for the CPU; on a GPU this one runs eagerly "
-            "(call the model under torch.no_grad() for compiled GPU inference)",
+            "tensorforge: training graphs on a GPU are switched off (training.GPU_TRAINING); "
+            "this one runs eagerly",
             stacklevel=3,
         )
         return gm.forward

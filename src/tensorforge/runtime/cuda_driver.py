@@ -9,6 +9,7 @@ pointers pass freely between tensorforge and those libraries. Only this module a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 from types import ModuleType
 
@@ -78,6 +79,30 @@ def activate(device_id: int = 0) -> object:
         _local.atexit = True
         atexit.register(_pop_at_exit)
     return context
+
+
+@contextlib.contextmanager
+def thread_scope(device_id: int = 0):
+    """GPU `device_id`'s context current for the body, on a thread other than the main one:
+    pushed, then popped again (autograd runs a CUDA backward on a thread of its own; a
+    context left pushed there made PyCUDA abort the process at exit, "the context stack was
+    not empty upon module cleanup"). On the main thread, `activate` (its pop is at exit)."""
+    if threading.current_thread() is threading.main_thread():
+        activate(device_id)
+        yield
+        return
+    before = getattr(_local, "current", None)
+    if before == device_id:
+        yield
+        return
+    activate(device_id)
+    try:
+        yield
+    finally:
+        driver().Context.pop()
+        _local.current = None
+        if before is not None:
+            activate(before)
 
 
 def _pop_at_exit() -> None:
