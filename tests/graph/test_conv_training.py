@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from tensorforge.graph import backend, lower_conv  # noqa: E402
+from tensorforge.graph import backend, lower_conv, lower_conv_backward  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -81,3 +81,33 @@ def test_packed_weights_on_avx2(packs):
     model = nn.Sequential(nn.Conv2d(5, 24, 3, stride=2, padding=1), nn.Tanh())
     assert_same_step(model, torch.randn(2, 5, 11, 9), target="llvm -mcpu=znver3")
     assert (24, 5, 3, 3) in packs
+
+
+@pytest.fixture
+def weight_gradients(monkeypatch):
+    """The weight gradients lowered as products (their weights' shapes)."""
+    seen = []
+    original = lower_conv_backward._weight_gradient
+
+    def spy(ctx, node, grad_out, x, w_shape, stride, padding):
+        seen.append(tuple(w_shape))
+        return original(ctx, node, grad_out, x, w_shape, stride, padding)
+
+    monkeypatch.setattr(lower_conv_backward, "_weight_gradient", spy)
+    return seen
+
+
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_weight_gradients_as_products_match_eager(weight_gradients, input_grad):
+    # few output pixels (a late ResNet stage's): the weights' gradient is ours, the input's
+    # and bias's run eagerly in one step (or none, where neither is wanted); odd channels,
+    # stride 2 and padding 1, batch 3, no bias; and padding 0, stride 1, bias
+    torch.manual_seed(7)
+    model = nn.Sequential(
+        nn.Conv2d(5, 7, 3, stride=2, padding=1, bias=False),
+        nn.ReLU(),
+        nn.Conv2d(7, 6, 3, padding=0),
+    )
+    x = torch.randn(3, 5, 11, 9, requires_grad=input_grad)
+    assert_same_step(model, x)
+    assert sorted(weight_gradients) == [(6, 7, 3, 3), (7, 5, 3, 3)]
