@@ -10,6 +10,7 @@ from tensorforge.graph import (
     lower_batch_norm,
     lower_bits,
     lower_buckets,
+    lower_conv_backward,
     lower_conv_nd,
     lower_embedding_bag,
     lower_fold,

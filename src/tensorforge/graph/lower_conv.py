@@ -145,9 +145,13 @@ def convolution_2d(
         padded = _padded(ctx, node, x, padding)
         out = depthwise_channel_vectors(ctx, node, padded, w, shape, stride, dilation, dtype, lanes)
         return epilogue(out)
-    if w is not None and groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape, full):
-        out = _conv_filter_vectors(ctx, node, x, w, shape, stride, padding, dilation, dtype, lanes)
-        return epilogue(out)
+    if groups == 1 and lanes > 1 and _filter_vectors(KH, KW, stride, shape, full):
+        if w is not None or _packs_weights_at_run_time(ctx, weight, shape):
+            packed = _filter_vector_weights(ctx, node, w if w is not None else weight, lanes)
+            out = _conv_filter_vectors(
+                ctx, node, x, packed, shape, stride, padding, dilation, dtype, lanes
+            )
+            return epilogue(out)
     splits = cuda_conv_splits(ctx.target, shape, C, KH * KW, dtype) if w is not None else 0
     # TF32 for large convolutions only: below TF32_MIN_MACS float32's own schedules (direct,
     # split-K staged) beat im2col + TF32. H100, fp32 ResNet-18, GPU time a call: its 231M
@@ -356,18 +360,46 @@ def filter_lanes(target_lanes: int, filters: int) -> int:
     return lanes if lanes >= 4 and lanes * 4 >= target_lanes else 0
 
 
+def _packs_weights_at_run_time(ctx, weight, shape) -> bool:
+    """Whether a CPU convolution whose weights are known only at run time (a training graph's)
+    packs them into vectors along the filters as it runs (`_filter_vector_weights`): static
+    sizes only."""
+    if ctx.target.kind != "llvm" or not isinstance(weight, Lazy):
+        return False
+    return is_static(weight.shape) and is_static(shape)
+
+
+def _filter_vector_weights(ctx, node, w, lanes: int) -> Lazy:
+    """Weights (F, C, KH, KW) as [F / lanes][C][KH][KW][lanes]: constant ones packed once at
+    compile time, ones known only at run time (`w` a value) by a small kernel of their own each
+    call (the matmuls' `_packed_panels` of lower_linalg)."""
+    if isinstance(w, torch.Tensor):
+        F, C, KH, KW = w.shape
+        packed = w.reshape(F // lanes, lanes, C, KH, KW).permute(0, 2, 3, 4, 1).contiguous()
+        return ctx.add_constant(packed, f"{node.name}_wvec")
+    src = ctx.no_anchor(w)
+    F, C, KH, KW = src.shape
+
+    def at(idx):
+        fo, c, ky, kx, fi = idx
+        return src.at((fo * lanes + fi, c, ky, kx))
+
+    packed = Lazy((F // lanes, C, KH, KW, lanes), src.dtype, at, src.reads, src.nodes, 1 + src.cost)
+    return ctx.materialize(packed, node=f"{node.name}_wvec")
+
+
 def _conv_filter_vectors(
-    ctx, node, x: Lazy, w: torch.Tensor, shape, stride, padding, dilation, dtype, lanes: int
+    ctx, node, x: Lazy, weights: Lazy, shape, stride, padding, dilation, dtype, lanes: int
 ):
-    """Direct convolution with vectors along the filters: the weights packed once as
-    [F / lanes][C][KH][KW][lanes], so each step of the reduction broadcasts one input value per
-    output column and loads one weight vector per `lanes` filters. Any output width and stride
-    fills the vectors (the direct schedule along rows needs rows of whole vectors)."""
+    """Direct convolution with vectors along the filters: the weights packed as
+    [F / lanes][C][KH][KW][lanes] (`_filter_vector_weights`), so each step of the reduction
+    broadcasts one input value per output column and loads one weight vector per `lanes`
+    filters. Any output width and stride fills the vectors (the direct schedule along rows
+    needs rows of whole vectors)."""
     N, C, H, W = x.shape
-    F, _, KH, KW = w.shape
+    fv, _, KH, KW, _ = weights.shape
+    F = fv * lanes
     (sh, sw), (dh, dw) = stride, dilation
-    packed = w.reshape(F // lanes, lanes, C, KH, KW).permute(0, 2, 3, 4, 1).contiguous()
-    weights = ctx.add_constant(packed, f"{node.name}_wvec")
     src = _padded(ctx, node, x, padding)
     rc = te.reduce_axis((0, C), name="rc")
     ry = te.reduce_axis((0, KH), name="ry")
@@ -382,6 +414,7 @@ def _conv_filter_vectors(
     conv = te.compute((N, F // lanes, OH, OW, lanes), body, name=ctx.unique(f"conv_{node.name}"))
     info = {"shape": shape, "stages": [conv], "groups": 1, "depthwise": False, "lanes": lanes}
     info["taps"] = KH * KW
+    info["packed_at_run_time"] = weights.source is None or weights.source.kind != "constant"
     anchor = Anchor("conv2d", conv, frozenset(src.reads | weights.reads), (node.name,), info)
 
     def at(ia):
