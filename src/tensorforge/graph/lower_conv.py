@@ -103,7 +103,7 @@ def convolution_2d(
             " oneDNN kernel, on that instruction, is faster)"
         )
     w = ctx.constant(weight)
-    if w is None and ctx.target.kind == "cuda":
+    if w is None and ctx.target.kind == "cuda" and _macs(shape, w_shape) >= CUDNN_MIN_MACS:
         # NOTE: a training graph's convolutions (weights are its inputs) take none of the
         # constant-weight paths (tensor cores, split-K): the direct first guess ran ResNet-18's
         # forward convolutions 2-4x slower than cuDNN (H200, batch 8, 0.67 ms for a 3x3 at 28²)
@@ -187,6 +187,17 @@ def convolution_2d(
     info = {"shape": shape, "stages": [conv], "groups": groups, "depthwise": cg == 1}
     anchor = Anchor("conv2d", conv, frozenset(x.reads | weight.reads), (node.name,), info)
     return epilogue(ctx.anchored(anchor, lambda ia: conv[tuple(ia)], dtype))
+
+
+CUDNN_MIN_MACS = 1 << 22  # smaller CUDA convolutions with run-time weights stay kernels
+
+
+def _macs(shape, w_shape) -> int:
+    """Multiply-adds of a convolution to `shape` with weights of `w_shape` (0 where a size is
+    known only at run time)."""
+    if not is_static(shape) or not is_static(w_shape):
+        return 0
+    return numel(shape) * numel(w_shape[1:])
 
 
 def eager_bfloat16_conv(target, dtype: str, groups: int, w_shape, shape) -> bool:
